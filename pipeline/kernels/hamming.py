@@ -1,0 +1,109 @@
+"""Hamming distances and exact top-k / radius search of a block of codes (numpy only).
+
+Codes are packed uint8 rows (see kernels.codes). Distances are computed on 64-bit words
+with ``np.bitwise_count`` (popcount), a block of queries at a time so the temporaries
+stay in cache-sized pieces. Ranking is by (distance, id): ties are broken by the smaller
+id, so results are identical whatever the chunking and whatever merge order.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+ID_BITS = 40                      # ids < 2**40 (1.1e12 points) fit beside the distance in a key
+_SENTINEL_KEY = np.iinfo(np.int64).max
+PAIRS_PER_BATCH = 1 << 22         # query x code pairs per temporary (~32 MB of uint64)
+
+
+def as_words(codes: np.ndarray) -> np.ndarray:
+    """(n, n_bytes) uint8 -> (n, ceil(n_bytes/8)) uint64, zero padded (padding adds 0 to distances)."""
+    codes = np.ascontiguousarray(codes, dtype=np.uint8)
+    n, nb = codes.shape
+    pad = (-nb) % 8
+    if pad:
+        codes = np.concatenate([codes, np.zeros((n, pad), np.uint8)], axis=1)
+    return codes.view(np.uint64)
+
+
+def hamming_distances(queries: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """(m, n) int32 matrix of Hamming distances between packed codes."""
+    q, c = as_words(queries), as_words(codes)
+    out = np.zeros((q.shape[0], c.shape[0]), dtype=np.int32)
+    step = max(1, PAIRS_PER_BATCH // max(1, c.shape[0]))
+    for start in range(0, q.shape[0], step):
+        qb = q[start:start + step]
+        acc = out[start:start + step]
+        for w in range(q.shape[1]):
+            acc += np.bitwise_count(np.bitwise_xor(qb[:, w, None], c[None, :, w]))
+    return out
+
+
+def _topk_by_key(keys: np.ndarray, k: int) -> np.ndarray:
+    """Column indices of the k smallest keys per row, in ascending key order."""
+    if k < keys.shape[1]:
+        part = np.argpartition(keys, k - 1, axis=1)[:, :k]
+    else:
+        part = np.broadcast_to(np.arange(keys.shape[1]), keys.shape).copy()
+    order = np.take_along_axis(keys, part, axis=1).argsort(axis=1, kind="stable")
+    return np.take_along_axis(part, order, axis=1)
+
+
+def pack_keys(distances: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """int64 sort keys (distance, id); missing entries (id -1) sort last."""
+    keys = (distances.astype(np.int64) << ID_BITS) | ids.astype(np.int64)
+    return np.where(ids < 0, _SENTINEL_KEY, keys)
+
+
+def empty_topk(m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.full((m, k), -1, np.int32), np.full((m, k), -1, np.int64)
+
+
+def hamming_topk(queries: np.ndarray, codes: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k of one code block: (distances int32 (m,k), ids int64 (m,k)); -1 padding
+    where the block has fewer than k codes. ``ids`` are the global ids of the block rows."""
+    m = queries.shape[0]
+    out_d, out_i = empty_topk(m, k)
+    if len(codes) == 0:
+        return out_d, out_i
+    ids = np.asarray(ids, dtype=np.int64)
+    kk = min(k, len(codes))
+    step = max(1, PAIRS_PER_BATCH // len(codes))
+    for start in range(0, m, step):
+        dist = hamming_distances(queries[start:start + step], codes)
+        idx = _topk_by_key(pack_keys(dist, np.broadcast_to(ids, dist.shape)), kk)
+        out_d[start:start + step, :kk] = np.take_along_axis(dist, idx, axis=1)
+        out_i[start:start + step, :kk] = ids[idx]
+    return out_d, out_i
+
+
+def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merge per-block top-k lists into the global top-k (ties by id)."""
+    dist = np.concatenate([p[0] for p in parts], axis=1)
+    ids = np.concatenate([p[1] for p in parts], axis=1)
+    kk = min(k, dist.shape[1])
+    idx = _topk_by_key(pack_keys(dist, ids), kk)
+    out_d, out_i = empty_topk(dist.shape[0], k)
+    out_d[:, :kk] = np.take_along_axis(dist, idx, axis=1)
+    out_i[:, :kk] = np.take_along_axis(ids, idx, axis=1)
+    out_d[out_i < 0] = -1
+    return out_d, out_i
+
+
+def hamming_radius(queries: np.ndarray, codes: np.ndarray, ids: np.ndarray, radius: int):
+    """All codes within ``radius`` of each query, as flat arrays (query_index, id, distance)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    q_all, i_all, d_all = [], [], []
+    step = max(1, PAIRS_PER_BATCH // max(1, len(codes)))
+    for start in range(0, queries.shape[0], step):
+        dist = hamming_distances(queries[start:start + step], codes)
+        qi, ci = np.nonzero(dist <= radius)
+        q_all.append(qi + start)
+        i_all.append(ids[ci])
+        d_all.append(dist[qi, ci])
+    return sort_radius_results(np.concatenate(q_all), np.concatenate(i_all), np.concatenate(d_all))
+
+
+def sort_radius_results(query_index, ids, distances):
+    """Order flat radius results by (query, distance, id); used after concatenating blocks."""
+    order = np.lexsort((ids, distances, query_index))
+    return (query_index[order].astype(np.int64), ids[order].astype(np.int64),
+            distances[order].astype(np.int32))

@@ -1,0 +1,168 @@
+"""Retrieval metrics of Hamming rankings, computed from per-chunk statistics (numpy only).
+
+Every full-ranking metric is built from two per-query histograms over Hamming distance
+h = 0..n_bits: how many database items sit at distance h (``total``) and how many of those
+are relevant (``rel``). Histograms add across chunks, so they can be computed where the
+codes live and summed with a tree reduction, for any database size.
+
+* ``map`` (ties broken by id): the rank of a relevant item j at distance h is
+  (#items with distance < h) + (#items at distance h with a smaller id) + 1. With chunks
+  ordered by id, the second term is (count at h in earlier chunks) + (rank within the
+  chunk), so a second pass per chunk, given those offsets, sums the precisions exactly.
+* ``map_tie``: the expected AP over random orderings inside each equal-distance group
+  (McSherry & Najork, 2008), closed form per group from the histograms.
+* PR curve by radius and precision@radius2: counts of items with distance <= r.
+Queries without any relevant item get AP 0 (reports say so).
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import digamma
+
+# ---------------------------------------------------------------- relevance ----------
+
+
+def relevance_from_labels(query_labels: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """(m, n) bool: query and item share at least one label (class ids or multi-hot rows)."""
+    if query_labels.ndim == 1:
+        return query_labels[:, None] == labels[None, :]
+    return (query_labels.astype(np.int32) @ labels.T.astype(np.int32)) > 0
+
+
+def relevance_from_neighbours(neighbours: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """(m, n) bool: item ``ids[j]`` is among the query's ground-truth neighbours.
+    ``ids`` must be increasing (rows of a chunk); ``neighbours`` (m, K) ids, -1 padded."""
+    m = neighbours.shape[0]
+    rel = np.zeros((m, len(ids)), dtype=bool)
+    if len(ids) == 0:
+        return rel
+    pos = np.searchsorted(ids, neighbours)
+    pos_clipped = np.minimum(pos, len(ids) - 1)
+    hit = (ids[pos_clipped] == neighbours) & (neighbours >= 0)
+    rows = np.broadcast_to(np.arange(m)[:, None], neighbours.shape)
+    rel[rows[hit], pos_clipped[hit]] = True
+    return rel
+
+
+# ---------------------------------------------------------------- pass 1 ------------
+
+
+def distance_histograms(dist: np.ndarray, relevant: np.ndarray, n_bits: int):
+    """Per-query counts of all and of relevant items at each distance 0..n_bits."""
+    m = dist.shape[0]
+    width = n_bits + 1
+    flat = (dist.astype(np.int64) + (np.arange(m, dtype=np.int64) * width)[:, None]).ravel()
+    total = np.bincount(flat, minlength=m * width).reshape(m, width)
+    rel = np.bincount(flat[relevant.ravel()], minlength=m * width).reshape(m, width)
+    return total, rel
+
+
+def add_histograms(a, b):
+    return a[0] + b[0], a[1] + b[1]
+
+
+def rank_offsets(chunk_histograms: list[tuple[np.ndarray, np.ndarray]]):
+    """For each chunk (in id order): (#items, #relevant) ranked before its items at each
+    distance, i.e. everything at a smaller distance plus earlier chunks at that distance."""
+    total = sum(h[0] for h in chunk_histograms)
+    rel = sum(h[1] for h in chunk_histograms)
+    less_total = np.cumsum(total, axis=1) - total
+    less_rel = np.cumsum(rel, axis=1) - rel
+    offsets = []
+    prefix_total = np.zeros_like(total)
+    prefix_rel = np.zeros_like(rel)
+    for t, r in chunk_histograms:
+        offsets.append((less_total + prefix_total, less_rel + prefix_rel))
+        prefix_total = prefix_total + t
+        prefix_rel = prefix_rel + r
+    return offsets
+
+
+# ---------------------------------------------------------------- pass 2 ------------
+
+
+def ap_precision_sums(dist: np.ndarray, relevant: np.ndarray, before_total: np.ndarray,
+                      before_rel: np.ndarray) -> np.ndarray:
+    """Sum, over the chunk's relevant items, of precision at their global rank (per query)."""
+    m, n = dist.shape
+    out = np.zeros(m)
+    if n == 0:
+        return out
+    order = np.argsort(dist, axis=1, kind="stable")          # by (distance, id) within chunk
+    d_sorted = np.take_along_axis(dist, order, axis=1)
+    r_sorted = np.take_along_axis(relevant, order, axis=1)
+    rows = np.arange(m)[:, None]
+    # position of each item among the chunk's items at its own distance (1-based)
+    first_at_h = np.zeros_like(d_sorted)
+    change = np.ones((m, n), dtype=bool)
+    change[:, 1:] = d_sorted[:, 1:] != d_sorted[:, :-1]
+    pos = np.broadcast_to(np.arange(n), (m, n))
+    first_at_h = np.maximum.accumulate(np.where(change, pos, 0), axis=1)
+    within = pos - first_at_h + 1
+    cum_rel = np.cumsum(r_sorted, axis=1)
+    rel_before_in_group = cum_rel - r_sorted - np.take_along_axis(
+        np.concatenate([np.zeros((m, 1), cum_rel.dtype), cum_rel], axis=1), first_at_h, axis=1)
+    rank = before_total[rows, d_sorted] + within
+    n_rel_up_to = before_rel[rows, d_sorted] + rel_before_in_group + 1
+    return np.where(r_sorted, n_rel_up_to / rank, 0.0).sum(axis=1)
+
+
+# ---------------------------------------------------------------- from histograms ---
+
+
+def mean_ap(precision_sums: np.ndarray, n_relevant: np.ndarray) -> np.ndarray:
+    return np.where(n_relevant > 0, precision_sums / np.maximum(n_relevant, 1), 0.0)
+
+
+def _harmonic(x: np.ndarray) -> np.ndarray:
+    """H(x) = sum_{i=1..x} 1/i for integer x >= 0 (H(0) = 0)."""
+    return digamma(np.asarray(x, dtype=np.float64) + 1.0) + np.euler_gamma
+
+
+def tie_aware_ap(total: np.ndarray, rel: np.ndarray) -> np.ndarray:
+    """Expected AP per query when items at equal distance are in random order.
+
+    A group at distance h holds n items, r relevant, after N items of which R relevant.
+    Position i in the group is relevant with probability r/n, and then the expected
+    number of relevant items ahead of it in the group is (i-N-1)(r-1)/(n-1), so
+    E[sum of precisions] = r/n * sum_{i=N+1}^{N+n} (R + 1 + (i-N-1) b) / i, b = (r-1)/(n-1),
+    = r/n * [(R + 1 - b (N+1)) (H(N+n) - H(N)) + b n].
+    """
+    N = np.cumsum(total, axis=1) - total
+    R = np.cumsum(rel, axis=1) - rel
+    n, r = total.astype(np.float64), rel.astype(np.float64)
+    b = np.where(n > 1, (r - 1) / np.maximum(n - 1, 1), 0.0)
+    group = (R + 1 - b * (N + 1)) * (_harmonic(N + n) - _harmonic(N)) + b * n
+    contrib = np.where(r > 0, r / np.maximum(n, 1) * group, 0.0)
+    return mean_ap(contrib.sum(axis=1), rel.sum(axis=1))
+
+
+def radius_precision_recall(total: np.ndarray, rel: np.ndarray):
+    """Per radius r = 0..n_bits: mean precision (a query retrieving nothing counts 0),
+    mean recall, and the fraction of queries that retrieve nothing."""
+    ret = np.cumsum(total, axis=1)
+    hit = np.cumsum(rel, axis=1)
+    n_rel = rel.sum(axis=1, keepdims=True)
+    precision = np.where(ret > 0, hit / np.maximum(ret, 1), 0.0)
+    recall = np.where(n_rel > 0, hit / np.maximum(n_rel, 1), 0.0)
+    failed = (ret == 0)
+    return precision.mean(axis=0), recall.mean(axis=0), failed.mean(axis=0)
+
+
+def topk_metrics(relevant_topk: np.ndarray, n_relevant: np.ndarray, ks) -> dict:
+    """precision@K, recall@K and map@K from the relevance of the ranked top-k lists.
+
+    map@K = mean over queries of (sum of precision at relevant positions <= K) /
+    (number of relevant items retrieved in the top K); 0 when none is retrieved.
+    """
+    out = {}
+    cum = np.cumsum(relevant_topk, axis=1)
+    positions = np.arange(1, relevant_topk.shape[1] + 1)
+    prec_at = cum / positions
+    for k in ks:
+        hits = cum[:, k - 1]
+        out[f"precision@{k}"] = float((hits / k).mean())
+        out[f"recall@{k}"] = float(np.where(n_relevant > 0, hits / np.maximum(n_relevant, 1), 0.0).mean())
+        sum_prec = np.where(relevant_topk[:, :k], prec_at[:, :k], 0.0).sum(axis=1)
+        out[f"map@{k}"] = float(np.where(hits > 0, sum_prec / np.maximum(hits, 1), 0.0).mean())
+    return out

@@ -1,0 +1,129 @@
+"""Numeric kernels against brute-force references (plain numpy, no Dask)."""
+import numpy as np
+import pytest
+
+from pipeline.kernels import codes, hamming, ranking, stats
+from tests import reference as ref
+
+
+def random_codes(rng, n, n_bits):
+    return codes.pack_signs(rng.standard_normal((n, n_bits)))
+
+
+@pytest.mark.parametrize("n_bits", [8, 12, 32, 64, 100])
+def test_hamming_distances_match_bit_counting(n_bits):
+    rng = np.random.default_rng(n_bits)
+    q, c = random_codes(rng, 7, n_bits), random_codes(rng, 50, n_bits)
+    np.testing.assert_array_equal(hamming.hamming_distances(q, c), ref.popcount_distances(q, c))
+
+
+def test_padding_bits_are_zero_and_never_count():
+    proj = np.ones((3, 12))
+    packed = codes.pack_signs(proj)
+    assert packed.shape == (3, 2)
+    assert packed[0, 1] == 0b1111  # bits 8..11 set, 4 padding bits clear
+    np.testing.assert_array_equal(codes.unpack_bits(packed, 12), np.ones((3, 12), np.uint8))
+
+
+def test_sign_of_zero_is_plus_one():
+    assert codes.pack_signs(np.zeros((1, 8)))[0, 0] == 255
+    assert set(np.unique(codes.signs(np.array([[0.0, -0.0, -1, 2]])))) == {-1.0, 1.0}
+
+
+@pytest.mark.parametrize("k", [1, 5, 40, 60])
+def test_topk_and_merge_equal_bruteforce_with_ties_by_id(k):
+    rng = np.random.default_rng(k)
+    q, c = random_codes(rng, 9, 8), random_codes(rng, 50, 8)  # 8 bits: many ties
+    ids = np.arange(50) * 3 + 7
+    want_d, want_i = ref.topk_bruteforce(ref.popcount_distances(q, c), ids, min(k, 50))
+    got_d, got_i = hamming.hamming_topk(q, c, ids, k)
+    np.testing.assert_array_equal(got_d[:, :min(k, 50)], want_d)
+    np.testing.assert_array_equal(got_i[:, :min(k, 50)], want_i)
+    if k > 50:
+        assert (got_i[:, 50:] == -1).all() and (got_d[:, 50:] == -1).all()
+    # shard then merge, shards in scrambled order, gives the same answer
+    parts = [hamming.hamming_topk(q, c[s], ids[s], k) for s in (slice(30, 50), slice(0, 13), slice(13, 30))]
+    md, mi = hamming.merge_topk(parts, k)
+    np.testing.assert_array_equal(md, got_d)
+    np.testing.assert_array_equal(mi, got_i)
+
+
+def test_radius_search_equals_bruteforce():
+    rng = np.random.default_rng(3)
+    q, c = random_codes(rng, 5, 16), random_codes(rng, 200, 16)
+    ids = np.arange(200)
+    qi, ii, dd = hamming.hamming_radius(q, c, ids, 5)
+    dist = ref.popcount_distances(q, c)
+    want = sorted((a, int(dist[a, b]), b) for a, b in zip(*np.nonzero(dist <= 5)))
+    assert list(zip(qi.tolist(), dd.tolist(), ii.tolist())) == want
+
+
+def test_moments_combine_in_any_order_equals_numpy_cov():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 6)) * 5 + 1000  # large offset: naive sums lose digits
+    parts = [stats.chunk_moments(X[a:b]) for a, b in ((0, 17), (17, 200), (200, 300))]
+    m = stats.combine_moments(parts[2], stats.combine_moments(parts[0], parts[1]))
+    mean, cov = stats.covariance(m)
+    np.testing.assert_allclose(mean, X.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(cov, np.cov(X.T, bias=True), rtol=1e-9)
+
+
+def _random_ranking_problem(seed, m=6, n=40, n_bits=6, n_classes=3):
+    rng = np.random.default_rng(seed)
+    q, c = random_codes(rng, m, n_bits), random_codes(rng, n, n_bits)
+    dist = hamming.hamming_distances(q, c)
+    rel = ranking.relevance_from_labels(rng.integers(0, n_classes, m), rng.integers(0, n_classes, n))
+    return dist, rel, n_bits
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_map_ties_by_id_from_chunk_histograms_equals_bruteforce(seed):
+    dist, rel, n_bits = _random_ranking_problem(seed)
+    ids = np.arange(dist.shape[1])
+    bounds = [(0, 7), (7, 8), (8, 30), (30, 40)]  # uneven chunks in id order
+    hists = [ranking.distance_histograms(dist[:, a:b], rel[:, a:b], n_bits) for a, b in bounds]
+    offsets = ranking.rank_offsets(hists)
+    sums = sum(ranking.ap_precision_sums(dist[:, a:b], rel[:, a:b], *off) for (a, b), off in zip(bounds, offsets))
+    got = ranking.mean_ap(sums, rel.sum(1)).mean()
+    assert got == pytest.approx(ref.map_full(dist, rel, ids), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_tie_aware_ap_equals_enumeration_over_orderings(seed):
+    dist, rel, n_bits = _random_ranking_problem(seed, m=3, n=9, n_bits=3)
+    total, relh = ranking.distance_histograms(dist, rel, n_bits)
+    got = ranking.tie_aware_ap(total, relh)
+    want = [ref.tie_aware_ap_enumerated(dist[q], rel[q]) for q in range(3)]
+    np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def test_radius_precision_recall_equals_bruteforce():
+    dist, rel, n_bits = _random_ranking_problem(7, m=20, n=30, n_bits=8)
+    total, relh = ranking.distance_histograms(dist, rel, n_bits)
+    p, r, f = ranking.radius_precision_recall(total, relh)
+    for radius in range(n_bits + 1):
+        wp, wr, wf = ref.precision_recall_at_radius(dist, rel, radius)
+        assert (p[radius], r[radius], f[radius]) == pytest.approx((wp, wr, wf), abs=1e-12)
+    assert f[0] > 0  # the case of failed queries is exercised
+
+
+def test_topk_metrics_equal_bruteforce():
+    dist, rel, n_bits = _random_ranking_problem(11, m=8, n=60, n_bits=5)
+    ids = np.arange(60)
+    order = np.array([ref.full_ranking(dist[q], ids) for q in range(8)])
+    rel_ranked = np.take_along_axis(rel, order, axis=1)
+    got = ranking.topk_metrics(rel_ranked[:, :20], rel.sum(1), [1, 5, 20])
+    for k in (1, 5, 20):
+        assert got[f"precision@{k}"] == pytest.approx(rel_ranked[:, :k].mean(), abs=1e-12)
+        assert got[f"recall@{k}"] == pytest.approx((rel_ranked[:, :k].sum(1) / rel.sum(1)).mean(), abs=1e-12)
+        assert got[f"map@{k}"] == pytest.approx(ref.map_at_k(dist, rel, ids, k), abs=1e-12)
+
+
+def test_relevance_from_neighbours_and_multilabel():
+    nb = np.array([[3, 8, -1], [1, 2, 9]])
+    ids = np.array([1, 3, 5, 8])
+    np.testing.assert_array_equal(ranking.relevance_from_neighbours(nb, ids),
+                                  [[0, 1, 0, 1], [1, 0, 0, 0]])
+    ql = np.array([[1, 0, 1], [0, 1, 0]], np.uint8)
+    dl = np.array([[0, 0, 1], [1, 1, 0], [0, 0, 0]], np.uint8)
+    np.testing.assert_array_equal(ranking.relevance_from_labels(ql, dl), [[1, 1, 0], [0, 1, 0]])
