@@ -36,13 +36,13 @@ def test_topk_and_merge_equal_bruteforce_with_ties_by_id(k):
     q, c = random_codes(rng, 9, 8), random_codes(rng, 50, 8)  # 8 bits: many ties
     ids = np.arange(50) * 3 + 7
     want_d, want_i = ref.topk_bruteforce(ref.popcount_distances(q, c), ids, min(k, 50))
-    got_d, got_i = hamming.hamming_topk(q, c, ids, k)
+    got_d, got_i = hamming.hamming_topk(c, ids, queries=q, k=k)
     np.testing.assert_array_equal(got_d[:, :min(k, 50)], want_d)
     np.testing.assert_array_equal(got_i[:, :min(k, 50)], want_i)
     if k > 50:
         assert (got_i[:, 50:] == -1).all() and (got_d[:, 50:] == -1).all()
     # shard then merge, shards in scrambled order, gives the same answer
-    parts = [hamming.hamming_topk(q, c[s], ids[s], k) for s in (slice(30, 50), slice(0, 13), slice(13, 30))]
+    parts = [hamming.hamming_topk(c[s], ids[s], queries=q, k=k) for s in (slice(30, 50), slice(0, 13), slice(13, 30))]
     md, mi = hamming.merge_topk(parts, k)
     np.testing.assert_array_equal(md, got_d)
     np.testing.assert_array_equal(mi, got_i)
@@ -127,3 +127,19 @@ def test_relevance_from_neighbours_and_multilabel():
     ql = np.array([[1, 0, 1], [0, 1, 0]], np.uint8)
     dl = np.array([[0, 0, 1], [1, 1, 0], [0, 0, 0]], np.uint8)
     np.testing.assert_array_equal(ranking.relevance_from_labels(ql, dl), [[1, 1, 0], [0, 1, 0]])
+
+
+def test_l2_topk_and_merge_equal_bruteforce_with_ties():
+    from pipeline.kernels import l2
+    rng = np.random.default_rng(5)
+    X = rng.integers(0, 3, (120, 4)).astype(np.uint8)  # tiny integer grid: many exact ties
+    Q = rng.integers(0, 3, (6, 4)).astype(np.uint8)
+    ids = np.arange(120)
+    want_d, want_i = ref.l2_topk_bruteforce(Q, X, ids, 25)
+    got_d, got_i = l2.l2_topk(X, ids, queries=Q, k=25)
+    np.testing.assert_array_equal(got_i, want_i)
+    np.testing.assert_array_equal(got_d, want_d)
+    a = l2.l2_topk(X[70:], ids[70:], queries=Q, k=25)
+    b = l2.l2_topk(X[:70], ids[:70], queries=Q, k=25)
+    md, mi = l2.merge_l2_topk(a, b, 25)
+    np.testing.assert_array_equal(mi, want_i)

@@ -54,3 +54,13 @@ def top_eigenvectors(cov: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     pivot = np.abs(evecs).argmax(axis=0)
     evecs *= np.sign(evecs[pivot, np.arange(evecs.shape[1])])
     return evals, evecs
+
+
+def chunk_count_sum(X: np.ndarray) -> tuple[int, np.ndarray]:
+    """(rows, column sums) in float64: all that centering needs, far cheaper than moments."""
+    return X.shape[0], np.asarray(X, dtype=np.float64).sum(axis=0)
+
+
+def add_partials(a, b):
+    """Element-wise sum of two partial results given as tuples (counts, arrays, floats)."""
+    return tuple(x + y for x, y in zip(a, b))

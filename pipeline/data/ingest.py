@@ -1,0 +1,60 @@
+"""Ingest a vector file into a dataset: stream blocks from a reader into write_dataset."""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.data.readers import VectorReader, block_rows_for, detect_format, existing_file, open_reader
+from pipeline.errors import InputError
+from pipeline.storage.datasets import Dataset, write_dataset
+
+
+def read_labels_file(path) -> np.ndarray:
+    """Labels from an IDX labels file, the first column of an .ivecs, or a 1-D/2-D integer .npy.
+
+    Labels are read in full: one small integer (row) per vector.
+    """
+    path = existing_file(path)
+    fmt = detect_format(path)
+    if fmt == "idx":
+        from pipeline.data.idx import read_idx_labels
+        return read_idx_labels(path)
+    if fmt == "ivecs":
+        from pipeline.data.texmex import VecsReader
+        reader = VecsReader(path, kind="ivecs")
+        blocks = reader.iter_blocks(block_rows_for(reader.d, reader.dtype.itemsize))
+        return np.concatenate([block[:, 0] for block in blocks])
+    if fmt == "npy":
+        from pipeline.data.npyfile import read_npy_header
+        shape, dtype = read_npy_header(path)
+        if len(shape) not in (1, 2) or dtype.kind not in "iu":
+            raise InputError(f"labels file {path} holds {dtype} of shape {shape}; give (n,) integer class ids "
+                             f"or an (n, L) integer multi-hot matrix")
+        return np.load(path, allow_pickle=False)
+    raise InputError(f"labels file {path} is {fmt}; give IDX labels (*-idx1-ubyte), .ivecs or .npy")
+
+
+def _labels_for(reader: VectorReader, labels, label_column: str | None) -> np.ndarray | None:
+    if labels is not None and label_column is not None:
+        raise InputError("give either --labels FILE or --label-column NAME, not both")
+    if label_column is None:
+        return None if labels is None else read_labels_file(labels)
+    from pipeline.data.parquetfile import ParquetReader
+    if not isinstance(reader, ParquetReader):
+        raise InputError(f"--label-column only applies to parquet input; for {reader.source} pass --labels FILE")
+    return reader.read_labels(label_column)
+
+
+def ingest_file(path, out, *, format: str = "auto", column: str | None = None, labels=None,
+                label_column: str | None = None, chunk_rows: int | None = None,
+                overwrite: bool = False, progress=None) -> Dataset:
+    """Copy the vectors in ``path`` (and optional labels) into a new dataset at ``out``.
+
+    The file is streamed about 8 MiB at a time, so memory stays bounded whatever its
+    size. On any InputError nothing is left at ``out`` (write_dataset is atomic).
+    """
+    reader = open_reader(path, format=format, column=column)
+    label_array = _labels_for(reader, labels, label_column)
+    block_rows = block_rows_for(reader.d, reader.dtype.itemsize)
+    return write_dataset(out, reader.iter_blocks(block_rows), n=reader.n, d=reader.d, dtype=reader.dtype,
+                         source=reader.source, labels=label_array, chunk_rows=chunk_rows,
+                         overwrite=overwrite, progress=progress)

@@ -1,0 +1,74 @@
+"""Built-in named sources and dataset resolution (a name or a path to a dataset).
+
+* ``fashion-mnist``: Debian's ``dataset-fashion-mnist`` package (IDX files under
+  /usr/share/datasets/fashion-mnist), train (60k) then test (10k) rows, 784-d uint8,
+  10 class labels.
+* ``sift-synth``: the deterministic SIFT-like generator (pipeline.data.synth).
+
+A named source is materialised once into the data directory ($DHASH_DATA_DIR, default
+~/.cache/dhash) and reused.
+"""
+from __future__ import annotations
+
+import os
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import InputError
+
+FASHION_MNIST_DIR = Path(os.environ.get("DHASH_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
+FASHION_MNIST_PARTS = ("train", "t10k")
+SOURCES = ("fashion-mnist", "sift-synth")
+DEFAULT_SYNTH_N = 1_000_000
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("DHASH_DATA_DIR", Path.home() / ".cache" / "dhash"))
+
+
+def fashion_mnist_available() -> bool:
+    return all((FASHION_MNIST_DIR / f"{p}-images-idx3-ubyte.gz").exists() for p in FASHION_MNIST_PARTS)
+
+
+def write_fashion_mnist(out, *, chunk_rows=None, overwrite=False, progress=None):
+    """Ingest Fashion-MNIST (70k x 784 uint8 + labels) from the Debian package."""
+    from pipeline.data.idx import IdxReader, read_idx_labels
+    from pipeline.storage.datasets import write_dataset
+    if not fashion_mnist_available():
+        raise InputError(f"Fashion-MNIST not found in {FASHION_MNIST_DIR}; install it with "
+                         f"`apt-get install dataset-fashion-mnist` (or set DHASH_FASHION_MNIST_DIR)")
+    readers = [IdxReader(FASHION_MNIST_DIR / f"{p}-images-idx3-ubyte.gz") for p in FASHION_MNIST_PARTS]
+    labels = np.concatenate([read_idx_labels(FASHION_MNIST_DIR / f"{p}-labels-idx1-ubyte.gz") for p in FASHION_MNIST_PARTS])
+    blocks = chain.from_iterable(r.iter_blocks(10_000) for r in readers)
+    return write_dataset(out, blocks, n=sum(r.n for r in readers), d=readers[0].d, dtype=np.uint8,
+                         source="fashion-mnist", labels=labels, chunk_rows=chunk_rows, overwrite=overwrite,
+                         attrs={"origin": str(FASHION_MNIST_DIR), "rows": "train (60000) then t10k (10000)"},
+                         progress=progress)
+
+
+def default_path(name: str, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None) -> Path:
+    suffix = f"-c{chunk_rows}" if chunk_rows else ""
+    if name == "sift-synth":
+        return data_dir() / f"sift-synth-n{n or DEFAULT_SYNTH_N}-s{seed}{suffix}.zarr"
+    return data_dir() / f"{name}{suffix}.zarr"
+
+
+def resolve_dataset(name_or_path: str, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None,
+                    progress=None):
+    """Open a dataset path, or materialise a named source once and open it."""
+    from pipeline.storage.datasets import open_dataset
+    path = Path(name_or_path)
+    if (path / "zarr.json").exists():
+        return open_dataset(path)
+    if name_or_path not in SOURCES:
+        raise InputError(f"unknown dataset {name_or_path!r}: not a dataset directory and not a built-in source; "
+                         f"use one of {', '.join(SOURCES)} or a path made by `dhash ingest`/`dhash synth`")
+    target = default_path(name_or_path, n=n, seed=seed, chunk_rows=chunk_rows)
+    if (target / "zarr.json").exists():
+        return open_dataset(target)
+    if name_or_path == "fashion-mnist":
+        return write_fashion_mnist(target, chunk_rows=chunk_rows)
+    from pipeline.data.synth import write_sift_synth
+    return write_sift_synth(target, n or DEFAULT_SYNTH_N, seed=seed, chunk_rows=chunk_rows, progress=progress)

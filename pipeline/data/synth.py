@@ -1,0 +1,179 @@
+"""The built-in ``sift-synth`` source: deterministic SIFT-like vectors, written chunk-parallel.
+
+Model
+-----
+A SIFT descriptor is 128 bytes: a 4x4 grid of spatial cells around a keypoint, each holding
+an 8-bin histogram of gradient orientations (index ``(cell_y * 4 + cell_x) * 8 + bin``),
+L2-normalised, clipped at 0.2, renormalised and stored as ``min(255, floor(512 * v))``.
+
+1. Centres (``N_CENTRES`` = 2048 local "image structures", drawn once per seed from
+   ``default_rng([seed, CENTRE_KEY])``). Each centre is itself a SIFT-like descriptor:
+
+   * cell energy = Gaussian window (sigma = 2 cells, as in SIFT) x Gamma(1.5) contrast;
+   * each cell's histogram is a von Mises bump around the cell's orientation, plus (in
+     half of the cells) a weaker bump at the opposite orientation, as a line or a ridge
+     gives; the cell orientations scatter around one orientation per centre, which is
+     bin 0 for 40 % of the centres (descriptors are rotated to the keypoint's dominant
+     gradient, so bin 0 is over-represented in real SIFT);
+   * the peak sharpness (kappa 1..4) varies per centre, so some centres are spiky and
+     sparse, others flat.
+
+   Centres get Zipf-like popularity (p_k ~ 1 / (k + 1) ** ZIPF_EXPONENT, in a random order):
+   a few structures (edges, corners) are very common, most are rare.
+
+2. Points. A point of centre c has entries ``c_j * L + G`` before normalisation, with
+   multiplicative lognormal noise L (mean 1, sigma ``LOGNORMAL_SIGMA``) and additive
+   Gamma(``GAMMA_SHAPE``) noise G, shape < 1, so most of the centre's empty bins stay
+   at or near 0 and a few get small counts (sparse, heavy tailed). Then the SIFT
+   normalisation above.
+
+The result matches SIFT1M's coarse statistics: norms just under 512, many zero entries,
+max around 100-200, per-dimension means of 20-30 with heavy tails, and clustered points
+(nearest neighbours much closer than random pairs).
+
+Speed
+-----
+Drawing 128 lognormal and 128 gamma variates per row with numpy costs several us per row.
+Instead each entry uses one random byte q and a table: ``NOISE_TABLE[level, q]`` is the
+(q + 0.5)/256 quantile of ``level * L + G`` for the centre's byte value ``level``. So an
+entry costs one random byte and one table lookup, and its marginal distribution is that of
+``c_j * L + G`` quantised to 256 quantiles (far finer than the uint8 output can show).
+
+Determinism
+-----------
+Rows are produced in fixed generation blocks of ``GEN_BLOCK_ROWS`` rows; block ``b`` draws
+from ``default_rng([seed, b])`` only, and ``sift_rows`` slices whole blocks. So row ``i`` is
+the same whatever chunking, task order or number of workers produced it. (Bit-identity
+across machines also needs the same numpy version; float32 sums may round differently
+with other SIMD code paths, which could move a rare entry by one.)
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+D = 128
+CELLS = 4            # 4 x 4 spatial cells
+ORIENTATIONS = 8     # orientation bins per cell
+GEN_BLOCK_ROWS = 65536
+GENERATOR_VERSION = 1
+
+N_CENTRES = 2048
+ZIPF_EXPONENT = 0.8
+CENTRE_KEY = 2**31   # rng key of the centres; never collides with a block number in practice
+LOGNORMAL_SIGMA = 0.5
+GAMMA_SHAPE = 0.3
+GAMMA_SCALE = 4.0    # in centre-byte units (a centre entry is 0..255)
+NOISE_LEVELS = 256   # quantiles per table row (one random byte per entry)
+
+# SIFT's own normalisation constants
+SIFT_CLIP = 0.2
+SIFT_SCALE = 512.0
+
+# rows per inner step: the float32 scratch of one step stays in L2 cache
+_STEP_ROWS = 1024
+
+
+def sift_normalise(x: np.ndarray) -> np.ndarray:
+    """SIFT's normalisation of non-negative float32 rows, in place on ``x``; returns uint8.
+
+    L2-normalise, clip at 0.2, renormalise, scale by 512, floor, saturate at 255. Clipping
+    at ``0.2 * norm`` before the first division is the same thing with one pass less.
+    """
+    norm = np.sqrt(np.einsum("ij,ij->i", x, x))
+    np.minimum(x, (SIFT_CLIP * norm)[:, None], out=x)
+    norm = np.sqrt(np.einsum("ij,ij->i", x, x))
+    # an all-zero row (impossible with G > 0, but cheap to guard) stays zero, not NaN
+    scale = np.divide(SIFT_SCALE, norm, out=np.zeros_like(norm), where=norm > 0)
+    x *= scale[:, None]
+    np.minimum(x, 255.0, out=x)
+    return x.astype(np.uint8)  # truncation == floor for non-negative values
+
+
+@functools.lru_cache(maxsize=1)
+def noise_table() -> np.ndarray:
+    """float32 (256 * NOISE_LEVELS,): entry ``level * NOISE_LEVELS + q`` is the
+    (q + 0.5) / NOISE_LEVELS quantile of ``level * L + G`` (see module docstring).
+
+    Independent of the seed; estimated from a fixed sample, so it is the same in every
+    process.
+    """
+    rng = np.random.default_rng([0x5157, GENERATOR_VERSION])
+    samples = 1 << 14
+    lognormal = rng.lognormal(-LOGNORMAL_SIGMA**2 / 2, LOGNORMAL_SIGMA, samples)  # mean 1
+    gamma = rng.gamma(GAMMA_SHAPE, GAMMA_SCALE, samples)
+    levels = np.arange(256, dtype=np.float64)[:, None]
+    values = np.sort(levels * lognormal + gamma, axis=1)              # (256, samples)
+    pick = ((np.arange(NOISE_LEVELS) + 0.5) / NOISE_LEVELS * samples).astype(np.int64)
+    return np.ascontiguousarray(values[:, pick], dtype=np.float32).ravel()
+
+
+def _von_mises_bins(theta: np.ndarray, kappa: np.ndarray) -> np.ndarray:
+    """(..., 8) bump over the orientation bins centred on ``theta`` (in bins), peak 1."""
+    bins = np.arange(ORIENTATIONS)
+    angle = 2 * np.pi * (bins - theta[..., None]) / ORIENTATIONS
+    return np.exp(kappa[..., None] * (np.cos(angle) - 1.0))
+
+
+@functools.lru_cache(maxsize=4)
+def centres(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(centre bytes as table row offsets (N_CENTRES, 128) int64, popularity CDF (N_CENTRES,)).
+
+    The offsets are ``level * NOISE_LEVELS`` so a point's table index is offset + random byte.
+    """
+    rng = np.random.default_rng([seed, CENTRE_KEY])
+    k = N_CENTRES
+    grid = np.arange(CELLS) - (CELLS - 1) / 2                       # cell centres, in cells
+    window = np.exp(-(grid[:, None] ** 2 + grid[None, :] ** 2) / (2 * 2.0**2)).ravel()
+    energy = window * rng.gamma(1.5, 1.0, (k, CELLS * CELLS))
+
+    main = np.where(rng.random(k) < 0.4, 0.0, rng.uniform(0, ORIENTATIONS, k))
+    theta = main[:, None] + rng.normal(0, 1.0, (k, CELLS * CELLS))
+    kappa = np.broadcast_to(rng.uniform(1.0, 4.0, k)[:, None], theta.shape)
+    opposite = rng.uniform(0, 0.7, theta.shape) * (rng.random(theta.shape) < 0.5)
+    hist = (_von_mises_bins(theta, kappa)
+            + opposite[..., None] * _von_mises_bins(theta + ORIENTATIONS / 2, kappa))
+    descriptors = (energy[..., None] * hist).reshape(k, D).astype(np.float32)
+    levels = sift_normalise(descriptors).astype(np.int64)
+
+    popularity = 1.0 / np.arange(1, k + 1) ** ZIPF_EXPONENT
+    popularity = popularity[rng.permutation(k)]
+    cdf = np.cumsum(popularity / popularity.sum())
+    cdf[-1] = 1.0
+    return levels * NOISE_LEVELS, cdf
+
+
+def _generation_block(seed: int, block: int) -> np.ndarray:
+    """All GEN_BLOCK_ROWS rows of generation block ``block`` (uint8, (GEN_BLOCK_ROWS, 128))."""
+    offsets, cdf = centres(seed)
+    table = noise_table()
+    rng = np.random.default_rng([seed, block])
+    # draw everything of the block up front: the draw order must not depend on slicing
+    centre_of_row = np.searchsorted(cdf, rng.random(GEN_BLOCK_ROWS), side="right")
+    noise_bytes = rng.integers(0, NOISE_LEVELS, (GEN_BLOCK_ROWS, D), dtype=np.uint8)
+
+    out = np.empty((GEN_BLOCK_ROWS, D), dtype=np.uint8)
+    for lo in range(0, GEN_BLOCK_ROWS, _STEP_ROWS):
+        hi = lo + _STEP_ROWS
+        index = offsets[centre_of_row[lo:hi]]
+        index += noise_bytes[lo:hi]
+        out[lo:hi] = sift_normalise(np.take(table, index))
+    return out
+
+
+def sift_rows(seed: int, start: int, stop: int) -> np.ndarray:
+    """Rows [start, stop) of the ``sift-synth`` data set for ``seed``: (stop - start, 128) uint8.
+
+    Identical for a given seed whatever slicing is used (see module docstring).
+    """
+    if not 0 <= start <= stop:
+        raise ValueError(f"bad row range [{start}, {stop})")
+    out = np.empty((stop - start, D), dtype=np.uint8)
+    first, last = start // GEN_BLOCK_ROWS, (stop - 1) // GEN_BLOCK_ROWS
+    for block in range(first, last + 1) if stop > start else ():
+        block_start = block * GEN_BLOCK_ROWS
+        lo, hi = max(start, block_start), min(stop, block_start + GEN_BLOCK_ROWS)
+        out[lo - start:hi - start] = _generation_block(seed, block)[lo - block_start:hi - block_start]
+    return out

@@ -1,0 +1,51 @@
+"""Cluster bootstrap: --scheduler ADDRESS, then $DASK_SCHEDULER_ADDRESS, then a LocalCluster."""
+from __future__ import annotations
+
+import os
+import sys
+
+from pipeline.errors import InputError
+
+DEFAULT_WORKERS = 2
+DEFAULT_THREADS = 1
+
+
+def connect(scheduler: str | None = None, *, workers: int | None = None, threads: int | None = None,
+            quiet: bool = False, memory_limit: str = "auto"):
+    """Return a distributed Client (and make it the default scheduler for dask).
+
+    ``scheduler`` wins, then the DASK_SCHEDULER_ADDRESS environment variable, else an
+    embedded LocalCluster of ``workers`` processes x ``threads`` threads. The dashboard
+    link is printed on stderr so it shows up in job logs and notebooks alike.
+    """
+    from distributed import Client, LocalCluster
+
+    address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    if address:
+        try:
+            client = Client(address, timeout="20s")
+        except OSError as exc:
+            raise InputError(f"cannot reach the Dask scheduler at {address} ({exc}); check the address or drop --scheduler to run a local cluster") from None
+        where = f"scheduler {address}"
+    else:
+        cluster = LocalCluster(n_workers=workers or DEFAULT_WORKERS, threads_per_worker=threads or DEFAULT_THREADS,
+                               processes=True, dashboard_address="127.0.0.1:0", memory_limit=memory_limit,
+                               silence_logs=40)
+        client = Client(cluster)
+        where = f"local cluster {workers or DEFAULT_WORKERS} workers x {threads or DEFAULT_THREADS} threads"
+    if not quiet:
+        print(f"dask: {where}; dashboard {client.dashboard_link}", file=sys.stderr)
+    return client
+
+
+def cluster_shape(client=None) -> dict:
+    """Workers and threads of the active cluster (for reports)."""
+    if client is None:
+        try:
+            from distributed import get_client
+            client = get_client()
+        except (ImportError, ValueError):
+            return {"workers": 0, "threads": 0, "scheduler": "local-threads"}
+    info = client.scheduler_info(n_workers=-1) if "n_workers" in client.scheduler_info.__code__.co_varnames else client.scheduler_info()
+    threads = [w["nthreads"] for w in info["workers"].values()]
+    return {"workers": len(threads), "threads": int(sum(threads)), "scheduler": info.get("address", "")}

@@ -1,0 +1,107 @@
+"""Dask wiring (no math): chunk maps, tree reductions, row selection, named tasks.
+
+Kernels are plain numpy functions; these helpers only decide which task runs them on
+which chunk and how partial results meet. Task keys carry a readable prefix
+(``itq-rotation``, ``hamming-topk``...) so the dashboard shows what is running.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from dask import delayed
+from dask.base import tokenize
+
+FAN_IN = 8  # partial results combined per reduction task: few levels, small messages
+
+
+def chunk_delayeds(x) -> list:
+    """One Delayed per row chunk of a dask array (column chunking is rejected upstream)."""
+    return list(x.to_delayed().ravel())
+
+
+def map_chunks(name: str, fn, chunks: list, *args, **kwargs) -> list:
+    """Apply ``fn(chunk_i, *args, **kwargs)`` to every chunk as tasks named ``name-<token>-i``.
+
+    ``chunks`` may be a list of Delayed or of tuples of Delayed (zipped arrays).
+    """
+    token = tokenize(fn, chunks, args, kwargs)
+    out = []
+    for i, c in enumerate(chunks):
+        c = c if isinstance(c, tuple) else (c,)
+        out.append(delayed(fn, pure=True)(*c, *args, **kwargs, dask_key_name=f"{name}-{token}-{i}"))
+    return out
+
+
+def _combine_all(combine, *parts):
+    return functools.reduce(combine, parts)
+
+
+def tree_reduce(name: str, parts: list, combine):
+    """Combine partial results with a tree of ``combine`` (binary, associative) tasks."""
+    if not parts:
+        raise ValueError("tree_reduce needs at least one part")
+    level = 0
+    token = tokenize(parts, combine)
+    while len(parts) > 1:
+        parts = [delayed(_combine_all, pure=True)(combine, *parts[i:i + FAN_IN],
+                                                  dask_key_name=f"{name}-{token}-{level}-{i}")
+                 for i in range(0, len(parts), FAN_IN)]
+        level += 1
+    return parts[0]
+
+
+def map_reduce(name: str, fn, combine, chunks: list, *args, **kwargs):
+    """Tree-reduced result of ``fn`` over all chunks (one Delayed; call dask.compute on it)."""
+    return tree_reduce(f"{name}-combine", map_chunks(name, fn, chunks, *args, **kwargs), combine)
+
+
+def row_bounds(x) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(x.chunks[0])]).astype(np.int64)
+
+
+def _drop_local_rows(block, rows_in_block):
+    keep = np.ones(block.shape[0], dtype=bool)
+    keep[rows_in_block] = False
+    return block[keep]
+
+
+def drop_rows(x, rows: np.ndarray):
+    """Dask array ``x`` without the given (sorted) row numbers; chunk sizes stay known.
+
+    Each task only receives the row numbers inside its own chunk, so the graph stays small
+    even for a large dataset.
+    """
+    import dask.array as da
+    rows = np.asarray(rows, dtype=np.int64)
+    bounds = row_bounds(x)
+    cut = np.searchsorted(rows, bounds)
+    local = [rows[cut[i]:cut[i + 1]] - bounds[i] for i in range(len(bounds) - 1)]
+    new_rows = tuple(int(bounds[i + 1] - bounds[i] - len(local[i])) for i in range(len(local)))
+    name = f"drop-rows-{tokenize(x, rows)}"
+    dsk = {}
+    for i, key in enumerate(x.__dask_keys__()):
+        key = key[0] if isinstance(key, list) else key
+        out_key = (name, i) + key[2:]
+        dsk[out_key] = (_drop_local_rows, key, local[i])
+    from dask.highlevelgraph import HighLevelGraph
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x])
+    return da.Array(graph, name, chunks=(new_rows,) + x.chunks[1:], dtype=x.dtype)
+
+
+def row_numbers(x):
+    """int64 dask array of row numbers aligned with the row chunks of ``x``."""
+    import dask.array as da
+    return da.arange(x.shape[0], chunks=(x.chunks[0],), dtype=np.int64)
+
+
+def as_dask(X, chunk_rows: int | None = None):
+    """numpy -> dask (one chunk per ~16 MiB of rows); dask arrays pass through."""
+    import dask.array as da
+    if isinstance(X, da.Array):
+        return X
+    X = np.asarray(X)
+    if chunk_rows is None:
+        from pipeline.storage.datasets import default_chunk_rows
+        chunk_rows = default_chunk_rows(X.shape[1] if X.ndim == 2 else 1, X.dtype.itemsize)
+    return da.from_array(X, chunks=(chunk_rows,) + X.shape[1:])

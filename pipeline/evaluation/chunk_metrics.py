@@ -1,0 +1,40 @@
+"""Per-chunk metric statistics (numpy): Hamming distances of the queries to one database
+chunk, the chunk's relevance, then histograms (pass 1) or precision sums (pass 2).
+
+Queries are processed in batches so the (queries x chunk) temporaries stay bounded
+whatever the chunk size.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.kernels.hamming import hamming_distances
+from pipeline.kernels.ranking import ap_precision_sums, distance_histograms
+
+PAIRS_PER_BATCH = 1 << 23
+
+
+def _query_batches(m: int, n: int):
+    step = max(1, PAIRS_PER_BATCH // max(1, n))
+    return [slice(s, min(m, s + step)) for s in range(0, m, step)]
+
+
+def chunk_histograms(codes, ids, labels, *, queries, truth, n_bits):
+    """(total, relevant) per query and distance 0..n_bits for one database chunk."""
+    m = queries.shape[0]
+    total = np.zeros((m, n_bits + 1), np.int64)
+    rel = np.zeros((m, n_bits + 1), np.int64)
+    for qs in _query_batches(m, len(codes)):
+        dist = hamming_distances(queries[qs], codes)
+        total[qs], rel[qs] = distance_histograms(dist, truth.chunk_relevance(ids, labels, qs), n_bits)
+    return total, rel
+
+
+def chunk_precision_sums(codes, ids, labels, before_total, before_rel, *, queries, truth):
+    """Sum of precision at the rank (ties by id) of each relevant item of the chunk."""
+    m = queries.shape[0]
+    out = np.zeros(m)
+    for qs in _query_batches(m, len(codes)):
+        dist = hamming_distances(queries[qs], codes)
+        out[qs] = ap_precision_sums(dist, truth.chunk_relevance(ids, labels, qs), before_total[qs], before_rel[qs])
+    return out

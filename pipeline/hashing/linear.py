@@ -1,0 +1,134 @@
+"""LSH, PCAH and ITQ: linear hash functions h(x) = sgn((x - mean) W).
+
+Distributed fit = per-chunk statistics combined by a tree reduction (means, covariance,
+ITQ's r x r terms); only d x d and r x r matrices travel, never data rows.
+"""
+from __future__ import annotations
+
+import dask
+import numpy as np
+
+from pipeline.distributed.graph import chunk_delayeds, map_reduce, row_bounds
+from pipeline.hashing.base import Hasher
+from pipeline.kernels.codes import encode_linear
+from pipeline.kernels.itq import itq_chunk_terms, itq_rotation, random_rotation
+from pipeline.kernels.stats import (add_partials, chunk_count_sum, chunk_moments, combine_moments,
+                                    covariance, top_eigenvectors)
+from pipeline.validation import check_finite_block, check_int_param
+
+# keep ITQ's projected data (n x r float64) in cluster memory below this size,
+# otherwise recompute it from the features in every iteration
+PERSIST_PROJECTION_BYTES = 2 * 2**30
+
+
+def _checked(kernel):
+    """Wrap a chunk kernel so NaN/Inf rows raise InputError naming the global row."""
+    def run(block, row_offset):
+        check_finite_block(block, row_offset, what="training features")
+        return kernel(block)
+    run.__name__ = kernel.__name__
+    return run
+
+
+_checked_count_sum = _checked(chunk_count_sum)
+_checked_moments = _checked(chunk_moments)
+
+
+def _with_offsets(X) -> list:
+    return list(zip(chunk_delayeds(X), row_bounds(X)[:-1].tolist()))
+
+
+def training_mean(X, name: str) -> np.ndarray:
+    n, total = dask.compute(map_reduce(f"{name}-mean", _checked_count_sum, add_partials, _with_offsets(X)))[0]
+    return total / n
+
+
+def training_covariance(X, name: str) -> tuple[np.ndarray, np.ndarray]:
+    moments = dask.compute(map_reduce(f"{name}-covariance", _checked_moments, combine_moments, _with_offsets(X)))[0]
+    return covariance(moments)
+
+
+class LinearHasher(Hasher):
+    """Common encode/persistence of the linear family: mean_ (d,), components_ (d, r)."""
+
+    def _encode_kernel(self, block):
+        return encode_linear(block, self.mean_, self.components_)
+
+    def _learned_arrays(self):
+        return {"mean_": self.mean_, "components_": self.components_}
+
+
+class LSH(LinearHasher):
+    """Sign random projections (Charikar) of mean-centred data: W ~ N(0, 1)."""
+    method = "lsh"
+
+    def __init__(self, n_bits: int = 32, *, random_state: int | None = 0):
+        self.n_bits = n_bits
+        self.random_state = random_state
+
+    def _fit(self, X):
+        rng = np.random.default_rng(self.random_state)
+        self.mean_ = training_mean(X, "lsh")
+        self.components_ = rng.standard_normal((X.shape[1], self.n_bits))
+        self.training_stats_["passes"] = 1
+
+
+class PCAH(LinearHasher):
+    """PCA hashing: the top n_bits principal directions of the training data."""
+    method = "pcah"
+    linear_pca_based = True
+
+    def __init__(self, n_bits: int = 32):
+        self.n_bits = n_bits
+
+    def _fit(self, X):
+        self.mean_, cov = training_covariance(X, "pcah")
+        self.explained_variance_, self.components_ = top_eigenvectors(cov, self.n_bits)
+        self.training_stats_["passes"] = 1
+
+    def _learned_arrays(self):
+        return {**super()._learned_arrays(), "explained_variance_": self.explained_variance_}
+
+
+def _project_chunk(block, mean, W):
+    return (np.asarray(block, dtype=np.float64) - mean) @ W
+
+
+class ITQ(LinearHasher):
+    """Iterative quantization: PCA to n_bits, then the rotation R minimising ||B - V R||^2.
+
+    Each iteration sums the r x r terms B^T V over chunks (tree reduction) and solves
+    the orthogonal Procrustes problem on the client. ``n_iter`` = 50 as Gong & Lazebnik.
+    """
+    method = "itq"
+    linear_pca_based = True
+
+    def __init__(self, n_bits: int = 32, *, n_iter: int = 50, random_state: int | None = 0):
+        self.n_bits = n_bits
+        self.n_iter = n_iter
+        self.random_state = random_state
+
+    def _fit(self, X):
+        from dask.base import tokenize
+        n_iter = check_int_param(self.n_iter, "n_iter", "ITQ", 0)
+        rng = np.random.default_rng(self.random_state)
+        self.mean_, cov = training_covariance(X, "itq")
+        _, W = top_eigenvectors(cov, self.n_bits)
+        V = X.map_blocks(_project_chunk, self.mean_, W, dtype=np.float64, chunks=(X.chunks[0], (self.n_bits,)),
+                         name=f"itq-project-{tokenize(X, self.mean_, W)}")
+        if X.shape[0] * self.n_bits * 8 <= PERSIST_PROJECTION_BYTES:
+            V = V.persist()
+        chunks = chunk_delayeds(V)
+        R = random_rotation(self.n_bits, rng)
+        losses = []
+        for _ in range(n_iter):
+            BtV, loss = dask.compute(map_reduce("itq-rotation", itq_chunk_terms, add_partials, chunks, R))[0]
+            losses.append(loss)
+            R = itq_rotation(BtV)
+        self.pca_components_ = W
+        self.rotation_ = R
+        self.components_ = W @ R
+        self.training_stats_.update({"passes": 1 + n_iter, "quantization_loss": [round(v, 6) for v in losses]})
+
+    def _learned_arrays(self):
+        return {**super()._learned_arrays(), "pca_components_": self.pca_components_, "rotation_": self.rotation_}

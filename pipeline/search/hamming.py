@@ -1,0 +1,76 @@
+"""Exact Hamming search over chunked codes: per-chunk top-k (or radius hits), then merge.
+
+Results follow FAISS: distances int32 (m, k), ids int64 (m, k), -1 where fewer than k
+codes exist; ties are broken by the smaller id, so every chunking gives the same answer.
+"""
+from __future__ import annotations
+
+import dask
+import numpy as np
+
+from pipeline.distributed.graph import as_dask, chunk_delayeds, map_chunks, row_numbers, tree_reduce
+from pipeline.errors import InputError
+from pipeline.kernels.hamming import hamming_radius, hamming_topk, merge_topk, sort_radius_results
+
+
+def _check_codes(query_codes, codes):
+    query_codes = np.asarray(query_codes)
+    if query_codes.dtype != np.uint8 or getattr(codes, "dtype", None) != np.uint8:
+        raise InputError(f"codes must be packed uint8 arrays (got {query_codes.dtype} queries and "
+                         f"{getattr(codes, 'dtype', None)} database codes); encode with a hasher's encode()")
+    if query_codes.ndim != 2 or codes.ndim != 2 or query_codes.shape[1] != codes.shape[1]:
+        raise InputError(f"query codes {query_codes.shape} and database codes {codes.shape} have different "
+                         f"code lengths; encode both with the same model")
+    return query_codes
+
+
+def _aligned(codes, ids):
+    codes = as_dask(codes, chunk_rows=1 << 20)
+    ids = row_numbers(codes) if ids is None else as_dask(ids).rechunk((codes.chunks[0],))
+    return codes, ids
+
+
+def _merge_pair(k):
+    def merge(a, b):
+        return merge_topk([a, b], k)
+    return merge
+
+
+def knn_search_lazy(query_codes, codes, k: int, ids=None):
+    """Delayed (distances, ids) of the exact top-k; compute it together with other work."""
+    query_codes = _check_codes(query_codes, codes)
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"k must be a positive int; got {k!r}")
+    codes, ids = _aligned(codes, ids)
+    parts = map_chunks("hamming-topk", hamming_topk,
+                       list(zip(chunk_delayeds(codes), chunk_delayeds(ids))), k=int(k), queries=query_codes)
+    return tree_reduce("hamming-topk-merge", parts, _merge_pair(int(k)))
+
+
+def knn_search(query_codes, codes, k: int, ids=None):
+    """Exact Hamming top-k: (distances int32 (m, k), ids int64 (m, k)).
+
+    ``codes`` is a numpy or dask array (n, n_bytes) uint8; ``ids`` the id of each row
+    (default: row numbers).
+    """
+    return dask.compute(knn_search_lazy(query_codes, codes, k, ids))[0]
+
+
+def _radius_chunk(codes, ids, *, queries, radius):
+    return hamming_radius(queries, codes, ids, radius)
+
+
+def _concat_radius(a, b):
+    return sort_radius_results(*(np.concatenate([x, y]) for x, y in zip(a, b)))
+
+
+def radius_search(query_codes, codes, radius: int, ids=None):
+    """All codes within Hamming ``radius``: flat arrays (query_index, id, distance) sorted by
+    (query, distance, id) — the shape of FAISS's range_search results, flattened."""
+    query_codes = _check_codes(query_codes, codes)
+    if not isinstance(radius, (int, np.integer)) or radius < 0:
+        raise InputError(f"radius must be a non-negative int; got {radius!r}")
+    codes, ids = _aligned(codes, ids)
+    parts = map_chunks("hamming-radius", _radius_chunk, list(zip(chunk_delayeds(codes), chunk_delayeds(ids))),
+                       queries=query_codes, radius=int(radius))
+    return dask.compute(tree_reduce("hamming-radius-merge", parts, _concat_radius))[0]
