@@ -91,3 +91,24 @@ def evaluate_method(features, split_query: np.ndarray, labels, truth: Truth, met
             "metrics": metrics, "training": model.training_stats_,
             "timing": {"train_seconds": round(train_seconds, 4), "encode_seconds": round(encode_seconds, 4),
                        "search_seconds": round(search_seconds, 4)}}
+
+
+def run_evaluation(ds, *, methods, bits, n_queries: int, seed: int, out=None, ground_truth=None,
+                   top_k=None, top_percent=None, ks=DEFAULT_KS, split_name: str | None = None, log=None) -> dict:
+    """The whole protocol on a dataset; writes a report directory when ``out`` is given."""
+    from pipeline.distributed.cluster import cluster_shape
+    from pipeline.evaluation.report import build_report, write_report
+    from pipeline.evaluation.truth import build_truth
+    from pipeline.storage.datasets import dataset_summary
+    split = ds.make_split(n_queries, seed, name=split_name or f"q{n_queries}-s{seed}")
+    truth = build_truth(ds, split, ground_truth=ground_truth, top_k=top_k, top_percent=top_percent)
+    features, labels = ds.features_dask(), ds.labels
+    results = [evaluate_method(features, split.query, labels, truth, method, b, seed=seed, ks=ks, log=log)
+               for b in bits for method in methods]
+    report = build_report(dataset=dataset_summary(ds), split=split.manifest, truth=truth.description,
+                          results=results, cluster=cluster_shape(),
+                          protocol={"seed": seed, "n_queries": n_queries, "methods": list(methods),
+                                    "bits": list(bits), "ks": sorted(ks), "train_set": "database"})
+    if out is not None:
+        write_report(out, report)
+    return report

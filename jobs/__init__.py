@@ -1,0 +1,1 @@
+"""Batch entry points: a thin CLI over the pipeline library (``dhash``, ``python -m jobs``)."""

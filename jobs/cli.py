@@ -1,0 +1,317 @@
+"""``dhash`` command line: ingest | synth | split | groundtruth | train | encode | search |
+evaluate | demo. Each command is a thin layer over the pipeline library: parse options
+(flags > --config TOML > defaults), connect to the cluster, call the library, print where
+outputs went. Bad input exits with status 2 and one line ``error: <problem; fix>``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from pipeline.errors import InputError
+
+EXIT_BAD_INPUT = 2
+
+
+def _int_list(text) -> list[int]:
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"expected a comma-separated list of integers, got {text!r}") from None
+    if not values:
+        raise InputError("expected at least one integer in the list")
+    return values
+
+
+def _name_list(text) -> list[str]:
+    return [v.strip().lower() for v in str(text).split(",") if v.strip()]
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------ parser -----------
+
+def build_parser() -> argparse.ArgumentParser:
+    cluster = argparse.ArgumentParser(add_help=False)
+    g = cluster.add_argument_group("cluster")
+    g.add_argument("--scheduler", help="address of a running Dask scheduler (else $DASK_SCHEDULER_ADDRESS, else a local cluster)")
+    g.add_argument("--workers", type=int, default=2, help="local cluster: worker processes (default 2)")
+    g.add_argument("--threads", type=int, default=1, help="local cluster: threads per worker (default 1)")
+    g.add_argument("--config", help="TOML file with this command's options (flags given here win)")
+    g.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    parser = argparse.ArgumentParser(prog="dhash", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def cmd(name, help_):
+        return sub.add_parser(name, parents=[cluster], help=help_, description=help_)
+
+    p = cmd("ingest", "Convert a file (fvecs/bvecs/ivecs, IDX, npy, parquet) or a built-in source into a dataset")
+    p.add_argument("source", help="input file, or a built-in source name (fashion-mnist)")
+    p.add_argument("--out", required=True, help="dataset directory to create (zarr v3)")
+    p.add_argument("--format", default="auto", help="auto (by extension), fvecs, bvecs, ivecs, idx, npy, parquet")
+    p.add_argument("--column", help="parquet: the vector column")
+    p.add_argument("--labels", help="labels file (IDX labels, .ivecs or .npy of integers)")
+    p.add_argument("--label-column", help="parquet: integer label column")
+    p.add_argument("--chunk-rows", type=int, help="rows per chunk (default: ~16 MiB per chunk)")
+    p.add_argument("--overwrite", action="store_true")
+
+    p = cmd("synth", "Generate a synthetic dataset chunk-parallel on the cluster")
+    p.add_argument("kind", choices=["sift"], help="sift: SIFT-like 128-d uint8 (sift-synth)")
+    p.add_argument("--n", type=int, default=1_000_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.add_argument("--chunk-rows", type=int)
+    p.add_argument("--overwrite", action="store_true")
+
+    p = cmd("split", "Draw a seeded query/database split and store it in the dataset")
+    p.add_argument("--dataset", required=True, help="dataset path or built-in source name")
+    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name", default="default")
+    p.add_argument("--overwrite", action="store_true")
+
+    p = cmd("groundtruth", "Exact Euclidean neighbours of a split's queries (computed once, stored in the dataset)")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--split", default="default")
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--top-percent", type=float)
+
+    p = cmd("train", "Learn hash functions on a dataset's database rows and save a model directory")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--method", required=True, help="lsh, pcah or itq")
+    p.add_argument("--bits", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split", help="train on the database rows of this split (default: all rows)")
+    p.add_argument("--n-iter", type=int, help="ITQ iterations (default 50)")
+    p.add_argument("--out", required=True, help="model directory to create")
+    p.add_argument("--overwrite", action="store_true")
+
+    p = cmd("encode", "Encode every row of a dataset into packed binary codes (zarr)")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--out", required=True, help="codes array to create (zarr)")
+    p.add_argument("--overwrite", action="store_true")
+
+    p = cmd("search", "Hamming top-k (or radius) search of a split's queries; results to parquet")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--codes", required=True, help="codes made by `dhash encode` with this model")
+    p.add_argument("--split", default="default", help="queries = this split's query rows, database = the rest")
+    p.add_argument("--k", type=int, default=100)
+    p.add_argument("--radius", type=int, help="radius search instead of top-k")
+    p.add_argument("--out", required=True, help="results parquet file (query_id, rank, id, hamming)")
+    p.add_argument("--overwrite", action="store_true")
+
+    for name, help_ in (("evaluate", "Train, encode, search and score methods x bit lengths; write a report directory"),
+                        ("demo", "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with LSH, PCAH, ITQ")):
+        p = cmd(name, help_)
+        if name == "evaluate":
+            p.add_argument("--dataset", required=True, help="dataset path or built-in source (fashion-mnist, sift-synth)")
+        p.add_argument("--methods", type=_name_list, default=["lsh", "pcah", "itq"])
+        p.add_argument("--bits", type=_int_list, default=[32] if name == "evaluate" else [32, 64])
+        p.add_argument("--queries", type=int, default=1000)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--n", type=int, default=1_000_000, help="sift-synth: number of points")
+        p.add_argument("--ground-truth", choices=["labels", "euclidean"], help="default: labels when the dataset has them")
+        p.add_argument("--top-k", type=int, help="euclidean ground truth: K nearest neighbours")
+        p.add_argument("--top-percent", type=float, help="euclidean ground truth: top P percent of the database")
+        p.add_argument("--ks", type=_int_list, default=[1, 10, 50, 100, 200, 500, 1000], help="K values of precision@K")
+        p.add_argument("--chunk-rows", type=int, help="rows per feature chunk when materialising a built-in source")
+        p.add_argument("--out", required=name == "evaluate", default="runs/demo", help="report directory")
+    return parser
+
+
+def parse_args(argv):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.config:
+        sub = parser._subparsers._group_actions[0].choices[args.command]
+        sub.set_defaults(**__import__("jobs.config", fromlist=["load_config"]).load_config(args.config, args.command, sub))
+        args = parser.parse_args(argv)
+    return args
+
+
+# ------------------------------------------------------------------ commands ---------
+
+def _dataset(args, name=None):
+    from pipeline.data.sources import resolve_dataset
+    from pipeline.distributed.progress import compute_with_progress
+    return resolve_dataset(name or args.dataset, n=getattr(args, "n", None), seed=getattr(args, "seed", 0),
+                           chunk_rows=getattr(args, "chunk_rows", None),
+                           progress=lambda tasks: compute_with_progress(tasks, show=not args.quiet))
+
+
+def cmd_ingest(args):
+    from pipeline.data.sources import SOURCES, write_fashion_mnist
+    from pipeline.distributed.progress import rows_bar
+    if args.source == "fashion-mnist":
+        ds = write_fashion_mnist(args.out, chunk_rows=args.chunk_rows, overwrite=args.overwrite)
+    else:
+        if args.source in SOURCES:
+            raise InputError(f"{args.source} is generated, not ingested; use `dhash synth sift --out {args.out}`")
+        from pipeline.data.ingest import ingest_file
+        from pipeline.data.readers import open_reader
+        n = open_reader(args.source, args.format, args.column).n
+        with rows_bar(n, "ingest", show=not args.quiet) as bar:
+            ds = ingest_file(args.source, args.out, format=args.format, column=args.column, labels=args.labels,
+                             label_column=args.label_column, chunk_rows=args.chunk_rows, overwrite=args.overwrite,
+                             progress=bar)
+    print(f"dataset: {ds.path} ({ds.n} x {ds.d} {ds.dtype}, labels: {ds.has_labels})")
+
+
+def cmd_synth(args):
+    from pipeline.data.synth import write_sift_synth
+    from pipeline.distributed.progress import compute_with_progress
+    started = time.perf_counter()
+    ds = write_sift_synth(args.out, args.n, seed=args.seed, chunk_rows=args.chunk_rows, overwrite=args.overwrite,
+                          progress=lambda tasks: compute_with_progress(tasks, show=not args.quiet))
+    secs = time.perf_counter() - started
+    print(f"dataset: {ds.path} ({ds.n} x {ds.d} {ds.dtype}) in {secs:.1f}s ({ds.n / secs:,.0f} rows/s)")
+
+
+def cmd_split(args):
+    ds = _dataset(args)
+    split = ds.make_split(args.queries, args.seed, name=args.name, overwrite=args.overwrite)
+    print(f"split {split.name}: {split.n_query} queries, {split.n_database} database rows, "
+          f"seed {args.seed}, sha256 {split.manifest['query_sha256'][:16]}")
+
+
+def cmd_groundtruth(args):
+    from pipeline.evaluation.truth import euclidean_groundtruth
+    ds = _dataset(args)
+    nn, _, attrs = euclidean_groundtruth(ds, ds.get_split(args.split), top_k=args.top_k, top_percent=args.top_percent)
+    print(f"ground truth: {ds.path}/groundtruth ({nn.shape[0]} queries x {attrs['k']} neighbours)")
+
+
+def _train_rows(ds, split_name):
+    from pipeline.distributed.graph import drop_rows
+    X = ds.features_dask()
+    if split_name:
+        split = ds.get_split(split_name)
+        return drop_rows(X, split.query), split.manifest
+    return X, {}
+
+
+def cmd_train(args):
+    from pipeline.hashing import make_hasher
+    from pipeline.storage.datasets import dataset_summary
+    ds = _dataset(args)
+    params = {"n_iter": args.n_iter} if args.n_iter is not None else {}
+    model = make_hasher(args.method, args.bits, random_state=args.seed, **params)
+    X, manifest = _train_rows(ds, args.split)
+    model.fit(X)
+    model.save(args.out, dataset={**dataset_summary(ds), "split": manifest}, overwrite=args.overwrite)
+    print(f"model: {args.out} ({model.method}, {model.n_bits} bits, id {model.model_id}, "
+          f"{model.training_stats_['train_seconds']:.1f}s)")
+
+
+def cmd_encode(args):
+    from pipeline.distributed.progress import compute_with_progress
+    from pipeline.hashing import load_model
+    from pipeline.storage.codes import write_codes
+    ds = _dataset(args)
+    model = load_model(args.model)
+    started = time.perf_counter()
+    write_codes(args.out, model.encode(ds.features_dask()), model, dataset_path=str(ds.path), overwrite=args.overwrite,
+                progress=lambda stored: compute_with_progress(stored, show=not args.quiet))
+    secs = time.perf_counter() - started
+    print(f"codes: {args.out} ({ds.n} x {model.code_bytes} bytes) in {secs:.1f}s ({ds.n / secs:,.0f} rows/s)")
+
+
+def cmd_search(args):
+    from pipeline.distributed.graph import drop_rows, row_numbers
+    from pipeline.hashing import load_model
+    from pipeline.search.hamming import knn_search, radius_search
+    from pipeline.storage.codes import codes_dask, open_codes
+    from pipeline.storage.results import write_knn_results, write_radius_results
+    ds = _dataset(args)
+    model = load_model(args.model)
+    arr, _ = open_codes(args.codes, model)
+    if arr.shape[0] != ds.n:
+        raise InputError(f"codes at {args.codes} have {arr.shape[0]} rows but the dataset has {ds.n}; encode this dataset")
+    split = ds.get_split(args.split)
+    codes = codes_dask(arr)
+    queries = arr.get_orthogonal_selection((split.query, slice(None)))
+    db, ids = drop_rows(codes, split.query), drop_rows(row_numbers(codes), split.query)
+    started = time.perf_counter()
+    if args.radius is not None:
+        res = radius_search(queries, db, args.radius, ids=ids)
+        write_radius_results(args.out, split.query, *res, overwrite=args.overwrite)
+        found = len(res[0])
+    else:
+        dist, nn = knn_search(queries, db, args.k, ids=ids)
+        write_knn_results(args.out, split.query, dist, nn, overwrite=args.overwrite)
+        found = int((nn >= 0).sum())
+    secs = time.perf_counter() - started
+    print(f"results: {args.out} ({len(queries)} queries, {found} rows) in {secs:.2f}s")
+
+
+def _evaluate(args, ds, out):
+    from pipeline.evaluation.evaluate import run_evaluation
+    from pipeline.evaluation.report import quality_table
+    report = run_evaluation(ds, methods=args.methods, bits=args.bits, n_queries=args.queries, seed=args.seed,
+                            out=out, ground_truth=args.ground_truth, top_k=args.top_k, top_percent=args.top_percent,
+                            ks=args.ks, log=None if args.quiet else _log)
+    print(f"\n## {ds.source}: {ds.n} points, {args.queries} queries, ground truth {report['ground_truth']['kind']}\n")
+    print(quality_table(report))
+    print(f"\nreport: {out}/report.json, report.md, " + ", ".join(report["plots"]))
+    return report
+
+
+def cmd_evaluate(args):
+    from pipeline.hashing import HASHERS
+    unknown = [m for m in args.methods if m not in HASHERS]
+    if unknown:
+        raise InputError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(HASHERS)}")
+    _evaluate(args, _dataset(args), args.out)
+
+
+def cmd_demo(args):
+    from pipeline.data.sources import fashion_mnist_available
+    out = Path(args.out)
+    _log(f"demo: sift-synth with {args.n:,} points (generated chunk-parallel, cached in the data directory)")
+    sift = _dataset(args, "sift-synth")
+    demo_args = argparse.Namespace(**{**vars(args), "ground_truth": "euclidean",
+                                      "top_k": args.top_k or (None if args.top_percent else 1000)})
+    _evaluate(demo_args, sift, out / "sift-synth")
+    if fashion_mnist_available():
+        _log("demo: Fashion-MNIST (label ground truth)")
+        fm_args = argparse.Namespace(**{**vars(args), "ground_truth": "labels", "top_k": None, "top_percent": None})
+        _evaluate(fm_args, _dataset(args, "fashion-mnist"), out / "fashion-mnist")
+    else:
+        _log("demo: Fashion-MNIST skipped (install it with `apt-get install dataset-fashion-mnist`)")
+
+
+COMMANDS = {"ingest": cmd_ingest, "synth": cmd_synth, "split": cmd_split, "groundtruth": cmd_groundtruth,
+            "train": cmd_train, "encode": cmd_encode, "search": cmd_search, "evaluate": cmd_evaluate,
+            "demo": cmd_demo}
+NEEDS_CLUSTER = {"synth", "groundtruth", "train", "encode", "search", "evaluate", "demo", "split"}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    client = None
+    try:
+        args = parse_args(argv)
+        if args.command in NEEDS_CLUSTER:
+            from pipeline.distributed.cluster import connect
+            client = connect(args.scheduler, workers=args.workers, threads=args.threads, quiet=args.quiet)
+        COMMANDS[args.command](args)
+        return 0
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if client is not None:
+            cluster = getattr(client, "cluster", None)
+            client.close()
+            if cluster is not None:
+                cluster.close()

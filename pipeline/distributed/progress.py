@@ -1,0 +1,35 @@
+"""Progress bars on stderr for long steps (job logs keep stdout for results)."""
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import dask
+
+
+def _active_client():
+    try:
+        from distributed import get_client
+        return get_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def compute_with_progress(obj, *, show: bool = True):
+    """dask.compute(obj)[0], with Dask's task progress bar on stderr when a cluster is active."""
+    client = _active_client()
+    if client is None or not show:
+        return dask.compute(obj)[0]
+    from distributed.diagnostics.progressbar import progress
+    future = client.compute(obj)
+    with contextlib.redirect_stdout(sys.stderr):
+        progress(future, interval="0.5s")
+        print(file=sys.stderr)
+    return future.result()
+
+
+def rows_bar(total: int, desc: str, show: bool = True):
+    """tqdm bar counting rows (ingest streams on the client)."""
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="rows", unit_scale=True, file=sys.stderr, disable=not show,
+                mininterval=1.0)

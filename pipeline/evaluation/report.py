@@ -1,0 +1,93 @@
+"""Report directory: report.json (data_schemas/report.schema.json), report.md, PNG plots."""
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from pipeline.storage.atomic import atomic_path
+from pipeline.storage.jsonio import dumps
+
+REPORT_SCHEMA = "dhash.report/1"
+TABLE_KS = (100, 1000)
+
+
+def build_report(*, dataset: dict, split: dict, truth: dict, results: list[dict], cluster: dict,
+                 protocol: dict) -> dict:
+    from pipeline import __version__
+    return {"schema": REPORT_SCHEMA, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "library_version": __version__, "dataset": dataset, "split": split, "ground_truth": truth,
+            "protocol": protocol, "cluster": cluster, "results": results}
+
+
+def quality_table(report: dict) -> str:
+    """Markdown table: one row per (method, bits)."""
+    ks = [k for k in TABLE_KS if any(f"precision@{k}" in r["metrics"] for r in report["results"])]
+    head = ["method", "bits", "map", "map_tie"] + [f"P@{k}" for k in ks] + ["P@r2", "failed@r2", "train s", "encode s", "search s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in report["results"]:
+        m, t = r["metrics"], r["timing"]
+        cells = [r.get("label", r["method"]), str(r["n_bits"]), f"{m['map']:.4f}", f"{m['map_tie']:.4f}"]
+        cells += [f"{m[f'precision@{k}']:.4f}" for k in ks]
+        cells += [f"{m['precision@radius2']:.4f}", f"{m['failed_queries@radius2']:.3f}",
+                  f"{t['train_seconds']:.1f}", f"{t['encode_seconds']:.1f}", f"{t['search_seconds']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_markdown(report: dict) -> str:
+    ds, sp, gt, pr, cl = report["dataset"], report["split"], report["ground_truth"], report["protocol"], report["cluster"]
+    return "\n".join([
+        f"# Retrieval report: {ds['source']} ({ds['n']} x {ds['d']} {ds['dtype']})", "",
+        f"- dataset: `{ds['path']}`",
+        f"- split `{sp['name']}`: {sp['n_query']} queries, {sp['n_database']} database points (training set = database), "
+        f"seed {sp['seed']}, query sha256 `{sp['query_sha256'][:16]}…`",
+        f"- ground truth: {gt['rule']}" + (f" (K = {gt['k']})" if gt.get("k") else ""),
+        f"- ranking: full Hamming ranking, ties broken by database id ascending (`map`); `map_tie` = expected AP over "
+        f"random orderings within equal distances; `map@K` normalised by relevant items retrieved in the top K; "
+        f"precision@radius2 counts a query retrieving nothing as precision 0",
+        f"- cluster: {cl.get('workers')} workers, {cl.get('threads')} threads; seed {pr.get('seed')}", "",
+        quality_table(report), "",
+        "Plots: `precision_at_k.png`, `pr_curve.png`" + (", `training.png`" if pr.get("has_training_plot") else ""), ""])
+
+
+def _plot(report: dict, out: Path) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    bits = sorted({r["n_bits"] for r in report["results"]})
+    files = []
+    for kind in ("precision_at_k", "pr_curve"):
+        fig, axes = plt.subplots(1, len(bits), figsize=(4.5 * len(bits), 3.8), squeeze=False)
+        for ax, b in zip(axes[0], bits):
+            for r in (r for r in report["results"] if r["n_bits"] == b):
+                m = r["metrics"]
+                label = r.get("label", r["method"])
+                if kind == "precision_at_k":
+                    ks = sorted(int(k.split("@")[1]) for k in m if k.startswith("precision@") and k != "precision@radius2")
+                    ax.plot(ks, [m[f"precision@{k}"] for k in ks], marker="o", label=label)
+                    ax.set_xscale("log")
+                    ax.set_xlabel("K (retrieved)")
+                    ax.set_ylabel("precision@K")
+                else:
+                    ax.plot(m["pr_curve"]["recall"], m["pr_curve"]["precision"], marker=".", label=label)
+                    ax.set_xlabel("recall (Hamming radius 0..bits)")
+                    ax.set_ylabel("precision")
+            ax.set_title(f"{b} bits")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        name = f"{kind}.png"
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        files.append(name)
+    return files
+
+
+def write_report(out, report: dict, *, overwrite: bool = True) -> Path:
+    """Write the report directory atomically (a failed run leaves the previous report)."""
+    with atomic_path(out, overwrite=overwrite) as tmp:
+        tmp.mkdir(parents=True)
+        report["plots"] = _plot(report, tmp)
+        (tmp / "report.json").write_text(dumps(report) + "\n")
+        (tmp / "report.md").write_text(render_markdown(report))
+    return Path(out)
