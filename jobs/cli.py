@@ -127,13 +127,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv):
+    """Flags > --config TOML > defaults. The config is read before the real parse so that
+    options it provides (even required ones such as --dataset) need not be on the command line."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.config:
-        sub = parser._subparsers._group_actions[0].choices[args.command]
-        sub.set_defaults(**__import__("jobs.config", fromlist=["load_config"]).load_config(args.config, args.command, sub))
-        args = parser.parse_args(argv)
-    return args
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known, rest = pre.parse_known_args(argv)
+    command = next((a for a in rest if not a.startswith("-")), None)
+    subparsers = parser._subparsers._group_actions[0].choices
+    if known.config and command in subparsers:
+        from jobs.config import load_config
+        sub = subparsers[command]
+        values = load_config(known.config, command, sub)
+        for action in sub._actions:
+            if action.dest in values:
+                action.required = False
+        sub.set_defaults(**values)
+    return parser.parse_args(argv)
 
 
 # ------------------------------------------------------------------ commands ---------

@@ -21,11 +21,11 @@ def compute_with_progress(obj, *, show: bool = True):
     if client is None or not show:
         return dask.compute(obj)[0]
     from distributed.diagnostics.progressbar import progress
-    future = client.compute(obj)
+    futures = client.compute(obj)  # a future, or a list of futures for a list
     with contextlib.redirect_stdout(sys.stderr):
-        progress(future, interval="0.5s")
+        progress(futures, interval="0.5s")
         print(file=sys.stderr)
-    return future.result()
+    return client.gather(futures)
 
 
 def rows_bar(total: int, desc: str, show: bool = True):

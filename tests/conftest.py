@@ -1,0 +1,48 @@
+"""Shared fixtures: a real multi-process Dask cluster and real datasets on disk."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pipeline.data.sources import fashion_mnist_available
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """LocalCluster of 2 worker processes x 1 thread (the CLI's default shape)."""
+    from distributed import LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=40) as c:
+        yield c
+
+
+@pytest.fixture
+def client(cluster):
+    from distributed import Client
+    with Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dhash-data")
+    os.environ["DHASH_DATA_DIR"] = str(path)
+    return path
+
+
+def require_fashion_mnist():
+    """Fashion-MNIST tests never skip silently in CI: missing data fails there."""
+    if not fashion_mnist_available():
+        if os.environ.get("CI"):
+            pytest.fail("Fashion-MNIST missing in CI: .ci/run must `apt-get install dataset-fashion-mnist`")
+        pytest.skip("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
+
+
+@pytest.fixture(scope="session")
+def fmnist_paths(data_dir):
+    """Fashion-MNIST ingested twice: 20000-row and 5000-row feature chunks."""
+    require_fashion_mnist()
+    from pipeline.data.sources import write_fashion_mnist
+    return {rows: write_fashion_mnist(data_dir / f"fmnist-{rows}.zarr", chunk_rows=rows).path
+            for rows in (20000, 5000)}

@@ -1,0 +1,143 @@
+"""The dhash jobs end to end through the CLI, against a running scheduler (--scheduler),
+and their bad-input behaviour: exit status 2, one line naming problem and fix, no output."""
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.cli import main
+from pipeline.data.texmex import write_vecs
+from pipeline.storage.datasets import open_dataset
+from tests import reference as ref
+
+
+def run(*argv):
+    return main([str(a) for a in argv])
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(cluster, tmp_path_factory):
+    """synth -> split -> groundtruth -> train -> encode -> search on a 60k sift-synth set."""
+    tmp = tmp_path_factory.mktemp("cli")
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    ds, model, codes, res = tmp / "sift.zarr", tmp / "itq", tmp / "codes.zarr", tmp / "res.parquet"
+    assert run("synth", "sift", "--n", 60000, "--seed", 3, "--out", ds, "--chunk-rows", 16384, *sched) == 0
+    assert run("split", "--dataset", ds, "--queries", 50, "--seed", 1, *sched) == 0
+    assert run("groundtruth", "--dataset", ds, "--top-k", 20, *sched) == 0
+    assert run("train", "--dataset", ds, "--method", "itq", "--bits", 32, "--split", "default", "--out", model, *sched) == 0
+    assert run("encode", "--dataset", ds, "--model", model, "--out", codes, *sched) == 0
+    assert run("search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10, "--out", res, *sched) == 0
+    return tmp, ds, model, codes, res
+
+
+def test_cli_pipeline_results_equal_bruteforce(pipeline_run):
+    import zarr
+    tmp, ds_path, model, codes_path, res = pipeline_run
+    ds = open_dataset(ds_path)
+    split = ds.get_split("default")
+    codes = zarr.open_array(str(codes_path))[...]
+    db_rows = np.setdiff1d(np.arange(ds.n), split.query)
+    want_d, want_i = ref.topk_bruteforce(ref.popcount_distances(codes[split.query], codes[db_rows]), db_rows, 10)
+    t = pq.read_table(res)
+    got_i = t.column("id").to_numpy().reshape(50, 10)
+    got_d = t.column("hamming").to_numpy().reshape(50, 10)
+    np.testing.assert_array_equal(got_i, want_i)
+    np.testing.assert_array_equal(got_d, want_d)
+    np.testing.assert_array_equal(t.column("query_id").to_numpy().reshape(50, 10)[:, 0], split.query)
+    # ground truth stored once, exact (checked against brute force on the queries)
+    gt = ds.get_groundtruth(ds.groundtruth_names()[0])
+    X = ds.features[...]
+    _, want_nn = ref.l2_topk_bruteforce(X[split.query[:5]], X[db_rows], db_rows, 20)
+    np.testing.assert_array_equal(gt[0][:5], want_nn)
+    assert json.loads((model / "model.json").read_text())["dataset"]["split"]["seed"] == 1
+    assert t.num_rows == 500
+
+
+def test_cli_radius_search_and_config_file(pipeline_run, cluster, tmp_path):
+    _, ds, model, codes, _ = pipeline_run
+    cfg = tmp_path / "search.toml"
+    cfg.write_text(f'dataset = "{ds}"\nmodel = "{model}"\ncodes = "{codes}"\n[search]\nradius = 4\n')
+    out = tmp_path / "radius.parquet"
+    assert run("search", "--config", cfg, "--out", out, "--scheduler", cluster.scheduler_address, "--quiet") == 0
+    t = pq.read_table(out)
+    assert t.num_rows > 0 and max(t.column("hamming").to_numpy()) <= 4
+
+
+def _one_line_error(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and err[-1].startswith("error: ")
+    return err[-1]
+
+
+def test_codes_from_another_model_are_refused(pipeline_run, cluster, tmp_path, capsys):
+    _, ds, _, codes, _ = pipeline_run
+    other = tmp_path / "lsh"
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    assert run("train", "--dataset", ds, "--method", "lsh", "--bits", 32, "--out", other, *sched) == 0
+    out = tmp_path / "r.parquet"
+    assert run("search", "--dataset", ds, "--model", other, "--codes", codes, "--out", out, *sched) == 2
+    assert "were made by model" in _one_line_error(capsys) and not out.exists()
+
+
+def test_unknown_dataset_name(cluster, tmp_path, capsys):
+    out = tmp_path / "r"
+    assert run("evaluate", "--dataset", "mnist-typo", "--out", out, "--scheduler", cluster.scheduler_address) == 2
+    assert "unknown dataset 'mnist-typo'" in _one_line_error(capsys) and not out.exists()
+
+
+@pytest.mark.parametrize("text, match", [
+    ("queries = [1, 2\n", "not valid TOML"),
+    ("queries = 10\nbogus = 3\n", "unknown key 'bogus'"),
+    ("queries = 'many'\n", "bad value"),
+])
+def test_malformed_config(tmp_path, capsys, text, match):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    assert run("split", "--dataset", tmp_path / "nothing", "--config", cfg) == 2
+    assert match in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("ext, cut", [("fvecs", 3), ("bvecs", 70)])
+def test_truncated_vecs_ingest(tmp_path, capsys, ext, cut):
+    src = tmp_path / f"x.{ext}"
+    write_vecs(src, np.random.default_rng(0).integers(0, 200, (100, 16)).astype(np.float32 if ext == "fvecs" else np.uint8))
+    data = src.read_bytes()
+    src.write_bytes(data[:-cut])
+    out = tmp_path / "ds.zarr"
+    assert run("ingest", src, "--out", out, "--quiet") == 2
+    assert "truncated" in _one_line_error(capsys)
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_nan_rows_and_empty_and_non_numeric_npy(tmp_path, capsys):
+    cases = {"nan.npy": (np.array([[1.0, 2.0], [np.nan, 0.0]], np.float32), "row 1 contains NaN"),
+             "empty.npy": (np.zeros((0, 4), np.float32), "empty"),
+             "str.npy": (np.array([["a", "b"]]), "numeric")}
+    for name, (arr, match) in cases.items():
+        np.save(tmp_path / name, arr)
+        out = tmp_path / f"{name}.zarr"
+        assert run("ingest", tmp_path / name, "--out", out, "--quiet") == 2
+        assert match in _one_line_error(capsys), name
+        assert not out.exists()
+
+
+def test_wrong_dimensionality_between_model_and_data(pipeline_run, cluster, tmp_path, capsys):
+    _, _, model, _, _ = pipeline_run
+    src = tmp_path / "x.fvecs"
+    write_vecs(src, np.random.default_rng(0).standard_normal((500, 64)).astype(np.float32))
+    assert run("ingest", src, "--out", tmp_path / "d.zarr", "--quiet") == 0
+    out = tmp_path / "codes.zarr"
+    assert run("encode", "--dataset", tmp_path / "d.zarr", "--model", model, "--out", out,
+               "--scheduler", cluster.scheduler_address, "--quiet") == 2
+    assert "trained on 128-dimensional features but got 64" in _one_line_error(capsys)
+    assert not out.exists()
+
+
+def test_bad_bits_from_cli(pipeline_run, cluster, tmp_path, capsys):
+    _, ds, _, _, _ = pipeline_run
+    for bits, match in ((0, "range"), (200, "at most the number of features")):
+        out = tmp_path / f"m{bits}"
+        assert run("train", "--dataset", ds, "--method", "pcah", "--bits", bits, "--out", out,
+                   "--scheduler", cluster.scheduler_address, "--quiet") == 2
+        assert match in _one_line_error(capsys) and not out.exists()
