@@ -141,3 +141,17 @@ def test_bad_bits_from_cli(pipeline_run, cluster, tmp_path, capsys):
         assert run("train", "--dataset", ds, "--method", "pcah", "--bits", bits, "--out", out,
                    "--scheduler", cluster.scheduler_address, "--quiet") == 2
         assert match in _one_line_error(capsys) and not out.exists()
+
+
+def test_artifacts_match_their_schemas(pipeline_run):
+    import zarr
+    from tests.schemas import validate
+    _, ds_path, model, codes, res = pipeline_run
+    ds = open_dataset(ds_path)
+    validate(dict(ds.group.attrs), "dataset.schema.json")
+    validate(ds.get_split("default").manifest, "split.schema.json")
+    validate(ds.get_groundtruth(ds.groundtruth_names()[0])[2], "groundtruth.schema.json")
+    validate(json.loads((model / "model.json").read_text()), "model.schema.json")
+    validate(dict(zarr.open_array(str(codes)).attrs), "codes.schema.json")
+    row = {k: v[0] for k, v in pq.read_table(res).to_pydict().items()}
+    validate(row, "search-results.schema.json")

@@ -30,6 +30,8 @@ def test_evaluate_job_quality_on_fashion_mnist(cli_report):
     assert by["pcah"]["map"] < by["itq"]["map"] and by["lsh"]["map"] < by["itq"]["map"]
     assert report["split"]["n_query"] == 1000 and report["split"]["n_database"] == 69000
     assert report["ground_truth"]["kind"] == "labels"
+    from tests.schemas import validate
+    validate(report, "report.schema.json")
     for name in ("report.md", "precision_at_k.png", "pr_curve.png"):
         assert (cli_report / name).stat().st_size > 0
 

