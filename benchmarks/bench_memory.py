@@ -342,10 +342,9 @@ def markdown(result: dict) -> str:
         f"{s.get('generate_rows_per_second_reported', 0):,} rows/s.",
         f"- synth per process (MB): {proc_line(s)}.",
         f"- ingest per process (MB): {proc_line(i)}; of its peak, "
-        f"{i['per_process'][0]['peak_file_backed_mb']:,.0f} MB is file-backed (clean page-cache pages of the input, "
-        f"mapped by the reader's whole-file read-only memmap and left mapped until the end) and "
-        f"{i['per_process'][0]['peak_anon_mb']:,.0f} MB anonymous, so ingest's RSS grows as about "
-        f"{i['per_process'][0]['peak_anon_mb']:,.0f} MB + the input file size.",
+        f"{i['per_process'][0]['peak_file_backed_mb']:,.0f} MB is file-backed (page-cache pages mapped by the "
+        f"process) and {i['per_process'][0]['peak_anon_mb']:,.0f} MB anonymous (the reader reads blocks with plain "
+        f"file reads, so this does not grow with the input size).",
         f"- synth dataset on disk: {s['dataset_disk']['disk_mb']:,.0f} MB ({s['dataset_disk']['files']} files); "
         f"ingested dataset on disk: {i['dataset_disk']['disk_mb']:,.0f} MB; "
         f".bvecs input: {i['input_file_mb']:,.0f} MB ({i['rows']:,} records of 132 bytes).",

@@ -26,11 +26,27 @@ def map_chunks(name: str, fn, chunks: list, *args, **kwargs) -> list:
     ``chunks`` may be a list of Delayed or of tuples of Delayed (zipped arrays).
     """
     token = tokenize(fn, chunks, args, kwargs)
+    args = [_shared(a) for a in args]
+    kwargs = {k: _shared(v) for k, v in kwargs.items()}
     out = []
     for i, c in enumerate(chunks):
         c = c if isinstance(c, tuple) else (c,)
         out.append(delayed(fn, pure=True)(*c, *args, **kwargs, dask_key_name=f"{name}-{token}-{i}"))
     return out
+
+
+SHARED_ARG_BYTES = 1 << 16
+
+
+def _shared(value):
+    """Large constant arguments (query codes, ground truth) become one graph key that every
+    chunk task references, instead of a copy embedded in each task."""
+    size = getattr(value, "nbytes", None)
+    if size is None and hasattr(value, "__dataclass_fields__"):
+        size = sum(getattr(getattr(value, f), "nbytes", 0) for f in value.__dataclass_fields__)
+    if size is not None and size > SHARED_ARG_BYTES:
+        return delayed(value, pure=True, traverse=False)
+    return value
 
 
 def _combine_all(combine, *parts):

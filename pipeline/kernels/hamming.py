@@ -15,25 +15,28 @@ PAIRS_PER_BATCH = 1 << 22         # query x code pairs per temporary (~32 MB of 
 
 
 def as_words(codes: np.ndarray) -> np.ndarray:
-    """(n, n_bytes) uint8 -> (n, ceil(n_bytes/8)) uint64, zero padded (padding adds 0 to distances)."""
+    """(n, n_bytes) uint8 -> (n, words) of uint32 (codes up to 32 bits) or uint64, zero
+    padded (padding adds 0 to every distance)."""
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
     n, nb = codes.shape
-    pad = (-nb) % 8
+    word = 4 if nb <= 4 else 8
+    pad = (-nb) % word
     if pad:
         codes = np.concatenate([codes, np.zeros((n, pad), np.uint8)], axis=1)
-    return codes.view(np.uint64)
+    return codes.view(np.uint32 if word == 4 else np.uint64)
 
 
 def hamming_distances(queries: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """(m, n) int32 matrix of Hamming distances between packed codes."""
-    q, c = as_words(queries), as_words(codes)
-    out = np.zeros((q.shape[0], c.shape[0]), dtype=np.int32)
-    step = max(1, PAIRS_PER_BATCH // max(1, c.shape[0]))
+    q = as_words(queries)
+    c_by_word = np.ascontiguousarray(as_words(codes).T)  # (words, n): contiguous rows per word
+    out = np.zeros((q.shape[0], c_by_word.shape[1]), dtype=np.int32)
+    step = max(1, PAIRS_PER_BATCH // max(1, c_by_word.shape[1]))
     for start in range(0, q.shape[0], step):
         qb = q[start:start + step]
         acc = out[start:start + step]
         for w in range(q.shape[1]):
-            acc += np.bitwise_count(np.bitwise_xor(qb[:, w, None], c[None, :, w]))
+            acc += np.bitwise_count(np.bitwise_xor(qb[:, w, None], c_by_word[w][None, :]))
     return out
 
 

@@ -83,31 +83,38 @@ def rank_offsets(chunk_histograms: list[tuple[np.ndarray, np.ndarray]]):
 
 def ap_precision_sums(dist: np.ndarray, relevant: np.ndarray, before_total: np.ndarray,
                       before_rel: np.ndarray) -> np.ndarray:
-    """Sum, over the chunk's relevant items, of precision at their global rank (per query)."""
+    """Sum, over the chunk's relevant items, of precision at their global rank (per query).
+
+    One stable sort of each row by distance gives every item's position among the chunk's
+    items at its own distance (ties in id order); all other work touches only the relevant
+    items.
+    """
     m, n = dist.shape
-    out = np.zeros(m)
-    if n == 0:
-        return out
-    # stable sort = by (distance, id) within the chunk; small unsigned keys make numpy use
-    # a radix sort (measured 7x faster than on int32 keys)
-    key_type = np.uint8 if dist.max() < 256 else np.uint16
-    order = np.argsort(dist.astype(key_type), axis=1, kind="stable")
-    d_sorted = np.take_along_axis(dist, order, axis=1)
-    r_sorted = np.take_along_axis(relevant, order, axis=1)
-    rows = np.arange(m)[:, None]
-    # position of each item among the chunk's items at its own distance (1-based)
-    first_at_h = np.zeros_like(d_sorted)
-    change = np.ones((m, n), dtype=bool)
-    change[:, 1:] = d_sorted[:, 1:] != d_sorted[:, :-1]
-    pos = np.broadcast_to(np.arange(n), (m, n))
-    first_at_h = np.maximum.accumulate(np.where(change, pos, 0), axis=1)
-    within = pos - first_at_h + 1
-    cum_rel = np.cumsum(r_sorted, axis=1)
-    rel_before_in_group = cum_rel - r_sorted - np.take_along_axis(
-        np.concatenate([np.zeros((m, 1), cum_rel.dtype), cum_rel], axis=1), first_at_h, axis=1)
-    rank = before_total[rows, d_sorted] + within
-    n_rel_up_to = before_rel[rows, d_sorted] + rel_before_in_group + 1
-    return np.where(r_sorted, n_rel_up_to / rank, 0.0).sum(axis=1)
+    if n == 0 or not relevant.any():
+        return np.zeros(m)
+    width = before_total.shape[1]
+    # small unsigned keys make numpy's stable sort a radix sort (measured 7x faster than int32)
+    order = np.argsort(dist.astype(np.uint8 if width <= 256 else np.uint16), axis=1, kind="stable")
+    position = np.empty_like(order)
+    steps = np.arange(n)
+    for r in range(m):  # inverse permutation row by row: measured faster than put_along_axis
+        position[r, order[r]] = steps
+    local_total, _ = distance_histograms(dist, relevant, width - 1)
+    local_less = np.cumsum(local_total, axis=1) - local_total
+
+    rows, cols = np.nonzero(relevant)            # row-major, so ids ascend within a row
+    h = dist[rows, cols].astype(np.int64)
+    within = position[rows, cols] - local_less[rows, h] + 1       # 1-based, among all items at h
+    # relevant items before this one at the same distance in this chunk
+    o = np.lexsort((cols, h, rows))
+    key = rows[o] * width + h[o]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    group_start = np.repeat(starts, np.diff(np.r_[starts, len(key)]))
+    rel_before = np.empty(len(o), np.int64)
+    rel_before[o] = np.arange(len(o)) - group_start
+    rank = before_total[rows, h] + within
+    hits = before_rel[rows, h] + rel_before + 1
+    return np.bincount(rows, weights=hits / rank, minlength=m)
 
 
 # ---------------------------------------------------------------- from histograms ---
