@@ -9,10 +9,8 @@ SCHEMA_DIR = Path(__file__).resolve().parent.parent / "data_schemas"
 
 
 def _registry():
-    resources = []
-    for f in SCHEMA_DIR.glob("*.schema.json"):
-        resources.append((f.name, Resource.from_contents(json.loads(f.read_text()))))
-    return Registry().with_resources(resources)
+    schemas = [json.loads(f.read_text()) for f in SCHEMA_DIR.glob("*.schema.json")]
+    return Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas)
 
 
 def validate(instance, schema_file: str):
