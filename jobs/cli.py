@@ -303,11 +303,24 @@ COMMANDS = {"ingest": cmd_ingest, "synth": cmd_synth, "split": cmd_split, "groun
 NEEDS_CLUSTER = {"synth", "groundtruth", "train", "encode", "search", "evaluate", "demo", "split"}
 
 
+def _configure_logging(quiet: bool) -> None:
+    """Per-iteration training figures from the library's loggers go to stderr."""
+    import logging
+    logger = logging.getLogger("pipeline")
+    if not any(getattr(h, "_dhash", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._dhash = True
+        logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     client = None
     try:
         args = parse_args(argv)
+        _configure_logging(args.quiet)
         if args.command in NEEDS_CLUSTER:
             from pipeline.distributed.cluster import connect
             client = connect(args.scheduler, workers=args.workers, threads=args.threads, quiet=args.quiet)

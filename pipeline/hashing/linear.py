@@ -5,6 +5,8 @@ ITQ's r x r terms); only d x d and r x r matrices travel, never data rows.
 """
 from __future__ import annotations
 
+import logging
+
 import dask
 import numpy as np
 
@@ -19,6 +21,7 @@ from pipeline.validation import check_finite_block, check_int_param
 # keep ITQ's projected data (n x r float64) in cluster memory below this size,
 # otherwise recompute it from the features in every iteration
 PERSIST_PROJECTION_BYTES = 2 * 2**30
+log = logging.getLogger(__name__)
 
 
 def _checked(kernel):
@@ -121,10 +124,11 @@ class ITQ(LinearHasher):
         chunks = chunk_delayeds(V)
         R = random_rotation(self.n_bits, rng)
         losses = []
-        for _ in range(n_iter):
+        for it in range(n_iter):
             BtV, loss = dask.compute(map_reduce("itq-rotation", itq_chunk_terms, add_partials, chunks, R))[0]
             losses.append(loss)
             R = itq_rotation(BtV)
+            log.info("itq %d bits: iteration %d/%d, quantization loss %.6g", self.n_bits, it + 1, n_iter, loss)
         self.pca_components_ = W
         self.rotation_ = R
         self.components_ = W @ R
