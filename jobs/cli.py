@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+import numpy as np
 import time
 from pathlib import Path
 
@@ -44,11 +46,22 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--config", help="TOML file with this command's options (flags given here win)")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
 
+    dish = argparse.ArgumentParser(add_help=False)
+    g = dish.add_argument_group("DisH (methods dish, dish-allreduce)")
+    g.add_argument("--nodes", type=int, help="number of nodes P (default 10)")
+    g.add_argument("--topology", help="random (default), ring, star, complete")
+    g.add_argument("--partition", help="contiguous (default), random, by-label")
+    g.add_argument("--rho", type=float, help="ADMM penalty (default: scaled to the data, see docs)")
+    g.add_argument("--rho-scale", type=float, help="factor of the data-scaled default rho (default 0.1)")
+    g.add_argument("--inner-steps", type=int, help="ADMM steps per outer iteration K (default 5)")
+    g.add_argument("--max-iter", type=int, help="outer iterations at most (default 20)")
+    g.add_argument("--init", help="random (default) or pca")
+
     parser = argparse.ArgumentParser(prog="dhash", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def cmd(name, help_):
-        return sub.add_parser(name, parents=[cluster], help=help_, description=help_)
+    def cmd(name, help_, extra=()):
+        return sub.add_parser(name, parents=[cluster, *extra], help=help_, description=help_)
 
     p = cmd("ingest", "Convert a file (fvecs/bvecs/ivecs, IDX, npy, parquet) or a built-in source into a dataset")
     p.add_argument("source", help="input file, or a built-in source name (fashion-mnist)")
@@ -81,9 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int)
     p.add_argument("--top-percent", type=float)
 
-    p = cmd("train", "Learn hash functions on a dataset's database rows and save a model directory")
+    p = cmd("train", "Learn hash functions on a dataset's database rows and save a model directory", [dish])
     p.add_argument("--dataset", required=True)
-    p.add_argument("--method", required=True, help="lsh, pcah or itq")
+    p.add_argument("--method", required=True, help="lsh, pcah, itq, dish or dish-allreduce")
+    p.add_argument("--dictionary", type=int, help="dish: node whose dictionary encodes (DisH2, default 0)")
     p.add_argument("--bits", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--split", help="train on the database rows of this split (default: all rows)")
@@ -109,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, help_ in (("evaluate", "Train, encode, search and score methods x bit lengths; write a report directory"),
                         ("demo", "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with LSH, PCAH, ITQ")):
-        p = cmd(name, help_)
+        p = cmd(name, help_, [dish])
         if name == "evaluate":
             p.add_argument("--dataset", required=True, help="dataset path or built-in source (fashion-mnist, sift-synth)")
         p.add_argument("--methods", type=_name_list, default=["lsh", "pcah", "itq"])
@@ -207,14 +221,27 @@ def _train_rows(ds, split_name):
     return X, {}
 
 
+DISH_OPTIONS = ("nodes", "topology", "partition", "rho", "rho_scale", "inner_steps", "max_iter", "init", "dictionary")
+
+
+def _method_params(args) -> dict:
+    """Method options given on the command line or in the config (None = the default)."""
+    return {k: getattr(args, k) for k in (*DISH_OPTIONS, "n_iter") if getattr(args, k, None) is not None}
+
+
 def cmd_train(args):
-    from pipeline.hashing import make_hasher
+    from pipeline.hashing import DisH, make_hasher
     from pipeline.storage.datasets import dataset_summary
     ds = _dataset(args)
-    params = {"n_iter": args.n_iter} if args.n_iter is not None else {}
-    model = make_hasher(args.method, args.bits, random_state=args.seed, **params)
+    model = make_hasher(args.method, args.bits, random_state=args.seed, **_method_params(args))
     X, manifest = _train_rows(ds, args.split)
-    model.fit(X)
+    if isinstance(model, DisH):
+        y = ds.labels
+        if y is not None and args.split:
+            y = np.delete(y, ds.get_split(args.split).query, axis=0)
+        model.fit(X, y if y is not None and y.ndim == 1 else None)
+    else:
+        model.fit(X)
     model.save(args.out, dataset={**dataset_summary(ds), "split": manifest}, overwrite=args.overwrite)
     print(f"model: {args.out} ({model.method}, {model.n_bits} bits, id {model.model_id}, "
           f"{model.training_stats_['train_seconds']:.1f}s)")
@@ -266,7 +293,7 @@ def _evaluate(args, ds, out):
     from pipeline.evaluation.report import quality_table
     report = run_evaluation(ds, methods=args.methods, bits=args.bits, n_queries=args.queries, seed=args.seed,
                             out=out, ground_truth=args.ground_truth, top_k=args.top_k, top_percent=args.top_percent,
-                            ks=args.ks, log=None if args.quiet else _log)
+                            ks=args.ks, params=_method_params(args), log=None if args.quiet else _log)
     print(f"\n## {ds.source}: {ds.n} points, {args.queries} queries, ground truth {report['ground_truth']['kind']}\n")
     print(quality_table(report))
     print(f"\nreport: {out}/report.json, report.md, " + ", ".join(report["plots"]))
@@ -274,10 +301,10 @@ def _evaluate(args, ds, out):
 
 
 def cmd_evaluate(args):
-    from pipeline.hashing import HASHERS
-    unknown = [m for m in args.methods if m not in HASHERS]
+    from pipeline.hashing import METHOD_NAMES
+    unknown = [m for m in args.methods if m not in METHOD_NAMES]
     if unknown:
-        raise InputError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(HASHERS)}")
+        raise InputError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHOD_NAMES)}")
     _evaluate(args, _dataset(args), args.out)
 
 

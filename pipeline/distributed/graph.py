@@ -76,33 +76,38 @@ def row_bounds(x) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(x.chunks[0])]).astype(np.int64)
 
 
-def _drop_local_rows(block, rows_in_block):
-    keep = np.ones(block.shape[0], dtype=bool)
-    keep[rows_in_block] = False
-    return block[keep]
+def _select_local_rows(block, rows_in_block, keep):
+    mask = np.zeros(block.shape[0], dtype=bool) if keep else np.ones(block.shape[0], dtype=bool)
+    mask[rows_in_block] = keep
+    return block[mask]
 
 
-def drop_rows(x, rows: np.ndarray):
-    """Dask array ``x`` without the given (sorted) row numbers; chunk sizes stay known.
+def select_rows(x, rows: np.ndarray, *, keep: bool):
+    """Dask array ``x`` with only (keep=True) or without (keep=False) the given sorted row
+    numbers; chunk sizes stay known.
 
     Each task only receives the row numbers inside its own chunk, so the graph stays small
     even for a large dataset.
     """
     import dask.array as da
+    from dask.highlevelgraph import HighLevelGraph
     rows = np.asarray(rows, dtype=np.int64)
     bounds = row_bounds(x)
     cut = np.searchsorted(rows, bounds)
     local = [rows[cut[i]:cut[i + 1]] - bounds[i] for i in range(len(bounds) - 1)]
-    new_rows = tuple(int(bounds[i + 1] - bounds[i] - len(local[i])) for i in range(len(local)))
-    name = f"drop-rows-{tokenize(x, rows)}"
+    new_rows = tuple(int(len(loc)) if keep else int(bounds[i + 1] - bounds[i] - len(loc)) for i, loc in enumerate(local))
+    name = f"{'take' if keep else 'drop'}-rows-{tokenize(x, rows)}"
     dsk = {}
     for i, key in enumerate(x.__dask_keys__()):
         key = key[0] if isinstance(key, list) else key
-        out_key = (name, i) + key[2:]
-        dsk[out_key] = (_drop_local_rows, key, local[i])
-    from dask.highlevelgraph import HighLevelGraph
+        dsk[(name, i) + key[2:]] = (_select_local_rows, key, local[i], keep)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x])
     return da.Array(graph, name, chunks=(new_rows,) + x.chunks[1:], dtype=x.dtype)
+
+
+def drop_rows(x, rows: np.ndarray):
+    """``x`` without the given sorted row numbers (e.g. the queries of a split)."""
+    return select_rows(x, rows, keep=False)
 
 
 def row_numbers(x):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.hamming import hamming_distances
+from pipeline.kernels.hamming import n_queries, query_distances, query_rows
 from pipeline.kernels.ranking import ap_precision_sums, distance_histograms
 
 PAIRS_PER_BATCH = 1 << 23
@@ -19,22 +19,22 @@ def _query_batches(m: int, n: int):
     return [slice(s, min(m, s + step)) for s in range(0, m, step)]
 
 
-def chunk_histograms(codes, ids, labels, *, queries, truth, n_bits):
+def chunk_histograms(codes, ids, labels, groups, *, queries, truth, n_bits):
     """(total, relevant) per query and distance 0..n_bits for one database chunk."""
-    m = queries.shape[0]
+    m = n_queries(queries)
     total = np.zeros((m, n_bits + 1), np.int64)
     rel = np.zeros((m, n_bits + 1), np.int64)
     for qs in _query_batches(m, len(codes)):
-        dist = hamming_distances(queries[qs], codes)
+        dist = query_distances(query_rows(queries, qs), codes, groups)
         total[qs], rel[qs] = distance_histograms(dist, truth.chunk_relevance(ids, labels, qs), n_bits)
     return total, rel
 
 
-def chunk_precision_sums(codes, ids, labels, before_total, before_rel, *, queries, truth):
+def chunk_precision_sums(codes, ids, labels, groups, before_total, before_rel, *, queries, truth):
     """Sum of precision at the rank (ties by id) of each relevant item of the chunk."""
-    m = queries.shape[0]
+    m = n_queries(queries)
     out = np.zeros(m)
     for qs in _query_batches(m, len(codes)):
-        dist = hamming_distances(queries[qs], codes)
+        dist = query_distances(query_rows(queries, qs), codes, groups)
         out[qs] = ap_precision_sums(dist, truth.chunk_relevance(ids, labels, qs), before_total[qs], before_rel[qs])
     return out

@@ -9,7 +9,9 @@ from __future__ import annotations
 import time
 
 import dask
+import dask.array as da
 import numpy as np
+from dask.base import tokenize
 
 from pipeline.distributed.graph import as_dask, chunk_delayeds, drop_rows, map_chunks, row_numbers, tree_reduce
 from pipeline.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
@@ -26,17 +28,22 @@ def _add(a, b):
     return a + b
 
 
+def _chunks_or_none(x, n):
+    return chunk_delayeds(x) if x is not None else [None] * n
+
+
 def code_metrics(query_codes: np.ndarray, db_codes, db_ids, db_labels, truth: Truth, n_bits: int,
-                 ks=DEFAULT_KS) -> tuple[dict, float]:
-    """Every metric of PROTOCOLS.md for one set of codes. Returns (metrics, search_seconds)."""
+                 ks=DEFAULT_KS, db_groups=None) -> tuple[dict, float]:
+    """Every metric of PROTOCOLS.md for one set of codes. Returns (metrics, search_seconds).
+    Grouped query codes (G, m, n_bytes) with ``db_groups`` evaluate DisH1."""
     n_db = db_codes.shape[0]
     ks = sorted({int(k) for k in ks if 1 <= k <= n_db})
     kmax = max(ks)
-    chunks = [(c, i, lab) for c, i, lab in zip(chunk_delayeds(db_codes), chunk_delayeds(db_ids),
-                                                chunk_delayeds(db_labels) if db_labels is not None
-                                                else [None] * db_codes.numblocks[0])]
+    nb = db_codes.numblocks[0]
+    chunks = list(zip(chunk_delayeds(db_codes), chunk_delayeds(db_ids), _chunks_or_none(db_labels, nb),
+                      _chunks_or_none(db_groups, nb)))
     started = time.perf_counter()
-    top_d, top_i = dask.compute(knn_search_lazy(query_codes, db_codes, kmax, ids=db_ids))[0]
+    top_d, top_i = dask.compute(knn_search_lazy(query_codes, db_codes, kmax, ids=db_ids, groups=db_groups))[0]
     search_seconds = time.perf_counter() - started
 
     chunk_truth = truth.for_chunks()
@@ -64,37 +71,102 @@ def code_metrics(query_codes: np.ndarray, db_codes, db_ids, db_labels, truth: Tr
     return metrics, search_seconds
 
 
-def evaluate_method(features, split_query: np.ndarray, labels, truth: Truth, method: str, n_bits: int,
-                    *, seed: int, ks=DEFAULT_KS, params: dict | None = None, log=None) -> dict:
-    """Train one method on the database rows, encode all rows, rank the query codes."""
-    features = as_dask(features)
-    db_features = drop_rows(features, split_query)
-    model = make_hasher(method, n_bits, random_state=seed, **(params or {}))
-    started = time.perf_counter()
-    model.fit(db_features)
-    train_seconds = time.perf_counter() - started
+def _database_views(features, split_query, labels):
+    db_ids = drop_rows(row_numbers(features), split_query)
+    db_labels = None
+    if labels is not None:
+        db_labels = drop_rows(as_dask(labels).rechunk((features.chunks[0],) + labels.shape[1:]), split_query)
+    return db_ids, db_labels
 
+
+def _score_model(model, features, split_query, labels, truth, n_bits, ks) -> tuple[dict, dict]:
+    """Encode every row with ``model``, rank the query codes: (metrics, timing)."""
     started = time.perf_counter()
     codes = model.encode(features).persist()
     dask.compute(codes.sum())  # materialise: time the encoding alone
     encode_seconds = time.perf_counter() - started
     query_codes = codes[split_query].compute()
-    db_codes = drop_rows(codes, split_query)
-    db_ids = drop_rows(row_numbers(features), split_query)
-    db_labels = None
-    if labels is not None:
-        db_labels = drop_rows(as_dask(labels).rechunk((features.chunks[0],) + labels.shape[1:]), split_query)
-    metrics, search_seconds = code_metrics(query_codes, db_codes, db_ids, db_labels, truth, n_bits, ks)
+    db_ids, db_labels = _database_views(features, split_query, labels)
+    metrics, search_seconds = code_metrics(query_codes, drop_rows(codes, split_query), db_ids, db_labels,
+                                           truth, n_bits, ks)
+    return metrics, {"encode_seconds": round(encode_seconds, 4), "search_seconds": round(search_seconds, 4)}
+
+
+def _score_dish1(model, features, split_query, labels, truth, n_bits, ks) -> tuple[dict, dict]:
+    """DisH1: each node encodes its own rows and the queries with its own dictionary."""
+    from pipeline.distributed.nodes import partition_rows
+    from pipeline.kernels.codes import encode_linear_grouped
+    db_features = drop_rows(features, split_query)
+    db_labels_np = None if labels is None else np.delete(labels, split_query, axis=0)
+    node_rows = partition_rows(db_features, model.nodes, model.partition,
+                               0 if model.random_state is None else model.random_state, db_labels_np)
+    groups = np.empty(db_features.shape[0], np.int64)
+    for node, rows in enumerate(node_rows):
+        groups[rows] = node
+    db_groups = as_dask(groups).rechunk((db_features.chunks[0],))
+    started = time.perf_counter()
+    codes = da.map_blocks(encode_linear_grouped, db_features, db_groups[:, None], model.mean_, model.dictionaries_,
+                          dtype=np.uint8, chunks=(db_features.chunks[0], (model.code_bytes,)), name="dish1-encode-"
+                          + tokenize(db_features, groups, model.model_id)).persist()
+    dask.compute(codes.sum())
+    encode_seconds = time.perf_counter() - started
+    queries = features[split_query].compute()
+    query_codes = np.stack([model.with_dictionary(i).encode(queries) for i in range(model.nodes)])
+    db_ids, db_labels = _database_views(features, split_query, labels)
+    metrics, search_seconds = code_metrics(query_codes, codes, db_ids, db_labels, truth, n_bits, ks,
+                                           db_groups=db_groups)
+    return metrics, {"encode_seconds": round(encode_seconds, 4), "search_seconds": round(search_seconds, 4)}
+
+
+def _mean_and_std(runs: list[dict]) -> tuple[dict, dict]:
+    """Average the metrics of several runs (DisH2 over dictionaries); std of each scalar."""
+    mean = {k: float(np.mean([r[k] for r in runs])) for k, v in runs[0].items() if isinstance(v, float)}
+    std = {k: float(np.std([r[k] for r in runs])) for k in mean}
+    curve = {k: np.mean([r["pr_curve"][k] for r in runs], axis=0).tolist() for k in runs[0]["pr_curve"]}
+    return {**runs[0], **mean, "pr_curve": curve}, std
+
+
+def evaluate_method(features, split_query: np.ndarray, labels, truth: Truth, method: str, n_bits: int,
+                    *, seed: int, ks=DEFAULT_KS, params: dict | None = None, log=None) -> list[dict]:
+    """Train one method on the database rows, encode all rows, rank the query codes.
+
+    Returns report rows: one for most methods; DisH with ADMM consensus gives two, DisH2
+    (mean and std over every node's dictionary) and DisH1 (each node its own dictionary).
+    """
+    from pipeline.hashing import DisH
+    features = as_dask(features)
+    db_features = drop_rows(features, split_query)
+    model = make_hasher(method, n_bits, random_state=seed, **(params or {}))
+    started = time.perf_counter()
+    y = None if labels is None or labels.ndim != 1 else np.delete(labels, split_query)
+    model.fit(db_features, y) if isinstance(model, DisH) else model.fit(db_features)
+    train_seconds = time.perf_counter() - started
+
+    base = {"method": method, "n_bits": int(n_bits), "params": model.get_params(), "model_id": model.model_id,
+            "training": model.training_stats_}
+    rows = []
+    if isinstance(model, DisH) and model.consensus == "admm" and model.nodes > 1:
+        runs = [_score_model(model.with_dictionary(i), features, split_query, labels, truth, n_bits, ks)
+                for i in range(model.nodes)]
+        metrics, std = _mean_and_std([m for m, _ in runs])
+        rows.append({**base, "label": f"{method} (DisH2)", "metrics": metrics, "metrics_std": std,
+                     "per_dictionary_map": [m["map"] for m, _ in runs],
+                     "timing": {"train_seconds": round(train_seconds, 4), **runs[0][1]}})
+        metrics, timing = _score_dish1(model, features, split_query, labels, truth, n_bits, ks)
+        rows.append({**base, "label": f"{method} (DisH1)", "metrics": metrics,
+                     "timing": {"train_seconds": round(train_seconds, 4), **timing}})
+    else:
+        metrics, timing = _score_model(model, features, split_query, labels, truth, n_bits, ks)
+        rows.append({**base, "metrics": metrics, "timing": {"train_seconds": round(train_seconds, 4), **timing}})
     if log:
-        log(f"{method:>6} {n_bits:>4} bits  map {metrics['map']:.4f}  train {train_seconds:.1f}s")
-    return {"method": method, "n_bits": int(n_bits), "params": model.get_params(), "model_id": model.model_id,
-            "metrics": metrics, "training": model.training_stats_,
-            "timing": {"train_seconds": round(train_seconds, 4), "encode_seconds": round(encode_seconds, 4),
-                       "search_seconds": round(search_seconds, 4)}}
+        for row in rows:
+            log(f"{row.get('label', method):>16} {n_bits:>4} bits  map {row['metrics']['map']:.4f}  train {train_seconds:.1f}s")
+    return rows
 
 
 def run_evaluation(ds, *, methods, bits, n_queries: int, seed: int, out=None, ground_truth=None,
-                   top_k=None, top_percent=None, ks=DEFAULT_KS, split_name: str | None = None, log=None) -> dict:
+                   top_k=None, top_percent=None, ks=DEFAULT_KS, split_name: str | None = None, params=None,
+                   log=None) -> dict:
     """The whole protocol on a dataset; writes a report directory when ``out`` is given."""
     from pipeline.distributed.cluster import cluster_shape
     from pipeline.evaluation.report import build_report, write_report
@@ -103,12 +175,15 @@ def run_evaluation(ds, *, methods, bits, n_queries: int, seed: int, out=None, gr
     split = ds.make_split(n_queries, seed, name=split_name or f"q{n_queries}-s{seed}")
     truth = build_truth(ds, split, ground_truth=ground_truth, top_k=top_k, top_percent=top_percent)
     features, labels = ds.features_dask(), ds.labels
-    results = [evaluate_method(features, split.query, labels, truth, method, b, seed=seed, ks=ks, log=log)
-               for b in bits for method in methods]
+    results = [row for b in bits for method in methods
+               for row in evaluate_method(features, split.query, labels, truth, method, b, seed=seed, ks=ks,
+                                          params=params, log=log)]
     report = build_report(dataset=dataset_summary(ds), split=split.manifest, truth=truth.description,
                           results=results, cluster=cluster_shape(),
                           protocol={"seed": seed, "n_queries": n_queries, "methods": list(methods),
-                                    "bits": list(bits), "ks": sorted(ks), "train_set": "database"})
+                                    "bits": list(bits), "ks": sorted(ks), "train_set": "database",
+                                    "method_params": params or {},
+                                    "has_training_plot": any("objective" in r["training"] for r in results)})
     if out is not None:
         write_report(out, report)
     return report

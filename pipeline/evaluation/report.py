@@ -4,6 +4,8 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.storage.atomic import atomic_path
 from pipeline.storage.jsonio import dumps
 
@@ -26,7 +28,9 @@ def quality_table(report: dict) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in report["results"]:
         m, t = r["metrics"], r["timing"]
-        cells = [r.get("label", r["method"]), str(r["n_bits"]), f"{m['map']:.4f}", f"{m['map_tie']:.4f}"]
+        std = r.get("metrics_std", {}).get("map")
+        cells = [r.get("label", r["method"]), str(r["n_bits"]),
+                 f"{m['map']:.4f}" + (f" ± {std:.4f}" if std is not None else ""), f"{m['map_tie']:.4f}"]
         cells += [f"{m[f'precision@{k}']:.4f}" for k in ks]
         cells += [f"{m['precision@radius2']:.4f}", f"{m['failed_queries@radius2']:.3f}",
                   f"{t['train_seconds']:.1f}", f"{t['encode_seconds']:.1f}", f"{t['search_seconds']:.1f}"]
@@ -80,6 +84,24 @@ def _plot(report: dict, out: Path) -> list[str]:
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
         files.append(name)
+    trained = [r for r in report["results"] if "objective" in r["training"] and "DisH1" not in r.get("label", "")]
+    if trained:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+        for r in trained:
+            label = f"{r.get('label', r['method'])} {r['n_bits']}b"
+            obj = np.asarray(r["training"]["objective"])
+            axes[0].plot(np.arange(1, len(obj) + 1), obj / obj[0], marker=".", label=label)
+            if "consensus_residual" in r["training"]:
+                axes[1].semilogy(np.arange(1, len(obj) + 1), r["training"]["consensus_residual"], marker=".", label=label)
+        axes[0].set(xlabel="outer iteration", ylabel="objective (3) / first value", title="DisH objective")
+        axes[1].set(xlabel="outer iteration", ylabel="max over edges ||C_i - C_j|| / ||C_i||", title="consensus residual")
+        for ax in axes:
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "training.png", dpi=110)
+        plt.close(fig)
+        files.append("training.png")
     return files
 
 

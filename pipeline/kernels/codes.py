@@ -43,3 +43,13 @@ def project_linear(X: np.ndarray, mean: np.ndarray, components: np.ndarray) -> n
 def encode_linear(X: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
     """Packed codes of sgn((X - mean) W): the encoder of LSH, PCAH and ITQ."""
     return pack_signs(project_linear(X, mean, components))
+
+
+def encode_linear_grouped(X: np.ndarray, groups: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
+    """Packed codes where row j uses projection ``components[groups[j]]`` (DisH1: each node
+    encodes its own rows with its own dictionary)."""
+    out = np.empty((X.shape[0], code_bytes(components.shape[2])), np.uint8)
+    for g in np.unique(groups):
+        rows = np.flatnonzero(groups == g)
+        out[rows] = encode_linear(X[rows], mean, components[g])
+    return out

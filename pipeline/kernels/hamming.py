@@ -40,6 +40,28 @@ def hamming_distances(queries: np.ndarray, codes: np.ndarray) -> np.ndarray:
     return out
 
 
+def query_distances(queries: np.ndarray, codes: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
+    """(m, n) distances of queries to codes. ``queries`` is (m, n_bytes), or (G, m, n_bytes)
+    with ``groups`` (n,) naming which query encoding applies to each code — DisH1, where
+    each node encodes the query with its own dictionary."""
+    if queries.ndim == 2:
+        return hamming_distances(queries, codes)
+    dist = np.empty((queries.shape[1], len(codes)), np.int32)
+    for g in np.unique(groups):
+        cols = np.flatnonzero(groups == g)
+        dist[:, cols] = hamming_distances(queries[g], codes[cols])
+    return dist
+
+
+def query_rows(queries: np.ndarray, rows: slice) -> np.ndarray:
+    """A batch of queries from (m, b) or grouped (G, m, b) query codes."""
+    return queries[rows] if queries.ndim == 2 else queries[:, rows]
+
+
+def n_queries(queries: np.ndarray) -> int:
+    return queries.shape[0] if queries.ndim == 2 else queries.shape[1]
+
+
 def _topk_by_key(keys: np.ndarray, k: int) -> np.ndarray:
     """Column indices of the k smallest keys per row, in ascending key order."""
     if k < keys.shape[1]:
@@ -60,10 +82,11 @@ def empty_topk(m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full((m, k), -1, np.int32), np.full((m, k), -1, np.int64)
 
 
-def hamming_topk(codes: np.ndarray, ids: np.ndarray, *, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def hamming_topk(codes: np.ndarray, ids: np.ndarray, groups: np.ndarray | None = None, *, queries: np.ndarray,
+                 k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k of one code block: (distances int32 (m,k), ids int64 (m,k)); -1 padding
     where the block has fewer than k codes. ``ids`` are the global ids of the block rows."""
-    m = queries.shape[0]
+    m = n_queries(queries)
     out_d, out_i = empty_topk(m, k)
     if len(codes) == 0:
         return out_d, out_i
@@ -71,7 +94,7 @@ def hamming_topk(codes: np.ndarray, ids: np.ndarray, *, queries: np.ndarray, k: 
     kk = min(k, len(codes))
     step = max(1, PAIRS_PER_BATCH // len(codes))
     for start in range(0, m, step):
-        dist = hamming_distances(queries[start:start + step], codes)
+        dist = query_distances(query_rows(queries, slice(start, start + step)), codes, groups)
         idx = _topk_by_key(pack_keys(dist, np.broadcast_to(ids, dist.shape)), kk)
         out_d[start:start + step, :kk] = np.take_along_axis(dist, idx, axis=1)
         out_i[start:start + step, :kk] = ids[idx]
@@ -91,13 +114,13 @@ def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.n
     return out_d, out_i
 
 
-def hamming_radius(queries: np.ndarray, codes: np.ndarray, ids: np.ndarray, radius: int):
+def hamming_radius(queries: np.ndarray, codes: np.ndarray, ids: np.ndarray, radius: int, groups=None):
     """All codes within ``radius`` of each query, as flat arrays (query_index, id, distance)."""
     ids = np.asarray(ids, dtype=np.int64)
     q_all, i_all, d_all = [], [], []
     step = max(1, PAIRS_PER_BATCH // max(1, len(codes)))
-    for start in range(0, queries.shape[0], step):
-        dist = hamming_distances(queries[start:start + step], codes)
+    for start in range(0, n_queries(queries), step):
+        dist = query_distances(query_rows(queries, slice(start, start + step)), codes, groups)
         qi, ci = np.nonzero(dist <= radius)
         q_all.append(qi + start)
         i_all.append(ids[ci])

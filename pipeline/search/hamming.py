@@ -15,6 +15,9 @@ from pipeline.kernels.hamming import hamming_radius, hamming_topk, merge_topk, s
 
 def _check_codes(query_codes, codes):
     query_codes = np.asarray(query_codes)
+    if query_codes.ndim == 3 and getattr(codes, "ndim", 0) == 2:  # grouped (DisH1) query codes
+        _check_codes(query_codes[0], codes)
+        return query_codes
     if query_codes.dtype != np.uint8 or getattr(codes, "dtype", None) != np.uint8:
         raise InputError(f"codes must be packed uint8 arrays (got {query_codes.dtype} queries and "
                          f"{getattr(codes, 'dtype', None)} database codes); encode with a hasher's encode()")
@@ -36,14 +39,17 @@ def _merge_pair(k):
     return merge
 
 
-def knn_search_lazy(query_codes, codes, k: int, ids=None):
-    """Delayed (distances, ids) of the exact top-k; compute it together with other work."""
+def knn_search_lazy(query_codes, codes, k: int, ids=None, groups=None):
+    """Delayed (distances, ids) of the exact top-k; compute it together with other work.
+    ``groups`` (dask, aligned with codes) picks the query encoding per code for grouped
+    (G, m, n_bytes) query codes (DisH1)."""
     query_codes = _check_codes(query_codes, codes)
     if not isinstance(k, (int, np.integer)) or k < 1:
         raise InputError(f"k must be a positive int; got {k!r}")
     codes, ids = _aligned(codes, ids)
+    group_chunks = chunk_delayeds(groups) if groups is not None else [None] * codes.numblocks[0]
     parts = map_chunks("hamming-topk", hamming_topk,
-                       list(zip(chunk_delayeds(codes), chunk_delayeds(ids))), k=int(k), queries=query_codes)
+                       list(zip(chunk_delayeds(codes), chunk_delayeds(ids), group_chunks)), k=int(k), queries=query_codes)
     return tree_reduce("hamming-topk-merge", parts, _merge_pair(int(k)))
 
 
