@@ -17,7 +17,7 @@ FAN_IN = 8  # partial results combined per reduction task: few levels, small mes
 
 def chunk_delayeds(x) -> list:
     """One Delayed per row chunk of a dask array (column chunking is rejected upstream)."""
-    return list(x.to_delayed().ravel())
+    return list(x.to_delayed(optimize_graph=False).ravel())
 
 
 def map_chunks(name: str, fn, chunks: list, *args, **kwargs) -> list:

@@ -1,8 +1,8 @@
 """DisH "nodes" on a Dask cluster: which rows a node holds and which worker computes them.
 
-A node's data is a clone of the rows it owns (``dask.graph_manipulation.clone``), so its
-read tasks are its own and run, with everything computed from them, on the node's worker:
-feature chunks never travel. With at least as many workers as nodes every node has a
+A node's data is a list of row blocks whose read tasks are its own (see ``node_pieces``);
+they run, with everything computed from them, on the node's worker: feature chunks never
+travel. With at least as many workers as nodes every node has a
 worker of its own; otherwise nodes are placed round-robin. Without a distributed client
 the same calls run in-process (useful for numpy input and tests).
 """
@@ -10,30 +10,24 @@ from __future__ import annotations
 
 import numpy as np
 from dask.base import tokenize
-from dask.graph_manipulation import clone
 
-from pipeline.distributed.graph import row_bounds, select_rows
 from pipeline.errors import InputError
 
 PARTITIONS = ("contiguous", "random", "by-label")
 
 
-def _row_ranges(bounds: np.ndarray, groups: list[np.ndarray]) -> list[np.ndarray]:
-    return [np.concatenate([np.arange(bounds[c], bounds[c + 1]) for c in g]) if len(g) else np.zeros(0, np.int64)
-            for g in groups]
+RANDOM_BLOCK_ROWS = 65536  # unit of the random partition: independent of the storage chunking
 
 
 def partition_rows(X, n_nodes: int, partition: str, seed: int, y=None) -> list[np.ndarray]:
-    """Sorted row numbers of each node.
+    """Sorted row numbers of each node, independent of how the data is chunked.
 
-    contiguous: consecutive groups of chunks (or equal row ranges when there are fewer
-    chunks than nodes); random: chunks dealt to nodes in a seeded random order; by-label:
-    the sorted classes split into ``n_nodes`` groups, node i holding every row of its
-    classes (the non-iid case).
+    contiguous: equal consecutive row ranges; random: blocks of 65536 rows dealt to nodes
+    in a seeded random order (as many blocks per node as possible); by-label: the sorted
+    classes split into ``n_nodes`` groups, node i holding every row of its classes (the
+    non-iid case).
     """
     n = X.shape[0]
-    bounds = row_bounds(X)
-    n_chunks = len(bounds) - 1
     if partition == "by-label":
         if y is None:
             raise InputError("partition='by-label' needs labels: call fit(X, y) or use a dataset with labels")
@@ -43,30 +37,93 @@ def partition_rows(X, n_nodes: int, partition: str, seed: int, y=None) -> list[n
         classes = np.unique(y)
         if len(classes) < n_nodes:
             raise InputError(f"by-label partition of {len(classes)} classes over {n_nodes} nodes leaves nodes empty; use at most {len(classes)} nodes")
-        groups = np.array_split(classes, n_nodes)
-        return [np.flatnonzero(np.isin(y, g)).astype(np.int64) for g in groups]
+        return [np.flatnonzero(np.isin(y, g)).astype(np.int64) for g in np.array_split(classes, n_nodes)]
     if partition not in ("contiguous", "random"):
         raise InputError(f"unknown partition {partition!r}; use one of {', '.join(PARTITIONS)}")
     if n < n_nodes:
         raise InputError(f"{n} training rows cannot be spread over {n_nodes} nodes; use fewer nodes")
-    if n_chunks >= n_nodes:
-        order = np.arange(n_chunks) if partition == "contiguous" else np.random.default_rng(seed).permutation(n_chunks)
-        groups = [np.sort(g) for g in np.array_split(order, n_nodes)]
-        return _row_ranges(bounds, groups)
-    if partition == "random":
-        raise InputError(f"random partition deals whole chunks to nodes but there are {n_chunks} chunks for {n_nodes} "
-                         f"nodes; use smaller chunks (--chunk-rows) or partition='contiguous'")
-    return [np.arange(a[0], a[-1] + 1) for a in np.array_split(np.arange(n), n_nodes)]
+    if partition == "contiguous":
+        return [np.arange(r[0], r[-1] + 1, dtype=np.int64) for r in np.array_split(np.arange(n), n_nodes)]
+    n_blocks = -(-n // RANDOM_BLOCK_ROWS)
+    if n_blocks < n_nodes:
+        raise InputError(f"random partition deals blocks of {RANDOM_BLOCK_ROWS} rows but {n} rows make only "
+                         f"{n_blocks} blocks for {n_nodes} nodes; use partition='contiguous' or fewer nodes")
+    order = np.random.default_rng(seed).permutation(n_blocks)
+    return [np.sort(np.concatenate([np.arange(b * RANDOM_BLOCK_ROWS, min(n, (b + 1) * RANDOM_BLOCK_ROWS))
+                                    for b in blocks])).astype(np.int64)
+            for blocks in np.array_split(order, n_nodes)]
 
 
-def node_arrays(X, node_rows: list[np.ndarray]) -> list:
-    """Each node's rows as its own dask array with cloned (private) read tasks."""
+INLINE_GRAPH_BYTES = 1 << 20  # a chunk's read graph embeds in a task only when it is small
+
+
+class InlineRead:
+    """The culled graph that produces one chunk (e.g. a zarr read), run inside the task
+    that uses it. The read then belongs to the node's own task, on the node's worker, and
+    no chunk is ever shared (or moved) between nodes. An opaque object, so dask does not
+    look inside it."""
+
+    def __init__(self, graph: dict, key):
+        self.graph, self.key = graph, key
+
+    def __call__(self, local_rows: np.ndarray) -> np.ndarray:
+        from dask.local import get_sync
+        block = get_sync(self.graph, self.key)
+        return block if local_rows is None else block[local_rows]
+
+
+def _run_inline(reader: InlineRead, local_rows):
+    return reader(local_rows)
+
+
+def _chunk_graph(x, c: int):
+    from dask.optimization import cull
+    piece = x.blocks[c]
+    from dask.core import flatten
+    key = next(iter(flatten(piece.__dask_keys__())))
+    graph, _ = cull(dict(piece.__dask_graph__()), [key])
+    return graph, key
+
+
+def node_pieces(X, node_rows: list[np.ndarray]) -> list[list]:
+    """Per node, Delayed row blocks of its data, each reading its chunk inside its own task.
+
+    For storage-backed arrays (zarr, files) each piece embeds its chunk's small read graph,
+    so node i's reads run on node i's worker and feature chunks never travel. An in-memory
+    array (numpy wrapped by dask) already lives in the graph; its pieces select rows from
+    the shared chunks instead.
+    """
+    import pickle
+    from dask import delayed
+    from pipeline.distributed.graph import chunk_delayeds, row_bounds
+    bounds = row_bounds(X)
+    graph0, _ = _chunk_graph(X, 0)
+    inline = len(pickle.dumps(graph0)) <= INLINE_GRAPH_BYTES
+    shared = None if inline else chunk_delayeds(X)
+    token = tokenize(X)
     out = []
-    for i, rows in enumerate(node_rows):
+    for node, rows in enumerate(node_rows):
         if len(rows) == 0:
-            raise InputError(f"node {i} holds no rows; use fewer nodes")
-        out.append(clone(select_rows(X, rows, keep=True), seed=i))
+            raise InputError(f"node {node} holds no rows; use fewer nodes")
+        pieces = []
+        cut = np.searchsorted(rows, bounds)
+        for c in range(len(bounds) - 1):
+            local = rows[cut[c]:cut[c + 1]] - bounds[c]
+            if len(local) == 0:
+                continue
+            local = None if len(local) == bounds[c + 1] - bounds[c] else local
+            name = f"dish-read-{token}-{node}-{c}"
+            if inline:
+                reader = InlineRead(*_chunk_graph(X, c))
+                pieces.append(delayed(_run_inline, pure=True)(reader, local, dask_key_name=name))
+            else:
+                pieces.append(delayed(_select, pure=True)(shared[c], local, dask_key_name=name))
+        out.append(pieces)
     return out
+
+
+def _select(block, local_rows):
+    return block if local_rows is None else block[local_rows]
 
 
 class NodeRunner:

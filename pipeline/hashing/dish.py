@@ -10,8 +10,10 @@ chunks are summed by a tree reduction and one SVD gives the shared dictionary.
 Penalty rho: the paper's rho = 100 is tied to its data scale. The ADMM step balances
 2 B_i^T X_i (entries grow like n_i x the data scale) against rho * t_i dictionaries (entries
 of order 1), so the default is rho = rho_scale * mean(n_i) * sqrt(mean ||x - mu||^2) with
-rho_scale = 0.1 (measured on Fashion-MNIST: consensus residual ~1e-2 on a by-label split
-after 15 iterations; 3x larger rho tightens consensus but slows the objective).
+rho_scale = 0.3. Measured on Fashion-MNIST, 10 nodes, 32 bits, one class per node (the
+hardest, non-iid case), relative consensus residual after 10 / 20 outer iterations:
+rho_scale 0.1 -> 0.039 / 0.015; 0.3 -> 0.0096 / 0.0029; 1.0 -> 0.0041 / 0.0012, while the
+objective after 20 iterations is 0.3% / 0.3% / 0.32% below its start (larger rho slows it).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import logging
 import numpy as np
 
 from pipeline.distributed.graph import chunk_delayeds, map_reduce
-from pipeline.distributed.nodes import NodeRunner, node_arrays, partition_rows
+from pipeline.distributed.nodes import NodeRunner, node_pieces, partition_rows
 from pipeline.distributed.topology import build_topology, edges
 from pipeline.errors import InputError
 from pipeline.hashing.linear import LinearHasher, training_covariance
@@ -52,7 +54,7 @@ class DisH(LinearHasher):
 
     def __init__(self, n_bits: int = 32, *, consensus: str = "admm", nodes: int = 10, topology="random",
                  partition: str = "contiguous", inner_steps: int = 5, rho: float | None = None,
-                 rho_scale: float = 0.1, max_iter: int = 20, tol: float = 1e-5, consensus_tol: float = 1e-3,
+                 rho_scale: float = 0.3, max_iter: int = 20, tol: float = 1e-5, consensus_tol: float = 1e-3,
                  init: str = "random", dictionary: int = 0, random_state: int | None = 0):
         self.n_bits = n_bits
         self.consensus = consensus
@@ -99,9 +101,8 @@ class DisH(LinearHasher):
         P = self.nodes
         neighbours = build_topology(self.topology, P, seed=0 if self.random_state is None else self.random_state)
         node_rows = partition_rows(X, P, self.partition, 0 if self.random_state is None else self.random_state, self._y)
-        nodes = node_arrays(X, node_rows)
         runner = NodeRunner(P)
-        chunks = [chunk_delayeds(a) for a in nodes]
+        chunks = node_pieces(X, node_rows)
 
         # global mean by one O(d) reduction of per-node sums (each computed on its node)
         sums = runner.gather([runner.compute(i, map_reduce("dish-mean", _node_sums, add_partials, chunks[i]))
@@ -144,7 +145,7 @@ class DisH(LinearHasher):
         self.training_stats_.update({
             "consensus": "admm", "nodes": P, "rho": float(rho), "iterations": len(history["objective"]),
             "passes": 1 + len(history["objective"]), "edges": [list(e) for e in edges(neighbours)],
-            "node_rows": [int(len(rr)) for r_ in [node_rows] for rr in r_], "pinned": runner.pinned,
+            "node_rows": [int(len(rows)) for rows in node_rows], "pinned": runner.pinned,
             "placement": runner.placement, **history})
 
     def _initial_dictionary(self, X, d, r, rng):

@@ -1,0 +1,116 @@
+"""DisH: kernels against direct computation, topologies, the exact all-reduce variant
+against a single-machine numpy run, node pinning (no feature chunk moves), and
+communication independent of n."""
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from pipeline import InputError
+from pipeline.distributed.topology import build_topology, edges
+from pipeline.hashing import DisH
+from pipeline.kernels import dish as K
+from pipeline.kernels.codes import signs
+
+
+def test_orthonormal_maximiser_beats_random_orthonormal_matrices():
+    rng = np.random.default_rng(0)
+    S = rng.standard_normal((6, 20))
+    C = K.orthonormal_maximiser(S)
+    np.testing.assert_allclose(C.T @ C, np.eye(6), atol=1e-12)
+    best = np.trace(S @ C)
+    for _ in range(200):
+        assert np.trace(S @ K.random_orthonormal(20, 6, rng)) <= best + 1e-9
+
+
+def test_node_objective_equals_direct_reconstruction_error():
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((300, 12))
+    C = K.random_orthonormal(12, 5, rng)
+    gram, sq, n = K.gram_chunk(X, np.zeros(12), C)
+    B = signs(X @ C)
+    np.testing.assert_allclose(gram, B.T @ X)
+    assert K.node_objective(sq, gram, C, n) == pytest.approx(((X - B @ C.T) ** 2).sum(), rel=1e-12)
+
+
+def test_topologies():
+    assert build_topology("ring", 4) == [[1, 3], [0, 2], [1, 3], [0, 2]]
+    assert build_topology("star", 4)[0] == [1, 2, 3]
+    assert len(edges(build_topology("complete", 5))) == 10
+    random10 = build_topology("random", 10, seed=0)
+    assert random10 == build_topology("random", 10, seed=0) and len(edges(random10)) >= 9
+    assert build_topology([[0, 1], [1, 2]], 3) == [[1], [0, 2], [1]]
+    with pytest.raises(InputError, match="disconnected"):
+        build_topology([[0, 1], [2, 3]], 4)
+    with pytest.raises(InputError, match="unknown topology"):
+        build_topology("mesh", 4)
+
+
+def _allreduce_reference(X, n_bits, n_iter, seed):
+    """Single-machine numpy run of the centralised iterations (the same init)."""
+    rng = np.random.default_rng(seed)
+    Xc = X - X.mean(axis=0)
+    C = K.random_orthonormal(X.shape[1], n_bits, rng)
+    for _ in range(n_iter):
+        C = K.orthonormal_maximiser(signs(Xc @ C).T @ Xc)
+    return C
+
+
+def test_allreduce_matches_single_machine_numpy_run(client):
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((5000, 30)) @ rng.standard_normal((30, 30))
+    want = _allreduce_reference(X, 8, 12, seed=5)
+    model = DisH(8, consensus="allreduce", max_iter=12, tol=0, random_state=5).fit(da.from_array(X, chunks=(700, 30)))
+    assert model.training_stats_["iterations"] == 12
+    np.testing.assert_allclose(model.components_, want, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def sift_dataset(tmp_path_factory):
+    from pipeline.data.synth import write_sift_synth
+    return write_sift_synth(tmp_path_factory.mktemp("dish") / "sift.zarr", 80_000, seed=1, chunk_rows=8192)
+
+
+def test_training_moves_no_feature_chunk_between_workers(sift_dataset):
+    """4 worker processes, 4 nodes: every node reads and processes its rows on its own
+    worker. Dictionaries travel between neighbours (the positive control)."""
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=40) as cluster, Client(cluster) as client:
+        model = DisH(16, nodes=4, topology="ring", max_iter=3, random_state=0).fit(sift_dataset.features_dask())
+        assert model.training_stats_["pinned"] and len(set(model.training_stats_["placement"])) == 4
+        logs = client.run(lambda dask_worker: [str(k) for e in dask_worker.transfer_incoming_log for k in e["keys"]])
+    moved = [k for keys in logs.values() for k in keys]
+    feature_keys = [k for k in moved if "features-" in k or "take-rows" in k or "dish-gram" in k]
+    assert feature_keys == []
+    assert any("dish-admm" in k for k in moved)  # dictionaries do move between neighbours
+
+
+def test_objective_decreases_and_communication_is_independent_of_n(client, sift_dataset):
+    X = sift_dataset.features_dask()
+    small = DisH(16, nodes=4, topology="random", max_iter=6, tol=0, random_state=0).fit(X[:40_000])
+    large = DisH(16, nodes=4, topology="random", max_iter=6, tol=0, random_state=0).fit(X)
+    for model in (small, large):
+        obj = model.training_stats_["objective"]
+        assert all(b <= a * (1 + 1e-12) for a, b in zip(obj, obj[1:])), obj
+    assert small.training_stats_["bytes_exchanged_per_node"] == large.training_stats_["bytes_exchanged_per_node"]
+    per_node = large.training_stats_["bytes_exchanged_per_node"][0]
+    neighbours = build_topology("random", 4, seed=0)
+    assert per_node == [5 * len(neighbours[i]) * 128 * 16 * 8 for i in range(4)]
+
+
+def test_same_dictionaries_whatever_chunking(client, sift_dataset):
+    X = sift_dataset.features_dask()
+    a = DisH(16, nodes=3, max_iter=3, random_state=0).fit(X)
+    b = DisH(16, nodes=3, max_iter=3, random_state=0).fit(X.rechunk((20000, 128)))
+    np.testing.assert_allclose(a.dictionaries_, b.dictionaries_, atol=1e-9)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"consensus": "gossip"}, "consensus"), ({"nodes": 0}, "nodes"), ({"rho": -1.0}, "rho"),
+    ({"partition": "by-label"}, "needs labels"), ({"partition": "hash"}, "unknown partition"),
+    ({"init": "kmeans"}, "init"), ({"topology": [[0, 1]]}, "disconnected"),
+])
+def test_bad_parameters(params, match):
+    X = np.random.default_rng(0).standard_normal((400, 10))
+    with pytest.raises(InputError, match=match):
+        DisH(4, **{"nodes": 3, **params}).fit(X)
