@@ -60,3 +60,50 @@ def test_same_numbers_whatever_workers_and_chunking(cli_report, fmnist_paths):
         for key in reference:
             for name, value in reference[key].items():
                 assert got[key][name] == pytest.approx(value, abs=1e-6), (key, name, workers, path)
+
+
+# ---------------------------------------------------------------- DisH acceptance ----
+
+def _rows_by_label(report):
+    return {(r.get("label", r["method"]), r["n_bits"]): r for r in report["results"]}
+
+
+@pytest.fixture(scope="module")
+def dish_reports(fmnist_paths, tmp_path_factory, cluster):
+    """Fashion-MNIST, 1000 queries, seed 0, 10 nodes on a random topology, 16/32/64 bits:
+    iid (contiguous) nodes with ITQ and the all-reduce variant, then one class per node."""
+    out = tmp_path_factory.mktemp("dish")
+    with Client(cluster):
+        ds = open_dataset(fmnist_paths[20000])
+        iid = run_evaluation(ds, methods=["itq", "dish", "dish-allreduce"], bits=[16, 32, 64], n_queries=1000,
+                             seed=0, params={"nodes": 10, "topology": "random"}, out=out / "iid")
+        by_label = run_evaluation(ds, methods=["dish"], bits=[16, 32, 64], n_queries=1000, seed=0,
+                                  params={"nodes": 10, "topology": "random", "partition": "by-label"},
+                                  out=out / "by-label")
+    return out, _rows_by_label(iid), _rows_by_label(by_label)
+
+
+@pytest.mark.parametrize("bits", [16, 32, 64])
+def test_dish_close_to_itq_and_consistent(dish_reports, bits):
+    _, iid, by_label = dish_reports
+    itq = iid[("itq", bits)]["metrics"]["map"]
+    dish2, dish1 = iid[("dish (DisH2)", bits)], iid[("dish (DisH1)", bits)]
+    assert dish2["metrics"]["map"] >= 0.97 * itq
+    assert abs(dish1["metrics"]["map"] - dish2["metrics"]["map"]) <= 0.005
+    assert dish2["metrics_std"]["map"] <= 0.002
+    assert len(dish2["per_dictionary_map"]) == 10
+    # non-iid: every node holds one class
+    label2 = by_label[("dish (DisH2)", bits)]
+    assert label2["metrics"]["map"] >= 0.96 * itq
+    assert label2["training"]["consensus_residual"][-1] <= 1e-2
+    for row in (dish2, label2):
+        objective = row["training"]["objective"]
+        assert all(b <= a * (1 + 1e-12) for a, b in zip(objective, objective[1:])), objective
+
+
+def test_dish_allreduce_reaches_itq(dish_reports):
+    out, iid, _ = dish_reports
+    assert iid[("dish-allreduce", 32)]["metrics"]["map"] >= iid[("itq", 32)]["metrics"]["map"] - 0.005
+    assert (out / "iid" / "training.png").stat().st_size > 0 and (out / "by-label" / "training.png").exists()
+    from tests.schemas import validate
+    validate(json.loads((out / "iid" / "report.json").read_text()), "report.schema.json")

@@ -8,6 +8,7 @@ id, so results are identical whatever the chunking and whatever merge order.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 ID_BITS = 40                      # ids < 2**40 (1.1e12 points) fit beside the distance in a key
 _SENTINEL_KEY = np.iinfo(np.int64).max
@@ -78,6 +79,35 @@ def pack_keys(distances: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.where(ids < 0, _SENTINEL_KEY, keys)
 
 
+@njit(cache=True)
+def _topk_counting(dist, ids, k, width, out_d, out_i):
+    """Per row: the k smallest (distance, id) by counting — distances are small integers,
+    so one histogram gives the cut-off distance and one scan in id order fills the slots."""
+    counts = np.zeros(width, np.int64)
+    starts = np.zeros(width, np.int64)
+    for q in range(dist.shape[0]):
+        counts[:] = 0
+        for j in range(dist.shape[1]):
+            counts[dist[q, j]] += 1
+        cut, before = 0, 0
+        while before + counts[cut] < k:
+            before += counts[cut]
+            cut += 1
+        acc = 0
+        for h in range(cut + 1):
+            starts[h] = acc
+            acc += counts[h]
+        left_at_cut = k - before
+        for j in range(dist.shape[1]):
+            h = dist[q, j]
+            if h < cut or (h == cut and left_at_cut > 0):
+                if h == cut:
+                    left_at_cut -= 1
+                out_d[q, starts[h]] = h
+                out_i[q, starts[h]] = ids[j]
+                starts[h] += 1
+
+
 def empty_topk(m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full((m, k), -1, np.int32), np.full((m, k), -1, np.int64)
 
@@ -85,19 +115,22 @@ def empty_topk(m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 def hamming_topk(codes: np.ndarray, ids: np.ndarray, groups: np.ndarray | None = None, *, queries: np.ndarray,
                  k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k of one code block: (distances int32 (m,k), ids int64 (m,k)); -1 padding
-    where the block has fewer than k codes. ``ids`` are the global ids of the block rows."""
+    where the block has fewer than k codes. ``ids`` are the global ids of the block rows,
+    ascending (rows of a chunk), so scanning in row order breaks ties by id."""
     m = n_queries(queries)
     out_d, out_i = empty_topk(m, k)
     if len(codes) == 0:
         return out_d, out_i
     ids = np.asarray(ids, dtype=np.int64)
     kk = min(k, len(codes))
+    width = 8 * as_words(codes[:1]).itemsize * as_words(codes[:1]).shape[1] + 1
     step = max(1, PAIRS_PER_BATCH // len(codes))
     for start in range(0, m, step):
         dist = query_distances(query_rows(queries, slice(start, start + step)), codes, groups)
-        idx = _topk_by_key(pack_keys(dist, np.broadcast_to(ids, dist.shape)), kk)
-        out_d[start:start + step, :kk] = np.take_along_axis(dist, idx, axis=1)
-        out_i[start:start + step, :kk] = ids[idx]
+        block_d, block_i = np.empty((len(dist), kk), np.int32), np.empty((len(dist), kk), np.int64)
+        _topk_counting(dist, ids, kk, width, block_d, block_i)
+        out_d[start:start + step, :kk] = block_d
+        out_i[start:start + step, :kk] = block_i
     return out_d, out_i
 
 
