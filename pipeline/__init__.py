@@ -2,7 +2,7 @@
 
 Public API (everything a notebook needs)::
 
-    from pipeline import LSH, PCAH, ITQ, load_model, open_dataset, connect, knn_search
+    from pipeline import LSH, PCAH, ITQ, DisH, load_model, open_dataset, connect, knn_search
 
 Names are imported lazily so that ``import pipeline.kernels`` (plain numpy) never pulls
 in Dask.
@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "InputError": "pipeline.errors",
-    "LSH": "pipeline.hashing", "PCAH": "pipeline.hashing", "ITQ": "pipeline.hashing",
+    "LSH": "pipeline.hashing", "PCAH": "pipeline.hashing", "ITQ": "pipeline.hashing", "DisH": "pipeline.hashing",
     "load_model": "pipeline.hashing", "make_hasher": "pipeline.hashing",
     "open_dataset": "pipeline.storage.datasets",
     "connect": "pipeline.distributed.cluster",

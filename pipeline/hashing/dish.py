@@ -136,7 +136,8 @@ class DisH(LinearHasher):
             history["objective"].append(objective)
             history["consensus_residual"].append(residual)
             history["bytes_exchanged_per_node"].append([self.inner_steps * len(neighbours[i]) * dict_bytes for i in range(P)])
-            log.info("dish %d bits: iteration %d, objective %.6g, consensus residual %.3g", r, it + 1, objective, residual)
+            log.info("dish %d bits: iteration %d, objective %.6g, consensus residual %.3g, %d bytes of dictionaries "
+                     "received per node (max)", r, it + 1, objective, residual, max(history["bytes_exchanged_per_node"][-1]))
             if prev is not None and abs(prev - objective) <= self.tol * abs(objective) and residual <= self.consensus_tol:
                 break
             prev = objective
