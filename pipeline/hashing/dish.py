@@ -18,6 +18,7 @@ objective after 20 iterations is 0.3% / 0.3% / 0.32% below its start (larger rho
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 
@@ -26,8 +27,9 @@ from pipeline.distributed.nodes import NodeRunner, node_pieces, partition_rows
 from pipeline.distributed.topology import build_topology, edges
 from pipeline.errors import InputError
 from pipeline.hashing.linear import LinearHasher, training_covariance
-from pipeline.kernels.dish import (admm_dictionary_step, gram_chunk, multiplier_step, node_objective,
-                                   orthonormal_maximiser, random_orthonormal, relative_residual)
+from pipeline.kernels.dish import (admm_dictionary_step, centred_sq_norm, gram_chunk, multiplier_step,
+                                   node_objective, orthonormal_maximiser, random_orthonormal, relative_residual,
+                                   row_sums)
 from pipeline.kernels.stats import add_partials, top_eigenvectors
 from pipeline.validation import check_finite_block, check_int_param
 
@@ -35,14 +37,9 @@ log = logging.getLogger(__name__)
 BYTES_PER_FLOAT = 8
 
 
-def _node_sums(block):
+def _checked_row_sums(block):
     check_finite_block(block, what="training features")
-    X = np.asarray(block, dtype=np.float64)
-    return X.shape[0], X.sum(axis=0), float(np.einsum("ij,ij->", X, X))
-
-
-def _trace_objective(sq_norm, gram, C, n):
-    return node_objective(sq_norm, gram, C, n)
+    return row_sums(block)
 
 
 class DisH(LinearHasher):
@@ -105,33 +102,36 @@ class DisH(LinearHasher):
         chunks = node_pieces(X, node_rows)
 
         # global mean by one O(d) reduction of per-node sums (each computed on its node)
-        sums = runner.gather([runner.compute(i, map_reduce("dish-mean", _node_sums, add_partials, chunks[i]))
+        sums = runner.gather([runner.compute(i, map_reduce("dish-mean", _checked_row_sums, add_partials, chunks[i]))
                               for i in range(P)])
         n_total = sum(s[0] for s in sums)
         self.mean_ = sum(s[1] for s in sums) / n_total
-        sq_centred = sum(s[2] for s in sums) - n_total * float(self.mean_ @ self.mean_)
-        rho = self.rho if self.rho is not None else self.rho_scale * (n_total / P) * np.sqrt(sq_centred / n_total)
+        node_sq = [centred_sq_norm(*s, self.mean_) for s in sums]   # ||X_i - mean||^2, for objective (3)
+        rho = self.rho if self.rho is not None else self.rho_scale * (n_total / P) * np.sqrt(sum(node_sq) / n_total)
 
         C0 = self._initial_dictionary(X, d, r, rng)
         C = [C0] * P
         Lam = [np.zeros((d, r))] * P
-        history = {"objective": [], "consensus_residual": [], "bytes_exchanged_per_node": []}
+        history = {"objective": [], "consensus_residual": [], "bytes_exchanged_per_node": [], "pass_seconds": [],
+                   "admm_seconds": []}
         dict_bytes = d * r * BYTES_PER_FLOAT
         prev = None
         for it in range(self.max_iter):
             # one pass over each node's data: B_i = sgn(X_i C_i) fused with B_i^T X_i
-            stats = [runner.compute(i, map_reduce("dish-gram", gram_chunk, add_partials, chunks[i], self.mean_, C[i]))
-                     for i in range(P)]
-            objectives = [runner.submit(i, "dish-objective", _objective_of, stats[i], C[i]) for i in range(P)]
-            grams = [runner.submit(i, "dish-gram-term", _gram_of, stats[i]) for i in range(P)]
+            started = time.perf_counter()
+            grams, objectives = zip(*[runner.compute(i, _gram_and_objective(chunks[i], self.mean_, C[i], node_sq[i], sums[i][0]))
+                                      for i in range(P)])
+            objective = float(sum(runner.gather(list(objectives))))
+            passed = time.perf_counter()
             for _ in range(self.inner_steps):
                 new_C = [runner.submit(i, "dish-admm", admm_dictionary_step, grams[i], Lam[i], C[i],
                                        [C[j] for j in neighbours[i]], rho) for i in range(P)]
                 Lam = [runner.submit(i, "dish-multiplier", multiplier_step, Lam[i], new_C[i],
                                      [new_C[j] for j in neighbours[i]], rho) for i in range(P)]
                 C = new_C
-            objective = float(sum(runner.gather(objectives)))
             C_now = runner.gather(C)
+            history["pass_seconds"].append(round(passed - started, 4))
+            history["admm_seconds"].append(round(time.perf_counter() - passed, 4))
             residual = max(relative_residual(C_now[i], C_now[j]) for i, j in edges(neighbours)) if P > 1 else 0.0
             history["objective"].append(objective)
             history["consensus_residual"].append(residual)
@@ -157,15 +157,16 @@ class DisH(LinearHasher):
 
     def _fit_allreduce(self, X, rng):
         import dask
-        from pipeline.hashing.linear import training_mean
         d, r = X.shape[1], self.n_bits
-        self.mean_ = training_mean(X, "dish")
-        C = self._initial_dictionary(X, d, r, rng)
         chunks = chunk_delayeds(X)
+        n, col_sum, sq_sum = dask.compute(map_reduce("dish-mean", _checked_row_sums, add_partials, chunks))[0]
+        self.mean_ = col_sum / n
+        sq_norm = centred_sq_norm(n, col_sum, sq_sum, self.mean_)
+        C = self._initial_dictionary(X, d, r, rng)
         history = {"objective": []}
         prev = None
         for it in range(self.max_iter):
-            gram, sq_norm, n = dask.compute(map_reduce("dish-gram", gram_chunk, add_partials, chunks, self.mean_, C))[0]
+            gram = dask.compute(map_reduce("dish-gram", gram_chunk, _add, chunks, self.mean_, C))[0]
             objective = node_objective(sq_norm, gram, C, n)
             history["objective"].append(objective)
             log.info("dish-allreduce %d bits: iteration %d, objective %.6g", r, it + 1, objective)
@@ -191,10 +192,12 @@ class DisH(LinearHasher):
         return {**super()._learned_arrays(), "dictionaries_": self.dictionaries_}
 
 
-def _objective_of(stats, C):
-    gram, sq_norm, n = stats
-    return node_objective(sq_norm, gram, C, n)
+def _add(a, b):
+    return a + b
 
 
-def _gram_of(stats):
-    return stats[0]
+def _gram_and_objective(pieces, mean, C, sq_norm, n):
+    """Delayed (Gram term, objective (3)) of one node: one pass over its rows."""
+    from dask import delayed
+    gram = map_reduce("dish-gram", gram_chunk, _add, pieces, mean, C)
+    return [gram, delayed(node_objective, pure=True)(sq_norm, gram, C, n)]

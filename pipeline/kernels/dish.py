@@ -25,11 +25,21 @@ def random_orthonormal(d: int, r: int, rng: np.random.Generator) -> np.ndarray:
     return Q * np.sign(np.diag(R))
 
 
-def gram_chunk(X: np.ndarray, mean: np.ndarray, C: np.ndarray):
-    """One read of a chunk: (B^T Xc (r x d), ||Xc||^2, rows) with B = sgn(Xc C)."""
+def gram_chunk(X: np.ndarray, mean: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """One read of a chunk: B^T Xc (r x d) with B = sgn(Xc C), Xc = X - mean."""
     Xc = np.asarray(X, dtype=np.float64) - mean
-    B = signs(Xc @ C)
-    return B.T @ Xc, float(np.einsum("ij,ij->", Xc, Xc)), Xc.shape[0]
+    return signs(Xc @ C).T @ Xc
+
+
+def row_sums(X: np.ndarray):
+    """(rows, column sums, sum of squares): the mean and ||X - mean||^2 of any row set follow."""
+    X = np.asarray(X, dtype=np.float64)
+    return X.shape[0], X.sum(axis=0), float(np.einsum("ij,ij->", X, X))
+
+
+def centred_sq_norm(n: int, col_sum: np.ndarray, sq_sum: float, mean: np.ndarray) -> float:
+    """||X - mean||_F^2 from row_sums: sum ||x||^2 - 2 mean . sum x + n ||mean||^2."""
+    return float(sq_sum - 2.0 * mean @ col_sum + n * mean @ mean)
 
 
 def orthonormal_maximiser(S: np.ndarray) -> np.ndarray:
