@@ -39,6 +39,53 @@ def floor_passes(X, C, mean, iters):
     return time.perf_counter() - started
 
 
+def summarize(runs: list[dict]) -> dict:
+    """Linearity of time in n per worker count, and the speed-up from 1 to 2 workers.
+
+    ``affine_max_deviation``: largest |t - (a + b n)| / t over the sizes for the
+    least-squares line t = a + b n (the paper's "time increases linearly"); ``a`` is the
+    fixed cost of a run (scheduling, ADMM rounds: independent of n). ``proportional_max_
+    deviation``: the stricter t / n = const reading, for transparency.
+    """
+    summary = {}
+    worker_counts = sorted({r["workers"] for r in runs})
+    for workers in worker_counts:
+        pts = sorted((r["n"], r["seconds"]) for r in runs if r["workers"] == workers)
+        n = np.array([p[0] for p in pts], float)
+        t = np.array([p[1] for p in pts], float)
+        b, a = np.polyfit(n, t, 1)
+        per = t / n
+        summary[f"{workers}w"] = {
+            "fixed_seconds": round(float(a), 3), "seconds_per_million_rows_marginal": round(float(b * 1e6), 3),
+            "affine_max_deviation": round(float(np.max(np.abs(t - (a + b * n)) / t)), 4),
+            "proportional_max_deviation": round(float(np.max(np.abs(per / per.mean() - 1))), 4)}
+    if 1 in worker_counts and 2 in worker_counts:
+        sizes = sorted({r["n"] for r in runs})
+        summary["speedup_1_to_2_workers"] = {str(n): round(
+            next(r["seconds"] for r in runs if r["n"] == n and r["workers"] == 1)
+            / next(r["seconds"] for r in runs if r["n"] == n and r["workers"] == 2), 3) for n in sizes}
+    return summary
+
+
+def write_result(result: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    p, m = result["params"], result["machine"]
+    lines = ["# DisH training time vs n and workers", "", f"Command: `{result['command']}`", "",
+             f"Machine: {m['cores']} cores, {m['cpu']}. DisH ADMM, {p['nodes']} nodes, {p['topology']} topology, "
+             f"{p['bits']} bits, {p['iterations']} outer iterations (K = 5 ADMM steps each), {p['data']}, "
+             f"{p.get('chunk_rows')}-row chunks. Floor = {p['iterations'] + 1} plain passes that read every chunk and "
+             "compute (X - mean) C, same cluster, same run.", "",
+             "| workers | n | DisH s | s per M rows | floor s | DisH / floor | bytes exchanged per iteration per node |",
+             "|---|---|---|---|---|---|---|"]
+    for r in result["runs"]:
+        lines.append(f"| {r['workers']} | {r['n']:,} | {r['seconds']:.1f} | {r['seconds_per_million_rows']:.2f} | "
+                     f"{r['floor_seconds']:.1f} | {r['ratio_to_floor']:.2f} | {r['bytes_exchanged_per_iteration_per_node']} |")
+    lines += ["", "Summary (see `summarize` in the script for the definitions):", "", "```",
+              json.dumps(result["summary"], indent=2), "```", ""]
+    out.with_suffix(".md").write_text("\n".join(lines))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000000,2000000,4000000,8000000")
@@ -50,7 +97,13 @@ def main(argv=None):
                         help="feature chunk rows: small enough that even 1M rows give every node several chunks")
     parser.add_argument("--workdir")
     parser.add_argument("--out", default="benchmarks/results/dish_scaling.json")
+    parser.add_argument("--resummarize", action="store_true", help="recompute the summary of an existing --out")
     args = parser.parse_args(argv)
+    if args.resummarize:
+        result = json.loads(Path(args.out).read_text())
+        result["summary"] = summarize(result["runs"])
+        write_result(result, Path(args.out))
+        return print(json.dumps(result["summary"]))
     sizes = [int(v) for v in args.sizes.split(",")]
     worker_counts = [int(v) for v in args.workers.split(",")]
 
@@ -87,14 +140,7 @@ def main(argv=None):
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    summary = {}
-    for workers in worker_counts:
-        per = [r["seconds_per_million_rows"] for r in runs if r["workers"] == workers]
-        summary[f"linearity_max_deviation_{workers}w"] = round(max(abs(p / np.mean(per) - 1) for p in per), 4)
-    if 1 in worker_counts and 2 in worker_counts:
-        summary["speedup_1_to_2_workers"] = {str(n): round(
-            next(r["seconds"] for r in runs if r["n"] == n and r["workers"] == 1)
-            / next(r["seconds"] for r in runs if r["n"] == n and r["workers"] == 2), 3) for n in sizes}
+    summary = summarize(runs)
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
     result = {"command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
               "machine": {"cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version()},
@@ -102,20 +148,7 @@ def main(argv=None):
                          "data": "sift-synth 128-d uint8, prefixes of one 8M dataset",
                          "chunk_rows": args.chunk_rows},
               "runs": runs, "summary": summary}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    lines = ["# DisH training time vs n and workers", "", f"Command: `{result['command']}`", "",
-             f"Machine: {result['machine']['cores']} cores, {cpu}. DisH ADMM, {args.nodes} nodes, random topology, "
-             f"{args.bits} bits, {args.iters} outer iterations (K = 5 ADMM steps each). Floor = {args.iters + 1} plain "
-             "passes that read every chunk and compute (X - mean) C, same cluster, same run.", "",
-             "| workers | n | DisH s | s per M rows | floor s | DisH / floor | bytes exchanged per iteration per node |",
-             "|---|---|---|---|---|---|---|"]
-    for r in runs:
-        lines.append(f"| {r['workers']} | {r['n']:,} | {r['seconds']:.1f} | {r['seconds_per_million_rows']:.2f} | "
-                     f"{r['floor_seconds']:.1f} | {r['ratio_to_floor']:.2f} | {r['bytes_exchanged_per_iteration_per_node']} |")
-    lines += ["", "Summary: " + json.dumps(summary), ""]
-    out.with_suffix(".md").write_text("\n".join(lines))
+    write_result(result, Path(args.out))
     print(json.dumps(summary))
 
 

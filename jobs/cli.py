@@ -122,11 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
 
     for name, help_ in (("evaluate", "Train, encode, search and score methods x bit lengths; write a report directory"),
-                        ("demo", "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with LSH, PCAH, ITQ")):
+                        ("demo", "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with LSH, PCAH, ITQ, DisH")):
         p = cmd(name, help_, [dish])
         if name == "evaluate":
             p.add_argument("--dataset", required=True, help="dataset path or built-in source (fashion-mnist, sift-synth)")
-        p.add_argument("--methods", type=_name_list, default=["lsh", "pcah", "itq"])
+        p.add_argument("--methods", type=_name_list,
+                       default=["lsh", "pcah", "itq"] if name == "evaluate" else ["lsh", "pcah", "itq", "dish"])
         p.add_argument("--bits", type=_int_list, default=[32] if name == "evaluate" else [32, 64])
         p.add_argument("--queries", type=int, default=1000)
         p.add_argument("--seed", type=int, default=0)

@@ -155,3 +155,27 @@ def test_artifacts_match_their_schemas(pipeline_run):
     validate(dict(zarr.open_array(str(codes)).attrs), "codes.schema.json")
     row = {k: v[0] for k, v in pq.read_table(res).to_pydict().items()}
     validate(row, "search-results.schema.json")
+
+
+def test_cli_train_dish_with_config_edge_list_then_search(pipeline_run, cluster, tmp_path):
+    _, ds, _, _, _ = pipeline_run
+    cfg = tmp_path / "dish.toml"
+    cfg.write_text("[train]\nmethod = 'dish'\nnodes = 3\ntopology = [[0, 1], [1, 2]]\nmax-iter = 3\n")
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    model, codes, res = tmp_path / "dish", tmp_path / "codes.zarr", tmp_path / "res.parquet"
+    assert run("train", "--config", cfg, "--dataset", ds, "--bits", 16, "--split", "default", "--out", model, *sched) == 0
+    meta = json.loads((model / "model.json").read_text())
+    assert meta["method"] == "dish" and meta["training"]["nodes"] == 3
+    assert meta["training"]["edges"] == [[0, 1], [1, 2]] and len(meta["training"]["objective"]) == 3
+    assert run("encode", "--dataset", ds, "--model", model, "--out", codes, *sched) == 0
+    assert run("search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 5, "--out", res, *sched) == 0
+    assert pq.read_table(res).num_rows == 250
+
+
+def test_cli_rejects_disconnected_topology(pipeline_run, cluster, tmp_path, capsys):
+    _, ds, _, _, _ = pipeline_run
+    cfg = tmp_path / "dish.toml"
+    cfg.write_text("method = 'dish'\nnodes = 4\ntopology = [[0, 1], [2, 3]]\n")
+    out = tmp_path / "m"
+    assert run("train", "--config", cfg, "--dataset", ds, "--out", out, "--scheduler", cluster.scheduler_address) == 2
+    assert "disconnected" in _one_line_error(capsys) and not out.exists()
