@@ -83,7 +83,28 @@ def write_result(result: dict, out: Path) -> None:
                      f"{r['floor_seconds']:.1f} | {r['ratio_to_floor']:.2f} | {r['bytes_exchanged_per_iteration_per_node']} |")
     lines += ["", "Summary (see `summarize` in the script for the definitions):", "", "```",
               json.dumps(result["summary"], indent=2), "```", ""]
-    out.with_suffix(".md").write_text("\n".join(lines))
+    out.with_suffix(".md").write_text("\n".join(lines + [f"![training time vs n]({out.with_suffix('.png').name})", ""]))
+    plot(result, out.with_suffix(".png"))
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for workers in sorted({r["workers"] for r in result["runs"]}):
+        pts = sorted((r["n"], r["seconds"], r["floor_seconds"]) for r in result["runs"] if r["workers"] == workers)
+        n = np.array([p[0] for p in pts]) / 1e6
+        fit = result["summary"][f"{workers}w"]
+        ax.plot(n, [p[1] for p in pts], "o-", label=f"DisH, {workers} worker(s)")
+        ax.plot(n, fit["fixed_seconds"] + fit["seconds_per_million_rows_marginal"] * n, ":", color="grey")
+        ax.plot(n, [p[2] for p in pts], "x--", label=f"floor passes, {workers} worker(s)")
+    ax.set(xlabel="training points (millions)", ylabel="seconds", title="DisH training time (10 nodes, 32 bits, 5 iterations)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv=None):
