@@ -348,8 +348,8 @@ def markdown(result: dict) -> str:
         f"- synth dataset on disk: {s['dataset_disk']['disk_mb']:,.0f} MB ({s['dataset_disk']['files']} files); "
         f"ingested dataset on disk: {i['dataset_disk']['disk_mb']:,.0f} MB; "
         f".bvecs input: {i['input_file_mb']:,.0f} MB ({i['rows']:,} records of 132 bytes).",
-        f"- Peak RSS per process is the larger of the 0.1 s psutil polls, the kernel's VmHWM and "
-        f"`wait4` ru_maxrss; the tree sum counts shared pages (libraries) once per process, PSS splits them.",
+        "- Peak RSS per process is the larger of the 0.1 s psutil polls, the kernel's VmHWM and "
+        "`wait4` ru_maxrss; the tree sum counts shared pages (libraries) once per process, PSS splits them.",
         "",
         "Reproduce (about 3 GB free disk in /tmp):",
         "",

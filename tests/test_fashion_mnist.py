@@ -2,7 +2,6 @@
 cluster shape and to the chunking."""
 import json
 
-import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 

@@ -46,9 +46,9 @@ def render_markdown(report: dict) -> str:
         f"- split `{sp['name']}`: {sp['n_query']} queries, {sp['n_database']} database points (training set = database), "
         f"seed {sp['seed']}, query sha256 `{sp['query_sha256'][:16]}…`",
         f"- ground truth: {gt['rule']}" + (f" (K = {gt['k']})" if gt.get("k") else ""),
-        f"- ranking: full Hamming ranking, ties broken by database id ascending (`map`); `map_tie` = expected AP over "
-        f"random orderings within equal distances; `map@K` normalised by relevant items retrieved in the top K; "
-        f"precision@radius2 counts a query retrieving nothing as precision 0",
+        "- ranking: full Hamming ranking, ties broken by database id ascending (`map`); `map_tie` = expected AP over "
+        "random orderings within equal distances; `map@K` normalised by relevant items retrieved in the top K; "
+        "precision@radius2 counts a query retrieving nothing as precision 0",
         f"- cluster: {cl.get('workers')} workers, {cl.get('threads')} threads; seed {pr.get('seed')}", "",
         quality_table(report), "",
         "Plots: `precision_at_k.png`, `pr_curve.png`" + (", `training.png`" if pr.get("has_training_plot") else ""), ""])
