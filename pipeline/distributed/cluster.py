@@ -46,6 +46,9 @@ def cluster_shape(client=None) -> dict:
             client = get_client()
         except (ImportError, ValueError):
             return {"workers": 0, "threads": 0, "scheduler": "local-threads"}
-    info = client.scheduler_info(n_workers=-1) if "n_workers" in client.scheduler_info.__code__.co_varnames else client.scheduler_info()
+    try:
+        info = client.scheduler_info(n_workers=-1)  # newer distributed lists only a few workers by default
+    except TypeError:
+        info = client.scheduler_info()
     threads = [w["nthreads"] for w in info["workers"].values()]
     return {"workers": len(threads), "threads": int(sum(threads)), "scheduler": info.get("address", "")}

@@ -8,6 +8,8 @@ the same calls run in-process (useful for numpy input and tests).
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from dask.base import tokenize
 
@@ -138,6 +140,7 @@ class NodeRunner:
         workers = sorted(self.client.scheduler_info()["workers"]) if self.client else []
         self.placement = [workers[i % len(workers)] for i in range(n_nodes)] if workers else [None] * n_nodes
         self.pinned = bool(workers) and len(workers) >= n_nodes
+        self._task_ids = itertools.count()  # every submitted step is a new task, even with equal inputs
 
     def compute(self, node: int, obj):
         """Compute a dask collection/Delayed entirely on the node's worker."""
@@ -151,7 +154,7 @@ class NodeRunner:
         if self.client is None:
             return fn(*args)
         return self.client.submit(fn, *args, workers=[self.placement[node]], allow_other_workers=False,
-                                  key=f"{name}-{tokenize(fn, args, np.random.random())}-{node}")
+                                  key=f"{name}-{tokenize(fn, args, next(self._task_ids))}-{node}")
 
     def gather(self, values):
         if self.client is None:

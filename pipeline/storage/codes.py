@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import zarr
 
 from pipeline.errors import InputError
@@ -51,7 +50,3 @@ def open_codes(path, model=None):
 def codes_dask(arr):
     import dask.array as da
     return da.from_zarr(arr)
-
-
-def codes_numpy(arr) -> np.ndarray:
-    return arr[...]
