@@ -10,7 +10,7 @@ from pipeline import InputError
 from pipeline.distributed.topology import build_topology, edges
 from pipeline.hashing import DisH
 from pipeline.kernels import dish as K
-from pipeline.kernels.codes import signs
+from pipeline.kernels.codes import project_linear, signs
 
 
 def test_orthonormal_maximiser_beats_random_orthonormal_matrices():
@@ -30,9 +30,23 @@ def test_node_objective_equals_direct_reconstruction_error():
     gram = K.gram_chunk(X, np.zeros(12), C)
     n, col_sum, sq_sum = K.row_sums(X)
     sq = K.centred_sq_norm(n, col_sum, sq_sum, np.zeros(12))
-    B = signs(X @ C)
+    B = signs(project_linear(X, np.zeros(12), C))   # the encoder's float32 projection
     np.testing.assert_allclose(gram, B.T @ X)
     assert K.node_objective(sq, gram, C, n) == pytest.approx(((X - B @ C.T) ** 2).sum(), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype,n,d,r", [(np.uint8, 9000, 128, 32), (np.uint16, 70000, 5, 13),
+                                         (np.float32, 5000, 20, 64)])
+def test_byte_grouped_gram_equals_second_gemm(dtype, n, d, r):
+    """The byte-grouped B^T (X - mean) equals the plain GEMM, for uint8 (SIFT), for uint16
+    (int32 accumulators restarted across 4096-row slabs) and for float data, at code
+    lengths that are and are not whole bytes."""
+    rng = np.random.default_rng(3)
+    X = (rng.integers(0, np.iinfo(dtype).max, (n, d)) if dtype != np.float32 else rng.standard_normal((n, d))).astype(dtype)
+    mean = X.mean(axis=0, dtype=np.float64)
+    C = K.random_orthonormal(d, r, rng)
+    B = signs(project_linear(X, mean, C)).astype(np.float64)
+    np.testing.assert_allclose(K.gram_chunk(X, mean, C), B.T @ (X.astype(np.float64) - mean), rtol=1e-9, atol=1e-9)
 
 
 def test_topologies():

@@ -13,14 +13,12 @@ import numpy as np
 from pipeline.distributed.graph import chunk_delayeds, map_reduce, row_bounds
 from pipeline.hashing.base import Hasher
 from pipeline.kernels.codes import encode_linear
-from pipeline.kernels.itq import itq_chunk_terms, itq_rotation, random_rotation
+from pipeline.kernels.dish import gram_chunk
+from pipeline.kernels.itq import itq_loss, itq_rotation, random_rotation
 from pipeline.kernels.stats import (add_partials, chunk_count_sum, chunk_moments, combine_moments,
                                     covariance, top_eigenvectors)
 from pipeline.validation import check_finite_block, check_int_param
 
-# keep ITQ's projected data (n x r float64) in cluster memory below this size,
-# otherwise recompute it from the features in every iteration
-PERSIST_PROJECTION_BYTES = 2 * 2**30
 log = logging.getLogger(__name__)
 
 
@@ -93,15 +91,15 @@ class PCAH(LinearHasher):
         return {**super()._learned_arrays(), "explained_variance_": self.explained_variance_}
 
 
-def _project_chunk(block, mean, W):
-    return (np.asarray(block, dtype=np.float64) - mean) @ W
+def _add(a, b):
+    return a + b
 
 
 class ITQ(LinearHasher):
     """Iterative quantization: PCA to n_bits, then the rotation R minimising ||B - V R||^2.
 
-    Each iteration sums the r x r terms B^T V over chunks (tree reduction) and solves
-    the orthogonal Procrustes problem on the client. ``n_iter`` = 50 as Gong & Lazebnik.
+    Each iteration is one pass over the features summing B^T (X - mean) (r x d) over chunks
+    (tree reduction); the orthogonal Procrustes problem is solved on the client. ``n_iter`` = 50 as Gong & Lazebnik.
     """
     method = "itq"
     linear_pca_based = True
@@ -112,23 +110,23 @@ class ITQ(LinearHasher):
         self.random_state = random_state
 
     def _fit(self, X):
-        from dask.base import tokenize
         n_iter = check_int_param(self.n_iter, "n_iter", "ITQ", 0)
         rng = np.random.default_rng(self.random_state)
         self.mean_, cov = training_covariance(X, "itq")
         _, W = top_eigenvectors(cov, self.n_bits)
-        V = X.map_blocks(_project_chunk, self.mean_, W, dtype=np.float64, chunks=(X.chunks[0], (self.n_bits,)),
-                         name=f"itq-project-{tokenize(X, self.mean_, W)}")
-        if X.shape[0] * self.n_bits * 8 <= PERSIST_PROJECTION_BYTES:
-            V = V.persist()
-        chunks = chunk_delayeds(V)
+        n = X.shape[0]
+        projected_sq = n * float(np.trace(W.T @ cov @ W))      # ||V||^2 of V = (X - mean) W
+        chunks = chunk_delayeds(X)
         R = random_rotation(self.n_bits, rng)
         losses = []
         for it in range(n_iter):
-            BtV, loss = dask.compute(map_reduce("itq-rotation", itq_chunk_terms, add_partials, chunks, R))[0]
-            losses.append(loss)
+            # B^T V = (B^T (X - mean)) W: the fused sign + byte-grouped Gram pass over the
+            # features (the same kernel as DisH), so V is never stored or re-read
+            gram = dask.compute(map_reduce("itq-gram", gram_chunk, _add, chunks, self.mean_, W @ R))[0]
+            BtV = gram @ W
+            losses.append(itq_loss(BtV, R, n, projected_sq))
             R = itq_rotation(BtV)
-            log.info("itq %d bits: iteration %d/%d, quantization loss %.6g", self.n_bits, it + 1, n_iter, loss)
+            log.info("itq %d bits: iteration %d/%d, quantization loss %.6g", self.n_bits, it + 1, n_iter, losses[-1])
         self.pca_components_ = W
         self.rotation_ = R
         self.components_ = W @ R

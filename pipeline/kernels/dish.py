@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.codes import signs
+from numba import njit
+
+from pipeline.kernels.codes import SLAB_ROWS, code_bytes, pack_signs, project_slabs
 
 
 def random_orthonormal(d: int, r: int, rng: np.random.Generator) -> np.ndarray:
@@ -25,10 +27,63 @@ def random_orthonormal(d: int, r: int, rng: np.random.Generator) -> np.ndarray:
     return Q * np.sign(np.diag(R))
 
 
+BIT_OF_BYTE = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(np.float64)   # (byte value, bit)
+INT32_MAX = 2 ** 31 - 1
+
+
+@njit(nogil=True, cache=True)
+def _byte_group_sums(codes, X, sums, counts):
+    """For each code byte b and value v: sums[b, v] += rows of X whose byte b is v."""
+    d = X.shape[1]
+    for i in range(X.shape[0]):
+        for b in range(codes.shape[1]):
+            v = codes[i, b]
+            counts[b, v] += 1
+            for c in range(d):
+                sums[b, v, c] += X[i, c]
+
+
+def _accumulator(X: np.ndarray) -> tuple[type, int]:
+    """(accumulator dtype, rows per accumulation): int32 sums of integer features (exact, and
+    half the vector width of int64) restarted before they can overflow; float64 otherwise."""
+    if np.issubdtype(X.dtype, np.integer):
+        info = np.iinfo(X.dtype)
+        peak = max(abs(int(info.min)), int(info.max), 1)
+        return np.int32, max(SLAB_ROWS, (INT32_MAX // peak) // SLAB_ROWS * SLAB_ROWS)
+    return np.float64, X.shape[0] or 1
+
+
+def gram_from_byte_sums(sums: np.ndarray, counts: np.ndarray, n: int, n_bits: int, mean: np.ndarray) -> np.ndarray:
+    """B^T (X - mean) (n_bits x d) from per-byte-value row sums. With B in {-1, +1}, row j of
+    B^T X is 2 (sum of rows whose bit j is 1) - (sum of all rows), and the rows whose bit j
+    is 1 are those whose byte j // 8 has bit j % 8 set: 256-bin sums give every bit."""
+    sums = sums.astype(np.float64, copy=False)
+    col_sum = sums[0].sum(axis=0)
+    plus = np.einsum("vt,bvd->btd", BIT_OF_BYTE, sums).reshape(-1, sums.shape[2])[:n_bits]
+    plus_rows = (counts @ BIT_OF_BYTE).reshape(-1)[:n_bits]
+    return (2.0 * plus - col_sum) - np.outer(2.0 * plus_rows - n, mean)
+
+
 def gram_chunk(X: np.ndarray, mean: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """One read of a chunk: B^T Xc (r x d) with B = sgn(Xc C), Xc = X - mean."""
-    Xc = np.asarray(X, dtype=np.float64) - mean
-    return signs(Xc @ C).T @ Xc
+    """One read of a chunk: B^T Xc (r x d) with B = sgn(Xc C), Xc = X - mean.
+
+    B comes from the float32 projection of the encoder (so training and encoding agree);
+    B^T X from byte-grouped row sums instead of a second GEMM: r/8 vector adds of a row per
+    row instead of r multiply-adds (benchmarks/results/train_*.json has the effect)."""
+    X = np.asarray(X)
+    n, d = X.shape
+    r = C.shape[1]
+    acc_dtype, rows_per_acc = _accumulator(X)
+    total = np.zeros((code_bytes(r), 256, d), np.float64)
+    counts = np.zeros((code_bytes(r), 256), np.int64)
+    sums = np.zeros_like(total, dtype=acc_dtype)
+    for rows, projected in project_slabs(X, mean, C):
+        if rows.start % rows_per_acc == 0 and rows.start:
+            total += sums
+            sums[:] = 0
+        _byte_group_sums(pack_signs(projected), X[rows], sums, counts)
+    total += sums
+    return gram_from_byte_sums(total, counts, n, r, np.asarray(mean, dtype=np.float64))
 
 
 def row_sums(X: np.ndarray):

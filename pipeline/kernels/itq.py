@@ -1,9 +1,7 @@
-"""ITQ (Gong & Lazebnik): rotation step on per-chunk r x r terms."""
+"""ITQ (Gong & Lazebnik): the rotation step and loss from the summed r x r term B^T V."""
 from __future__ import annotations
 
 import numpy as np
-
-from pipeline.kernels.codes import signs
 
 
 def random_rotation(r: int, rng: np.random.Generator) -> np.ndarray:
@@ -12,12 +10,9 @@ def random_rotation(r: int, rng: np.random.Generator) -> np.ndarray:
     return U
 
 
-def itq_chunk_terms(V: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, float]:
-    """For one chunk of projected data V (n, r): (B^T V, ||B - V R||_F^2) with B = sgn(V R)."""
-    V = np.asarray(V, dtype=np.float64)
-    VR = V @ R
-    B = signs(VR)
-    return B.T @ V, float(((B - VR) ** 2).sum())
+def itq_loss(BtV: np.ndarray, R: np.ndarray, n: int, projected_sq: float) -> float:
+    """||B - V R||_F^2 = n r - 2 tr(B^T V R) + ||V||^2 (R orthogonal, B in {-1, +1})."""
+    return float(n * R.shape[0] - 2.0 * np.einsum("ij,ji->", BtV, R) + projected_sq)
 
 
 def itq_rotation(BtV: np.ndarray) -> np.ndarray:
