@@ -29,7 +29,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import re
 import resource
 import shlex
@@ -37,7 +36,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -47,6 +45,8 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout even if the package is not installed
 
+from pipeline.bench.measure import TreeWatcher, disk_usage, machine_info  # noqa: E402
+
 MB = 1024 * 1024
 LIMIT_MB = 2048
 D = 128
@@ -55,106 +55,6 @@ IMPORT_FLOOR_CODE = "import numpy, zarr, dask, distributed, pipeline"
 
 
 # ------------------------------------------------------------------- process tree watch
-
-def _status_kb(pid: int) -> dict:
-    """VmRSS, VmHWM, RssAnon, RssFile, RssShmem of ``pid`` in kB (from /proc/PID/status)."""
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
-                out[key] = int(rest.split()[0])
-    return out
-
-
-def _pss_kb(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _role(proc: psutil.Process, root_pid: int, root_role: str) -> str:
-    if proc.pid == root_pid:
-        return root_role
-    try:
-        cmd = " ".join(proc.cmdline())
-    except psutil.Error:
-        return "?"
-    if "resource_tracker" in cmd:
-        return "multiprocessing resource tracker"
-    if "spawn_main" in cmd or "multiprocessing-fork" in cmd or "forkserver" in cmd:
-        return "dask worker"
-    return "child: " + cmd[:80]
-
-
-class TreeWatcher:
-    """Polls a process and all its descendants until stopped; keeps per-process and summed peaks."""
-
-    def __init__(self, pid: int, root_role: str, interval: float = POLL_SECONDS):
-        self.pid = pid
-        self.root_role = root_role
-        self.interval = interval
-        self.procs: dict[int, dict] = {}
-        self.peak_sum_rss_kb = 0
-        self.peak_sum_pss_kb = 0
-        self.peak_sum_anon_kb = 0
-        self.peak_processes = 0
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def _poll(self) -> None:
-        try:
-            root = psutil.Process(self.pid)
-            tree = [root] + root.children(recursive=True)
-        except psutil.Error:
-            return
-        sum_rss = sum_pss = sum_anon = alive = 0
-        for proc in tree:
-            try:
-                st = _status_kb(proc.pid)
-            except (OSError, ValueError):
-                continue  # exited, or a zombie without memory lines
-            if "VmRSS" not in st:
-                continue
-            info = self.procs.get(proc.pid)
-            if info is None:
-                info = self.procs[proc.pid] = {"pid": proc.pid, "role": _role(proc, self.pid, self.root_role),
-                                               "peak_rss_kb": 0, "hwm_kb": 0, "peak_anon_kb": 0,
-                                               "peak_file_kb": 0}
-            info["peak_rss_kb"] = max(info["peak_rss_kb"], st["VmRSS"])
-            info["hwm_kb"] = max(info["hwm_kb"], st.get("VmHWM", 0))
-            info["peak_anon_kb"] = max(info["peak_anon_kb"], st.get("RssAnon", 0))
-            info["peak_file_kb"] = max(info["peak_file_kb"], st.get("RssFile", 0))
-            pss = _pss_kb(proc.pid)
-            sum_rss += st["VmRSS"]
-            sum_anon += st.get("RssAnon", 0)
-            sum_pss += pss if pss is not None else st["VmRSS"]
-            alive += 1
-        self.peak_sum_rss_kb = max(self.peak_sum_rss_kb, sum_rss)
-        self.peak_sum_pss_kb = max(self.peak_sum_pss_kb, sum_pss)
-        self.peak_sum_anon_kb = max(self.peak_sum_anon_kb, sum_anon)
-        self.peak_processes = max(self.peak_processes, alive)
-        self.samples += 1
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._poll()
-            self._stop.wait(self.interval)
-
 
 def run_measured(cmd: list[str], *, cwd: Path, log: Path, root_role: str = "main process") -> dict:
     """Run ``cmd`` to completion while watching its process tree; returns the memory figures."""
@@ -210,36 +110,6 @@ def _kill_tree(pid: int) -> None:
 
 
 # ------------------------------------------------------------------------- helpers
-
-def disk_usage(path: Path) -> dict:
-    """Allocated bytes (du) and apparent bytes of a file or directory tree."""
-    allocated = apparent = files = 0
-    paths = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-    for p in paths:
-        st = p.stat()
-        allocated += st.st_blocks * 512
-        apparent += st.st_size
-        files += 1
-    return {"disk_mb": round(allocated / MB, 1), "apparent_mb": round(apparent / MB, 1), "files": files}
-
-
-def machine_info() -> dict:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import dask
-    import distributed
-    import zarr
-    return {"cores": os.cpu_count(), "physical_cores": psutil.cpu_count(logical=False), "cpu_model": model,
-            "ram_total_gb": round(psutil.virtual_memory().total / 2**30, 1), "platform": platform.platform(),
-            "python": platform.python_version(), "numpy": np.__version__, "zarr": zarr.__version__,
-            "dask": dask.__version__, "distributed": distributed.__version__}
-
 
 def write_bvecs(path: Path, n: int, seed: int, block_rows: int = 262_144) -> dict:
     """``n`` sift-synth rows (seed ``seed``) as a .bvecs file, one block of records at a time."""

@@ -1,5 +1,5 @@
 """``dhash`` command line: ingest | synth | split | groundtruth | train | encode | search |
-evaluate | demo. Each command is a thin layer over the pipeline library: parse options
+evaluate | demo | bench. Each command is a thin layer over the pipeline library: parse options
 (flags > --config TOML > defaults), connect to the cluster, call the library, print where
 outputs went. Bad input exits with status 2 and one line ``error: <problem; fix>``.
 """
@@ -120,6 +120,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--radius", type=int, help="radius search instead of top-k")
     p.add_argument("--out", required=True, help="results parquet file (query_id, rank, id, hamming)")
     p.add_argument("--overwrite", action="store_true")
+
+    p = cmd("bench", "Benchmark a stage against its peer (FAISS, or the plain-pass floor); writes JSON + Markdown")
+    p.add_argument("stage", choices=["search", "groundtruth", "train", "encode"])
+    p.add_argument("--n", type=int, required=True, help="database rows (search: codes; others: sift-synth rows)")
+    p.add_argument("--bits", type=int, default=32)
+    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--k", type=int, default=100)
+    p.add_argument("--method", default="dish", help="train: dish, dish-allreduce or itq")
+    p.add_argument("--iterations", type=int, default=10, help="train: outer iterations (fixed, no early stop)")
+    p.add_argument("--nodes", type=int, default=10, help="train: DisH nodes")
+    p.add_argument("--data", help="dataset directory to use (its first --n rows); default: sift-synth of --n rows, cached")
+    p.add_argument("--bench-threads", type=int, help="search/groundtruth: threads for both sides (default: all cores)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="result JSON file (a Markdown table is written beside it)")
 
     for name, help_ in (("evaluate", "Train, encode, search and score methods x bit lengths; write a report directory"),
                         ("demo", "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with LSH, PCAH, ITQ, DisH")):
@@ -325,9 +339,33 @@ def cmd_demo(args):
         _log("demo: Fashion-MNIST skipped (install it with `apt-get install dataset-fashion-mnist`)")
 
 
+def cmd_bench(args):
+    from pipeline.bench import runs
+    for name in ("n", "bits", "queries", "k", "iterations", "nodes"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name} must be a positive integer; got {getattr(args, name)}")
+    if args.stage in ("search", "groundtruth"):
+        fn = runs.bench_search if args.stage == "search" else runs.bench_groundtruth
+        kwargs = {"bits": args.bits} if args.stage == "search" else {"data": args.data}
+        result = fn(args.n, queries=args.queries, k=args.k, threads=args.bench_threads, seed=args.seed, **kwargs)
+    else:
+        from pipeline.distributed.cluster import connect
+        with connect(args.scheduler, workers=args.workers, threads=args.threads, quiet=args.quiet) as client:
+            if args.stage == "train":
+                result = runs.bench_train(args.n, args.bits, args.method, args.iterations, args.nodes, args.seed, args.data)
+            else:
+                result = runs.bench_encode(args.n, args.bits, args.seed, args.data)
+            cluster = getattr(client, "cluster", None)
+        if cluster is not None:
+            cluster.close()
+    runs.write_result(result, args.out)
+    _log(runs.markdown(result))
+    print(f"bench: {args.out} (ratio ours/peer seconds {result['ratio_ours_over_peer_seconds']})")
+
+
 COMMANDS = {"ingest": cmd_ingest, "synth": cmd_synth, "split": cmd_split, "groundtruth": cmd_groundtruth,
             "train": cmd_train, "encode": cmd_encode, "search": cmd_search, "evaluate": cmd_evaluate,
-            "demo": cmd_demo}
+            "demo": cmd_demo, "bench": cmd_bench}
 NEEDS_CLUSTER = {"synth", "groundtruth", "train", "encode", "search", "evaluate", "demo", "split"}
 
 

@@ -86,10 +86,22 @@ def gram_chunk(X: np.ndarray, mean: np.ndarray, C: np.ndarray) -> np.ndarray:
     return gram_from_byte_sums(total, counts, n, r, np.asarray(mean, dtype=np.float64))
 
 
+@njit(nogil=True, cache=True)
+def _column_sums_and_squares(X, col_sum, col_sq):
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            v = np.float64(X[i, j])
+            col_sum[j] += v
+            col_sq[j] += v * v
+
+
 def row_sums(X: np.ndarray):
-    """(rows, column sums, sum of squares): the mean and ||X - mean||^2 of any row set follow."""
-    X = np.asarray(X, dtype=np.float64)
-    return X.shape[0], X.sum(axis=0), float(np.einsum("ij,ij->", X, X))
+    """(rows, column sums, sum of squares): the mean and ||X - mean||^2 of any row set follow.
+    One pass without a float64 copy of the chunk (sums of integer data are exact)."""
+    X = np.asarray(X)
+    col_sum, col_sq = np.zeros(X.shape[1]), np.zeros(X.shape[1])
+    _column_sums_and_squares(X, col_sum, col_sq)
+    return X.shape[0], col_sum, float(col_sq.sum())
 
 
 def centred_sq_norm(n: int, col_sum: np.ndarray, sq_sum: float, mean: np.ndarray) -> float:

@@ -1,0 +1,313 @@
+"""``dhash bench search|groundtruth|train|encode``: our stage and its peer, same data, same
+threads, same process, one JSON result (+ a Markdown table beside it).
+
+Peers (issue 4): search -> ``faiss.IndexBinaryFlat``; ground truth -> ``faiss.IndexFlatL2``;
+training -> the floor = the same number of plain passes that only read each chunk and
+compute (X - mean) C with the same slabbed float32 projection as the encoder (the cheapest
+way we know to touch every row), plus ``faiss.ITQTransform`` for ITQ; encoding -> one
+floor pass. Search and ground truth run in-process on in-memory data with dask's threaded
+scheduler (FAISS is an in-memory library); training and encoding run on the Dask cluster
+reading the zarr dataset, exactly as ``dhash train``/``dhash encode`` do.
+
+Peak memory: in-process phases reset the kernel's high-water mark (/proc/self/clear_refs)
+before each phase and read VmHWM after it; cluster phases poll every process of the tree.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+
+from pipeline.bench.measure import TreeWatcher, disk_usage, machine_info, tree_memory
+from pipeline.errors import InputError
+
+SEARCH_CHUNK_ROWS = 1 << 20
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError:
+        raise InputError("dhash bench needs faiss-cpu and psutil; install them with pip install -e '.[bench]'") from None
+    return faiss
+
+
+def _reset_peak_rss() -> None:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")   # Linux: reset VmHWM to the current RSS
+    except OSError:
+        pass
+
+
+def _peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def _timed_in_process(fn):
+    """(result, seconds, peak RSS MB of this process during fn)."""
+    _reset_peak_rss()
+    started = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - started, _peak_rss_mb()
+
+
+def _timed_on_cluster(fn):
+    """(result, seconds, memory of the whole process tree: client, scheduler, workers)."""
+    with TreeWatcher(os.getpid(), "client + scheduler") as watch:
+        started = time.perf_counter()
+        out = fn()
+        seconds = time.perf_counter() - started
+    return out, seconds, tree_memory(watch)
+
+
+def _result(kind: str, params: dict, ours: dict, peer: dict, **extra) -> dict:
+    return {"benchmark": kind, "command": "dhash " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("dhash") else
+            " ".join(sys.argv), "machine": machine_info(), "params": params, "ours": ours, "peer": peer,
+            "ratio_ours_over_peer_seconds": round(ours["seconds"] / peer["seconds"], 4), **extra}
+
+
+# ------------------------------------------------------------------------- search ----
+
+def random_codes(n: int, n_bits: int, seed: int) -> np.ndarray:
+    """Uniform random packed codes (the standard Hamming-search workload), made in blocks."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, (n_bits + 7) // 8), np.uint8)
+    for start in range(0, n, 1 << 22):
+        out[start:start + (1 << 22)] = rng.integers(0, 256, out[start:start + (1 << 22)].shape, np.uint8)
+    return out
+
+
+def _true_hamming(queries, codes, ids):
+    from pipeline.kernels.hamming import hamming_distances
+    return np.stack([hamming_distances(queries[q:q + 1], codes[ids[q]])[0] for q in range(len(queries))])
+
+
+def topk_agreement(D_peer, I_peer, D_ours, I_ours, true_distances) -> dict:
+    """Identical distance lists; ids identical except where the k-th distance is tied, and
+    every id we return really lies at the distance we report."""
+    same_d = bool(np.array_equal(np.asarray(D_peer, np.float64), np.asarray(D_ours, np.float64)))
+    kth = np.asarray(D_ours)[:, -1:]
+    strict = [set(I_peer[q][D_peer[q] < kth[q]]) == set(I_ours[q][D_ours[q] < kth[q]]) for q in range(len(D_ours))]
+    ours_true = bool(np.array_equal(np.asarray(true_distances, np.float64), np.asarray(D_ours, np.float64)))
+    return {"identical_distances": same_d, "ids_equal_up_to_ties": bool(all(strict) and ours_true),
+            "same_id_same_rank_fraction": round(float(np.mean(I_peer == I_ours)), 6),
+            "our_ids_at_reported_distance": ours_true}
+
+
+def bench_search(n: int, bits: int, queries: int = 1000, k: int = 100, threads: int | None = None, seed: int = 0) -> dict:
+    from pipeline.search.hamming import knn_search
+    faiss = _faiss()
+    threads = threads or os.cpu_count()
+    codes, query_codes = random_codes(n, bits, seed), random_codes(queries, bits, seed + 1)
+    knn_search(query_codes[:2], codes[:10_000], k)     # compile the numba kernels outside the timing
+    array = da.from_array(codes, chunks=(SEARCH_CHUNK_ROWS, codes.shape[1]))
+    with dask.config.set(scheduler="threads", num_workers=threads):
+        (d_ours, i_ours), ours_s, ours_mb = _timed_in_process(lambda: knn_search(query_codes, array, k))
+    faiss.omp_set_num_threads(threads)
+    index = faiss.IndexBinaryFlat(bits)
+    index.add(codes)
+    (d_peer, i_peer), peer_s, peer_mb = _timed_in_process(lambda: index.search(query_codes, k))
+    del index
+    pairs = n * queries
+    agreement = topk_agreement(d_peer, i_peer, d_ours, i_ours, _true_hamming(query_codes, codes, i_ours))
+    return _result("search", {"n": n, "bits": bits, "queries": queries, "k": k, "threads": threads, "seed": seed,
+                              "data": "uniform random codes", "chunk_rows": SEARCH_CHUNK_ROWS},
+                   {"name": "dhash knn_search (tiled numba kernel, dask threads)", "seconds": round(ours_s, 3),
+                    "pairs_per_second": round(pairs / ours_s), "peak_rss_mb": ours_mb},
+                   {"name": "faiss.IndexBinaryFlat.search", "seconds": round(peer_s, 3),
+                    "pairs_per_second": round(pairs / peer_s), "peak_rss_mb": peer_mb},
+                   speedup_pairs_per_second=round(peer_s / ours_s, 3), agreement=agreement,
+                   acceptance={"target": "pairs/s >= 1.2x faiss.IndexBinaryFlat, identical distance lists",
+                               "met": bool(peer_s / ours_s >= 1.2 and agreement["identical_distances"])})
+
+
+# ------------------------------------------------------------------ ground truth ----
+
+def _sift_rows(n: int, seed: int, data: str | None) -> np.ndarray:
+    if data:
+        from pipeline.storage.datasets import open_dataset
+        ds = open_dataset(data)
+        if n > ds.n:
+            raise InputError(f"--n {n} exceeds the {ds.n} rows of {data}; lower --n")
+        return ds.features[:n]
+    from pipeline.data.synth import sift_rows
+    return sift_rows(seed, 0, n)
+
+
+def bench_groundtruth(n: int, queries: int = 1000, k: int = 100, threads: int | None = None, seed: int = 0,
+                      data: str | None = None) -> dict:
+    from pipeline.data.synth import sift_rows
+    from pipeline.evaluation.truth import euclidean_neighbours
+    from pipeline.kernels.l2 import squared_distances
+    faiss = _faiss()
+    threads = threads or os.cpu_count()
+    X = _sift_rows(n, seed, data)
+    Q = sift_rows(seed + 1, 0, queries)        # another generator stream: not database rows
+    euclidean_neighbours(da.from_array(X[:5000], chunks=(2500, X.shape[1])), Q[:2], 10)   # compile
+    array = da.from_array(X, chunks=(131072, X.shape[1]))
+    with dask.config.set(scheduler="threads", num_workers=threads):
+        (i_ours, d_ours), ours_s, ours_mb = _timed_in_process(lambda: euclidean_neighbours(array, Q, k))
+    faiss.omp_set_num_threads(threads)
+    index = faiss.IndexFlatL2(X.shape[1])
+    index.add(X.astype(np.float32))
+    (d_peer, i_peer), peer_s, peer_mb = _timed_in_process(lambda: index.search(Q.astype(np.float32), k))
+    del index
+    true_d = np.stack([squared_distances(Q[q:q + 1], X[i_ours[q]])[0] for q in range(len(Q))])
+    agreement = topk_agreement(d_peer, i_peer, d_ours, i_ours, true_d)
+    return _result("groundtruth", {"n": n, "d": X.shape[1], "dtype": str(X.dtype), "queries": queries, "k": k,
+                                   "threads": threads, "seed": seed, "data": data or "sift_rows(seed)"},
+                   {"name": "dhash euclidean_neighbours (float32-exact GEMM + numba heap, dask threads)",
+                    "seconds": round(ours_s, 3), "peak_rss_mb": ours_mb},
+                   {"name": "faiss.IndexFlatL2.search (float32 copy of the data)", "seconds": round(peer_s, 3),
+                    "peak_rss_mb": peer_mb},
+                   agreement=agreement,
+                   acceptance={"target": "time <= 1.2x faiss.IndexFlatL2, identical neighbours up to ties",
+                               "met": bool(ours_s <= 1.2 * peer_s and agreement["ids_equal_up_to_ties"])})
+
+
+# --------------------------------------------------------------- training/encode ----
+
+def _project_only(block, mean, C):
+    """The floor of a pass: read the chunk (done by the task's input) and project it."""
+    from pipeline.kernels.codes import project_slabs
+    total = 0.0
+    for _, projected in project_slabs(block, mean, C):
+        total += float(projected[0, 0])
+    return total
+
+
+def _add(a, b):
+    return a + b
+
+
+def floor_passes(X, mean, C, passes: int) -> float:
+    from pipeline.distributed.graph import chunk_delayeds, map_reduce
+    started = time.perf_counter()
+    for _ in range(passes):
+        dask.compute(map_reduce("floor-pass", _project_only, _add, chunk_delayeds(X), mean, C))
+    return time.perf_counter() - started
+
+
+def _training_rows(n: int, data: str | None, seed: int):
+    from pipeline.data.sources import resolve_dataset
+    ds = resolve_dataset(data or "sift-synth", n=n, seed=seed)
+    if n > ds.n:
+        raise InputError(f"--n {n} exceeds the {ds.n} rows of {ds.path}; lower --n or give a larger --data")
+    return ds, ds.features_dask()[:n]
+
+
+def _train_model(method: str, bits: int, iterations: int, nodes: int, seed: int):
+    from pipeline.hashing import ITQ, DisH
+    if method == "dish":
+        return DisH(bits, consensus="admm", nodes=nodes, max_iter=iterations, tol=0.0, consensus_tol=0.0,
+                    random_state=seed)
+    if method == "dish-allreduce":
+        return DisH(bits, consensus="allreduce", max_iter=iterations, tol=0.0, random_state=seed)
+    if method == "itq":
+        return ITQ(bits, n_iter=iterations, random_state=seed)
+    raise InputError(f"unknown --method {method!r} for dhash bench train; use dish, dish-allreduce or itq")
+
+
+def bench_train(n: int, bits: int, method: str = "dish", iterations: int = 10, nodes: int = 10, seed: int = 0,
+                data: str | None = None) -> dict:
+    from pipeline.distributed.cluster import cluster_shape
+    from pipeline.kernels.dish import random_orthonormal
+    ds, X = _training_rows(n, data, seed)
+    model = _train_model(method, bits, iterations, nodes, seed)
+    C = random_orthonormal(X.shape[1], bits, np.random.default_rng(seed))
+    mean = np.full(X.shape[1], 30.0)
+    floor_s, floor_mem = None, None
+    _, floor_s, floor_mem = _timed_on_cluster(lambda: floor_passes(X, mean, C, iterations))
+    _, ours_s, ours_mem = _timed_on_cluster(lambda: model.fit(X))
+    stats = model.training_stats_
+    ours = {"name": f"dhash {method} fit ({iterations} iterations, all passes included)", "seconds": round(ours_s, 2),
+            "passes": stats.get("passes"), "memory": ours_mem}
+    for key in ("pass_seconds", "admm_seconds", "objective", "consensus_residual", "quantization_loss"):
+        if key in stats:
+            ours[key] = stats[key]
+    if "pass_seconds" in stats:
+        ours["seconds_in_iteration_passes"] = round(sum(stats["pass_seconds"]), 2)
+        ours["seconds_in_admm"] = round(sum(stats["admm_seconds"]), 2)
+    ratio = ours_s / floor_s
+    out = _result("train", {"n": n, "d": int(X.shape[1]), "bits": bits, "method": method, "iterations": iterations,
+                            "nodes": nodes if method == "dish" else None, "seed": seed, "data": str(ds.path),
+                            "cluster": cluster_shape()},
+                  ours, {"name": f"floor: {iterations} plain passes (read chunk + slabbed float32 (X - mean) C)",
+                         "seconds": round(floor_s, 2), "memory": floor_mem},
+                  dataset_disk=disk_usage(Path(ds.path)))
+    if method == "dish":
+        out["acceptance"] = {"target": "<= 391 s wall (paper, 10 nodes) at 100M and <= 1.5x the floor",
+                             "met": bool(ours_s <= 391 and ratio <= 1.5)}
+    return out
+
+
+def bench_encode(n: int, bits: int, seed: int = 0, data: str | None = None, out_codes: str | None = None) -> dict:
+    import shutil
+    import tempfile
+
+    from pipeline.distributed.cluster import cluster_shape
+    from pipeline.distributed.progress import compute_with_progress
+    from pipeline.hashing import LSH
+    from pipeline.storage.codes import write_codes
+    ds, X = _training_rows(n, data, seed)
+    model = LSH(bits, random_state=seed).fit(X)       # encoding cost is the same for every linear model
+    _, floor_s, floor_mem = _timed_on_cluster(lambda: floor_passes(X, model.mean_, model.components_, 1))
+    target = Path(out_codes or tempfile.mkdtemp(prefix="dhash-bench-codes-", dir=Path(ds.path).parent)) / "codes.zarr"
+    try:
+        _, ours_s, ours_mem = _timed_on_cluster(
+            lambda: write_codes(target, model.encode(X), model, dataset_path=str(ds.path), overwrite=True,
+                                progress=lambda stored: compute_with_progress(stored, show=False)))
+        codes_disk = disk_usage(target)
+    finally:
+        if out_codes is None:
+            shutil.rmtree(target.parent, ignore_errors=True)
+    ratio = ours_s / floor_s
+    return _result("encode", {"n": n, "bits": bits, "seed": seed, "data": str(ds.path), "cluster": cluster_shape()},
+                   {"name": "dhash encode (read, project, sign, pack, write codes zarr)", "seconds": round(ours_s, 2),
+                    "rows_per_second": round(n / ours_s), "memory": ours_mem, "codes_disk": codes_disk},
+                   {"name": "floor: one plain pass (read chunk + slabbed float32 (X - mean) W)",
+                    "seconds": round(floor_s, 2), "memory": floor_mem},
+                   dataset_disk=disk_usage(Path(ds.path)),
+                   acceptance={"target": "<= 1.3x one floor pass", "met": bool(ratio <= 1.3)})
+
+
+# ------------------------------------------------------------------------ output ----
+
+def markdown(result: dict) -> str:
+    m = result["machine"]
+    ours, peer = result["ours"], result["peer"]
+    lines = [f"# dhash bench {result['benchmark']}", "", f"Command: `{result['command']}`", "",
+             f"Machine: {m['cores']} cores, {m['cpu_model']}, {m['ram_total_gb']} GB RAM", "",
+             "| | seconds | notes |", "|---|---|---|"]
+    for who in (ours, peer):
+        notes = ", ".join(f"{k} {v}" for k, v in who.items() if k in ("pairs_per_second", "rows_per_second", "passes",
+                                                                       "peak_rss_mb"))
+        if "memory" in who:
+            notes += f"{', ' if notes else ''}max process RSS {who['memory']['max_process_peak_rss_mb']} MB"
+        lines.append(f"| {who['name']} | {who['seconds']} | {notes} |")
+    lines += ["", f"Ratio ours / peer (seconds): **{result['ratio_ours_over_peer_seconds']}**"]
+    if "speedup_pairs_per_second" in result:
+        lines.append(f"Pairs/s ours / peer: **{result['speedup_pairs_per_second']}**")
+    if "agreement" in result:
+        lines.append(f"Agreement: {result['agreement']}")
+    if "acceptance" in result:
+        lines.append(f"Acceptance: {result['acceptance']['target']} -> {'met' if result['acceptance']['met'] else 'NOT met'}")
+    lines.append(f"Params: {result['params']}")
+    return "\n".join(lines) + "\n"
+
+
+def write_result(result: dict, out) -> Path:
+    from pipeline.storage.jsonio import write_json
+    out = Path(out)
+    write_json(out, result)
+    md = out.with_suffix(".md")
+    md.write_text(markdown(result))
+    return out
