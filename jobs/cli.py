@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bits", type=int, default=32)
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--k", type=int, default=100)
-    p.add_argument("--method", default="dish", help="train: dish, dish-allreduce or itq")
+    p.add_argument("--method", default="dish", help="train: dish, dish-allreduce, itq, or itq-vs-faiss (ITQ vs faiss.ITQTransform: time, Fashion-MNIST map)")
     p.add_argument("--iterations", type=int, default=10, help="train: outer iterations (fixed, no early stop)")
     p.add_argument("--nodes", type=int, default=10, help="train: DisH nodes")
     p.add_argument("--data", help="dataset directory to use (its first --n rows); default: sift-synth of --n rows, cached")
@@ -351,7 +351,9 @@ def cmd_bench(args):
     else:
         from pipeline.distributed.cluster import connect
         with connect(args.scheduler, workers=args.workers, threads=args.threads, quiet=args.quiet) as client:
-            if args.stage == "train":
+            if args.stage == "train" and args.method == "itq-vs-faiss":
+                result = runs.bench_itq_vs_faiss(args.n, args.bits, args.seed, args.data, args.bench_threads)
+            elif args.stage == "train":
                 result = runs.bench_train(args.n, args.bits, args.method, args.iterations, args.nodes, args.seed, args.data)
             else:
                 result = runs.bench_encode(args.n, args.bits, args.seed, args.data)

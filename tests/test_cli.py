@@ -179,3 +179,27 @@ def test_cli_rejects_disconnected_topology(pipeline_run, cluster, tmp_path, caps
     out = tmp_path / "m"
     assert run("train", "--config", cfg, "--dataset", ds, "--out", out, "--scheduler", cluster.scheduler_address) == 2
     assert "disconnected" in _one_line_error(capsys) and not out.exists()
+
+
+def test_bench_commands_compare_with_their_peers(pipeline_run, cluster, tmp_path):
+    """dhash bench: every stage runs against its peer on the same data and writes JSON +
+    Markdown; search and ground truth agree with FAISS exactly (ties aside). Speed goals
+    are the committed benchmark results, not asserted here."""
+    _, ds, *_ = pipeline_run
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    out = {stage: tmp_path / f"{stage}.json" for stage in ("search", "groundtruth", "train", "encode")}
+    assert run("bench", "search", "--n", 30000, "--bits", 64, "--queries", 20, "--k", 10, "--out", out["search"]) == 0
+    assert run("bench", "groundtruth", "--n", 20000, "--data", ds, "--queries", 10, "--k", 10,
+               "--out", out["groundtruth"]) == 0
+    assert run("bench", "train", "--n", 40000, "--data", ds, "--iterations", 2, "--nodes", 3, "--out", out["train"], *sched) == 0
+    assert run("bench", "encode", "--n", 40000, "--data", ds, "--out", out["encode"], *sched) == 0
+    results = {stage: json.loads(path.read_text()) for stage, path in out.items()}
+    for stage in ("search", "groundtruth"):
+        agreement = results[stage]["agreement"]
+        assert agreement["identical_distances"] and agreement["ids_equal_up_to_ties"], (stage, agreement)
+    assert results["train"]["ours"]["passes"] == 3 and len(results["train"]["ours"]["objective"]) == 2
+    assert results["encode"]["ours"]["codes_disk"]["files"] > 0
+    for stage, r in results.items():
+        assert r["ours"]["seconds"] > 0 and r["peer"]["seconds"] > 0 and r["machine"]["cores"] >= 1
+        assert r["ratio_ours_over_peer_seconds"] == pytest.approx(r["ours"]["seconds"] / r["peer"]["seconds"], rel=1e-2)
+        assert out[stage].with_suffix(".md").read_text().startswith(f"# dhash bench {stage}")

@@ -143,3 +143,37 @@ def test_l2_topk_and_merge_equal_bruteforce_with_ties():
     b = l2.l2_topk(X[:70], ids[:70], queries=Q, k=25)
     md, mi = l2.merge_l2_topk(a, b, 25)
     np.testing.assert_array_equal(mi, want_i)
+
+
+@pytest.mark.parametrize("kind", ["labels", "euclidean"])
+def test_fused_metric_passes_equal_generic_passes(kind):
+    """The fused distance+relevance kernels give the same histograms and precision sums as
+    the generic (matrix) path, over chunks longer than a tile and with ties."""
+    from pipeline.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
+    from pipeline.evaluation.truth import Truth
+    rng = np.random.default_rng(8)
+    n, m, n_bits = 9000, 7, 12                      # 12 bits: many ties; 9000 > 2 tiles
+    q, c = random_codes(rng, m, n_bits), random_codes(rng, n, n_bits)
+    ids = np.arange(n) * 3 + 5                      # ascending, not row numbers
+    labels = rng.integers(0, 4, n)
+    if kind == "labels":
+        truth = Truth("labels", query_labels=rng.integers(0, 4, m))
+    else:
+        nb = np.stack([np.sort(rng.choice(ids, 50, replace=False)) for _ in range(m)])
+        nb[:, -3:] = -1                             # padded lists
+        truth = Truth("euclidean", neighbours=rng.permuted(nb, axis=1))
+    dist = hamming.hamming_distances(q, c)
+    rel = truth.chunk_relevance(ids, labels)
+    bounds = [(0, 4100), (4100, 4101), (4101, n)]
+    want_h = [ranking.distance_histograms(dist[:, a:b], rel[:, a:b], n_bits) for a, b in bounds]
+    got_h = [chunk_histograms(c[a:b], ids[a:b], labels[a:b], None, queries=q, truth=truth, n_bits=n_bits)
+             for a, b in bounds]
+    for g, w in zip(got_h, want_h):
+        np.testing.assert_array_equal(g[0], w[0])
+        np.testing.assert_array_equal(g[1], w[1])
+    offsets = ranking.rank_offsets(want_h)
+    for (a, b), off in zip(bounds, offsets):
+        want = ranking.ap_precision_sums(dist[:, a:b], rel[:, a:b], *off)
+        got = chunk_precision_sums(c[a:b], ids[a:b], labels[a:b], None, *off, queries=q, truth=truth)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert rel.sum() > 0

@@ -10,6 +10,21 @@ DEFAULT_WORKERS = 2
 DEFAULT_THREADS = 1
 
 
+def worker_environ() -> dict:
+    """Environment of worker processes: dask's defaults minus MALLOC_TRIM_THRESHOLD_.
+
+    Setting that variable switches off glibc's adaptive mmap threshold, so every buffer of
+    a chunk (compressed bytes, decoded chunk, float32 slabs: MBs each) is a fresh mmap that
+    is page-faulted in and unmapped again: reading one 16 MiB zarr chunk took 45 ms instead
+    of 30 ms, and a DisH/ITQ pass ~1.8x longer (benchmarks/README.md). Our tasks allocate
+    the same few chunk-sized buffers over and over, so glibc's default reuse is what we
+    want; the BLAS/OpenMP thread caps (1 thread per worker thread) stay."""
+    import dask
+    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
+    environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    return environ
+
+
 def connect(scheduler: str | None = None, *, workers: int | None = None, threads: int | None = None,
             quiet: bool = False, memory_limit: str = "auto"):
     """Return a distributed Client (and make it the default scheduler for dask).
@@ -28,9 +43,11 @@ def connect(scheduler: str | None = None, *, workers: int | None = None, threads
             raise InputError(f"cannot reach the Dask scheduler at {address} ({exc}); check the address or drop --scheduler to run a local cluster") from None
         where = f"scheduler {address}"
     else:
-        cluster = LocalCluster(n_workers=workers or DEFAULT_WORKERS, threads_per_worker=threads or DEFAULT_THREADS,
-                               processes=True, dashboard_address="127.0.0.1:0", memory_limit=memory_limit,
-                               silence_logs=40)
+        import dask
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
+            cluster = LocalCluster(n_workers=workers or DEFAULT_WORKERS, threads_per_worker=threads or DEFAULT_THREADS,
+                                   processes=True, dashboard_address="127.0.0.1:0", memory_limit=memory_limit,
+                                   silence_logs=40)
         client = Client(cluster)
         where = f"local cluster {workers or DEFAULT_WORKERS} workers x {threads or DEFAULT_THREADS} threads"
     if not quiet:

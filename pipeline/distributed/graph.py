@@ -20,19 +20,91 @@ def chunk_delayeds(x) -> list:
     return list(x.to_delayed(optimize_graph=False).ravel())
 
 
+INLINE_GRAPH_BYTES = 1 << 20  # a chunk's read graph is embedded in a task only when it is small
+
+
+class InlineRead:
+    """The culled graph that produces one chunk (e.g. a zarr read), run inside the task
+    that consumes it (``map_chunks`` resolves it). The read then happens in the same task
+    as the kernel: no 16 MiB intermediate result is stored, accounted and released by the
+    worker between two tasks, and the scheduler cannot place the read and its consumer on
+    different workers (a pass over features measured ~1.4x faster, benchmarks/README.md).
+    ``local_rows`` optionally selects rows of the chunk (DisH nodes)."""
+
+    def __init__(self, graph: dict, key, local_rows=None):
+        self.graph, self.key, self.local_rows = graph, key, local_rows
+
+    def load(self) -> np.ndarray:
+        from dask.local import get_sync
+        block = get_sync(self.graph, self.key)
+        return block if self.local_rows is None else block[self.local_rows]
+
+    def with_rows(self, local_rows) -> "InlineRead":
+        return InlineRead(self.graph, self.key, local_rows)
+
+
+def _chunk_graph(x, c: int):
+    from dask.core import flatten
+    from dask.optimization import cull
+    piece = x.blocks[c]
+    key = next(iter(flatten(piece.__dask_keys__())))
+    graph, _ = cull(dict(piece.__dask_graph__()), [key])
+    return graph, key
+
+
+def _inlinable(graph: dict) -> bool:
+    """Small, self-contained read graphs only: not in-memory arrays (the whole array would
+    ride along) and not persisted data (futures live on a worker already)."""
+    import pickle
+    try:
+        from distributed import Future
+    except ImportError:  # pragma: no cover
+        Future = ()
+    if any(isinstance(v, Future) for v in graph.values()):
+        return False
+    try:
+        return len(pickle.dumps(graph)) <= INLINE_GRAPH_BYTES
+    except Exception:
+        return False
+
+
+def chunk_reads(x) -> list:
+    """Per row chunk, an InlineRead when the chunk's graph is a small storage read, else a
+    Delayed: the chunk inputs of ``map_chunks`` for passes over stored features."""
+    graph0, _ = _chunk_graph(x, 0)
+    if not _inlinable(graph0):
+        return chunk_delayeds(x)
+    return [InlineRead(*_chunk_graph(x, c)) for c in range(x.numblocks[0])]
+
+
+def _with_loaded_chunks(fn):
+    """``fn`` taking arrays -> a task function that first loads any InlineRead argument."""
+    def run(*args, **kwargs):
+        return fn(*(a.load() if isinstance(a, InlineRead) else a for a in args), **kwargs)
+    run.__name__ = getattr(fn, "__name__", "run")
+    return run
+
+
 def map_chunks(name: str, fn, chunks: list, *args, **kwargs) -> list:
     """Apply ``fn(chunk_i, *args, **kwargs)`` to every chunk as tasks named ``name-<token>-i``.
 
-    ``chunks`` may be a list of Delayed or of tuples of Delayed (zipped arrays).
+    ``chunks`` may be a list of Delayed / InlineRead, or of tuples of them (zipped arrays).
     """
-    token = tokenize(fn, chunks, args, kwargs)
+    token = tokenize(fn, [_token_of(c) for c in chunks], args, kwargs)
     args = [_shared(a) for a in args]
     kwargs = {k: _shared(v) for k, v in kwargs.items()}
+    task = _with_loaded_chunks(fn)
     out = []
     for i, c in enumerate(chunks):
         c = c if isinstance(c, tuple) else (c,)
-        out.append(delayed(fn, pure=True)(*c, *args, **kwargs, dask_key_name=f"{name}-{token}-{i}"))
+        out.append(delayed(task, pure=True)(*c, *args, **kwargs, dask_key_name=f"{name}-{token}-{i}"))
     return out
+
+
+def _token_of(chunk):
+    """Deterministic token input for a chunk (InlineRead objects by their graph key and rows)."""
+    items = chunk if isinstance(chunk, tuple) else (chunk,)
+    return tuple((c.key, tokenize(c.local_rows)) if isinstance(c, InlineRead) else c for c in items)
 
 
 SHARED_ARG_BYTES = 1 << 16

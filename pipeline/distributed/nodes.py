@@ -13,6 +13,7 @@ import itertools
 import numpy as np
 from dask.base import tokenize
 
+from pipeline.distributed.graph import InlineRead, chunk_reads, row_bounds
 from pipeline.errors import InputError
 
 PARTITIONS = ("contiguous", "random", "by-label")
@@ -56,52 +57,17 @@ def partition_rows(X, n_nodes: int, partition: str, seed: int, y=None) -> list[n
             for blocks in np.array_split(order, n_nodes)]
 
 
-INLINE_GRAPH_BYTES = 1 << 20  # a chunk's read graph embeds in a task only when it is small
-
-
-class InlineRead:
-    """The culled graph that produces one chunk (e.g. a zarr read), run inside the task
-    that uses it. The read then belongs to the node's own task, on the node's worker, and
-    no chunk is ever shared (or moved) between nodes. An opaque object, so dask does not
-    look inside it."""
-
-    def __init__(self, graph: dict, key):
-        self.graph, self.key = graph, key
-
-    def __call__(self, local_rows: np.ndarray) -> np.ndarray:
-        from dask.local import get_sync
-        block = get_sync(self.graph, self.key)
-        return block if local_rows is None else block[local_rows]
-
-
-def _run_inline(reader: InlineRead, local_rows):
-    return reader(local_rows)
-
-
-def _chunk_graph(x, c: int):
-    from dask.optimization import cull
-    piece = x.blocks[c]
-    from dask.core import flatten
-    key = next(iter(flatten(piece.__dask_keys__())))
-    graph, _ = cull(dict(piece.__dask_graph__()), [key])
-    return graph, key
-
-
 def node_pieces(X, node_rows: list[np.ndarray]) -> list[list]:
-    """Per node, Delayed row blocks of its data, each reading its chunk inside its own task.
+    """Per node, the chunk inputs of its row blocks for ``map_chunks``.
 
-    For storage-backed arrays (zarr, files) each piece embeds its chunk's small read graph,
-    so node i's reads run on node i's worker and feature chunks never travel. An in-memory
-    array (numpy wrapped by dask) already lives in the graph; its pieces select rows from
-    the shared chunks instead.
+    For storage-backed arrays each piece is an InlineRead of its chunk (with the node's
+    rows of it), so node i's reads run inside node i's own tasks, on its worker, and
+    feature chunks never travel. An in-memory array (numpy wrapped by dask) already lives
+    in the graph; its pieces select rows from the shared chunks instead.
     """
-    import pickle
     from dask import delayed
-    from pipeline.distributed.graph import chunk_delayeds, row_bounds
     bounds = row_bounds(X)
-    graph0, _ = _chunk_graph(X, 0)
-    inline = len(pickle.dumps(graph0)) <= INLINE_GRAPH_BYTES
-    shared = None if inline else chunk_delayeds(X)
+    reads = chunk_reads(X)
     token = tokenize(X)
     out = []
     for node, rows in enumerate(node_rows):
@@ -114,12 +80,10 @@ def node_pieces(X, node_rows: list[np.ndarray]) -> list[list]:
             if len(local) == 0:
                 continue
             local = None if len(local) == bounds[c + 1] - bounds[c] else local
-            name = f"dish-read-{token}-{node}-{c}"
-            if inline:
-                reader = InlineRead(*_chunk_graph(X, c))
-                pieces.append(delayed(_run_inline, pure=True)(reader, local, dask_key_name=name))
+            if isinstance(reads[c], InlineRead):
+                pieces.append(reads[c].with_rows(local))
             else:
-                pieces.append(delayed(_select, pure=True)(shared[c], local, dask_key_name=name))
+                pieces.append(delayed(_select, pure=True)(reads[c], local, dask_key_name=f"dish-rows-{token}-{node}-{c}"))
         out.append(pieces)
     return out
 

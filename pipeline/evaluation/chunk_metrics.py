@@ -1,13 +1,15 @@
 """Per-chunk metric statistics (numpy): Hamming distances of the queries to one database
 chunk, the chunk's relevance, then histograms (pass 1) or precision sums (pass 2).
 
-Queries are processed in batches so the (queries x chunk) temporaries stay bounded
-whatever the chunk size.
+Single-label and Euclidean relevance with ungrouped queries take the fused kernels
+(kernels.fused_metrics: no distance or relevance matrix at all); the generic path processes
+queries in batches so the (queries x chunk) temporaries stay bounded whatever the chunk size.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from pipeline.kernels.fused_metrics import fused_histograms, fused_precision_sums, relevance_spec
 from pipeline.kernels.hamming import n_queries, query_distances, query_rows
 from pipeline.kernels.ranking import ap_precision_sums, distance_histograms
 
@@ -21,6 +23,9 @@ def _query_batches(m: int, n: int):
 
 def chunk_histograms(codes, ids, labels, groups, *, queries, truth, n_bits):
     """(total, relevant) per query and distance 0..n_bits for one database chunk."""
+    spec = relevance_spec(truth, ids, labels) if groups is None else None
+    if spec is not None:
+        return fused_histograms(queries, codes, spec, n_bits)
     m = n_queries(queries)
     total = np.zeros((m, n_bits + 1), np.int64)
     rel = np.zeros((m, n_bits + 1), np.int64)
@@ -32,6 +37,9 @@ def chunk_histograms(codes, ids, labels, groups, *, queries, truth, n_bits):
 
 def chunk_precision_sums(codes, ids, labels, groups, before_total, before_rel, *, queries, truth):
     """Sum of precision at the rank (ties by id) of each relevant item of the chunk."""
+    spec = relevance_spec(truth, ids, labels) if groups is None else None
+    if spec is not None:
+        return fused_precision_sums(queries, codes, spec, before_total, before_rel)
     m = n_queries(queries)
     out = np.zeros(m)
     for qs in _query_batches(m, len(codes)):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from pipeline.distributed.graph import chunk_delayeds, drop_rows, map_chunks, row_numbers, tree_reduce
+from pipeline.distributed.graph import chunk_reads, drop_rows, map_chunks, row_numbers, tree_reduce
 from pipeline.errors import InputError
 from pipeline.kernels.l2 import l2_topk, merge_l2_topk
 from pipeline.kernels.ranking import relevance_from_labels, relevance_from_neighbours
@@ -80,7 +80,7 @@ def euclidean_neighbours(features, query_vectors: np.ndarray, k: int, ids=None):
     """Exact top-k squared-L2 neighbours over a chunked dask array: per-chunk GEMM top-k,
     tree merge. Returns (ids int64 (m, k), squared distances float64 (m, k))."""
     ids = row_numbers(features) if ids is None else ids
-    parts = map_chunks("l2-topk", l2_topk, list(zip(chunk_delayeds(features), chunk_delayeds(ids))),
+    parts = map_chunks("l2-topk", l2_topk, list(zip(chunk_reads(features), chunk_reads(ids))),
                        queries=np.asarray(query_vectors), k=int(k))
     dist, nn = dask.compute(tree_reduce("l2-topk-merge", parts, _merge_pair(int(k))))[0]
     return nn, dist

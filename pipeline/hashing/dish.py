@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from pipeline.distributed.graph import chunk_delayeds, map_reduce
+from pipeline.distributed.graph import chunk_reads, map_reduce
 from pipeline.distributed.nodes import NodeRunner, node_pieces, partition_rows
 from pipeline.distributed.topology import build_topology, edges
 from pipeline.errors import InputError
@@ -158,7 +158,7 @@ class DisH(LinearHasher):
     def _fit_allreduce(self, X, rng):
         import dask
         d, r = X.shape[1], self.n_bits
-        chunks = chunk_delayeds(X)
+        chunks = chunk_reads(X)
         n, col_sum, sq_sum = dask.compute(map_reduce("dish-mean", _checked_row_sums, add_partials, chunks))[0]
         self.mean_ = col_sum / n
         sq_norm = centred_sq_norm(n, col_sum, sq_sum, self.mean_)

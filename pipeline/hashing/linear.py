@@ -10,7 +10,7 @@ import logging
 import dask
 import numpy as np
 
-from pipeline.distributed.graph import chunk_delayeds, map_reduce, row_bounds
+from pipeline.distributed.graph import chunk_reads, map_reduce, row_bounds
 from pipeline.hashing.base import Hasher
 from pipeline.kernels.codes import encode_linear
 from pipeline.kernels.dish import gram_chunk
@@ -36,7 +36,7 @@ _checked_moments = _checked(chunk_moments)
 
 
 def _with_offsets(X) -> list:
-    return list(zip(chunk_delayeds(X), row_bounds(X)[:-1].tolist()))
+    return list(zip(chunk_reads(X), row_bounds(X)[:-1].tolist()))
 
 
 def training_mean(X, name: str) -> np.ndarray:
@@ -116,7 +116,7 @@ class ITQ(LinearHasher):
         _, W = top_eigenvectors(cov, self.n_bits)
         n = X.shape[0]
         projected_sq = n * float(np.trace(W.T @ cov @ W))      # ||V||^2 of V = (X - mean) W
-        chunks = chunk_delayeds(X)
+        chunks = chunk_reads(X)
         R = random_rotation(self.n_bits, rng)
         losses = []
         for it in range(n_iter):

@@ -33,7 +33,7 @@ def unpack_bits(codes: np.ndarray, n_bits: int) -> np.ndarray:
     return np.unpackbits(codes, axis=1, count=n_bits, bitorder=BIT_ORDER)
 
 
-SLAB_ROWS = 4096   # rows converted to float32 at a time: the slab stays in L2 for the GEMM
+SLAB_ROWS = 2048   # rows converted to float32 at a time: the slab stays in L2 for the GEMM
 
 
 @njit(nogil=True, cache=True)

@@ -38,15 +38,9 @@ def as_words(codes: np.ndarray) -> np.ndarray:
 
 def hamming_distances(queries: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """(m, n) int32 matrix of Hamming distances between packed codes."""
-    q = as_words(queries)
-    c_by_word = np.ascontiguousarray(as_words(codes).T)  # (words, n): contiguous rows per word
-    out = np.zeros((q.shape[0], c_by_word.shape[1]), dtype=np.int32)
-    step = max(1, PAIRS_PER_BATCH // max(1, c_by_word.shape[1]))
-    for start in range(0, q.shape[0], step):
-        qb = q[start:start + step]
-        acc = out[start:start + step]
-        for w in range(q.shape[1]):
-            acc += np.bitwise_count(np.bitwise_xor(qb[:, w, None], c_by_word[w][None, :]))
+    out = np.empty((len(queries), len(codes)), dtype=np.int32)
+    if len(queries) and len(codes):
+        _distance_matrix(as_words(queries), word_major_tiles(codes), len(codes), out)
     return out
 
 
@@ -188,6 +182,17 @@ def _hamming_topk_tiled(queries, tiles, n, ids, k, width, out_d, out_i):
         c, _ = _cut_to_topk(buf_d[q], buf_i[q], count[q], k, counts)
         out_d[q, :c] = buf_d[q, :c]
         out_i[q, :c] = buf_i[q, :c]
+
+
+@njit(nogil=True, cache=True)
+def _distance_matrix(queries, tiles, n, out):
+    dist = np.empty(TILE_CODES, np.int32)
+    for t in range(tiles.shape[0]):
+        start = t * TILE_CODES
+        stop = min(n, start + TILE_CODES)
+        for q in range(queries.shape[0]):
+            _tile_distances(queries[q], tiles[t], dist)
+            out[q, start:stop] = dist[:stop - start]
 
 
 def word_major_tiles(codes: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from pipeline.distributed.graph import as_dask, chunk_delayeds, map_chunks, row_numbers, tree_reduce
+from pipeline.distributed.graph import as_dask, chunk_delayeds, chunk_reads, map_chunks, row_numbers, tree_reduce
 from pipeline.errors import InputError
 from pipeline.kernels.hamming import hamming_radius, hamming_topk, merge_topk, sort_radius_results
 
@@ -49,7 +49,7 @@ def knn_search_lazy(query_codes, codes, k: int, ids=None, groups=None):
     codes, ids = _aligned(codes, ids)
     group_chunks = chunk_delayeds(groups) if groups is not None else [None] * codes.numblocks[0]
     parts = map_chunks("hamming-topk", hamming_topk,
-                       list(zip(chunk_delayeds(codes), chunk_delayeds(ids), group_chunks)), k=int(k), queries=query_codes)
+                       list(zip(chunk_reads(codes), chunk_reads(ids), group_chunks)), k=int(k), queries=query_codes)
     return tree_reduce("hamming-topk-merge", parts, _merge_pair(int(k)))
 
 
@@ -77,6 +77,6 @@ def radius_search(query_codes, codes, radius: int, ids=None):
     if not isinstance(radius, (int, np.integer)) or radius < 0:
         raise InputError(f"radius must be a non-negative int; got {radius!r}")
     codes, ids = _aligned(codes, ids)
-    parts = map_chunks("hamming-radius", _radius_chunk, list(zip(chunk_delayeds(codes), chunk_delayeds(ids))),
+    parts = map_chunks("hamming-radius", _radius_chunk, list(zip(chunk_reads(codes), chunk_reads(ids))),
                        queries=query_codes, radius=int(radius))
     return dask.compute(tree_reduce("hamming-radius-merge", parts, _concat_radius))[0]
