@@ -265,12 +265,12 @@ def cmd_train(args):
 def cmd_encode(args):
     from pipeline.distributed.progress import compute_with_progress
     from pipeline.hashing import load_model
-    from pipeline.storage.codes import write_codes
+    from pipeline.storage.codes import encode_to_zarr
     ds = _dataset(args)
     model = load_model(args.model)
     started = time.perf_counter()
-    write_codes(args.out, model.encode(ds.features_dask()), model, dataset_path=str(ds.path), overwrite=args.overwrite,
-                progress=lambda stored: compute_with_progress(stored, show=not args.quiet))
+    encode_to_zarr(args.out, ds.features_dask(), model, dataset_path=str(ds.path), overwrite=args.overwrite,
+                   progress=lambda done: compute_with_progress(done, show=not args.quiet))
     secs = time.perf_counter() - started
     print(f"codes: {args.out} ({ds.n} x {model.code_bytes} bytes) in {secs:.1f}s ({ds.n / secs:,.0f} rows/s)")
 
@@ -341,6 +341,7 @@ def cmd_demo(args):
 
 def cmd_bench(args):
     from pipeline.bench import runs
+    cpu_before = runs.cpu_jiffies()
     for name in ("n", "bits", "queries", "k", "iterations", "nodes"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name} must be a positive integer; got {getattr(args, name)}")
@@ -360,6 +361,7 @@ def cmd_bench(args):
             cluster = getattr(client, "cluster", None)
         if cluster is not None:
             cluster.close()
+    result["cpu_steal_fraction_during_run"] = runs.steal_fraction(cpu_before, runs.cpu_jiffies())
     runs.write_result(result, args.out)
     _log(runs.markdown(result))
     print(f"bench: {args.out} (ratio ours/peer seconds {result['ratio_ours_over_peer_seconds']})")

@@ -35,7 +35,7 @@ def test_node_objective_equals_direct_reconstruction_error():
     assert K.node_objective(sq, gram, C, n) == pytest.approx(((X - B @ C.T) ** 2).sum(), rel=1e-12)
 
 
-@pytest.mark.parametrize("dtype,n,d,r", [(np.uint8, 9000, 128, 32), (np.uint16, 70000, 5, 13),
+@pytest.mark.parametrize("dtype,n,d,r", [(np.uint8, 9000, 128, 32), (np.uint8, 70000, 3, 8), (np.uint16, 70000, 5, 13),
                                          (np.float32, 5000, 20, 64)])
 def test_byte_grouped_gram_equals_second_gemm(dtype, n, d, r):
     """The byte-grouped B^T (X - mean) equals the plain GEMM, for uint8 (SIFT), for uint16

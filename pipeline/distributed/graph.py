@@ -113,6 +113,9 @@ SHARED_ARG_BYTES = 1 << 16
 def _shared(value):
     """Large constant arguments (query codes, ground truth) become one graph key that every
     chunk task references, instead of a copy embedded in each task."""
+    from dask.delayed import Delayed
+    if isinstance(value, Delayed):
+        return value
     size = getattr(value, "nbytes", None)
     if size is None and hasattr(value, "__dataclass_fields__"):
         size = sum(getattr(getattr(value, f), "nbytes", 0) for f in value.__dataclass_fields__)
