@@ -1,24 +1,30 @@
 #!/usr/bin/env bash
-# The commands that produced benchmarks/results/{search,groundtruth,train,encode}_*.json
-# (issue 4). Run from the repository root after `bash deploy/setup.sh`. DATA is a 100M-row
-# sift-synth dataset: `.venv/bin/dhash synth sift --n 100000000 --out $DATA` (217 s, 8.5 GB).
+# The commands that produced the issue-4 results in benchmarks/results/ (search_*, groundtruth_*,
+# train_*, encode_*, pipeline_10M). Run from the repository root after `bash deploy/setup.sh`.
+# DATA is a 100M-row sift-synth dataset, made once with
+#   .venv/bin/dhash synth sift --n 100000000 --out $DATA        (217 s, 8.5 GB on disk)
+# `bash benchmarks/run_issue4.sh STEP` runs one step (search, groundtruth, train10, encode,
+# search100, dish100, train100, itqfaiss, pipeline); no argument runs them all (~1.5 h).
 set -euo pipefail
 DATA=${DATA:-/work/bigdata/sift100m.zarr}
 R=benchmarks/results
 B=".venv/bin/dhash bench"
 only=${1:-all}
-run() { if [[ $only == all || $only == "$1" ]]; then shift; echo "+ $*" >&2; "$@" --quiet; fi; }
+run() { if [[ $only == all || $only == "$1" ]]; then shift; echo "+ $*" >&2; "$@"; fi; }
 for bits in 32 64; do
-  run search $B search --n 10000000 --bits $bits --out $R/search_10M_${bits}b.json
+  run search $B search --n 10000000 --bits $bits --out $R/search_10M_${bits}b.json --quiet
 done
-run groundtruth $B groundtruth --n 10000000 --data "$DATA" --out $R/groundtruth_10M.json
-for m in dish dish-allreduce itq; do
-  run train10 $B train --n 10000000 --bits 32 --method $m --data "$DATA" --out $R/train_10M_${m}.json
-done
-run encode $B encode --n 100000000 --bits 32 --data "$DATA" --out $R/encode_100M_32b.json
+run groundtruth $B groundtruth --n 10000000 --data "$DATA" --out $R/groundtruth_10M.json --quiet
+run pipeline .venv/bin/python benchmarks/bench_pipeline.py --n 10000000 --out $R/pipeline_10M.json
+run dish100 $B train --n 100000000 --bits 32 --method dish --data "$DATA" --out $R/train_100M_dish.json --quiet
+run encode $B encode --n 100000000 --bits 32 --data "$DATA" --out $R/encode_100M_32b.json --quiet
 for bits in 32 64; do
-  run search100 $B search --n 100000000 --bits $bits --out $R/search_100M_${bits}b.json
+  run search100 $B search --n 100000000 --bits $bits --out $R/search_100M_${bits}b.json --quiet
 done
 for m in dish dish-allreduce itq; do
-  run train100 $B train --n 100000000 --bits 32 --method $m --data "$DATA" --out $R/train_100M_${m}.json
+  run train10 $B train --n 10000000 --bits 32 --method $m --data "$DATA" --out $R/train_10M_${m}.json --quiet
+done
+run itqfaiss $B train --method itq-vs-faiss --n 1000000 --bits 32 --data "$DATA" --out $R/train_itq_vs_faiss_1M.json --quiet
+for m in dish-allreduce itq; do
+  run train100 $B train --n 100000000 --bits 32 --method $m --floor-repeats 1 --data "$DATA" --out $R/train_100M_${m}.json --quiet
 done

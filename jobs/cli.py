@@ -130,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="dish", help="train: dish, dish-allreduce, itq, or itq-vs-faiss (ITQ vs faiss.ITQTransform: time, Fashion-MNIST map)")
     p.add_argument("--iterations", type=int, default=10, help="train: outer iterations (fixed, no early stop)")
     p.add_argument("--nodes", type=int, default=10, help="train: DisH nodes")
+    p.add_argument("--floor-repeats", type=int, default=2, choices=[1, 2],
+                   help="train: time the floor before and after ours (2, averaged) or only before (1)")
     p.add_argument("--data", help="dataset directory to use (its first --n rows); default: sift-synth of --n rows, cached")
     p.add_argument("--bench-threads", type=int, help="search/groundtruth: threads for both sides (default: all cores)")
     p.add_argument("--seed", type=int, default=0)
@@ -355,7 +357,8 @@ def cmd_bench(args):
             if args.stage == "train" and args.method == "itq-vs-faiss":
                 result = runs.bench_itq_vs_faiss(args.n, args.bits, args.seed, args.data, args.bench_threads)
             elif args.stage == "train":
-                result = runs.bench_train(args.n, args.bits, args.method, args.iterations, args.nodes, args.seed, args.data)
+                result = runs.bench_train(args.n, args.bits, args.method, args.iterations, args.nodes, args.seed, args.data,
+                                          args.floor_repeats)
             else:
                 result = runs.bench_encode(args.n, args.bits, args.seed, args.data)
             cluster = getattr(client, "cluster", None)
