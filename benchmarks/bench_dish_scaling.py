@@ -25,20 +25,6 @@ from pathlib import Path
 import numpy as np
 
 
-def floor_passes(X, C, mean, iters):
-    """Read each chunk and project it, ``iters`` times: the memory/compute floor of a pass."""
-    import dask
-    from pipeline.distributed.graph import chunk_delayeds, map_reduce
-
-    def project(block):
-        return float(((np.asarray(block, np.float64) - mean) @ C).sum())
-
-    started = time.perf_counter()
-    for _ in range(iters):
-        dask.compute(map_reduce("floor-pass", project, lambda a, b: a + b, chunk_delayeds(X)))
-    return time.perf_counter() - started
-
-
 def summarize(runs: list[dict]) -> dict:
     """Linearity of time in n per worker count, and the speed-up from 1 to 2 workers.
 
@@ -129,6 +115,7 @@ def main(argv=None):
     worker_counts = [int(v) for v in args.workers.split(",")]
 
     from distributed import Client, LocalCluster
+    from pipeline.bench.runs import floor_passes
     from pipeline.data.synth import write_sift_synth
     from pipeline.hashing import DisH
     from pipeline.kernels.dish import random_orthonormal
@@ -148,7 +135,7 @@ def main(argv=None):
                                  random_state=0).fit(X)
                     seconds = time.perf_counter() - started
                     C = random_orthonormal(128, args.bits, np.random.default_rng(0))
-                    floor = floor_passes(X, C, model.mean_, args.iters + 1)  # +1: the mean pass
+                    floor = floor_passes(X, model.mean_, C, args.iters + 1)  # +1: the mean pass
                     stats = model.training_stats_
                     runs.append({"n": n, "workers": workers, "seconds": round(seconds, 3),
                                  "pass_seconds": stats["pass_seconds"], "admm_seconds": stats["admm_seconds"],

@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--top-percent", type=float, help="euclidean ground truth: top P percent of the database")
         p.add_argument("--ks", type=_int_list, default=[1, 10, 50, 100, 200, 500, 1000], help="K values of precision@K")
         p.add_argument("--chunk-rows", type=int, help="rows per feature chunk when materialising a built-in source")
+        p.add_argument("--dish2-dictionaries", type=int,
+                       help="DisH2: score this many node dictionaries drawn with the seed (1 = the paper's DisH2, one "
+                            "random node); default all nodes, reported as mean and std")
         p.add_argument("--out", required=name == "evaluate", default="runs/demo", help="report directory")
     return parser
 
@@ -260,8 +263,10 @@ def cmd_train(args):
     else:
         model.fit(X)
     model.save(args.out, dataset={**dataset_summary(ds), "split": manifest}, overwrite=args.overwrite)
-    print(f"model: {args.out} ({model.method}, {model.n_bits} bits, id {model.model_id}, "
-          f"{model.training_stats_['train_seconds']:.1f}s)")
+    secs = model.training_stats_["train_seconds"]
+    passes = model.training_stats_.get("passes", 1)
+    print(f"model: {args.out} ({model.method}, {model.n_bits} bits, id {model.model_id}, {secs:.1f}s, "
+          f"{passes} passes over {X.shape[0]:,} rows: {passes * X.shape[0] / secs:,.0f} rows/s)")
 
 
 def cmd_encode(args):
@@ -280,7 +285,8 @@ def cmd_encode(args):
 def cmd_search(args):
     from pipeline.distributed.graph import drop_rows, row_numbers
     from pipeline.hashing import load_model
-    from pipeline.search.hamming import knn_search, radius_search
+    from pipeline.distributed.progress import compute_with_progress
+    from pipeline.search.hamming import knn_search_lazy, radius_search
     from pipeline.storage.codes import codes_dask, open_codes
     from pipeline.storage.results import write_knn_results, write_radius_results
     ds = _dataset(args)
@@ -298,11 +304,12 @@ def cmd_search(args):
         write_radius_results(args.out, split.query, *res, overwrite=args.overwrite)
         found = len(res[0])
     else:
-        dist, nn = knn_search(queries, db, args.k, ids=ids)
+        dist, nn = compute_with_progress(knn_search_lazy(queries, db, args.k, ids=ids), show=not args.quiet)
         write_knn_results(args.out, split.query, dist, nn, overwrite=args.overwrite)
         found = int((nn >= 0).sum())
     secs = time.perf_counter() - started
-    print(f"results: {args.out} ({len(queries)} queries, {found} rows) in {secs:.2f}s")
+    print(f"results: {args.out} ({len(queries)} queries x {db.shape[0]:,} codes, {found} rows) in {secs:.2f}s "
+          f"({len(queries) * db.shape[0] / secs / 1e9:.2f} G query-code pairs/s)")
 
 
 def _evaluate(args, ds, out):
@@ -310,7 +317,8 @@ def _evaluate(args, ds, out):
     from pipeline.evaluation.report import quality_table
     report = run_evaluation(ds, methods=args.methods, bits=args.bits, n_queries=args.queries, seed=args.seed,
                             out=out, ground_truth=args.ground_truth, top_k=args.top_k, top_percent=args.top_percent,
-                            ks=args.ks, params=_method_params(args), log=None if args.quiet else _log)
+                            ks=args.ks, params=_method_params(args), log=None if args.quiet else _log,
+                            dish2_count=args.dish2_dictionaries)
     print(f"\n## {ds.source}: {ds.n} points, {args.queries} queries, ground truth {report['ground_truth']['kind']}\n")
     print(quality_table(report))
     print(f"\nreport: {out}/report.json, report.md, " + ", ".join(report["plots"]))

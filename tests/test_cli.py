@@ -199,7 +199,9 @@ def test_bench_commands_compare_with_their_peers(pipeline_run, cluster, tmp_path
         assert agreement["identical_distances"] and agreement["ids_equal_up_to_ties"], (stage, agreement)
     assert results["train"]["ours"]["passes"] == 3 and len(results["train"]["ours"]["objective"]) == 2
     assert results["encode"]["ours"]["codes_disk"]["files"] > 0
+    from tests.schemas import validate
     for stage, r in results.items():
+        validate(r, "bench.schema.json")
         assert r["ours"]["seconds"] > 0 and r["peer"]["seconds"] > 0 and r["machine"]["cores"] >= 1
         assert r["ratio_ours_over_peer_seconds"] == pytest.approx(r["ours"]["seconds"] / r["peer"]["seconds"], rel=1e-2)
         assert out[stage].with_suffix(".md").read_text().startswith(f"# dhash bench {stage}")

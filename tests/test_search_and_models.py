@@ -116,3 +116,17 @@ def test_search_rejects_non_uint8_and_mismatched_codes():
         knn_search(np.zeros((1, 4), np.int64), db, 3)
     with pytest.raises(InputError, match="different code lengths"):
         knn_search(np.zeros((1, 8), np.uint8), db, 3)
+
+
+def test_encode_to_zarr_equals_encode_for_regular_and_irregular_chunks(client, tmp_path):
+    """`dhash encode`'s one-task-per-chunk writer gives the same codes as model.encode, and
+    irregular row chunks (where two tasks could share a codes chunk) take the da.store path."""
+    from pipeline.distributed.graph import drop_rows
+    from pipeline.storage.codes import encode_to_zarr, open_codes
+    X = da.from_array(np.random.default_rng(4).integers(0, 256, (5000, 30)).astype(np.uint8), chunks=(1200, 30))
+    model = ITQ(24, n_iter=3).fit(X)
+    for name, data in (("regular", X), ("irregular", drop_rows(X, np.array([5, 1300, 2401])))):
+        encode_to_zarr(tmp_path / name, data, model)
+        arr, attrs = open_codes(tmp_path / name, model)
+        np.testing.assert_array_equal(arr[:], model.encode(data).compute())
+        assert attrs["n_bits"] == 24

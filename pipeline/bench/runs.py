@@ -131,7 +131,7 @@ def bench_search(n: int, bits: int, queries: int = 1000, k: int = 100, threads: 
     index = faiss.IndexBinaryFlat(bits)
     index.add(codes)
     (d_peer, i_peer), peer_s, peer_mb = _timed_in_process(lambda: index.search(query_codes, k))
-    del index
+    index = None      # free FAISS's copy of the data before the checks
     pairs = n * queries
     agreement = topk_agreement(d_peer, i_peer, d_ours, i_ours, _true_hamming(query_codes, codes, i_ours))
     return _result("search", {"n": n, "bits": bits, "queries": queries, "k": k, "threads": threads, "seed": seed,
@@ -175,7 +175,7 @@ def bench_groundtruth(n: int, queries: int = 1000, k: int = 100, threads: int | 
     index = faiss.IndexFlatL2(X.shape[1])
     index.add(X.astype(np.float32))
     (d_peer, i_peer), peer_s, peer_mb = _timed_in_process(lambda: index.search(Q.astype(np.float32), k))
-    del index
+    index = None      # free FAISS's copy of the data before the checks
     true_d = np.stack([squared_distances(Q[q:q + 1], X[i_ours[q]])[0] for q in range(len(Q))])
     agreement = topk_agreement(d_peer, i_peer, d_ours, i_ours, true_d)
     return _result("groundtruth", {"n": n, "d": X.shape[1], "dtype": str(X.dtype), "queries": queries, "k": k,
@@ -394,7 +394,7 @@ def bench_itq_vs_faiss(n: int, bits: int, seed: int = 0, data: str | None = None
     _, ours_s, ours_mem = _timed_on_cluster(lambda: ITQ(bits, n_iter=50, random_state=seed).fit(X))
     rows = X.compute()
     _, peer_s, peer_mb = _timed_in_process(lambda: _faiss_itq(rows, bits, threads))
-    del rows
+    rows = None
 
     fm = resolve_dataset("fashion-mnist")
     split = fm.make_split(1000, seed, name=f"q1000-s{seed}")

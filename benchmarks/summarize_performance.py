@@ -1,0 +1,81 @@
+#!/usr/bin/env python
+"""One table of every issue-4 result in benchmarks/results/ (search, ground truth,
+training, encoding, the 10M pipeline) -> benchmarks/results/performance.md, the table the
+README's "Performance" section shows.
+
+    .venv/bin/python benchmarks/summarize_performance.py
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _load(name: str):
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _mem(side: dict) -> str:
+    if "memory" in side:
+        return f"{side['memory']['max_process_peak_rss_mb']:.0f}"
+    return f"{side.get('peak_rss_mb', float('nan')):.0f}"
+
+
+def rows() -> list[str]:
+    out = []
+    for n in ("10M", "100M"):
+        for bits in (32, 64):
+            r = _load(f"search_{n}_{bits}b.json")
+            if r:
+                a = r["agreement"]
+                out.append(f"| search top-100, 1000 queries, {n} codes, {bits} bits | {r['ours']['seconds']:.1f} s "
+                           f"({r['ours']['pairs_per_second'] / 1e9:.2f} G pairs/s) | faiss.IndexBinaryFlat {r['peer']['seconds']:.1f} s | "
+                           f"**{r['speedup_pairs_per_second']:.2f}x** pairs/s | identical distances: {a['identical_distances']}, "
+                           f"ids up to ties: {a['ids_equal_up_to_ties']} | {_mem(r['ours'])} |")
+    r = _load("groundtruth_10M.json")
+    if r:
+        out.append(f"| exact L2 top-100, 1000 queries, 10M x 128 uint8 | {r['ours']['seconds']:.1f} s | faiss.IndexFlatL2 "
+                   f"{r['peer']['seconds']:.1f} s | **{r['ratio_ours_over_peer_seconds']:.2f}x** time | identical distances: "
+                   f"{r['agreement']['identical_distances']}, ids up to ties: {r['agreement']['ids_equal_up_to_ties']} | {_mem(r['ours'])} |")
+    for n in ("10M", "100M"):
+        for method in ("dish", "dish-allreduce", "itq"):
+            r = _load(f"train_{n}_{method}.json")
+            if r:
+                p = r["params"]
+                out.append(f"| train {method} {n} x 128, {p['bits']} bits, {p['iterations']} iterations | {r['ours']['seconds']:.0f} s "
+                           f"({r['ours']['passes']} passes) | floor: {p['iterations']} plain passes {r['peer']['seconds']:.0f} s | "
+                           f"**{r['ratio_ours_over_peer_seconds']:.2f}x** time | - | {_mem(r['ours'])} |")
+    r = _load("encode_100M_32b.json")
+    if r:
+        out.append(f"| encode 100M x 128 -> 32-bit codes (zarr) | {r['ours']['seconds']:.0f} s | floor: one plain pass "
+                   f"{r['peer']['seconds']:.0f} s | **{r['ratio_ours_over_peer_seconds']:.2f}x** time | - | {_mem(r['ours'])} |")
+    r = _load("train_itq_vs_faiss_1M.json")
+    if r:
+        out.append(f"| ITQ 32 bits, 50 iterations, 1M x 128 | {r['ours']['seconds']:.1f} s (cluster) | faiss.ITQTransform "
+                   f"{r['peer']['seconds']:.1f} s (in memory) | {r['ratio_ours_over_peer_seconds']:.2f}x time | Fashion-MNIST map "
+                   f"{r['ours']['fashion_mnist_map']} vs {r['peer']['fashion_mnist_map']} | {_mem(r['ours'])} |")
+    return out
+
+
+def main() -> int:
+    any_result = next((RESULTS / f for f in ("search_10M_32b.json", "train_100M_dish.json") if (RESULTS / f).exists()), None)
+    machine = json.loads(any_result.read_text())["machine"] if any_result else {}
+    lines = [f"Machine: {machine.get('cores')} cores, {machine.get('cpu_model')}, {machine.get('ram_total_gb')} GB RAM "
+             "(a shared virtual machine: each result records the CPU time stolen by the hypervisor).", "",
+             "| stage | ours | peer | ratio | agreement / quality | our max process RSS MB |", "|---|---|---|---|---|---|",
+             *rows()]
+    p = _load("pipeline_10M.json")
+    if p:
+        lines += ["", f"Full 10M pipeline (synth, split, exact top-1000 ground truth, LSH + DisH training, encoding, search, "
+                      f"precision@50..1000 at 32 and 64 bits): **{p['total_seconds'] / 60:.1f} min**; see `pipeline_10M.md`."]
+    (RESULTS / "performance.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
