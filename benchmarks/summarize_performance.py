@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """One table of every issue-4 result in benchmarks/results/ (search, ground truth,
-training, encoding, the 10M pipeline) -> benchmarks/results/performance.md, the table the
-README's "Performance" section shows.
+training, encoding, the 10M pipeline) -> benchmarks/results/performance.md, and the same
+table into the README's "Performance" section (between its performance markers).
 
     .venv/bin/python benchmarks/summarize_performance.py
 """
@@ -72,8 +72,15 @@ def main() -> int:
     if p:
         lines += ["", f"Full 10M pipeline (synth, split, exact top-1000 ground truth, LSH + DisH training, encoding, search, "
                       f"precision@50..1000 at 32 and 64 bits): **{p['total_seconds'] / 60:.1f} min**; see `pipeline_10M.md`."]
-    (RESULTS / "performance.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    table = "\n".join(lines) + "\n"
+    (RESULTS / "performance.md").write_text(table)
+    readme = RESULTS.parent.parent / "README.md"
+    text = readme.read_text()
+    start, end = "<!-- performance:start -->\n", "<!-- performance:end -->"
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        readme.write_text(head + start + table + end + rest.split(end, 1)[1])
+    print(table)
     return 0
 
 
