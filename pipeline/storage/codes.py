@@ -19,8 +19,14 @@ CODES_SCHEMA = "dhash.codes/1"
 def write_codes(path, codes, model, *, dataset_path: str = "", overwrite: bool = False, progress=None) -> Path:
     """Compute a lazy dask array of codes chunk by chunk into a new zarr array, atomically."""
     import dask.array as da
+    rows = codes.chunks[0]
+    chunk_rows = max(max(rows), 1)
+    if any(r != chunk_rows for r in rows[:-1]) or rows[-1] > chunk_rows:
+        # irregular chunks (e.g. after dropping query rows) would make two tasks write the
+        # same zarr chunk concurrently (lock=False): lost rows. Align them with the array's.
+        codes = codes.rechunk({0: chunk_rows})
     with atomic_path(path, overwrite=overwrite) as tmp:
-        arr = _create_codes_array(tmp, codes.shape[0], codes.chunks[0][0], model, dataset_path)
+        arr = _create_codes_array(tmp, codes.shape[0], chunk_rows, model, dataset_path)
         stored = da.store(codes, arr, lock=False, compute=False)
         if progress is not None:
             progress(stored)
