@@ -16,12 +16,16 @@ from pipeline.storage.atomic import atomic_path
 CODES_SCHEMA = "dhash.codes/1"
 
 
+def _regular_rows(rows: tuple) -> bool:
+    """Row chunks that map one-to-one onto zarr chunks: all equal, the last one no larger."""
+    return all(r == rows[0] for r in rows[:-1]) and rows[-1] <= rows[0]
+
+
 def write_codes(path, codes, model, *, dataset_path: str = "", overwrite: bool = False, progress=None) -> Path:
     """Compute a lazy dask array of codes chunk by chunk into a new zarr array, atomically."""
     import dask.array as da
-    rows = codes.chunks[0]
-    chunk_rows = max(max(rows), 1)
-    if any(r != chunk_rows for r in rows[:-1]) or rows[-1] > chunk_rows:
+    chunk_rows = max(max(codes.chunks[0]), 1)
+    if not _regular_rows(codes.chunks[0]):
         # irregular chunks (e.g. after dropping query rows) would make two tasks write the
         # same zarr chunk concurrently (lock=False): lost rows. Align them with the array's.
         codes = codes.rechunk({0: chunk_rows})
@@ -63,7 +67,7 @@ def encode_to_zarr(path, X, model, *, dataset_path: str = "", overwrite: bool = 
     from pipeline.distributed.graph import chunk_reads, map_chunks, row_bounds, tree_reduce
     X = model._check_encode_input(X)
     rows = X.chunks[0]
-    if len(set(rows[:-1])) > 1 or rows[-1] > rows[0]:
+    if not _regular_rows(rows):
         return write_codes(path, model.encode(X), model, dataset_path=dataset_path, overwrite=overwrite,
                            progress=progress)
     with atomic_path(path, overwrite=overwrite) as tmp:
