@@ -3,8 +3,9 @@ from pipeline.errors import InputError
 from pipeline.hashing.base import Hasher, load_model
 from pipeline.hashing.dish import DisH
 from pipeline.hashing.linear import ITQ, LSH, PCAH
+from pipeline.hashing.sgh import SGH
 
-HASHERS: dict[str, type[Hasher]] = {cls.method: cls for cls in (LSH, PCAH, ITQ, DisH)}
+HASHERS: dict[str, type[Hasher]] = {cls.method: cls for cls in (LSH, PCAH, ITQ, DisH, SGH)}
 
 
 # names accepted by the jobs that select a variant of a registered estimator
@@ -28,4 +29,4 @@ def make_hasher(method: str, n_bits: int, *, random_state: int | None = 0, **par
     return cls(n_bits=n_bits, **params)
 
 
-__all__ = ["DisH", "Hasher", "HASHERS", "METHOD_NAMES", "ITQ", "LSH", "PCAH", "load_model", "make_hasher"]
+__all__ = ["DisH", "Hasher", "HASHERS", "METHOD_NAMES", "ITQ", "LSH", "PCAH", "SGH", "load_model", "make_hasher"]

@@ -1,0 +1,206 @@
+"""SGH: scalable graph hashing with feature transformation (Jiang & Li, IJCAI 2015) on Dask.
+
+All n^2 similarities S~_ij = 2 exp(-||x_i - x_j||^2 / rho) - 1 enter through the feature
+transformation (kernels/sgh.py), so training only ever sums small per-chunk terms:
+
+  pass 1  row count, column sums, sum of squares      -> mean, kernel bandwidth
+  pass 2  max ||x - mean||^2, kernel feature sums     -> rho, kernel mean
+  pass 3  K^T K, K^T P (m x m, m x (d+2))              -> Z, A_1
+  2c passes, one per bit of Algorithm 1 (c bits, then the refinement sweep of the c bits
+  in a random order): u = K^T sgn(K w), m floats per chunk.
+
+Kernel features (n x m float32) are either kept on the workers between passes
+(``kernel_cache="memory"``: each bit's pass is then a GEMV over memory) or recomputed from
+the stored features in every pass (``"recompute"``: a GEMM n x d x m per pass, nothing
+held). ``"auto"`` keeps them when they take at most a quarter of the cluster's worker
+memory (1M points x 300 bases = 1.2 GB; 100M points would need 120 GB, so it recomputes).
+
+Hash function h(x) = sgn((phi(x) - kernel_mean) W): linear in the kernel features, so the
+encoder is the linear family's (kernels/codes.py) applied to phi(x).
+"""
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+
+import dask
+import numpy as np
+
+from pipeline.distributed.graph import chunk_delayeds, chunk_reads, map_reduce, select_rows
+from pipeline.errors import InputError
+from pipeline.hashing.base import Hasher
+from pipeline.kernels.codes import encode_linear
+from pipeline.kernels.dish import row_sums
+from pipeline.kernels.sgh import (combine_max_sum, gram_terms, initial_residual, kernel_features,
+                                  kernel_sign_gram, max_centred_sq_norm_and_kernel_sum, sq_distance_moments,
+                                  top_generalized_eigenvector)
+from pipeline.kernels.stats import add_partials
+from pipeline.validation import check_finite_block, check_int_param
+
+log = logging.getLogger(__name__)
+KERNEL_CACHE_FRACTION = 0.25   # of the cluster's worker memory that cached kernel features may take
+KERNEL_CACHE_MODES = ("auto", "memory", "recompute")
+
+
+def _add(a, b):
+    return a + b
+
+
+def _phi(X, phi, bases, bandwidth):
+    """A chunk's kernel features: the cached ones, or computed from its feature rows."""
+    return phi if phi is not None else kernel_features(X, bases, bandwidth)
+
+
+def _checked_row_sums(X, _phi_unused=None):
+    check_finite_block(X, what="training features")
+    return row_sums(X)
+
+
+def _norm_and_kernel_sum(X, phi, mean, bases, bandwidth):
+    return max_centred_sq_norm_and_kernel_sum(X, _phi(X, phi, bases, bandwidth), mean)
+
+
+def _gram_terms(X, phi, mean, bases, bandwidth, kernel_mean, rho):
+    return gram_terms(X, _phi(X, phi, bases, bandwidth), mean, kernel_mean, rho)
+
+
+def _sign_gram(X, phi, bases, bandwidth, kernel_mean, w):
+    return kernel_sign_gram(_phi(X, phi, bases, bandwidth), kernel_mean, w)
+
+
+def _positive_number(value, name: str, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not value > 0:
+        raise InputError(f"The '{name}' parameter of SGH must be a positive number{' or None' if allow_none else ''}. Got {value!r} instead.")
+    return float(value)
+
+
+def cluster_memory_bytes() -> int:
+    """Total memory limit of the distributed workers (else this machine's RAM)."""
+    try:
+        from distributed import get_client
+        info = get_client().scheduler_info()
+        limits = [w.get("memory_limit") or 0 for w in info["workers"].values()]
+        if limits and all(limits):
+            return int(sum(limits))
+    except (ImportError, ValueError):
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+class SGH(Hasher):
+    """Scalable graph hashing. Learned: ``mean_`` (d,), ``bases_`` (m, d, the training rows
+    drawn as kernel bases), ``kernel_mean_`` (m,), ``components_`` (m, c) = W^T, and the
+    scalars ``bandwidth_`` and ``rho_``.
+
+    Defaults are the paper's: m = 300 random training points as Gaussian-kernel bases,
+    gamma = 1e-6, one refinement sweep. rho = rho_scale x 2 max ||x - mean||^2 (the bound
+    under which the transformation's approximation holds; the paper's rho = 2 assumes data
+    scaled to max ||x||^2 = 1). Kernel bandwidth (sigma in exp(-||x - a||^2 / (2 sigma^2)))
+    = bandwidth_scale x the RMS distance between training points and bases."""
+    method = "sgh"
+
+    def __init__(self, n_bits: int = 32, *, n_bases: int = 300, bandwidth_scale: float = 1.0,
+                 rho: float | None = None, rho_scale: float = 1.0, gamma: float = 1e-6, refine: bool = True,
+                 kernel_cache: str = "auto", random_state: int | None = 0):
+        self.n_bits = n_bits
+        self.n_bases = n_bases
+        self.bandwidth_scale = bandwidth_scale
+        self.rho = rho
+        self.rho_scale = rho_scale
+        self.gamma = gamma
+        self.refine = refine
+        self.kernel_cache = kernel_cache
+        self.random_state = random_state
+
+    def _check_params(self, n: int):
+        check_int_param(self.n_bases, "n_bases", "SGH", 1, n)
+        for name in ("bandwidth_scale", "rho_scale", "gamma"):
+            _positive_number(getattr(self, name), name)
+        _positive_number(self.rho, "rho", allow_none=True)
+        if self.kernel_cache not in KERNEL_CACHE_MODES:
+            raise InputError(f"The 'kernel_cache' parameter of SGH must be one of {', '.join(KERNEL_CACHE_MODES)}. Got {self.kernel_cache!r} instead.")
+        if not isinstance(self.refine, bool):
+            raise InputError(f"The 'refine' parameter of SGH must be True or False. Got {self.refine!r} instead.")
+
+    def _cache_kernel(self, n: int) -> bool:
+        if self.kernel_cache != "auto":
+            return self.kernel_cache == "memory"
+        return n * self.n_bases * 4 <= KERNEL_CACHE_FRACTION * cluster_memory_bytes()
+
+    def _fit(self, X):
+        n, d = X.shape
+        self._check_params(n)
+        c, m = self.n_bits, self.n_bases
+        rng = np.random.default_rng(self.random_state)
+        base_rows = np.sort(rng.choice(n, m, replace=False))
+        reads = chunk_reads(X)
+
+        n_rows, col_sum, sq_sum = dask.compute(map_reduce("sgh-mean", _checked_row_sums, add_partials, reads))[0]
+        self.mean_ = col_sum / n_rows
+        self.bases_ = np.asarray(select_rows(X, base_rows, keep=True).compute())
+        self.bandwidth_ = self.bandwidth_scale * float(np.sqrt(sq_distance_moments(n_rows, col_sum, sq_sum, self.bases_)))
+        if not self.bandwidth_ > 0:
+            raise InputError("SGH: every training point equals every kernel base (zero distances); the data has no spread to hash")
+
+        cached = self._cache_kernel(n)
+        if cached:
+            import dask.array as da
+            from dask.base import tokenize
+            phi = da.map_blocks(kernel_features, X, self.bases_, self.bandwidth_, dtype=np.float32,
+                                chunks=(X.chunks[0], (m,)),
+                                name=f"sgh-kernel-{tokenize(X, self.bases_, self.bandwidth_)}").persist()
+            pairs = list(zip(reads, chunk_delayeds(phi)))
+            phi_only = [(None, p) for p in chunk_delayeds(phi)]
+        else:
+            pairs = phi_only = [(r, None) for r in reads]
+        kernel = (self.bases_, self.bandwidth_)
+
+        max_sq, kernel_sum = dask.compute(map_reduce("sgh-kernel-mean", _norm_and_kernel_sum, combine_max_sum,
+                                                     pairs, self.mean_, *kernel))[0]
+        self.kernel_mean_ = kernel_sum / n_rows
+        self.rho_ = float(self.rho) if self.rho is not None else self.rho_scale * 2.0 * max_sq
+        if not self.rho_ > 0:
+            raise InputError("SGH: all training points are equal to their mean; the data has no spread to hash")
+        KtK, KtH, Ks = dask.compute(map_reduce("sgh-gram", _gram_terms, add_partials, pairs, self.mean_, *kernel,
+                                               self.kernel_mean_, self.rho_))[0]
+        Z = KtK + self.gamma * np.eye(m)
+        A = initial_residual(KtH, Ks, c)
+
+        def sign_gram(w):
+            return dask.compute(map_reduce("sgh-bit", _sign_gram, _add, phi_only, *kernel, self.kernel_mean_, w))[0]
+
+        W = np.empty((m, c))
+        U = np.empty((m, c))
+        for t in range(c):                       # Algorithm 1, first sweep: bit t fits the residual
+            W[:, t] = top_generalized_eigenvector(A, Z)
+            U[:, t] = sign_gram(W[:, t])
+            A -= np.outer(U[:, t], U[:, t])
+            log.info("sgh %d bits: bit %d/%d", c, t + 1, c)
+        order = rng.permutation(c) if self.refine else np.array([], dtype=np.int64)
+        for step, t in enumerate(order):         # refinement: re-fit each bit against all the others
+            A += np.outer(U[:, t], U[:, t])
+            W[:, t] = top_generalized_eigenvector(A, Z)
+            U[:, t] = sign_gram(W[:, t])
+            A -= np.outer(U[:, t], U[:, t])
+            log.info("sgh %d bits: refinement %d/%d (bit %d)", c, step + 1, c, t + 1)
+        if cached:
+            del phi
+        self.components_ = W
+        self.training_stats_.update({"passes": 3 + c + len(order), "kernel_cache": "memory" if cached else "recompute",
+                                     "bandwidth": self.bandwidth_, "rho": self.rho_, "n_bases": m,
+                                     "refine_order": order.tolist()})
+
+    def _encode_kernel(self, block):
+        return encode_linear(kernel_features(block, self.bases_, self.bandwidth_), self.kernel_mean_, self.components_)
+
+    def _learned_arrays(self):
+        return {"mean_": self.mean_, "bases_": self.bases_, "kernel_mean_": self.kernel_mean_,
+                "components_": self.components_, "bandwidth_": np.float64(self.bandwidth_), "rho_": np.float64(self.rho_)}
+
+    def _set_learned_arrays(self, arrays):
+        super()._set_learned_arrays(arrays)
+        self.bandwidth_ = float(arrays["bandwidth_"])
+        self.rho_ = float(arrays["rho_"])
