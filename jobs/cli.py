@@ -56,6 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--inner-steps", type=int, help="ADMM steps per outer iteration K (default 5)")
     g.add_argument("--max-iter", type=int, help="outer iterations at most (default 20)")
     g.add_argument("--init", help="random (default) or pca")
+    g = dish.add_argument_group("SGH, SPLH, USPLH (methods sgh, splh, usplh, pcah-adjusted)")
+    g.add_argument("--n-bases", type=int, help="sgh: kernel bases m (default 300)")
+    g.add_argument("--bandwidth-scale", type=float, help="sgh: kernel width = this x RMS distance to the bases (default 1)")
+    g.add_argument("--sgh-rho-scale", type=float, help="sgh: rho = this x 2 max ||x - mean||^2 (default 1)")
+    g.add_argument("--kernel-cache", choices=["auto", "memory", "recompute"],
+                   help="sgh: keep kernel features on the workers between passes (default auto: when they fit)")
+    g.add_argument("--labeled", type=int, help="splh, pcah-adjusted: labeled training points drawn with the seed (default 1000)")
+    g.add_argument("--eta", type=float, help="splh, usplh: weight of the (pseudo-)label term (default 1)")
+    g.add_argument("--region-size", type=int, help="usplh: points per boundary region (default 2000)")
+    g.add_argument("--decay", type=float, help="usplh: decay lambda of earlier pseudo-labels (default 0.5)")
 
     parser = argparse.ArgumentParser(prog="dhash", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -96,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = cmd("train", "Learn hash functions on a dataset's database rows and save a model directory", [dish])
     p.add_argument("--dataset", required=True)
-    p.add_argument("--method", required=True, help="lsh, pcah, itq, dish or dish-allreduce")
+    p.add_argument("--method", required=True, help="lsh, pcah, itq, dish, dish-allreduce, sgh, splh, usplh, pcah-adjusted")
     p.add_argument("--dictionary", type=int, help="dish: node whose dictionary encodes (DisH2, default 0)")
     p.add_argument("--bits", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
@@ -244,9 +254,25 @@ def _train_rows(ds, split_name):
 DISH_OPTIONS = ("nodes", "topology", "partition", "rho", "rho_scale", "inner_steps", "max_iter", "init", "dictionary")
 
 
+# flag -> (method or None for every method that takes it, parameter name)
+METHOD_OPTIONS = {"n_bases": (None, "n_bases"), "bandwidth_scale": (None, "bandwidth_scale"),
+                  "sgh_rho_scale": ("sgh", "rho_scale"), "kernel_cache": (None, "kernel_cache"),
+                  "labeled": (None, "n_labeled"), "eta": (None, "eta"), "region_size": (None, "region_size"),
+                  "decay": (None, "decay")}
+
+
 def _method_params(args) -> dict:
     """Method options given on the command line or in the config (None = the default)."""
-    return {k: getattr(args, k) for k in (*DISH_OPTIONS, "n_iter") if getattr(args, k, None) is not None}
+    params = {k: getattr(args, k) for k in (*DISH_OPTIONS, "n_iter") if getattr(args, k, None) is not None}
+    for flag, (method, name) in METHOD_OPTIONS.items():
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        if method is None:
+            params[name] = value
+        else:
+            params.setdefault(method, {})[name] = value
+    return params
 
 
 def cmd_train(args):
@@ -255,11 +281,11 @@ def cmd_train(args):
     ds = _dataset(args)
     model = make_hasher(args.method, args.bits, random_state=args.seed, **_method_params(args))
     X, manifest = _train_rows(ds, args.split)
-    if isinstance(model, DisH):
+    if isinstance(model, DisH) or model.uses_labels:
         y = ds.labels
         if y is not None and args.split:
             y = np.delete(y, ds.get_split(args.split).query, axis=0)
-        model.fit(X, y if y is not None and y.ndim == 1 else None)
+        model.fit(X, y if model.uses_labels or (y is not None and y.ndim == 1) else None)
     else:
         model.fit(X)
     model.save(args.out, dataset={**dataset_summary(ds), "split": manifest}, overwrite=args.overwrite)

@@ -4,21 +4,27 @@ from pipeline.hashing.base import Hasher, load_model
 from pipeline.hashing.dish import DisH
 from pipeline.hashing.linear import ITQ, LSH, PCAH
 from pipeline.hashing.sgh import SGH
+from pipeline.hashing.splh import SPLH, USPLH
 
-HASHERS: dict[str, type[Hasher]] = {cls.method: cls for cls in (LSH, PCAH, ITQ, DisH, SGH)}
+HASHERS: dict[str, type[Hasher]] = {cls.method: cls for cls in (LSH, PCAH, ITQ, DisH, SGH, SPLH, USPLH)}
 
 
 # names accepted by the jobs that select a variant of a registered estimator
-METHOD_VARIANTS = {"dish-allreduce": ("dish", {"consensus": "allreduce"})}
+METHOD_VARIANTS = {"dish-allreduce": ("dish", {"consensus": "allreduce"}),
+                   "pcah-adjusted": ("splh", {"sequential": False})}
 METHOD_NAMES = (*HASHERS, *METHOD_VARIANTS)
 
 
 def make_hasher(method: str, n_bits: int, *, random_state: int | None = 0, **params) -> Hasher:
-    """Build an estimator by name (``lsh``, ``pcah``, ``itq``, ``dish``, ``dish-allreduce``);
-    parameters the estimator does not take are ignored (jobs pass one set for all methods)."""
+    """Build an estimator by name (one of METHOD_NAMES); parameters the estimator does not
+    take are ignored (jobs pass one set for all methods). A parameter whose name is a
+    method name holds a dict of options for that method only, e.g. ``sgh={"rho_scale": 0.5}``
+    next to DisH's own ``rho_scale``."""
+    per_method = {k: params.pop(k) for k in list(params) if k in METHOD_NAMES and isinstance(params[k], dict)}
+    params = {**params, **per_method.get(method, {})}
     if method in METHOD_VARIANTS:
         method, fixed = METHOD_VARIANTS[method]
-        params = {**params, **fixed}
+        params = {**params, **per_method.get(method, {}), **fixed}
     try:
         cls = HASHERS[method]
     except KeyError:
@@ -29,4 +35,4 @@ def make_hasher(method: str, n_bits: int, *, random_state: int | None = 0, **par
     return cls(n_bits=n_bits, **params)
 
 
-__all__ = ["DisH", "Hasher", "HASHERS", "METHOD_NAMES", "ITQ", "LSH", "PCAH", "SGH", "load_model", "make_hasher"]
+__all__ = ["DisH", "Hasher", "HASHERS", "METHOD_NAMES", "ITQ", "LSH", "PCAH", "SGH", "SPLH", "USPLH", "load_model", "make_hasher"]

@@ -27,6 +27,7 @@ class Hasher:
 
     method: str = ""          # registry name, e.g. "itq"
     linear_pca_based = False  # n_bits <= n_features for PCA-based methods
+    uses_labels = False       # semi-supervised: fit(X, y) with one label per training row
 
     # ---------------------------------------------------------------- params ----------
     @classmethod

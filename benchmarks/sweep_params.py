@@ -1,0 +1,86 @@
+#!/usr/bin/env python
+"""Parameter sweep of one method on a validation split (never the test queries).
+
+    .venv/bin/python benchmarks/sweep_params.py --dataset fashion-mnist --method sgh --bits 32,64,128 \
+        --grid '{"n_bases": [300, 1000], "bandwidth_scale": [0.5, 1, 2], "rho_scale": [0.5, 1, 2]}' \
+        --ground-truth euclidean --top-percent 2 --out benchmarks/results/sweep_sgh_fashion-mnist.json
+
+The evaluation's test split (1000 queries, seed 0) is removed from the dataset first
+(pipeline/evaluation/tuning.py); validation queries (1000, seed 1) come from the remaining
+rows, the rest of which is the validation database and training set. Writes JSON + a
+Markdown table (one row per configuration x bits, best per bits marked).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pipeline.bench.measure import machine_info  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", required=True, help="dataset path or built-in source (fashion-mnist, sift-synth)")
+    ap.add_argument("--n", type=int, help="sift-synth rows")
+    ap.add_argument("--method", required=True)
+    ap.add_argument("--bits", default="32")
+    ap.add_argument("--grid", required=True,
+                    help="JSON object: parameter -> list of values (every combination), or a list of such objects (their union)")
+    ap.add_argument("--ground-truth", choices=["labels", "euclidean"])
+    ap.add_argument("--top-percent", type=float)
+    ap.add_argument("--metric", default="precision@1000", help="metric that picks the best configuration")
+    ap.add_argument("--workdir", default=str(REPO.parent / "dhash-sweeps"))
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+
+    from pipeline.data.sources import resolve_dataset
+    from pipeline.distributed.cluster import connect
+    from pipeline.evaluation.tuning import grid, holdout_dataset, sweep
+    bits = [int(b) for b in args.bits.split(",")]
+    grids = json.loads(args.grid)
+    configs = [c for g in (grids if isinstance(grids, list) else [grids]) for c in grid(**g)]
+    started = time.perf_counter()
+    with connect(quiet=True) as client:
+        ds = resolve_dataset(args.dataset, n=args.n)
+        held = holdout_dataset(ds, 1000, 0, Path(args.workdir) / f"{Path(str(ds.path)).name}-holdout.zarr")
+        rows = sweep(held, args.method, bits, configs, ground_truth=args.ground_truth, top_percent=args.top_percent,
+                     ks=[100, 1000])
+        client.cluster.close()
+    best = {}
+    for row in rows:
+        if row["n_bits"] not in best or row["metrics"][args.metric] > best[row["n_bits"]]["metrics"][args.metric]:
+            best[row["n_bits"]] = row
+    result = {"benchmark": "sweep", "command": " ".join([sys.executable, *sys.argv]), "machine": machine_info(),
+              "dataset": str(args.dataset), "method": args.method, "bits": bits, "grid": json.loads(args.grid),
+              "protocol": {"test_split": "1000 queries, seed 0, removed before tuning",
+                           "validation_split": "1000 queries, seed 1, drawn from the remaining rows",
+                           "ground_truth": args.ground_truth, "top_percent": args.top_percent,
+                           "selection_metric": args.metric},
+              "seconds": round(time.perf_counter() - started, 1), "rows": rows,
+              "best": {str(b): r["params"] for b, r in best.items()}}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    keys = list(dict.fromkeys(k for c in configs for k in c))
+    lines = [f"# Sweep: {args.method} on {args.dataset} (validation split)", "", f"Command: `{result['command']}`", "",
+             f"Selection metric: {args.metric}; test queries removed before tuning.", "",
+             "| bits | " + " | ".join(keys) + " | P@100 | P@1000 | map | train s | best |",
+             "|" + "---|" * (len(keys) + 6)]
+    for row in rows:
+        mark = "**best**" if best[row["n_bits"]] is row else ""
+        lines.append(f"| {row['n_bits']} | " + " | ".join(str(row["params"].get(k, "default")) for k in keys)
+                     + f" | {row['metrics']['precision@100']:.4f} | {row['metrics']['precision@1000']:.4f}"
+                     + f" | {row['metrics']['map']:.4f} | {row['train_seconds']:.1f} | {mark} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

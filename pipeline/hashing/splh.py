@@ -1,0 +1,176 @@
+"""Sequential projection learning (Wang, Kumar & Chang, ICML 2010): S3PLH, USPLH and the
+single-shot label-adjusted PCAH, as distributed estimators.
+
+Only the data covariance needs every row: one pass of per-chunk moments (tree reduction).
+Everything else is d x d:
+
+* S3PLH (``SPLH``): l labeled rows (drawn from the training set with the seed, or given)
+  are gathered to the client (l x d, e.g. 1000 x 784); per bit, w_k = top eigenvector of
+  M_k = C_k + eta X_l^T S_k X_l / l, then the truncated label update S_{k+1} = S_k -
+  alpha T(S~_k, S_k) and the deflation C_{k+1} = (I - w w^T) C_k (I - w w^T). X_l is not
+  deflated: the label term may pull later bits back into earlier directions (paper 2.4).
+* USPLH: w_1 = top principal direction; after each bit, one distributed pass projects
+  every row and keeps the ``region_size`` rows nearest to and farthest from the boundary
+  on each side (exact top-k per chunk, merged by a tree: ties by row id); their
+  pseudo-labels give L_k (kernels/splh.py), accumulated with decay lambda:
+  M_{k+1} = C_{k+1} + eta sum_i lambda^(k-i) L_i.
+* ``pcah-adjusted`` (SPLH with sequential=False): the top n_bits eigenvectors of M_1, the
+  paper's single-shot baseline (the SSH solution with orthogonal projections).
+
+Hash function h(x) = sgn((x - mean) w_k), mean thresholding as in the paper.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import numbers
+
+import dask
+import numpy as np
+
+from pipeline.distributed.graph import chunk_reads, map_reduce, row_numbers, select_rows
+from pipeline.errors import InputError
+from pipeline.hashing.linear import LinearHasher, training_covariance
+from pipeline.kernels.splh import (boundary_regions, deflate, label_term, merge_regions, pair_labels,
+                                   pseudo_label_term, top_direction, truncated_label_update)
+from pipeline.kernels.stats import top_eigenvectors
+from pipeline.validation import check_int_param
+
+log = logging.getLogger(__name__)
+
+
+def _check_positive(owner: str, name: str, value, allow_none=False, upper: float | None = None):
+    if value is None and allow_none:
+        return
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and value > 0
+    if ok and upper is not None:
+        ok = value <= upper
+    if not ok:
+        bound = f" and at most {upper}" if upper is not None else ""
+        raise InputError(f"The '{name}' parameter of {owner} must be a positive number{bound}"
+                         f"{' or None' if allow_none else ''}. Got {value!r} instead.")
+
+
+class SPLH(LinearHasher):
+    """Semi-supervised sequential projection learning (S3PLH). ``fit(X, y)``: y holds a label
+    (or a multi-hot row) per training row; only the ``n_labeled`` rows drawn with the seed
+    (or ``labeled_rows``) are used, as in the paper's protocol (1000 labeled MNIST points).
+
+    eta weighs the label term against the covariance (default 1: both are normalised, see
+    kernels/splh.py); alpha = 1 / max ||x_l - mean||^2 by default, the paper's step that
+    keeps |alpha S~_ij| <= 1."""
+    method = "splh"
+    linear_pca_based = False
+    uses_labels = True
+
+    def __init__(self, n_bits: int = 32, *, n_labeled: int = 1000, labeled_rows=None, eta: float = 1.0,
+                 alpha: float | None = None, sequential: bool = True, random_state: int | None = 0):
+        self.n_bits = n_bits
+        self.n_labeled = n_labeled
+        self.labeled_rows = labeled_rows
+        self.eta = eta
+        self.alpha = alpha
+        self.sequential = sequential
+        self.random_state = random_state
+
+    def fit(self, X, y=None):
+        self._y = y
+        try:
+            return super().fit(X)
+        finally:
+            del self._y
+
+    def _labeled_rows(self, n: int) -> np.ndarray:
+        if self.labeled_rows is not None:
+            rows = np.unique(np.asarray(self.labeled_rows, dtype=np.int64))
+            if rows.size < 2 or rows[0] < 0 or rows[-1] >= n:
+                raise InputError(f"labeled_rows must hold at least 2 distinct row numbers in [0, {n}); got {rows.size} rows "
+                                 f"in [{rows[:1]}, {rows[-1:]}]")
+            return rows
+        count = check_int_param(self.n_labeled, "n_labeled", type(self).__name__, 2, n)
+        return np.sort(np.random.default_rng(self.random_state).choice(n, count, replace=False))
+
+    def _fit(self, X):
+        name = type(self).__name__
+        n, d = X.shape
+        y = self._y
+        if y is None:
+            raise InputError(f"{name} ({self.method}) is semi-supervised and needs labels: call fit(X, y), or evaluate a "
+                             "dataset with labels (--labeled N); for unlabeled data use usplh")
+        y = np.asarray(y)
+        if y.shape[0] != n:
+            raise InputError(f"{name}: got {y.shape[0]} labels for {n} training rows; pass one label (or multi-hot row) per row")
+        _check_positive(name, "eta", self.eta)
+        _check_positive(name, "alpha", self.alpha, allow_none=True)
+        if not isinstance(self.sequential, bool):
+            raise InputError(f"The 'sequential' parameter of {name} must be True or False. Got {self.sequential!r} instead.")
+        if not self.sequential:
+            check_int_param(self.n_bits, "n_bits", f"{name} (pcah-adjusted, orthogonal directions)", 1, d)
+        rows = self._labeled_rows(n)
+        self.mean_, C = training_covariance(X, self.method)
+        Xl = np.asarray(select_rows(X, rows, keep=True).compute(), dtype=np.float64) - self.mean_
+        S = pair_labels(y[rows])
+        alpha = self.alpha if self.alpha is not None else 1.0 / float(np.einsum("ij,ij->i", Xl, Xl).max())
+        if not self.sequential:
+            self.explained_variance_, self.components_ = top_eigenvectors(C + self.eta * label_term(Xl, S), self.n_bits)
+            self.training_stats_.update({"passes": 1, "n_labeled": int(len(rows))})
+            return
+        W = np.empty((d, self.n_bits))
+        violated = []
+        for k in range(self.n_bits):
+            W[:, k] = w = top_direction(C + self.eta * label_term(Xl, S))
+            p = Xl @ w
+            violated.append(int(((S * np.outer(p, p)) < 0).sum() // 2))
+            S = truncated_label_update(S, p, alpha)
+            C = deflate(C, w)
+            log.info("%s %d bits: bit %d, %d labeled pairs violated", self.method, self.n_bits, k + 1, violated[-1])
+        self.components_ = W
+        self.training_stats_.update({"passes": 1, "n_labeled": int(len(rows)), "alpha": float(alpha),
+                                     "violated_pairs": violated})
+
+    def _learned_arrays(self):
+        arrays = super()._learned_arrays()
+        if not self.sequential:
+            arrays["explained_variance_"] = self.explained_variance_
+        return arrays
+
+
+def _regions_of_chunk(X, ids, mean, w, k):
+    return boundary_regions(X, ids, mean, w, k)
+
+
+class USPLH(LinearHasher):
+    """Unsupervised sequential projection learning. ``region_size`` rows per boundary region
+    (paper: 2000), ``eta`` weighs the pseudo-label term against the covariance, ``decay``
+    (lambda) discounts the pseudo-labels of earlier bits."""
+    method = "usplh"
+
+    def __init__(self, n_bits: int = 32, *, region_size: int = 2000, eta: float = 1.0, decay: float = 0.5):
+        self.n_bits = n_bits
+        self.region_size = region_size
+        self.eta = eta
+        self.decay = decay
+
+    def _fit(self, X):
+        n, d = X.shape
+        k_region = check_int_param(self.region_size, "region_size", "USPLH", 1, n)
+        _check_positive("USPLH", "eta", self.eta)
+        _check_positive("USPLH", "decay", self.decay, upper=1.0)
+        self.mean_, C = training_covariance(X, "usplh")
+        pieces = list(zip(chunk_reads(X), chunk_reads(row_numbers(X))))
+        merge = functools.partial(merge_regions, k=k_region)
+        L = np.zeros((d, d))
+        W = np.empty((d, self.n_bits))
+        region_sizes = []
+        for k in range(self.n_bits):
+            W[:, k] = w = top_direction(C + self.eta * L)
+            C = deflate(C, w)
+            if k == self.n_bits - 1:
+                break
+            # pseudo-labels of bit k for the next bits: one pass over every row
+            regions = dask.compute(map_reduce("usplh-regions", _regions_of_chunk, merge, pieces, self.mean_, w, k_region))[0]
+            L = self.decay * L + pseudo_label_term([rows for _, _, rows in regions], self.mean_)
+            region_sizes.append([int(len(ids)) for _, ids, _ in regions])
+            log.info("usplh %d bits: bit %d, pseudo-labels from regions of %s rows", self.n_bits, k + 1, region_sizes[-1])
+        self.components_ = W
+        self.training_stats_.update({"passes": 1 + max(0, self.n_bits - 1), "region_sizes": region_sizes})

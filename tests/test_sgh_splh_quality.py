@@ -1,0 +1,60 @@
+"""Acceptance of SGH, S3PLH and USPLH on real data (Fashion-MNIST) and on sift-synth, with
+the papers' protocols: each method must beat its baselines on the test split."""
+from __future__ import annotations
+
+import pytest
+from distributed import Client
+
+from pipeline.evaluation.evaluate import run_evaluation
+from pipeline.storage.datasets import open_dataset
+
+
+def _by_method(report):
+    return {(r["method"], r["n_bits"]): r["metrics"] for r in report["results"]}
+
+
+@pytest.fixture(scope="module")
+def sgh_euclidean(fmnist_paths, cluster):
+    """The SGH paper's protocol: ground truth = exact top 2% neighbours, 1000 queries."""
+    with Client(cluster):
+        return _by_method(run_evaluation(open_dataset(fmnist_paths[20000]), methods=["lsh", "pcah", "sgh", "usplh"],
+                                         bits=[32, 48, 64, 128], n_queries=1000, seed=0, ground_truth="euclidean",
+                                         top_percent=2.0, ks=[1000]))
+
+
+@pytest.mark.parametrize("bits", [32, 64, 128])
+def test_sgh_top1000_precision_above_lsh_and_pcah_on_fashion_mnist(sgh_euclidean, bits):
+    sgh = sgh_euclidean[("sgh", bits)]["precision@1000"]
+    assert sgh > sgh_euclidean[("lsh", bits)]["precision@1000"] + 0.02
+    assert sgh > sgh_euclidean[("pcah", bits)]["precision@1000"] + 0.02
+
+
+@pytest.mark.parametrize("bits", [32, 48])
+def test_usplh_map_above_pcah_on_the_euclidean_protocol(sgh_euclidean, bits):
+    assert sgh_euclidean[("usplh", bits)]["map"] > sgh_euclidean[("pcah", bits)]["map"]
+
+
+def test_sgh_above_lsh_and_pcah_on_sift_synth(tmp_path, cluster):
+    from pipeline.data.synth import write_sift_synth
+    ds = write_sift_synth(tmp_path / "sift.zarr", 100_000, seed=0)
+    with Client(cluster):
+        got = _by_method(run_evaluation(ds, methods=["lsh", "pcah", "sgh"], bits=[32, 64, 128], n_queries=1000,
+                                        seed=0, ground_truth="euclidean", top_percent=2.0, ks=[1000]))
+    for bits in (32, 64, 128):
+        sgh = got[("sgh", bits)]["precision@1000"]
+        assert sgh > got[("lsh", bits)]["precision@1000"], bits
+        assert sgh > got[("pcah", bits)]["precision@1000"], bits
+
+
+def test_s3plh_map_above_pcah_adjusted_pcah_and_lsh_with_1000_labels(fmnist_paths, cluster):
+    """The SPLH paper's MNIST protocol on Fashion-MNIST: 1000 labeled training points,
+    label ground truth, Hamming-ranking map."""
+    with Client(cluster):
+        got = _by_method(run_evaluation(open_dataset(fmnist_paths[20000]),
+                                        methods=["lsh", "pcah", "pcah-adjusted", "splh"], bits=[24, 48],
+                                        n_queries=1000, seed=0, params={"n_labeled": 1000}, ks=[100]))
+    for bits in (24, 48):
+        splh = got[("splh", bits)]["map"]
+        for baseline in ("lsh", "pcah", "pcah-adjusted"):
+            assert splh > got[(baseline, bits)]["map"] + 0.02, (bits, baseline)
+        assert 0 <= got[("splh", bits)]["failed_queries@radius2"] < 1
