@@ -205,3 +205,34 @@ def test_bench_commands_compare_with_their_peers(pipeline_run, cluster, tmp_path
         assert r["ours"]["seconds"] > 0 and r["peer"]["seconds"] > 0 and r["machine"]["cores"] >= 1
         assert r["ratio_ours_over_peer_seconds"] == pytest.approx(r["ours"]["seconds"] / r["peer"]["seconds"], rel=1e-2)
         assert out[stage].with_suffix(".md").read_text().startswith(f"# dhash bench {stage}")
+
+
+def test_cli_sgh_and_usplh_options_reach_the_models(pipeline_run, cluster, tmp_path, capsys):
+    """`dhash train --method sgh` with its flags, then encode + search; `evaluate` passes
+    --sgh-rho-scale to SGH only (DisH keeps its own --rho-scale) and USPLH options through."""
+    from tests.schemas import validate
+    _, ds, _, _, _ = pipeline_run
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    model, codes, res = tmp_path / "sgh", tmp_path / "codes.zarr", tmp_path / "res.parquet"
+    assert run("train", "--dataset", ds, "--method", "sgh", "--bits", 12, "--split", "default", "--n-bases", 64,
+               "--bandwidth-scale", 0.8, "--sgh-rho-scale", 0.5, "--kernel-cache", "recompute", "--out", model, *sched) == 0
+    meta = json.loads((model / "model.json").read_text())
+    validate(meta, "model.schema.json")
+    assert meta["params"]["n_bases"] == 64 and meta["params"]["rho_scale"] == 0.5
+    assert meta["params"]["bandwidth_scale"] == 0.8 and meta["training"]["kernel_cache"] == "recompute"
+    assert meta["training"]["passes"] == 3 + 2 * 12
+    assert run("encode", "--dataset", ds, "--model", model, "--out", codes, *sched) == 0
+    assert run("search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 5, "--out", res, *sched) == 0
+    assert pq.read_table(res).num_rows == 250
+    out = tmp_path / "report"
+    assert run("evaluate", "--dataset", ds, "--methods", "sgh,usplh,dish-allreduce", "--bits", 8, "--queries", 30,
+               "--ground-truth", "euclidean", "--top-k", 10, "--n-bases", 32, "--sgh-rho-scale", 0.25,
+               "--rho-scale", 0.7, "--region-size", 100, "--decay", 0.3, "--max-iter", 2, "--out", out, *sched) == 0
+    rows = {r["method"]: r for r in json.loads((out / "report.json").read_text())["results"]}
+    assert rows["sgh"]["params"]["rho_scale"] == 0.25 and rows["sgh"]["params"]["n_bases"] == 32
+    assert rows["dish-allreduce"]["params"]["rho_scale"] == 0.7
+    assert rows["usplh"]["params"]["region_size"] == 100 and rows["usplh"]["params"]["decay"] == 0.3
+    # semi-supervised methods on a dataset without labels: one clear line
+    assert run("evaluate", "--dataset", ds, "--methods", "splh", "--bits", 8, "--queries", 30, "--ground-truth",
+               "euclidean", "--top-k", 10, "--out", tmp_path / "r2", *sched) == 2
+    assert "needs labels" in _one_line_error(capsys) and not (tmp_path / "r2").exists()

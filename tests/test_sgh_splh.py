@@ -72,7 +72,7 @@ def test_feature_transformation_is_the_papers_chord_approximation():
     np.testing.assert_allclose(sgh_k.transformed_head(Xc, rho), P[:, :-1], rtol=1e-12)
 
 
-def test_sgh_fit_equals_dense_algorithm_1_with_explicit_similarity_matrix(client):
+def test_sgh_fit_equals_dense_algorithm_1_with_explicit_similarity_matrix(client, tmp_path):
     """The distributed fit (3 chunks) learns the same W as Algorithm 1 run with the n x n
     matrices written out: A_1 = c K^T S~ K, R_t updated with sgn(K w) sgn(K w)^T."""
     import dask.array as da
@@ -92,6 +92,9 @@ def test_sgh_fit_equals_dense_algorithm_1_with_explicit_similarity_matrix(client
     ref = np.packbits((np.exp(-d2 / (2 * model.bandwidth_ ** 2)) - model.kernel_mean_) @ W >= 0, axis=1,
                       bitorder="little")
     np.testing.assert_array_equal(codes, ref)
+    from pipeline.hashing import load_model
+    loaded = load_model(model.save(tmp_path / "sgh"))
+    np.testing.assert_array_equal(loaded.encode(X), codes)
     # recomputing the kernel features in every pass gives the same model
     again = SGH(8, n_bases=40, kernel_cache="recompute", random_state=5).fit(da.from_array(X, chunks=(250, 10)))
     np.testing.assert_allclose(again.components_, model.components_, rtol=1e-9, atol=1e-12)
@@ -186,7 +189,7 @@ def test_boundary_regions_merge_equals_a_full_sort():
         np.testing.assert_array_equal(rows, X[want])
 
 
-def test_splh_fit_equals_sequential_numpy_run(client):
+def test_splh_fit_equals_sequential_numpy_run(client, tmp_path):
     import dask.array as da
     rng = np.random.default_rng(6)
     X = rng.standard_normal((900, 8)) * np.arange(1, 9)
@@ -207,6 +210,8 @@ def test_splh_fit_equals_sequential_numpy_run(client):
         R = Xc - np.outer(Xc @ w, w)   # the paper's residual X - w w^T X
         C = R.T @ R / 900
         Xc = R
+    from pipeline.hashing import load_model
+    np.testing.assert_array_equal(load_model(model.save(tmp_path / "splh")).encode(X), model.encode(X))
     adjusted = make_hasher("pcah-adjusted", 4, random_state=2, eta=0.7, n_labeled=120).fit(
         da.from_array(X, chunks=(400, 8)), y)
     top = np.linalg.eigh(X.T @ X / 900 - np.outer(mean, mean) + 0.7 * Xl.T @ splh_k.pair_labels(y[rows]) @ Xl / 120)[1]
