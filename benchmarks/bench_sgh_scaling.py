@@ -27,13 +27,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_dish_scaling import summarize  # noqa: E402
-from pipeline.bench.measure import machine_info  # noqa: E402
+from bench_dish_scaling import summarize
+
+from pipeline.bench.measure import machine_info
 
 
 def numpy_sgh_run(X, n_bits, bases, bandwidth, rho, order, gamma=1e-6):
     """First sweep then the refinement sweep in ``order`` (add the bit's term back, refit)."""
-    from pipeline.kernels.sgh import initial_residual, kernel_features, top_generalized_eigenvector, transformed_head
+    from pipeline.kernels.sgh import (
+        initial_residual,
+        kernel_features,
+        top_generalized_eigenvector,
+        transformed_head,
+    )
     mean = X.mean(axis=0, dtype=np.float64)
     phi = kernel_features(X, bases, bandwidth).astype(np.float64)
     K = phi - phi.mean(axis=0)
@@ -64,11 +70,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
 
+    import dask
     from distributed import Client, LocalCluster
+
     from pipeline.data.synth import write_sift_synth
     from pipeline.distributed.cluster import worker_environ
     from pipeline.hashing import SGH
-    import dask
 
     work = Path(tempfile.mkdtemp(prefix="dhash-sgh-", dir=REPO.parent))
     runs = []
@@ -109,8 +116,8 @@ def main(argv=None) -> int:
              "| n | ours s | numpy s | ours / numpy | passes | kernel features | max abs W diff |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['n']:,} | {r['seconds']} | {r['numpy_seconds']} | {r['ratio_ours_over_numpy']} | {r['passes']} "
               f"| {r['kernel_cache']} | {r['max_abs_w_difference']:.2e} |" for r in runs]
-    lines += ["", f"Linear fit t = a + b n: a = {s['fixed_seconds']} s, b = {s['seconds_per_million_rows_marginal']} s per "
-              f"million rows, max deviation {s['affine_max_deviation']:.1%}."]
+    lines += ["", (f"Linear fit t = a + b n: a = {s['fixed_seconds']} s, b = {s['seconds_per_million_rows_marginal']} s per "
+                   f"million rows, max deviation {s['affine_max_deviation']:.1%}.")]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.bench.measure import machine_info  # noqa: E402
+from pipeline.bench.measure import machine_info
 
 
 def main(argv=None) -> int:

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--kernel-cache", choices=["auto", "memory", "recompute"],
                    help="sgh: keep kernel features on the workers between passes (default auto: when they fit)")
     g.add_argument("--labeled", type=int, help="splh, pcah-adjusted: labeled training points drawn with the seed (default 1000)")
-    g.add_argument("--eta", type=float, help="splh, usplh: weight of the (pseudo-)label term (default 1)")
+    g.add_argument("--eta", type=float, help="splh, usplh: weight of the (pseudo-)label term (default: splh 1, usplh 0.03)")
     g.add_argument("--region-size", type=int, help="usplh: points per boundary region (default 2000)")
     g.add_argument("--decay", type=float, help="usplh: decay lambda of earlier pseudo-labels (default 0.5)")
 

@@ -13,7 +13,6 @@ from pipeline.hashing import SGH, SPLH, USPLH, make_hasher
 from pipeline.kernels import sgh as sgh_k
 from pipeline.kernels import splh as splh_k
 
-
 # ---------------------------------------------------------------- SGH references -----
 
 def _explicit_P_Q(Xc, rho):
@@ -79,7 +78,7 @@ def test_sgh_fit_equals_dense_algorithm_1_with_explicit_similarity_matrix(client
     rng = np.random.default_rng(3)
     X = rng.standard_normal((600, 10)) + rng.integers(0, 3, (600, 1))
     model = SGH(8, n_bases=40, kernel_cache="memory", random_state=5).fit(da.from_array(X, chunks=(250, 10)))
-    W, S_tilde = _sgh_dense_reference(X, 8, model.bases_.astype(np.float64), model.bandwidth_, model.rho_, 1e-6,
+    W, _ = _sgh_dense_reference(X, 8, model.bases_.astype(np.float64), model.bandwidth_, model.rho_, 1e-6,
                                       model.training_stats_["refine_order"])
     assert model.training_stats_["passes"] == 3 + 8 + 8
     np.testing.assert_allclose(model.components_, W, rtol=1e-6, atol=1e-8)
@@ -236,15 +235,22 @@ def _fit_codes(ds, method, chunk_rows, y=None):
     return np.asarray(model.encode(X).compute())
 
 
+@pytest.fixture(scope="module")
+def one_worker_cluster():
+    from distributed import LocalCluster
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=40) as one:
+        yield one
+
+
 @pytest.mark.parametrize("method", ["sgh", "usplh", "splh"])
-def test_same_codes_for_1_and_2_workers_and_two_chunkings(small_sift, cluster, method):
-    from distributed import Client, LocalCluster
+def test_same_codes_for_1_and_2_workers_and_two_chunkings(small_sift, cluster, one_worker_cluster, method):
+    from distributed import Client
     y = (np.arange(small_sift.n) * 7919 % 10) if method == "splh" else None   # synthetic labels
     with Client(cluster):
         reference = _fit_codes(small_sift, method, None, y)
         other_chunks = _fit_codes(small_sift, method, 5000, y)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=40) as one, Client(one):
+    with Client(one_worker_cluster):
         one_worker = _fit_codes(small_sift, method, None, y)
     np.testing.assert_array_equal(other_chunks, reference)
     np.testing.assert_array_equal(one_worker, reference)
@@ -260,6 +266,7 @@ def test_200k_point_fits_never_build_an_n_by_n_array(tmp_path):
     """SGH (kernel features recomputed per pass) and USPLH on 200k points: an n x n float
     matrix would be 320 GB; every worker process stays under 1 GB (chunk-sized work only)."""
     from distributed import Client, LocalCluster
+
     from pipeline.data.synth import write_sift_synth
     ds = write_sift_synth(tmp_path / "sift.zarr", 200_000, seed=3, chunk_rows=32768)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,

@@ -16,10 +16,11 @@ def _by_method(report):
 @pytest.fixture(scope="module")
 def sgh_euclidean(fmnist_paths, cluster):
     """The SGH paper's protocol: ground truth = exact top 2% neighbours, 1000 queries."""
+    ds = open_dataset(fmnist_paths[20000])
+    protocol = {"n_queries": 1000, "seed": 0, "ground_truth": "euclidean", "top_percent": 2.0, "ks": [1000]}
     with Client(cluster):
-        return _by_method(run_evaluation(open_dataset(fmnist_paths[20000]), methods=["lsh", "pcah", "sgh", "usplh"],
-                                         bits=[32, 48, 64, 128], n_queries=1000, seed=0, ground_truth="euclidean",
-                                         top_percent=2.0, ks=[1000]))
+        return {**_by_method(run_evaluation(ds, methods=["lsh", "pcah", "sgh"], bits=[32, 64, 128], **protocol)),
+                **_by_method(run_evaluation(ds, methods=["pcah", "usplh"], bits=[32, 48], **protocol))}
 
 
 @pytest.mark.parametrize("bits", [32, 64, 128])

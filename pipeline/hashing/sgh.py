@@ -27,14 +27,26 @@ import os
 import dask
 import numpy as np
 
-from pipeline.distributed.graph import chunk_delayeds, chunk_reads, map_reduce, select_rows
+from pipeline.distributed.graph import (
+    chunk_delayeds,
+    chunk_reads,
+    map_reduce,
+    select_rows,
+)
 from pipeline.errors import InputError
 from pipeline.hashing.base import Hasher
 from pipeline.kernels.codes import encode_linear
 from pipeline.kernels.dish import row_sums
-from pipeline.kernels.sgh import (combine_max_sum, gram_terms, initial_residual, kernel_features,
-                                  kernel_sign_gram, max_centred_sq_norm_and_kernel_sum, sq_distance_moments,
-                                  top_generalized_eigenvector)
+from pipeline.kernels.sgh import (
+    combine_max_sum,
+    gram_terms,
+    initial_residual,
+    kernel_features,
+    kernel_sign_gram,
+    max_centred_sq_norm_and_kernel_sum,
+    sq_distance_moments,
+    top_generalized_eigenvector,
+)
 from pipeline.kernels.stats import add_partials
 from pipeline.validation import check_finite_block, check_int_param
 
@@ -131,7 +143,7 @@ class SGH(Hasher):
         return n * self.n_bases * 4 <= KERNEL_CACHE_FRACTION * cluster_memory_bytes()
 
     def _fit(self, X):
-        n, d = X.shape
+        n = X.shape[0]
         self._check_params(n)
         c, m = self.n_bits, self.n_bases
         rng = np.random.default_rng(self.random_state)

@@ -31,8 +31,16 @@ import numpy as np
 from pipeline.distributed.graph import chunk_reads, map_reduce, row_numbers, select_rows
 from pipeline.errors import InputError
 from pipeline.hashing.linear import LinearHasher, training_covariance
-from pipeline.kernels.splh import (boundary_regions, deflate, label_term, merge_regions, pair_labels,
-                                   pseudo_label_term, top_direction, truncated_label_update)
+from pipeline.kernels.splh import (
+    boundary_regions,
+    deflate,
+    label_term,
+    merge_regions,
+    pair_labels,
+    pseudo_label_term,
+    top_direction,
+    truncated_label_update,
+)
 from pipeline.kernels.stats import top_eigenvectors
 from pipeline.validation import check_int_param
 
@@ -113,7 +121,7 @@ class SPLH(LinearHasher):
         alpha = self.alpha if self.alpha is not None else 1.0 / float(np.einsum("ij,ij->i", Xl, Xl).max())
         if not self.sequential:
             self.explained_variance_, self.components_ = top_eigenvectors(C + self.eta * label_term(Xl, S), self.n_bits)
-            self.training_stats_.update({"passes": 1, "n_labeled": int(len(rows))})
+            self.training_stats_.update({"passes": 1, "n_labeled": len(rows)})
             return
         W = np.empty((d, self.n_bits))
         violated = []
@@ -125,7 +133,7 @@ class SPLH(LinearHasher):
             C = deflate(C, w)
             log.info("%s %d bits: bit %d, %d labeled pairs violated", self.method, self.n_bits, k + 1, violated[-1])
         self.components_ = W
-        self.training_stats_.update({"passes": 1, "n_labeled": int(len(rows)), "alpha": float(alpha),
+        self.training_stats_.update({"passes": 1, "n_labeled": len(rows), "alpha": float(alpha),
                                      "violated_pairs": violated})
 
     def _learned_arrays(self):
@@ -142,10 +150,16 @@ def _regions_of_chunk(X, ids, mean, w, k):
 class USPLH(LinearHasher):
     """Unsupervised sequential projection learning. ``region_size`` rows per boundary region
     (paper: 2000), ``eta`` weighs the pseudo-label term against the covariance, ``decay``
-    (lambda) discounts the pseudo-labels of earlier bits."""
+    (lambda) discounts the pseudo-labels of earlier bits.
+
+    The paper gives no values for eta and lambda. Chosen on a Fashion-MNIST validation split
+    (test queries removed; benchmarks/results/sweep_usplh_fashion-mnist.md), map at 32 / 48
+    bits: eta 0.03, lambda 0.5 -> 0.456 / 0.494 (PCAH 0.360 / 0.348); eta 0.1 -> 0.335 /
+    0.372; eta 0.3 -> 0.335 / 0.368; lambda 1 (no decay) fell to 0.14-0.22. eta -> 0 is PCAH
+    (deflating the covariance yields its principal directions in order)."""
     method = "usplh"
 
-    def __init__(self, n_bits: int = 32, *, region_size: int = 2000, eta: float = 1.0, decay: float = 0.5):
+    def __init__(self, n_bits: int = 32, *, region_size: int = 2000, eta: float = 0.03, decay: float = 0.5):
         self.n_bits = n_bits
         self.region_size = region_size
         self.eta = eta
@@ -170,7 +184,7 @@ class USPLH(LinearHasher):
             # pseudo-labels of bit k for the next bits: one pass over every row
             regions = dask.compute(map_reduce("usplh-regions", _regions_of_chunk, merge, pieces, self.mean_, w, k_region))[0]
             L = self.decay * L + pseudo_label_term([rows for _, _, rows in regions], self.mean_)
-            region_sizes.append([int(len(ids)) for _, ids, _ in regions])
+            region_sizes.append([len(ids) for _, ids, _ in regions])
             log.info("usplh %d bits: bit %d, pseudo-labels from regions of %s rows", self.n_bits, k + 1, region_sizes[-1])
         self.components_ = W
         self.training_stats_.update({"passes": 1 + max(0, self.n_bits - 1), "region_sizes": region_sizes})

@@ -1,0 +1,68 @@
+#!/usr/bin/env python
+"""Collect the issue-5 quality reports (benchmarks/run_issue5.sh quality) into one Markdown
+file with the acceptance comparisons computed from the numbers.
+
+    .venv/bin/python benchmarks/summarize_quality.py benchmarks/results/issue5 --out benchmarks/results/quality_issue5.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pipeline.evaluation.report import quality_table
+
+# (report directory, method, metric, baselines that must be lower, reference reported only)
+CHECKS = [
+    ("fashion-mnist-euclidean", "sgh", "precision@1000", [32, 64, 128], ["lsh", "pcah"], "itq"),
+    ("sift-synth-100k-euclidean", "sgh", "precision@1000", [32, 64, 128], ["lsh", "pcah"], "itq"),
+    ("fashion-mnist-labels", "splh", "map", [24, 48], ["lsh", "pcah", "pcah-adjusted"], "itq"),
+    ("fashion-mnist-euclidean", "usplh", "map", [32, 48], ["pcah"], "itq"),
+]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("reports", help="directory holding one report directory per run")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    root = Path(args.reports)
+    reports = {p.parent.name: json.loads(p.read_text()) for p in sorted(root.glob("*/report.json"))}
+    lines = ["# Issue 5: SGH, S3PLH and USPLH on the papers' protocols", "",
+             "Test split: 1000 queries, seed 0; training set = database. Commands: `benchmarks/run_issue5.sh quality`;",
+             "parameters chosen on a validation split beforehand (`sweep_*.md`).", "", "## Acceptance", "",
+             "| run | method | metric | bits | value | must beat | beaten? | reported against |", "|---|---|---|---|---|---|---|---|"]
+    all_ok = True
+    for run, method, metric, bits_list, baselines, reference in CHECKS:
+        if run not in reports:
+            lines.append(f"| {run} | {method} | {metric} | - | missing | | | |")
+            all_ok = False
+            continue
+        rows = {(r["method"], r["n_bits"]): r["metrics"] for r in reports[run]["results"]}
+        for bits in bits_list:
+            if (method, bits) not in rows:
+                continue
+            value = rows[(method, bits)][metric]
+            lower = {b: rows[(b, bits)][metric] for b in baselines if (b, bits) in rows}
+            ok = all(value > v for v in lower.values())
+            all_ok &= ok
+            ref = rows.get((reference, bits), {}).get(metric)
+            ref_cell = f"{reference} {ref:.4f}" if ref is not None else ""
+            beaten = ", ".join(f"{b} {v:.4f}" for b, v in lower.items())
+            lines.append(f"| {run} | {method} | {metric} | {bits} | {value:.4f} | {beaten} | {'yes' if ok else 'NO'} | {ref_cell} |")
+    lines += ["", f"All acceptance comparisons hold: **{'yes' if all_ok else 'no'}**", ""]
+    for run, report in reports.items():
+        gt = report["ground_truth"]
+        lines += [f"## {run}", "", f"{report['dataset']['source']}, {report['dataset']['n']} points; ground truth: "
+                  f"{gt['rule']}" + (f" (K = {gt['k']})" if gt.get("k") else ""), "", quality_table(report), ""]
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
