@@ -19,7 +19,10 @@ run sweeps $S --dataset fashion-mnist --method usplh --bits 32,48 --grid '{"eta"
 run sweeps $S --dataset fashion-mnist --method sgh --bits 32,64,128 \
   --grid '[{"n_bases": [300, 1000], "bandwidth_scale": [0.5, 1, 2]}, {"rho_scale": [0.5, 2]}]' \
   --ground-truth euclidean --top-percent 2 --out $R/sweep_sgh_fashion-mnist.json
-run sweeps $S --dataset fashion-mnist --method splh --bits 24,48 --grid '{"eta": [0.3, 1, 3]}' \
+run sweeps $S --dataset fashion-mnist --method sgh --bits 32,64,128 \
+  --grid '[{"rho_scale": [0.25]}, {"rho_scale": [0.5], "bandwidth_scale": [0.5]}]' \
+  --ground-truth euclidean --top-percent 2 --out $R/sweep_sgh_fashion-mnist_round2.json
+run sweeps $S --dataset fashion-mnist --method splh --bits 24,48 --grid '{"eta": [0.3, 1, 3, 10, 30]}' \
   --metric map --out $R/sweep_splh_fashion-mnist.json
 Q=$R/issue5
 run quality $E --dataset fashion-mnist --methods lsh,pcah,itq,sgh,usplh --bits 32,48,64,128 \

@@ -50,7 +50,7 @@ def main(argv=None) -> int:
         ds = resolve_dataset(args.dataset, n=args.n)
         held = holdout_dataset(ds, 1000, 0, Path(args.workdir) / f"{Path(str(ds.path)).name}-holdout.zarr")
         rows = sweep(held, args.method, bits, configs, ground_truth=args.ground_truth, top_percent=args.top_percent,
-                     ks=[100, 1000])
+                     ks=[100, 1000], progress=lambda row: print(json.dumps(row), file=sys.stderr, flush=True))
         client.cluster.close()
     best = {}
     for row in rows:

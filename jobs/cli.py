@@ -58,12 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--init", help="random (default) or pca")
     g = dish.add_argument_group("SGH, SPLH, USPLH (methods sgh, splh, usplh, pcah-adjusted)")
     g.add_argument("--n-bases", type=int, help="sgh: kernel bases m (default 300)")
-    g.add_argument("--bandwidth-scale", type=float, help="sgh: kernel width = this x RMS distance to the bases (default 1)")
-    g.add_argument("--sgh-rho-scale", type=float, help="sgh: rho = this x 2 max ||x - mean||^2 (default 1)")
+    g.add_argument("--bandwidth-scale", type=float, help="sgh: kernel width = this x RMS distance to the bases (default 0.5)")
+    g.add_argument("--sgh-rho-scale", type=float, help="sgh: rho = this x 2 max ||x - mean||^2 (default 0.5)")
     g.add_argument("--kernel-cache", choices=["auto", "memory", "recompute"],
                    help="sgh: keep kernel features on the workers between passes (default auto: when they fit)")
     g.add_argument("--labeled", type=int, help="splh, pcah-adjusted: labeled training points drawn with the seed (default 1000)")
-    g.add_argument("--eta", type=float, help="splh, usplh: weight of the (pseudo-)label term (default: splh 1, usplh 0.03)")
+    g.add_argument("--eta", type=float, help="splh, usplh: weight of the (pseudo-)label term (default: splh 3, usplh 0.03)")
     g.add_argument("--region-size", type=int, help="usplh: points per boundary region (default 2000)")
     g.add_argument("--decay", type=float, help="usplh: decay lambda of earlier pseudo-labels (default 0.5)")
 

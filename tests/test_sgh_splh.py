@@ -83,10 +83,10 @@ def test_sgh_fit_equals_dense_algorithm_1_with_explicit_similarity_matrix(client
     assert model.training_stats_["passes"] == 3 + 8 + 8
     np.testing.assert_allclose(model.components_, W, rtol=1e-6, atol=1e-8)
     Xc = X - X.mean(0)
-    assert model.rho_ == pytest.approx(2 * (Xc ** 2).sum(1).max())
-    # bandwidth = RMS distance between training points and bases
+    assert model.rho_ == pytest.approx(0.5 * 2 * (Xc ** 2).sum(1).max())     # default rho_scale 0.5
+    # bandwidth = bandwidth_scale (default 0.5) x RMS distance between training points and bases
     d2 = ((X[:, None] - model.bases_[None]) ** 2).sum(-1)
-    assert model.bandwidth_ == pytest.approx(math.sqrt(d2.mean()))
+    assert model.bandwidth_ == pytest.approx(0.5 * math.sqrt(d2.mean()))
     codes = model.encode(X)
     ref = np.packbits((np.exp(-d2 / (2 * model.bandwidth_ ** 2)) - model.kernel_mean_) @ W >= 0, axis=1,
                       bitorder="little")

@@ -39,7 +39,7 @@ def grid(**axes) -> list[dict]:
 
 
 def sweep(holdout: Dataset, method: str, bits: list[int], configs: list[dict], *, n_queries: int = 1000,
-          seed: int = 1, **protocol) -> list[dict]:
+          seed: int = 1, progress=None, **protocol) -> list[dict]:
     """Score ``method`` with each parameter set on validation queries drawn from ``holdout``
     (seed ``seed``): one row per (config, bits) with every metric of the report."""
     from pipeline.evaluation.evaluate import run_evaluation
@@ -51,4 +51,6 @@ def sweep(holdout: Dataset, method: str, bits: list[int], configs: list[dict], *
             metrics = {k: v for k, v in r["metrics"].items() if isinstance(v, float)}
             rows.append({"method": method, "params": config, "n_bits": r["n_bits"], "metrics": metrics,
                          "train_seconds": r["timing"]["train_seconds"]})
+            if progress is not None:
+                progress(rows[-1])
     return rows
