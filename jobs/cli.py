@@ -6,6 +6,7 @@ outputs went. Bad input exits with status 2 and one line ``error: <problem; fix>
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import numpy as np
@@ -45,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--threads", type=int, default=1, help="local cluster: threads per worker (default 1)")
     g.add_argument("--config", help="TOML file with this command's options (flags given here win)")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g.add_argument("--performance-report", metavar="FILE.html",
+                   help="save Dask's performance report of this job (task stream, worker profiles, bandwidth)")
 
     dish = argparse.ArgumentParser(add_help=False)
     g = dish.add_argument_group("DisH (methods dish, dish-allreduce)")
@@ -422,6 +425,22 @@ def _configure_logging(quiet: bool) -> None:
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
 
 
+@contextlib.contextmanager
+def _performance_report(path):
+    """Dask's performance report of everything the job computes, written atomically: a
+    failed job leaves no report (and no half-written file) behind."""
+    if not path:
+        yield
+        return
+    from distributed import performance_report
+
+    from pipeline.storage.atomic import atomic_path
+    with atomic_path(path, overwrite=True) as tmp:
+        with performance_report(filename=str(tmp)):
+            yield
+    _log(f"performance report: {path}")
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     client = None
@@ -431,7 +450,8 @@ def main(argv=None) -> int:
         if args.command in NEEDS_CLUSTER:
             from pipeline.distributed.cluster import connect
             client = connect(args.scheduler, workers=args.workers, threads=args.threads, quiet=args.quiet)
-        COMMANDS[args.command](args)
+        with _performance_report(getattr(args, "performance_report", None)):
+            COMMANDS[args.command](args)
         return 0
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
