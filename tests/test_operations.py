@@ -59,3 +59,75 @@ def test_failed_job_leaves_no_performance_report(fresh_cluster, tmp_path, capsys
                "--performance-report", report, "--scheduler", fresh_cluster.scheduler_address, "--quiet") == 2
     assert "not a dataset" in capsys.readouterr().err
     assert not report.exists() and list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- separate processes --
+
+REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def process_cluster(tmp_path_factory):
+    """`dask scheduler` and two `dask worker` processes (CLI, TCP on 127.0.0.1), configured
+    with deploy/dask-worker.yaml as the README tells users: the shape of real hosts."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from distributed import Client
+    tmp = tmp_path_factory.mktemp("processes")
+    scheduler_file = tmp / "scheduler.json"
+    dask_cli = str(__import__("pathlib").Path(sys.executable).parent / "dask")
+    env = {**os.environ, "DASK_CONFIG": str(REPO / "deploy" / "dask-worker.yaml")}
+    env.pop("DASK_SCHEDULER_ADDRESS", None)
+    log = open(tmp / "cluster.log", "w")
+    procs = [subprocess.Popen([dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(scheduler_file)], stdout=log, stderr=log, env=env)]
+    try:
+        for _ in range(300):
+            if scheduler_file.exists() and scheduler_file.stat().st_size:
+                break
+            time.sleep(0.1)
+        procs += [subprocess.Popen([dask_cli, "worker", "--scheduler-file", str(scheduler_file), "--nthreads", "1",
+                                    "--no-dashboard", "--memory-limit", "4GiB", "--name", f"host-{i}"],
+                                   stdout=log, stderr=log, env=env) for i in range(2)]
+        with Client(scheduler_file=str(scheduler_file), timeout="30s") as client:
+            client.wait_for_workers(2, timeout=60)
+            address = client.scheduler.address
+        yield address
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        log.close()
+
+
+def _metrics(report_dir):
+    import json
+    report = json.loads((report_dir / "report.json").read_text())
+    return {(r.get("label", r["method"]), r["n_bits"]): (r["model_id"], {k: v for k, v in r["metrics"].items()
+                                                                        if isinstance(v, float)})
+            for r in report["results"]}
+
+
+def test_pipeline_on_separate_scheduler_and_worker_processes_equals_local_cluster(process_cluster, tmp_path):
+    """The whole evaluate job against `--scheduler tcp://...` (two `dask worker` processes)
+    gives the same models (content ids) and every metric identical to the embedded
+    LocalCluster run."""
+    from pipeline.data.synth import write_sift_synth
+    ds = write_sift_synth(tmp_path / "sift.zarr", 20000, seed=4, chunk_rows=5000).path
+    job = ["evaluate", "--dataset", ds, "--methods", "lsh,itq,dish,sgh,usplh", "--bits", 16, "--queries", 50,
+           "--ground-truth", "euclidean", "--top-k", 20, "--nodes", 3, "--max-iter", 3, "--n-bases", 64,
+           "--region-size", 500, "--quiet"]
+    assert process_cluster.startswith("tcp://127.0.0.1:")
+    assert run(*job, "--scheduler", process_cluster, "--out", tmp_path / "hosts") == 0
+    assert run(*job, "--workers", 2, "--out", tmp_path / "local") == 0
+    hosts, local = _metrics(tmp_path / "hosts"), _metrics(tmp_path / "local")
+    assert hosts.keys() == local.keys() and len(hosts) == 6   # dish gives DisH2 and DisH1 rows
+    for key in local:
+        assert hosts[key][0] == local[key][0], key          # identical learned arrays
+        assert hosts[key][1] == pytest.approx(local[key][1], abs=1e-12), key
