@@ -117,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-iter", type=int, help="ITQ iterations (default 50)")
     p.add_argument("--out", required=True, help="model directory to create")
     p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run from OUT.checkpoint (itq, dish: saved after every iteration)")
 
     p = cmd("encode", "Encode every row of a dataset into packed binary codes (zarr)")
     p.add_argument("--dataset", required=True)
@@ -281,17 +283,27 @@ def _method_params(args) -> dict:
 def cmd_train(args):
     from pipeline.hashing import DisH, make_hasher
     from pipeline.storage.datasets import dataset_summary
+    from pipeline.hashing.checkpoint import checkpoint_path
     ds = _dataset(args)
     model = make_hasher(args.method, args.bits, random_state=args.seed, **_method_params(args))
+    if Path(args.out).exists() and not args.overwrite:
+        raise InputError(f"output {args.out} already exists; choose another path or pass --overwrite")
+    ckpt = checkpoint_path(args.out) if model.supports_checkpoint else None
+    if ckpt is not None and ckpt.exists() and not args.resume:
+        raise InputError(f"{ckpt} holds the state of an interrupted training run; pass --resume to continue it, "
+                         "or delete it to start over")
     X, manifest = _train_rows(ds, args.split)
+    y = None
     if isinstance(model, DisH) or model.uses_labels:
         y = ds.labels
         if y is not None and args.split:
             y = np.delete(y, ds.get_split(args.split).query, axis=0)
-        model.fit(X, y if model.uses_labels or (y is not None and y.ndim == 1) else None)
-    else:
-        model.fit(X)
+        y = y if model.uses_labels or (y is not None and y.ndim == 1) else None
+    model.fit(X, y, checkpoint=ckpt)
     model.save(args.out, dataset={**dataset_summary(ds), "split": manifest}, overwrite=args.overwrite)
+    if ckpt is not None:
+        import shutil
+        shutil.rmtree(ckpt, ignore_errors=True)   # the model holds everything now
     secs = model.training_stats_["train_seconds"]
     passes = model.training_stats_.get("passes", 1)
     print(f"model: {args.out} ({model.method}, {model.n_bits} bits, id {model.model_id}, {secs:.1f}s, "
@@ -435,9 +447,8 @@ def _performance_report(path):
     from distributed import performance_report
 
     from pipeline.storage.atomic import atomic_path
-    with atomic_path(path, overwrite=True) as tmp:
-        with performance_report(filename=str(tmp)):
-            yield
+    with atomic_path(path, overwrite=True) as tmp, performance_report(filename=str(tmp)):
+        yield
     _log(f"performance report: {path}")
 
 

@@ -74,13 +74,14 @@ def process_cluster(tmp_path_factory):
     import subprocess
     import sys
     import time
+
     from distributed import Client
     tmp = tmp_path_factory.mktemp("processes")
     scheduler_file = tmp / "scheduler.json"
     dask_cli = str(__import__("pathlib").Path(sys.executable).parent / "dask")
     env = {**os.environ, "DASK_CONFIG": str(REPO / "deploy" / "dask-worker.yaml")}
     env.pop("DASK_SCHEDULER_ADDRESS", None)
-    log = open(tmp / "cluster.log", "w")
+    log = open(tmp / "cluster.log", "w")  # noqa: SIM115 - the processes write to it until teardown
     procs = [subprocess.Popen([dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                                "--scheduler-file", str(scheduler_file)], stdout=log, stderr=log, env=env)]
     try:
@@ -131,3 +132,55 @@ def test_pipeline_on_separate_scheduler_and_worker_processes_equals_local_cluste
     for key in local:
         assert hosts[key][0] == local[key][0], key          # identical learned arrays
         assert hosts[key][1] == pytest.approx(local[key][1], abs=1e-12), key
+
+
+# ---------------------------------------------------------------- checkpoint / resume -
+
+@pytest.mark.parametrize("method, extra", [("dish", ["--nodes", 3, "--max-iter", 12]),
+                                           ("itq", ["--n-iter", 30])])
+def test_train_killed_mid_run_resumes_to_the_same_model(tmp_path, capsys, method, extra):
+    """`dhash train` is killed (SIGKILL to the client with its scheduler and workers) once
+    its checkpoint holds iteration 3 or later; the model is not there, a plain rerun refuses
+    to overwrite the state, `--resume` finishes the run and gives the model (content id)
+    an uninterrupted run gives."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pipeline.data.synth import write_sift_synth
+    ds = write_sift_synth(tmp_path / "sift.zarr", 60000, seed=5, chunk_rows=8192).path
+    job = ["train", "--dataset", str(ds), "--method", method, "--bits", "16", "--workers", "2", "--quiet",
+           *map(str, extra)]
+    assert run(*job, "--out", tmp_path / "reference") == 0
+    out = tmp_path / "model"
+    state = tmp_path / "model.checkpoint" / "state.json"
+    proc = subprocess.Popen([sys.executable, "-m", "jobs", *job, "--out", str(out)], cwd=REPO,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stopped_at = None
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            stopped_at = json.loads(state.read_text())["iteration"]
+        except (OSError, ValueError, KeyError):
+            stopped_at = None
+        if stopped_at is not None and stopped_at >= 3:
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be stopped"
+    assert not out.exists()
+    assert 3 <= json.loads(state.read_text())["iteration"] < (12 if method == "dish" else 30)
+
+    assert run(*job, "--out", out) == 2
+    assert "pass --resume" in capsys.readouterr().err
+    assert run(*job, "--out", out, "--resume") == 0
+    reference = json.loads((tmp_path / "reference" / "model.json").read_text())
+    resumed = json.loads((out / "model.json").read_text())
+    assert resumed["model_id"] == reference["model_id"]
+    assert not state.parent.exists()
+    key = "objective" if method == "dish" else "quantization_loss"
+    assert resumed["training"][key] == pytest.approx(reference["training"][key], rel=1e-12)

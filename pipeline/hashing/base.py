@@ -61,14 +61,32 @@ class Hasher:
         check_int_param(self.n_bits, "n_bits", type(self).__name__, 1, high)
         return as_dask(X)
 
-    def fit(self, X, y=None):
+    supports_checkpoint = False  # iterative fits that save their state after every iteration
+
+    def fit(self, X, y=None, *, checkpoint=None):
+        """Learn the hash functions from X (numpy or dask, rows = points). ``y``: one label
+        (or multi-hot row) per row, used by semi-supervised methods and DisH's by-label
+        partition. ``checkpoint``: a directory for the per-iteration state of iterative
+        methods (``supports_checkpoint``); a checkpoint of the same run there is resumed."""
         started = time.perf_counter()
         X = self._validate_training_data(X)
         self.n_features_in_ = int(X.shape[1])
         self.training_stats_ = {"n_train": int(X.shape[0]), "n_chunks": int(X.numblocks[0])}
-        self._fit(X)
+        self._y, self._checkpoint_path = y, checkpoint
+        try:
+            self._fit(X)
+        finally:
+            del self._y, self._checkpoint_path
         self.training_stats_["train_seconds"] = round(time.perf_counter() - started, 4)
         return self
+
+    def _checkpoint(self, X):
+        """(Checkpoint or None, saved state or None) for this fit; call after ``mean_`` is set."""
+        from pipeline.hashing.checkpoint import Checkpoint, data_fingerprint
+        if self._checkpoint_path is None:
+            return None, None
+        ckpt = Checkpoint(self._checkpoint_path, data_fingerprint(self, X, self.mean_))
+        return ckpt, ckpt.load()
 
     def _fit(self, X):  # pragma: no cover - abstract
         raise NotImplementedError

@@ -48,6 +48,7 @@ class DisH(LinearHasher):
     the partition, recomputed from the parameters)."""
     method = "dish"
     linear_pca_based = True
+    supports_checkpoint = True
 
     def __init__(self, n_bits: int = 32, *, consensus: str = "admm", nodes: int = 10, topology="random",
                  partition: str = "contiguous", inner_steps: int = 5, rho: float | None = None,
@@ -82,13 +83,6 @@ class DisH(LinearHasher):
         if self.rho is not None and not self.rho > 0:
             raise InputError(f"The 'rho' parameter of DisH must be > 0 (or None for the data-scaled default). Got {self.rho!r} instead.")
 
-    def fit(self, X, y=None):
-        self._y = y
-        try:
-            return super().fit(X)
-        finally:
-            del self._y
-
     def _fit(self, X):
         self._check_params()
         rng = np.random.default_rng(self.random_state)
@@ -109,14 +103,22 @@ class DisH(LinearHasher):
         node_sq = [centred_sq_norm(*s, self.mean_) for s in sums]   # ||X_i - mean||^2, for objective (3)
         rho = self.rho if self.rho is not None else self.rho_scale * (n_total / P) * np.sqrt(sum(node_sq) / n_total)
 
-        C0 = self._initial_dictionary(X, d, r, rng)
-        C = [C0] * P
-        Lam = [np.zeros((d, r))] * P
         history = {"objective": [], "consensus_residual": [], "bytes_exchanged_per_node": [], "pass_seconds": [],
                    "admm_seconds": []}
+        prev, start = None, 0
+        ckpt, saved = self._checkpoint(X)
+        if saved is not None:     # resume: the dictionaries and multipliers after iteration `start`
+            start, arrays, meta = saved
+            C, Lam = list(arrays["dictionaries"]), list(arrays["multipliers"])
+            history, prev = meta["history"], meta["objective"]
+            log.info("dish %d bits: resuming after iteration %d from %s", r, start, ckpt.path)
+        else:
+            C0 = self._initial_dictionary(X, d, r, rng)
+            C = [C0] * P
+            Lam = [np.zeros((d, r))] * P
         dict_bytes = d * r * BYTES_PER_FLOAT
-        prev = None
-        for it in range(self.max_iter):
+        C_now = C
+        for it in range(start, self.max_iter):
             # one pass over each node's data: B_i = sgn(X_i C_i) fused with B_i^T X_i
             started = time.perf_counter()
             grams, objectives = zip(*[runner.compute(i, _gram_and_objective(chunks[i], self.mean_, C[i], node_sq[i], sums[i][0]))
@@ -141,6 +143,9 @@ class DisH(LinearHasher):
             if prev is not None and abs(prev - objective) <= self.tol * abs(objective) and residual <= self.consensus_tol:
                 break
             prev = objective
+            if ckpt is not None:
+                ckpt.save(it + 1, {"dictionaries": np.stack(C_now), "multipliers": np.stack(runner.gather(Lam))},
+                          {"history": history, "objective": objective})
         self.dictionaries_ = np.stack(C_now)
         self.components_ = self.dictionaries_[self.dictionary]
         self.training_stats_.update({
@@ -162,10 +167,16 @@ class DisH(LinearHasher):
         n, col_sum, sq_sum = dask.compute(map_reduce("dish-mean", _checked_row_sums, add_partials, chunks))[0]
         self.mean_ = col_sum / n
         sq_norm = centred_sq_norm(n, col_sum, sq_sum, self.mean_)
-        C = self._initial_dictionary(X, d, r, rng)
         history = {"objective": []}
-        prev = None
-        for it in range(self.max_iter):
+        prev, start = None, 0
+        ckpt, saved = self._checkpoint(X)
+        if saved is not None:
+            start, arrays, meta = saved
+            C, history, prev = arrays["dictionary"], meta["history"], meta["objective"]
+            log.info("dish-allreduce %d bits: resuming after iteration %d from %s", r, start, ckpt.path)
+        else:
+            C = self._initial_dictionary(X, d, r, rng)
+        for it in range(start, self.max_iter):
             gram = dask.compute(map_reduce("dish-gram", gram_chunk, _add, chunks, self.mean_, C))[0]
             objective = node_objective(sq_norm, gram, C, n)
             history["objective"].append(objective)
@@ -174,6 +185,8 @@ class DisH(LinearHasher):
             if prev is not None and abs(prev - objective) <= self.tol * abs(objective):
                 break
             prev = objective
+            if ckpt is not None:
+                ckpt.save(it + 1, {"dictionary": C}, {"history": history, "objective": objective})
         self.dictionaries_ = C[None]
         self.components_ = C
         self.training_stats_.update({"consensus": "allreduce", "iterations": len(history["objective"]),

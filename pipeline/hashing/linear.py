@@ -103,6 +103,7 @@ class ITQ(LinearHasher):
     """
     method = "itq"
     linear_pca_based = True
+    supports_checkpoint = True
 
     def __init__(self, n_bits: int = 32, *, n_iter: int = 50, random_state: int | None = 0):
         self.n_bits = n_bits
@@ -118,8 +119,13 @@ class ITQ(LinearHasher):
         projected_sq = n * float(np.trace(W.T @ cov @ W))      # ||V||^2 of V = (X - mean) W
         chunks = chunk_reads(X)
         R = random_rotation(self.n_bits, rng)
-        losses = []
-        for it in range(n_iter):
+        losses, start = [], 0
+        ckpt, saved = self._checkpoint(X)
+        if saved is not None:     # resume: the rotation after iteration `start`
+            start, arrays, meta = saved
+            R, losses = arrays["rotation"], meta["quantization_loss"]
+            log.info("itq %d bits: resuming after iteration %d from %s", self.n_bits, start, ckpt.path)
+        for it in range(start, n_iter):
             # B^T V = (B^T (X - mean)) W: the fused sign + byte-grouped Gram pass over the
             # features (the same kernel as DisH), so V is never stored or re-read
             gram = dask.compute(map_reduce("itq-gram", gram_chunk, _add, chunks, self.mean_, W @ R))[0]
@@ -127,6 +133,8 @@ class ITQ(LinearHasher):
             losses.append(itq_loss(BtV, R, n, projected_sq))
             R = itq_rotation(BtV)
             log.info("itq %d bits: iteration %d/%d, quantization loss %.6g", self.n_bits, it + 1, n_iter, losses[-1])
+            if ckpt is not None:
+                ckpt.save(it + 1, {"rotation": R}, {"quantization_loss": losses})
         self.pca_components_ = W
         self.rotation_ = R
         self.components_ = W @ R

@@ -84,13 +84,6 @@ class SPLH(LinearHasher):
         self.sequential = sequential
         self.random_state = random_state
 
-    def fit(self, X, y=None):
-        self._y = y
-        try:
-            return super().fit(X)
-        finally:
-            del self._y
-
     def _labeled_rows(self, n: int) -> np.ndarray:
         if self.labeled_rows is not None:
             rows = np.unique(np.asarray(self.labeled_rows, dtype=np.int64))
