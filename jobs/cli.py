@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-
-import numpy as np
 import time
 from pathlib import Path
+
+import numpy as np
 
 from pipeline.errors import InputError
 
@@ -282,8 +282,8 @@ def _method_params(args) -> dict:
 
 def cmd_train(args):
     from pipeline.hashing import DisH, make_hasher
-    from pipeline.storage.datasets import dataset_summary
     from pipeline.hashing.checkpoint import checkpoint_path
+    from pipeline.storage.datasets import dataset_summary
     ds = _dataset(args)
     model = make_hasher(args.method, args.bits, random_state=args.seed, **_method_params(args))
     if Path(args.out).exists() and not args.overwrite:
@@ -325,8 +325,8 @@ def cmd_encode(args):
 
 def cmd_search(args):
     from pipeline.distributed.graph import drop_rows, row_numbers
-    from pipeline.hashing import load_model
     from pipeline.distributed.progress import compute_with_progress
+    from pipeline.hashing import load_model
     from pipeline.search.hamming import knn_search_lazy, radius_search
     from pipeline.storage.codes import codes_dask, open_codes
     from pipeline.storage.results import write_knn_results, write_radius_results

@@ -272,8 +272,8 @@ def test_200k_point_fits_never_build_an_n_by_n_array(tmp_path):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                       silence_logs=40) as cl, Client(cl) as client:
         X = ds.features_dask()
-        SGH(8, kernel_cache="recompute", refine=False).fit(X)
-        USPLH(8).fit(X)
+        SGH(4, kernel_cache="recompute", refine=False).fit(X)
+        USPLH(4).fit(X)
         peaks = client.run(_worker_peak_rss_mb)
     assert max(peaks.values()) < 1024, peaks
 

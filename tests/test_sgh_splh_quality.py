@@ -36,12 +36,14 @@ def test_usplh_map_above_pcah_on_the_euclidean_protocol(sgh_euclidean, bits):
 
 
 def test_sgh_above_lsh_and_pcah_on_sift_synth(tmp_path, cluster):
+    """32 and 64 bits here (128 bits is in benchmarks/results/quality_issue5.md: 0.661 vs
+    LSH 0.559, PCAH 0.405), to keep the suite's time in bounds."""
     from pipeline.data.synth import write_sift_synth
     ds = write_sift_synth(tmp_path / "sift.zarr", 100_000, seed=0)
     with Client(cluster):
-        got = _by_method(run_evaluation(ds, methods=["lsh", "pcah", "sgh"], bits=[32, 64, 128], n_queries=1000,
+        got = _by_method(run_evaluation(ds, methods=["lsh", "pcah", "sgh"], bits=[32, 64], n_queries=1000,
                                         seed=0, ground_truth="euclidean", top_percent=2.0, ks=[1000]))
-    for bits in (32, 64, 128):
+    for bits in (32, 64):
         sgh = got[("sgh", bits)]["precision@1000"]
         assert sgh > got[("lsh", bits)]["precision@1000"], bits
         assert sgh > got[("pcah", bits)]["precision@1000"], bits

@@ -35,4 +35,4 @@ def make_hasher(method: str, n_bits: int, *, random_state: int | None = 0, **par
     return cls(n_bits=n_bits, **params)
 
 
-__all__ = ["DisH", "Hasher", "HASHERS", "METHOD_NAMES", "ITQ", "LSH", "PCAH", "SGH", "SPLH", "USPLH", "load_model", "make_hasher"]
+__all__ = ["HASHERS", "ITQ", "LSH", "METHOD_NAMES", "PCAH", "SGH", "SPLH", "USPLH", "DisH", "Hasher", "load_model", "make_hasher"]

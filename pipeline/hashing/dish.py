@@ -27,9 +27,17 @@ from pipeline.distributed.nodes import NodeRunner, node_pieces, partition_rows
 from pipeline.distributed.topology import build_topology, edges
 from pipeline.errors import InputError
 from pipeline.hashing.linear import LinearHasher, training_covariance
-from pipeline.kernels.dish import (admm_dictionary_step, centred_sq_norm, gram_chunk, multiplier_step,
-                                   node_objective, orthonormal_maximiser, random_orthonormal, relative_residual,
-                                   row_sums)
+from pipeline.kernels.dish import (
+    admm_dictionary_step,
+    centred_sq_norm,
+    gram_chunk,
+    multiplier_step,
+    node_objective,
+    orthonormal_maximiser,
+    random_orthonormal,
+    relative_residual,
+    row_sums,
+)
 from pipeline.kernels.stats import add_partials, top_eigenvectors
 from pipeline.validation import check_finite_block, check_int_param
 

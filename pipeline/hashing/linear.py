@@ -15,8 +15,14 @@ from pipeline.hashing.base import Hasher
 from pipeline.kernels.codes import encode_linear
 from pipeline.kernels.dish import gram_chunk
 from pipeline.kernels.itq import itq_loss, itq_rotation, random_rotation
-from pipeline.kernels.stats import (add_partials, chunk_count_sum, chunk_moments, combine_moments,
-                                    covariance, top_eigenvectors)
+from pipeline.kernels.stats import (
+    add_partials,
+    chunk_count_sum,
+    chunk_moments,
+    combine_moments,
+    covariance,
+    top_eigenvectors,
+)
 from pipeline.validation import check_finite_block, check_int_param
 
 log = logging.getLogger(__name__)
