@@ -93,7 +93,11 @@ def cluster_memory_bytes() -> int:
     """Total memory limit of the distributed workers (else this machine's RAM)."""
     try:
         from distributed import get_client
-        info = get_client().scheduler_info()
+        client = get_client()
+        try:
+            info = client.scheduler_info(n_workers=-1)   # newer distributed lists only a few workers by default
+        except TypeError:
+            info = client.scheduler_info()
         limits = [w.get("memory_limit") or 0 for w in info["workers"].values()]
         if limits and all(limits):
             return int(sum(limits))
