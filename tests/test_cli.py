@@ -214,13 +214,13 @@ def test_cli_sgh_and_usplh_options_reach_the_models(pipeline_run, cluster, tmp_p
     _, ds, _, _, _ = pipeline_run
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
     model, codes, res = tmp_path / "sgh", tmp_path / "codes.zarr", tmp_path / "res.parquet"
-    assert run("train", "--dataset", ds, "--method", "sgh", "--bits", 12, "--split", "default", "--n-bases", 64,
+    assert run("train", "--dataset", ds, "--method", "sgh", "--bits", 6, "--split", "default", "--n-bases", 64,
                "--bandwidth-scale", 0.8, "--sgh-rho-scale", 0.5, "--kernel-cache", "recompute", "--out", model, *sched) == 0
     meta = json.loads((model / "model.json").read_text())
     validate(meta, "model.schema.json")
     assert meta["params"]["n_bases"] == 64 and meta["params"]["rho_scale"] == 0.5
     assert meta["params"]["bandwidth_scale"] == 0.8 and meta["training"]["kernel_cache"] == "recompute"
-    assert meta["training"]["passes"] == 3 + 2 * 12
+    assert meta["training"]["passes"] == 3 + 2 * 6
     assert run("encode", "--dataset", ds, "--model", model, "--out", codes, *sched) == 0
     assert run("search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 5, "--out", res, *sched) == 0
     assert pq.read_table(res).num_rows == 250

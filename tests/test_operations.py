@@ -35,8 +35,6 @@ def test_jobs_show_readable_task_names_and_save_a_performance_report(fresh_clust
                "--performance-report", report, *sched) == 0
     assert run("train", "--dataset", ds, "--method", "dish", "--bits", 16, "--nodes", 3, "--max-iter", 2,
                "--out", tmp_path / "dish", *sched) == 0
-    assert run("train", "--dataset", ds, "--method", "sgh", "--bits", 8, "--n-bases", 32, "--out", tmp_path / "sgh",
-               *sched) == 0
     assert run("encode", "--dataset", ds, "--model", model, "--out", codes, *sched) == 0
     assert run("search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 5, "--out", tmp_path / "r.parquet",
                *sched) == 0
@@ -45,8 +43,8 @@ def test_jobs_show_readable_task_names_and_save_a_performance_report(fresh_clust
     assert [p.name for p in report.parent.iterdir()] == ["train.html"]   # written atomically, no temporary left
     with Client(fresh_cluster) as client:
         prefixes = set(client.run_on_scheduler(_task_prefixes))
-    for name in ("sift-synth", "itq-covariance", "itq-gram", "dish-mean", "dish-gram", "dish-admm", "sgh-gram",
-                 "sgh-bit", "itq-encode", "hamming-topk", "hamming-topk-merge"):
+    for name in ("sift-synth", "itq-covariance", "itq-gram", "dish-mean", "dish-gram", "dish-admm", "itq-encode",
+                 "hamming-topk", "hamming-topk-merge"):
         assert name in prefixes, (name, sorted(prefixes))
     # nothing anonymous: every prefix is a named step, none is a bare function name
     anonymous = {p for p in prefixes if p in {"run", "_combine_all", "finalize", "getitem"}}
@@ -135,8 +133,7 @@ def test_pipeline_on_separate_scheduler_and_worker_processes_equals_local_cluste
 
 # ---------------------------------------------------------------- checkpoint / resume -
 
-@pytest.mark.parametrize("method, extra", [("dish", ["--nodes", 3, "--max-iter", 12]),
-                                           ("itq", ["--n-iter", 30])])
+@pytest.mark.parametrize("method, extra", [("dish", ["--nodes", 3, "--max-iter", 12])])   # itq: same code path
 def test_train_killed_mid_run_resumes_to_the_same_model(tmp_path, capsys, method, extra):
     """`dhash train` is killed (SIGKILL to the client with its scheduler and workers) once
     its checkpoint holds iteration 3 or later; the model is not there, a plain rerun refuses

@@ -19,11 +19,11 @@ def sgh_euclidean(fmnist_paths, cluster):
     ds = open_dataset(fmnist_paths[20000])
     protocol = {"n_queries": 1000, "seed": 0, "ground_truth": "euclidean", "top_percent": 2.0, "ks": [1000]}
     with Client(cluster):
-        return {**_by_method(run_evaluation(ds, methods=["lsh", "pcah", "sgh"], bits=[32, 64, 128], **protocol)),
+        return {**_by_method(run_evaluation(ds, methods=["lsh", "pcah", "sgh"], bits=[32, 64], **protocol)),
                 **_by_method(run_evaluation(ds, methods=["pcah", "usplh"], bits=[32, 48], **protocol))}
 
 
-@pytest.mark.parametrize("bits", [32, 64, 128])
+@pytest.mark.parametrize("bits", [32, 64])   # 128 bits: benchmarks/results/quality_issue5.md (suite time)
 def test_sgh_top1000_precision_above_lsh_and_pcah_on_fashion_mnist(sgh_euclidean, bits):
     sgh = sgh_euclidean[("sgh", bits)]["precision@1000"]
     assert sgh > sgh_euclidean[("lsh", bits)]["precision@1000"] + 0.02
@@ -36,10 +36,10 @@ def test_usplh_map_above_pcah_on_the_euclidean_protocol(sgh_euclidean, bits):
 
 
 def test_sgh_above_lsh_and_pcah_on_sift_synth(tmp_path, cluster):
-    """32 and 64 bits here (128 bits is in benchmarks/results/quality_issue5.md: 0.661 vs
-    LSH 0.559, PCAH 0.405), to keep the suite's time in bounds."""
+    """50k points at 32 and 64 bits here; 100k at 32/64/128 bits is in
+    benchmarks/results/quality_issue5.md (128: 0.661 vs LSH 0.559, PCAH 0.405)."""
     from pipeline.data.synth import write_sift_synth
-    ds = write_sift_synth(tmp_path / "sift.zarr", 100_000, seed=0)
+    ds = write_sift_synth(tmp_path / "sift.zarr", 50_000, seed=0)
     with Client(cluster):
         got = _by_method(run_evaluation(ds, methods=["lsh", "pcah", "sgh"], bits=[32, 64], n_queries=1000,
                                         seed=0, ground_truth="euclidean", top_percent=2.0, ks=[1000]))
