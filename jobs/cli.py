@@ -281,25 +281,22 @@ def _method_params(args) -> dict:
 
 
 def cmd_train(args):
-    from pipeline.hashing import DisH, make_hasher
+    from pipeline.hashing import make_hasher
     from pipeline.hashing.checkpoint import checkpoint_path
     from pipeline.storage.datasets import dataset_summary
     ds = _dataset(args)
     model = make_hasher(args.method, args.bits, random_state=args.seed, **_method_params(args))
-    if Path(args.out).exists() and not args.overwrite:
+    if Path(args.out).exists() and not args.overwrite:   # fail before training, not after it (save checks again)
         raise InputError(f"output {args.out} already exists; choose another path or pass --overwrite")
     ckpt = checkpoint_path(args.out) if model.supports_checkpoint else None
     if ckpt is not None and ckpt.exists() and not args.resume:
         raise InputError(f"{ckpt} holds the state of an interrupted training run; pass --resume to continue it, "
                          "or delete it to start over")
     X, manifest = _train_rows(ds, args.split)
-    y = None
-    if isinstance(model, DisH) or model.uses_labels:
-        y = ds.labels
-        if y is not None and args.split:
-            y = np.delete(y, ds.get_split(args.split).query, axis=0)
-        y = y if model.uses_labels or (y is not None and y.ndim == 1) else None
-    model.fit(X, y, checkpoint=ckpt)
+    y = ds.labels
+    if y is not None and args.split:
+        y = np.delete(y, ds.get_split(args.split).query, axis=0)
+    model.fit(X, model.labels_for_fit(y), checkpoint=ckpt)
     model.save(args.out, dataset={**dataset_summary(ds), "split": manifest}, overwrite=args.overwrite)
     if ckpt is not None:
         import shutil

@@ -153,12 +153,7 @@ def evaluate_method(features, split_query: np.ndarray, labels, truth: Truth, met
     model = make_hasher(method, n_bits, random_state=seed, **(params or {}))
     started = time.perf_counter()
     y = None if labels is None else np.delete(labels, split_query, axis=0)
-    if isinstance(model, DisH):
-        model.fit(db_features, y if y is not None and y.ndim == 1 else None)  # by-label partition
-    elif getattr(model, "uses_labels", False):
-        model.fit(db_features, y)   # semi-supervised: draws its labeled subset from the database rows
-    else:
-        model.fit(db_features)
+    model.fit(db_features, model.labels_for_fit(y))   # semi-supervised methods draw their labeled subset here
     train_seconds = time.perf_counter() - started
 
     base = {"method": method, "n_bits": int(n_bits), "params": model.get_params(), "model_id": model.model_id,

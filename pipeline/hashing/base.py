@@ -80,6 +80,11 @@ class Hasher:
         self.training_stats_["train_seconds"] = round(time.perf_counter() - started, 4)
         return self
 
+    def labels_for_fit(self, y):
+        """The labels ``fit`` should get from a dataset's label array (one row per training
+        row): semi-supervised methods take them, others none (DisH: 1-D only, see there)."""
+        return y if self.uses_labels else None
+
     def _checkpoint(self, X):
         """(Checkpoint or None, saved state or None) for this fit; call after ``mean_`` is set."""
         from pipeline.hashing.checkpoint import Checkpoint, data_fingerprint

@@ -91,6 +91,10 @@ class DisH(LinearHasher):
         if self.rho is not None and not self.rho > 0:
             raise InputError(f"The 'rho' parameter of DisH must be > 0 (or None for the data-scaled default). Got {self.rho!r} instead.")
 
+    def labels_for_fit(self, y):
+        """Single labels feed the by-label partition; multi-label rows are not used."""
+        return y if y is not None and np.ndim(y) == 1 else None
+
     def _fit(self, X):
         self._check_params()
         rng = np.random.default_rng(self.random_state)

@@ -35,8 +35,8 @@ from pipeline.distributed.graph import (
 )
 from pipeline.errors import InputError
 from pipeline.hashing.base import Hasher
+from pipeline.hashing.dish import _checked_row_sums
 from pipeline.kernels.codes import encode_linear
-from pipeline.kernels.dish import row_sums
 from pipeline.kernels.sgh import (
     combine_max_sum,
     gram_terms,
@@ -48,7 +48,7 @@ from pipeline.kernels.sgh import (
     top_generalized_eigenvector,
 )
 from pipeline.kernels.stats import add_partials
-from pipeline.validation import check_finite_block, check_int_param
+from pipeline.validation import check_int_param
 
 log = logging.getLogger(__name__)
 KERNEL_CACHE_FRACTION = 0.25   # of the cluster's worker memory that cached kernel features may take
@@ -62,11 +62,6 @@ def _add(a, b):
 def _phi(X, phi, bases, bandwidth):
     """A chunk's kernel features: the cached ones, or computed from its feature rows."""
     return phi if phi is not None else kernel_features(X, bases, bandwidth)
-
-
-def _checked_row_sums(X, _phi_unused=None):
-    check_finite_block(X, what="training features")
-    return row_sums(X)
 
 
 def _norm_and_kernel_sum(X, phi, mean, bases, bandwidth):

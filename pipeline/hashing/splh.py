@@ -139,10 +139,6 @@ class SPLH(LinearHasher):
         return arrays
 
 
-def _regions_of_chunk(X, ids, mean, w, k):
-    return boundary_regions(X, ids, mean, w, k)
-
-
 class USPLH(LinearHasher):
     """Unsupervised sequential projection learning. ``region_size`` rows per boundary region
     (paper: 2000), ``eta`` weighs the pseudo-label term against the covariance, ``decay``
@@ -178,7 +174,7 @@ class USPLH(LinearHasher):
             if k == self.n_bits - 1:
                 break
             # pseudo-labels of bit k for the next bits: one pass over every row
-            regions = dask.compute(map_reduce("usplh-regions", _regions_of_chunk, merge, pieces, self.mean_, w, k_region))[0]
+            regions = dask.compute(map_reduce("usplh-regions", boundary_regions, merge, pieces, self.mean_, w, k_region))[0]
             L = self.decay * L + pseudo_label_term([rows for _, _, rows in regions], self.mean_)
             region_sizes.append([len(ids) for _, ids, _ in regions])
             log.info("usplh %d bits: bit %d, pseudo-labels from regions of %s rows", self.n_bits, k + 1, region_sizes[-1])
