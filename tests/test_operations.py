@@ -2,6 +2,8 @@
 performance report of a job."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from jobs.cli import main
@@ -180,3 +182,75 @@ def test_train_killed_mid_run_resumes_to_the_same_model(tmp_path, capsys, method
     assert not state.parent.exists()
     key = "objective" if method == "dish" else "quantization_loss"
     assert resumed["training"][key] == pytest.approx(reference["training"][key], rel=1e-12)
+
+
+# ---------------------------------------------------------------- worker killed -------
+
+class KillWorkerOnce:
+    """Worker plugin: SIGKILL the worker named ``worker_name`` (a real crash: no cleanup, no
+    goodbye to the scheduler) when it has finished ``after`` tasks of ``prefix``. The nanny
+    starts a replacement that gets the plugin again; the marker file makes it fire once."""
+
+    def __init__(self, prefix, after, worker_name, marker):
+        self.prefix, self.after, self.worker_name, self.marker = prefix, after, worker_name, str(marker)
+
+    def setup(self, worker):
+        self.worker, self.done = worker, 0
+
+    def transition(self, key, start, finish, **kwargs):
+        import os
+        import signal
+
+        from dask.utils import key_split
+        if finish != "memory" or self.worker.name != self.worker_name or key_split(key) != self.prefix:
+            return
+        self.done += 1
+        if self.done >= self.after and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_worker_killed_during_training_and_encoding_changes_no_output(process_cluster, tmp_path):
+    """One `dask worker` process is SIGKILLed in the middle of DisH training, then in the
+    middle of encoding. Both jobs complete; the model (content id) and every codes byte equal
+    the undisturbed runs, and no partial output or temporary is left."""
+    import sys
+
+    import cloudpickle
+    import numpy as np
+    import zarr
+    from distributed import Client
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    from pipeline.data.synth import write_sift_synth
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])   # workers cannot import this test module
+    plugin_type = type("KillWorkerOncePlugin", (KillWorkerOnce, WorkerPlugin), {})
+    ds = write_sift_synth(tmp_path / "sift.zarr", 60000, seed=6, chunk_rows=4096).path
+    sched = ["--scheduler", process_cluster, "--quiet"]
+    train = ["train", "--dataset", ds, "--method", "dish", "--bits", 16, "--nodes", 3, "--max-iter", 6, *sched]
+    encode = ["encode", "--dataset", ds, "--model", tmp_path / "reference", *sched]
+    assert run(*train, "--out", tmp_path / "reference") == 0
+    assert run(*encode, "--out", tmp_path / "reference-codes.zarr") == 0
+
+    with Client(process_cluster, timeout="30s") as client:
+        client.register_plugin(plugin_type("dish-gram", 25, "host-1", tmp_path / "killed-training"), name="kill-train")
+        assert run(*train, "--out", tmp_path / "disturbed") == 0
+        client.unregister_worker_plugin("kill-train")
+        client.wait_for_workers(2, timeout=60)
+        client.register_plugin(plugin_type("dish-encode", 3, "host-1", tmp_path / "killed-encoding"), name="kill-enc")
+        assert run(*encode, "--out", tmp_path / "disturbed-codes.zarr") == 0
+        client.unregister_worker_plugin("kill-enc")
+        client.wait_for_workers(2, timeout=60)
+    assert (tmp_path / "killed-training").exists() and (tmp_path / "killed-encoding").exists()
+
+    reference = json.loads((tmp_path / "reference" / "model.json").read_text())
+    disturbed = json.loads((tmp_path / "disturbed" / "model.json").read_text())
+    assert disturbed["model_id"] == reference["model_id"]
+    assert disturbed["training"]["objective"] == reference["training"]["objective"]
+    assert disturbed["training"]["worker_changes"] >= 1      # the kill fell inside training
+    a = zarr.open_array(str(tmp_path / "reference-codes.zarr"), mode="r")
+    b = zarr.open_array(str(tmp_path / "disturbed-codes.zarr"), mode="r")
+    assert np.array_equal(a[:], b[:]) and dict(a.attrs) == dict(b.attrs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["sift.zarr", "reference", "reference-codes.zarr", "disturbed", "disturbed-codes.zarr", "killed-training",
+         "killed-encoding"])

@@ -63,9 +63,26 @@ def cluster_shape(client=None) -> dict:
             client = get_client()
         except (ImportError, ValueError):
             return {"workers": 0, "threads": 0, "scheduler": "local-threads"}
+    threads = [w["nthreads"] for w in worker_info(client).values()]
+    return {"workers": len(threads), "threads": int(sum(threads)), "scheduler": client.scheduler.address}
+
+
+def worker_info(client) -> dict:
+    """Address -> the scheduler's description of every worker alive now."""
     try:
-        info = client.scheduler_info(n_workers=-1)  # newer distributed lists only a few workers by default
+        return client.scheduler_info(n_workers=-1)["workers"]  # newer distributed lists only a few workers by default
     except TypeError:
-        info = client.scheduler_info()
-    threads = [w["nthreads"] for w in info["workers"].values()]
-    return {"workers": len(threads), "threads": int(sum(threads)), "scheduler": info.get("address", "")}
+        return client.scheduler_info()["workers"]
+
+
+def cluster_memory_bytes() -> int:
+    """Total memory limit of the distributed workers (else this machine's RAM)."""
+    try:
+        from distributed import get_client
+        client = get_client()
+        limits = [w.get("memory_limit") or 0 for w in worker_info(client).values()]
+        if limits and all(limits):
+            return int(sum(limits))
+    except (ImportError, ValueError):
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))

@@ -9,12 +9,15 @@ the same calls run in-process (useful for numpy input and tests).
 from __future__ import annotations
 
 import itertools
+import logging
 
 import numpy as np
 from dask.base import tokenize
 
 from pipeline.distributed.graph import InlineRead, chunk_reads, row_bounds
 from pipeline.errors import InputError
+
+log = logging.getLogger(__name__)
 
 PARTITIONS = ("contiguous", "random", "by-label")
 
@@ -93,7 +96,17 @@ def _select(block, local_rows):
 
 
 class NodeRunner:
-    """Runs each node's tasks on its worker (pinned) or, without a client, in-process."""
+    """Runs each node's tasks on its worker or, without a client, in-process.
+
+    The placement is a preference, not a requirement (dask's loose restrictions): when a
+    node's worker dies, the scheduler recomputes the lost results on the workers still
+    alive from their lineage. That is cheap and sound because a node's chunk reads are
+    inside its own tasks (nothing but storage is needed to redo them) and every task is a
+    pure function of its inputs, so the recomputed values are the same bytes. Hard pins
+    (``allow_other_workers=True``) would instead leave the node's tasks waiting forever
+    for a worker that is gone. ``place()`` at the start of each outer iteration moves the
+    nodes onto the workers alive then (e.g. the replacement a nanny started).
+    """
 
     def __init__(self, n_nodes: int):
         try:
@@ -101,24 +114,49 @@ class NodeRunner:
             self.client = get_client()
         except (ImportError, ValueError):
             self.client = None
-        workers = sorted(self.client.scheduler_info()["workers"]) if self.client else []
-        self.placement = [workers[i % len(workers)] for i in range(n_nodes)] if workers else [None] * n_nodes
-        self.pinned = bool(workers) and len(workers) >= n_nodes
+        self.n_nodes = n_nodes
+        self.workers: list[str] = []
+        self.placement: list[str | None] = [None] * n_nodes
+        self.replacements = 0   # how often a change of workers moved the nodes
         self._task_ids = itertools.count()  # every submitted step is a new task, even with equal inputs
+        self.place()
+
+    @property
+    def pinned(self) -> bool:
+        """Every node has a worker of its own."""
+        return bool(self.workers) and len(self.workers) >= self.n_nodes
+
+    def place(self) -> None:
+        """Nodes round-robin over the workers alive now (sorted addresses: reproducible)."""
+        if self.client is None:
+            return
+        from pipeline.distributed.cluster import worker_info
+        workers = sorted(worker_info(self.client))
+        if workers == self.workers:
+            return
+        if self.workers:
+            log.warning("workers changed (%d -> %d alive); nodes moved onto the workers alive now",
+                        len(self.workers), len(workers))
+            self.replacements += 1
+        self.workers = workers
+        self.placement = [workers[i % len(workers)] for i in range(self.n_nodes)] if workers else [None] * self.n_nodes
 
     def compute(self, node: int, obj):
-        """Compute a dask collection/Delayed entirely on the node's worker."""
+        """Compute a dask collection/Delayed on the node's worker (preferred, not required)."""
         if self.client is None:
             import dask
             return dask.compute(obj)[0]
-        return self.client.compute(obj, workers=[self.placement[node]], allow_other_workers=False)
+        return self.client.compute(obj, workers=self._where(node), allow_other_workers=True)
 
     def submit(self, node: int, name: str, fn, *args):
         """One small task (an ADMM step) on the node's worker; args may hold futures."""
         if self.client is None:
             return fn(*args)
-        return self.client.submit(fn, *args, workers=[self.placement[node]], allow_other_workers=False,
+        return self.client.submit(fn, *args, workers=self._where(node), allow_other_workers=True,
                                   key=f"{name}-{tokenize(fn, args, next(self._task_ids))}-{node}")
+
+    def _where(self, node: int):
+        return None if self.placement[node] is None else [self.placement[node]]
 
     def gather(self, values):
         if self.client is None:

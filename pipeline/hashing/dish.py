@@ -131,6 +131,7 @@ class DisH(LinearHasher):
         dict_bytes = d * r * BYTES_PER_FLOAT
         C_now = C
         for it in range(start, self.max_iter):
+            runner.place()   # a worker died and was replaced: its nodes move to the live workers
             # one pass over each node's data: B_i = sgn(X_i C_i) fused with B_i^T X_i
             started = time.perf_counter()
             grams, objectives = zip(*[runner.compute(i, _gram_and_objective(chunks[i], self.mean_, C[i], node_sq[i], sums[i][0]))
@@ -143,7 +144,10 @@ class DisH(LinearHasher):
                 Lam = [runner.submit(i, "dish-multiplier", multiplier_step, Lam[i], new_C[i],
                                      [new_C[j] for j in neighbours[i]], rho) for i in range(P)]
                 C = new_C
-            C_now = runner.gather(C)
+            # the state goes back to the client each iteration (2 P d x r matrices): a lost
+            # worker then costs at most this iteration's recomputation, not the whole history
+            C_now, Lam = runner.gather([C, Lam])
+            C, Lam = list(C_now), list(Lam)
             history["pass_seconds"].append(round(passed - started, 4))
             history["admm_seconds"].append(round(time.perf_counter() - passed, 4))
             residual = max(relative_residual(C_now[i], C_now[j]) for i, j in edges(neighbours)) if P > 1 else 0.0
@@ -156,7 +160,7 @@ class DisH(LinearHasher):
                 break
             prev = objective
             if ckpt is not None:
-                ckpt.save(it + 1, {"dictionaries": np.stack(C_now), "multipliers": np.stack(runner.gather(Lam))},
+                ckpt.save(it + 1, {"dictionaries": np.stack(C_now), "multipliers": np.stack(Lam)},
                           {"history": history, "objective": objective})
         self.dictionaries_ = np.stack(C_now)
         self.components_ = self.dictionaries_[self.dictionary]
@@ -164,7 +168,7 @@ class DisH(LinearHasher):
             "consensus": "admm", "nodes": P, "rho": float(rho), "iterations": len(history["objective"]),
             "passes": 1 + len(history["objective"]), "edges": [list(e) for e in edges(neighbours)],
             "node_rows": [int(len(rows)) for rows in node_rows], "pinned": runner.pinned,
-            "placement": runner.placement, **history})
+            "placement": runner.placement, "worker_changes": runner.replacements, **history})
 
     def _initial_dictionary(self, X, d, r, rng):
         if self.init == "pca":

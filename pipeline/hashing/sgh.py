@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import logging
 import numbers
-import os
 
 import dask
 import numpy as np
 
+from pipeline.distributed.cluster import cluster_memory_bytes
 from pipeline.distributed.graph import (
     chunk_delayeds,
     chunk_reads,
@@ -82,23 +82,6 @@ def _positive_number(value, name: str, allow_none=False):
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not value > 0:
         raise InputError(f"The '{name}' parameter of SGH must be a positive number{' or None' if allow_none else ''}. Got {value!r} instead.")
     return float(value)
-
-
-def cluster_memory_bytes() -> int:
-    """Total memory limit of the distributed workers (else this machine's RAM)."""
-    try:
-        from distributed import get_client
-        client = get_client()
-        try:
-            info = client.scheduler_info(n_workers=-1)   # newer distributed lists only a few workers by default
-        except TypeError:
-            info = client.scheduler_info()
-        limits = [w.get("memory_limit") or 0 for w in info["workers"].values()]
-        if limits and all(limits):
-            return int(sum(limits))
-    except (ImportError, ValueError):
-        pass
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 class SGH(Hasher):
