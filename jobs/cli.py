@@ -1,5 +1,5 @@
 """``dhash`` command line: ingest | synth | split | groundtruth | train | encode | search |
-evaluate | demo | bench. Each command is a thin layer over the pipeline library: parse options
+evaluate | demo | bench | run. Each command is a thin layer over the pipeline library: parse options
 (flags > --config TOML > defaults), connect to the cluster, call the library, print where
 outputs went. Bad input exits with status 2 and one line ``error: <problem; fix>``.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import sys
 import time
 from pathlib import Path
@@ -30,6 +31,14 @@ def _int_list(text) -> list[int]:
 
 def _name_list(text) -> list[str]:
     return [v.strip().lower() for v in str(text).split(",") if v.strip()]
+
+
+def _date(text) -> str:
+    import datetime as dt
+    try:
+        return dt.date.fromisoformat(str(text)).isoformat()
+    except ValueError:
+        raise InputError(f"expected a date YYYY-MM-DD, got {text!r}") from None
 
 
 def _log(msg: str) -> None:
@@ -151,6 +160,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench-threads", type=int, help="search/groundtruth: threads for both sides (default: all cores)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="result JSON file (a Markdown table is written beside it)")
+
+    p = cmd("run", "Run a TOML pipeline of dhash steps as one scheduled batch job (lock, skip up-to-date steps, logs)")
+    p.add_argument("pipeline", help="pipeline file (see jobs/configs/nightly.toml, weekly.toml)")
+    p.add_argument("--force", action="store_true", help="run every step, even those whose inputs and output are unchanged")
+    p.add_argument("--date", type=_date, help="the {date} of the run, YYYY-MM-DD (default: today, UTC): backfills")
+    p.add_argument("--set", dest="variables", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a [vars] entry of the pipeline (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="print the steps and which would be skipped; run nothing")
+    p.add_argument("--workdir", help="working directory (default: the pipeline's [pipeline] workdir, relative to its file)")
 
     for name, help_ in (("evaluate", "Train, encode, search and score methods x bit lengths; write a report directory"),
                         ("demo", "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with LSH, PCAH, ITQ, DisH")):
@@ -416,18 +434,47 @@ def cmd_bench(args):
     print(f"bench: {args.out} (ratio ours/peer seconds {result['ratio_ours_over_peer_seconds']})")
 
 
+def cmd_run(args):
+    from jobs.run import run_pipeline
+    overrides = {}
+    for item in args.variables:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise InputError(f"--set expects NAME=VALUE, got {item!r}")
+        overrides[name.strip()] = _toml_value(value)
+    return run_pipeline(args.pipeline, scheduler=args.scheduler, workers=args.workers, threads=args.threads,
+                        force=args.force, dry_run=args.dry_run, date=args.date, overrides=overrides,
+                        workdir=args.workdir, quiet=args.quiet)
+
+
+def _toml_value(text: str):
+    """--set values are TOML scalars when they parse as one (numbers, true/false), else strings."""
+    import tomllib
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
 COMMANDS = {"ingest": cmd_ingest, "synth": cmd_synth, "split": cmd_split, "groundtruth": cmd_groundtruth,
             "train": cmd_train, "encode": cmd_encode, "search": cmd_search, "evaluate": cmd_evaluate,
-            "demo": cmd_demo, "bench": cmd_bench}
+            "demo": cmd_demo, "bench": cmd_bench, "run": cmd_run}
 NEEDS_CLUSTER = {"synth", "groundtruth", "train", "encode", "search", "evaluate", "demo", "split"}
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is now (``dhash run`` tees it into its log file)."""
+
+    def emit(self, record):
+        self.stream = sys.stderr
+        super().emit(record)
 
 
 def _configure_logging(quiet: bool) -> None:
     """Per-iteration training figures from the library's loggers go to stderr."""
-    import logging
     logger = logging.getLogger("pipeline")
     if not any(getattr(h, "_dhash", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         handler._dhash = True
         logger.addHandler(handler)
@@ -459,11 +506,11 @@ def main(argv=None) -> int:
             from pipeline.distributed.cluster import connect
             client = connect(args.scheduler, workers=args.workers, threads=args.threads, quiet=args.quiet)
         with _performance_report(getattr(args, "performance_report", None)):
-            COMMANDS[args.command](args)
-        return 0
+            status = COMMANDS[args.command](args)
+        return status or 0
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return getattr(exc, "exit_code", EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

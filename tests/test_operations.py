@@ -254,3 +254,85 @@ def test_worker_killed_during_training_and_encoding_changes_no_output(process_cl
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["sift.zarr", "reference", "reference-codes.zarr", "disturbed", "disturbed-codes.zarr", "killed-training",
          "killed-encoding"])
+
+
+# ---------------------------------------------------------------- scheduled pipelines --
+
+CONFIGS = REPO / "jobs" / "configs"
+
+
+def _last_record(workdir, name):
+    return json.loads(max((workdir / "logs").glob(f"{name}-*.json"), key=lambda p: p.stat().st_mtime_ns).read_text())
+
+
+def test_scheduled_pipelines_run_skip_and_never_overlap(fresh_cluster, tmp_path, capsys):
+    """weekly.toml then nightly.toml (the shipped files, small sizes via --set) on an
+    exported .bvecs: models, a dated report, codes and dated search results; a second
+    nightly run skips every step; a run started while another holds the workdir exits 75
+    and leaves the first run's outputs intact."""
+    import subprocess
+    import sys
+    import time
+
+    import numpy as np
+    import zarr
+
+    from pipeline.data.synth import write_sift_synth
+    from pipeline.data.texmex import write_vecs
+    from pipeline.storage.datasets import open_dataset
+    rows = open_dataset(write_sift_synth(tmp_path / "src.zarr", 12000, seed=7, chunk_rows=4096).path).features_dask()
+    work = tmp_path / "work"
+    (work / "inbox").mkdir(parents=True)
+    write_vecs(work / "inbox" / "base.bvecs", np.asarray(rows.compute()))
+    common = ["--workdir", work, "--date", "2026-11-20", "--set", "inbox=inbox/base.bvecs", "--set", "queries=40",
+              "--scheduler", fresh_cluster.scheduler_address, "--quiet"]
+    assert run("run", CONFIGS / "weekly.toml", *common, "--set", "bits=16", "--set", "nodes=3",
+               "--set", "methods=lsh,itq,dish", "--set", "top_k=20") == 0
+    assert (work / "reports" / "2026-11-20" / "report.json").exists() and (work / "models" / "current").exists()
+    assert [s["status"] for s in _last_record(work, "weekly")["steps"]] == ["ok"] * 4
+    report = json.loads((work / "reports" / "2026-11-20" / "report.json").read_text())
+    maps = {(r.get("label", r["method"])): r["metrics"]["map"] for r in report["results"]}
+    assert maps["itq"] > maps["lsh"]
+
+    nightly = ["run", CONFIGS / "nightly.toml", *common, "--set", "k=10"]
+    assert run(*nightly) == 0
+    assert [s["status"] for s in _last_record(work, "nightly")["steps"]] == ["skipped", "skipped", "ok", "ok"]
+    assert (work / "results" / "2026-11-20.parquet").exists()
+    assert run(*nightly) == 0          # nothing changed: every step is skipped
+    assert [s["status"] for s in _last_record(work, "nightly")["steps"]] == ["skipped"] * 4
+    codes = zarr.open_array(str(work / "index" / "codes.zarr"), mode="r")[:]
+
+    first = subprocess.Popen([sys.executable, "-m", "jobs", *map(str, nightly[:]), "--force"], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lock = work / ".dhash-run" / "lock"
+    deadline = time.time() + 60
+    while time.time() < deadline and first.poll() is None:
+        try:
+            if json.loads(lock.read_text())["pid"] == first.pid:
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.02)
+    capsys.readouterr()
+    assert run(*nightly, "--force") == 75
+    err = capsys.readouterr().err
+    assert "another dhash run holds the lock" in err and f'"pid": {first.pid}' in err and err.count("\n") == 1
+    _, first_err = first.communicate(timeout=120)
+    assert first.returncode == 0, first_err
+    assert np.array_equal(zarr.open_array(str(work / "index" / "codes.zarr"), mode="r")[:], codes)
+    assert not [p for p in (work / "index").iterdir() if p.name.startswith(".")]   # no temporaries left
+
+
+def test_bad_pipeline_file_is_one_line_error_and_runs_nothing(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[pipeline]\nname = "x"\n[[steps]]\ncommand = "encode"\ndataset = "d.zarr"\nbits = 3\n')
+    assert run("run", bad) == 2
+    err = capsys.readouterr().err
+    assert "step 1" in err and "unknown option 'bits'" in err and err.count("\n") == 1
+    bad.write_text('[[steps]]\ncommand = "encode"\ndataset = "{nowhere}"\n')
+    assert run("run", bad) == 2
+    assert "unknown variable 'nowhere'" in capsys.readouterr().err
+    bad.write_text('[[steps]]\ncommand = "encode"\ndataset = "d.zarr"\n')
+    assert run("run", bad) == 2
+    assert "the following arguments are required: --model, --out" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]

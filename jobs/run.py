@@ -1,0 +1,361 @@
+"""``dhash run PIPELINE.toml``: a scheduled batch job made of ``dhash`` steps.
+
+A pipeline file names a working directory and a list of steps, each a ``dhash`` command
+with its options (the keys of ``--config``)::
+
+    [pipeline]
+    name = "nightly"
+    workdir = "../../runs/scheduled"     # relative to this file; every relative path is inside it
+
+    [vars]                               # {name} anywhere in a step; --set name=value overrides
+    inbox = "inbox/base.fvecs"
+
+    [[steps]]
+    command = "ingest"
+    source = "{inbox}"
+    out = "data/base.zarr"
+
+``{date}`` (UTC day of the run, or ``--date``) and ``{pipeline}`` are always defined, so
+a weekly report can go to ``reports/{date}``.
+
+What makes it fit cron and Kubernetes CronJobs:
+
+* **One run per working directory.** An exclusive ``flock`` on ``WORKDIR/.dhash-run/lock``
+  is held for the whole run; a second run exits at once with status 75 (EX_TEMPFAIL)
+  naming the holder. The kernel drops the lock when the process dies, so a killed run
+  never leaves a stale lock.
+* **Steps that are up to date are skipped.** After a step succeeds, a stamp records its
+  exact command line and a fingerprint (files, bytes, newest mtime) of its inputs and
+  output. The next run skips the step while all of these are unchanged, so a nightly run
+  with no new data does nothing, and a run after a failure resumes at the failed step.
+  Stamps are re-recorded after every later step, since a step may add to an earlier
+  one's output (``split`` writes into the dataset). ``--force`` runs everything. Steps replace their own outputs (``--overwrite``), and
+  every output is written under a temporary name and renamed, so a reader never sees a
+  half-written one.
+* **Exit status:** 0 all steps ok or skipped; 2 bad pipeline file or bad input in a step;
+  1 a step crashed; 75 another run holds the lock. One line per step on stderr with a UTC
+  timestamp; the whole output of the run also goes to ``WORKDIR/logs/NAME-STAMP.log`` and
+  a JSON record of the steps (status, seconds) to ``WORKDIR/logs/NAME-STAMP.json``.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import io
+import json
+import os
+import re
+import socket
+import sys
+import time
+import tomllib
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.errors import InputError
+
+EXIT_OK, EXIT_STEP_CRASHED, EXIT_BAD_INPUT, EXIT_LOCKED = 0, 1, 2, 75
+
+# options whose values are files or directories (relative ones are resolved in the workdir)
+PATH_OPTIONS = ("source", "out", "dataset", "model", "codes", "labels", "data", "performance_report")
+OUTPUT_OPTIONS = ("out",)
+# commands whose first option is positional
+POSITIONAL = {"ingest": "source", "synth": "kind", "bench": "stage"}
+NOT_A_STEP = ("run", "demo")
+STATE_DIR = ".dhash-run"
+
+
+class PipelineLocked(InputError):
+    exit_code = EXIT_LOCKED
+
+
+@dataclass
+class Step:
+    number: int
+    command: str
+    argv: list[str]
+    inputs: list[Path] = field(default_factory=list)
+    outputs: list[Path] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"step {self.number} ({self.command})"
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(self.argv).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Pipeline:
+    path: Path
+    name: str
+    workdir: Path
+    steps: list[Step]
+
+
+# ------------------------------------------------------------------ reading the file --
+
+def load_pipeline(path, *, date: str, overrides: dict | None = None, workdir=None) -> Pipeline:
+    from jobs.cli import build_parser
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"pipeline file {path} does not exist; give the path of a TOML pipeline (see jobs/configs/)")
+    try:
+        data = tomllib.loads(file.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"pipeline file {path} is not valid TOML ({exc}); fix the syntax") from None
+    unknown = set(data) - {"pipeline", "vars", "steps"}
+    if unknown:
+        raise InputError(f"pipeline file {path}: unknown table(s) {', '.join(sorted(unknown))}; "
+                         "use [pipeline], [vars] and [[steps]]")
+    head = data.get("pipeline", {})
+    name = str(head.get("name", file.stem))
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise InputError(f"pipeline file {path}: name {name!r} must be letters, digits, '.', '_' or '-'")
+    if workdir is not None:
+        workdir = Path(workdir).resolve()          # --workdir: relative to where the run starts
+    else:
+        workdir = Path(head.get("workdir", "."))
+        workdir = (workdir if workdir.is_absolute() else file.resolve().parent / workdir).resolve()
+    variables = {**data.get("vars", {}), **(overrides or {}), "date": date, "pipeline": name}
+    raw_steps = data.get("steps")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise InputError(f"pipeline file {path} has no [[steps]]; add at least one step with a `command`")
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    steps = []
+    for number, table in enumerate(raw_steps, 1):
+        table = {k: _substitute(v, variables, f"{path} step {number}") for k, v in table.items()}
+        command = table.pop("command", None)
+        if command not in commands or command in NOT_A_STEP:
+            valid = ", ".join(c for c in commands if c not in NOT_A_STEP)
+            raise InputError(f"pipeline file {path} step {number}: command {command!r} is not a step; use one of {valid}")
+        steps.append(_step(number, command, table, workdir, commands[command], parser, path))
+    return Pipeline(file, name, workdir, steps)
+
+
+def _substitute(value, variables: dict, where: str):
+    """``"{name}"`` alone keeps the variable's type (so numbers stay numbers); inside a
+    longer string it is formatted in."""
+    if isinstance(value, list):
+        return [_substitute(v, variables, where) for v in value]
+    if not isinstance(value, str):
+        return value
+    whole = re.fullmatch(r"\{(\w+)\}", value)
+    try:
+        return variables[whole.group(1)] if whole else value.format_map(variables)
+    except KeyError as exc:
+        raise InputError(f"{where}: unknown variable {exc}; define it under [vars] or pass --set {exc.args[0]}=VALUE") from None
+    except (ValueError, IndexError) as exc:
+        raise InputError(f"{where}: bad placeholder in {value!r} ({exc}); write literal braces as {{{{ }}}}") from None
+
+
+def _step(number, command, table, workdir, subparser, parser, path) -> Step:
+    from pipeline.data.sources import SOURCES
+    options = {action.dest: action for action in subparser._actions}
+    argv, inputs, outputs, positional = [command], [], [], None
+    for key, value in table.items():
+        dest = key.replace("-", "_")
+        if dest not in options or dest in ("help", "config", "scheduler"):
+            raise InputError(f"pipeline file {path} step {number}: unknown option {key!r} for `dhash {command}`; "
+                             f"valid: {', '.join(sorted(d.replace('_', '-') for d in options if d not in ('help', 'config')))}")
+        if dest in PATH_OPTIONS and isinstance(value, str) and value not in SOURCES:
+            value = str(workdir / value)       # absolute: workers on other hosts get it unchanged
+            (outputs if dest in OUTPUT_OPTIONS else inputs).append(Path(value))
+        if dest == POSITIONAL.get(command):
+            positional = str(value)
+        elif value is True:
+            argv.append(f"--{dest.replace('_', '-')}")
+        elif value is not False:
+            text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+            argv += [f"--{dest.replace('_', '-')}", text]
+    if positional is not None:
+        argv.insert(1, positional)
+    if "overwrite" in options and "--overwrite" not in argv:
+        argv.append("--overwrite")   # a pipeline owns its outputs: a re-run replaces them
+    if command in ("split", "groundtruth"):
+        outputs += inputs            # they add to the dataset they read
+    _check_argv(parser, argv, f"pipeline file {path} step {number} ({command})")
+    return Step(number, command, argv, inputs, outputs)
+
+
+def _check_argv(parser, argv, where):
+    """argparse's own checks (required options, types, choices), as a one-line error."""
+    message = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(message):
+            parser.parse_args(argv)
+    except SystemExit:
+        last = message.getvalue().strip().splitlines()[-1:] or ["invalid options"]
+        raise InputError(f"{where}: {last[0].split('error: ', 1)[-1]}") from None
+
+
+# ------------------------------------------------------------------ state -------------
+
+def fingerprint(paths) -> dict:
+    """Files, bytes and newest modification time under each path (absent: None)."""
+    out = {}
+    for path in paths:
+        path = Path(path)
+        if path.is_file():
+            st = path.stat()
+            out[str(path)] = [1, st.st_size, st.st_mtime_ns]
+        elif path.is_dir():
+            files = size = newest = 0
+            for root, _, names in os.walk(path):
+                for name in names:
+                    st = os.stat(os.path.join(root, name))
+                    files, size, newest = files + 1, size + st.st_size, max(newest, st.st_mtime_ns)
+            out[str(path)] = [files, size, newest]
+        else:
+            out[str(path)] = None
+    return out
+
+
+class Stamps:
+    """What each finished step ran on (WORKDIR/.dhash-run/stamps/KEY.json)."""
+
+    def __init__(self, workdir: Path):
+        self.dir = workdir / STATE_DIR / "stamps"
+
+    def _state(self, step: Step) -> dict:
+        return {"argv": step.argv, "files": fingerprint([*step.inputs, *step.outputs])}
+
+    def up_to_date(self, step: Step) -> bool:
+        file = self.dir / f"{step.key}.json"
+        try:
+            saved = json.loads(file.read_text())
+        except (OSError, ValueError):
+            return False
+        state = self._state(step)
+        return saved == state and all(v is not None for v in state["files"].values())
+
+    def record(self, step: Step) -> None:
+        from pipeline.storage.atomic import write_text_atomic
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.dir / f"{step.key}.json", json.dumps(self._state(step)))
+
+
+@contextlib.contextmanager
+def run_lock(workdir: Path, pipeline: str):
+    """Exclusive lock on the working directory for the whole run (see the module notes)."""
+    import fcntl
+    state = workdir / STATE_DIR
+    state.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown process"
+            raise PipelineLocked(f"another dhash run holds the lock on {workdir} ({holder}); this run did nothing. "
+                                 "Wait for it to finish, or give this pipeline its own workdir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pipeline": pipeline, "pid": os.getpid(), "host": socket.gethostname(),
+                                  "started": _now()}).encode(), 0)
+        yield
+    finally:
+        os.close(fd)   # releases the flock
+
+
+# ------------------------------------------------------------------ running -----------
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self):
+        for s in self.streams:
+            s.flush()
+
+
+def run_pipeline(path, *, scheduler=None, workers=None, threads=None, force=False, dry_run=False,
+                 date=None, overrides=None, workdir=None, quiet=False) -> int:
+    """Run a pipeline file; returns the exit status (see the module notes)."""
+    from jobs.cli import NEEDS_CLUSTER, main
+    date = date or dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+    pipe = load_pipeline(path, date=date, overrides=overrides, workdir=workdir)
+    stamps = Stamps(pipe.workdir)
+    if dry_run:
+        for step in pipe.steps:
+            state = "up to date, would skip" if stamps.up_to_date(step) and not force else "would run"
+            print(f"{step.label}: dhash {' '.join(step.argv)}  [{state}]")
+        return EXIT_OK
+    with run_lock(pipe.workdir, pipe.name):
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+        logs = pipe.workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        record = {"pipeline": pipe.name, "file": str(pipe.path.resolve()), "workdir": str(pipe.workdir), "date": date,
+                  "started": _now(), "pid": os.getpid(), "host": socket.gethostname(), "steps": []}
+        with open(logs / f"{pipe.name}-{stamp}.log", "a") as log_file, \
+                contextlib.redirect_stdout(_Tee(sys.stdout, log_file)), \
+                contextlib.redirect_stderr(_Tee(sys.stderr, log_file)):
+            status = _run_steps(pipe, stamps, record, main, NEEDS_CLUSTER,
+                                {"scheduler": scheduler, "workers": workers, "threads": threads, "quiet": quiet}, force)
+        record.update(finished=_now(), exit_code=status)
+        from pipeline.storage.atomic import write_text_atomic
+        write_text_atomic(logs / f"{pipe.name}-{stamp}.json", json.dumps(record, indent=1))
+        return status
+
+
+def _say(pipe: Pipeline, message: str) -> None:
+    print(f"{_now()} dhash run {pipe.name}: {message}", file=sys.stderr, flush=True)
+
+
+def _run_steps(pipe, stamps, record, main, needs_cluster, cluster_args, force) -> int:
+    client, done = None, []
+    _say(pipe, f"{len(pipe.steps)} steps in {pipe.workdir} (pid {os.getpid()})")
+    try:
+        for step in pipe.steps:
+            entry = {"step": step.number, "command": step.command, "argv": step.argv}
+            record["steps"].append(entry)
+            if not force and stamps.up_to_date(step):
+                done.append(step)
+                entry.update(status="skipped", seconds=0.0)
+                _say(pipe, f"{step.label} skipped: inputs and output unchanged since it last ran")
+                continue
+            argv = list(step.argv)
+            if step.command in needs_cluster:
+                if client is None:   # one cluster for the whole run, started on the first step that needs it
+                    from pipeline.distributed.cluster import connect
+                    client = connect(cluster_args["scheduler"], workers=cluster_args["workers"],
+                                     threads=cluster_args["threads"], quiet=cluster_args["quiet"])
+                argv += ["--scheduler", client.scheduler.address]
+            if cluster_args["quiet"]:
+                argv.append("--quiet")
+            _say(pipe, f"{step.label} started: dhash {' '.join(step.argv)}")
+            started = time.perf_counter()
+            try:
+                code = main(argv)
+            except Exception as exc:   # noqa: BLE001 - a crashed step ends the run with status 1, traceback in the log
+                traceback.print_exc()
+                code, entry["error"] = EXIT_STEP_CRASHED, f"{type(exc).__name__}: {exc}"
+            entry.update(seconds=round(time.perf_counter() - started, 3), status="ok" if code == 0 else "failed",
+                         exit_code=code)
+            if code != 0:
+                _say(pipe, f"{step.label} FAILED with status {code} after {entry['seconds']:.1f}s; later steps not run")
+                return code
+            done.append(step)
+            for finished in done:   # later steps may add to earlier outputs (split writes into the dataset)
+                stamps.record(finished)
+            _say(pipe, f"{step.label} done in {entry['seconds']:.1f}s")
+        _say(pipe, "all steps done")
+        return EXIT_OK
+    finally:
+        if client is not None:
+            cluster = getattr(client, "cluster", None)
+            client.close()
+            if cluster is not None:
+                cluster.close()
