@@ -416,8 +416,9 @@ def cmd_bench(args):
         kwargs = {"bits": args.bits} if args.stage == "search" else {"data": args.data}
         result = fn(args.n, queries=args.queries, k=args.k, threads=args.bench_threads, seed=args.seed, **kwargs)
     else:
-        from pipeline.distributed.cluster import connect
-        with connect(args.scheduler, workers=args.workers, threads=args.threads, quiet=args.quiet) as client:
+        from pipeline.distributed.cluster import connect, disconnect
+        client = connect(args.scheduler, workers=args.workers, threads=args.threads, quiet=args.quiet)
+        try:
             if args.stage == "train" and args.method == "itq-vs-faiss":
                 result = runs.bench_itq_vs_faiss(args.n, args.bits, args.seed, args.data, args.bench_threads)
             elif args.stage == "train":
@@ -425,9 +426,8 @@ def cmd_bench(args):
                                           args.floor_repeats)
             else:
                 result = runs.bench_encode(args.n, args.bits, args.seed, args.data)
-            cluster = getattr(client, "cluster", None)
-        if cluster is not None:
-            cluster.close()
+        finally:
+            disconnect(client)
     result["cpu_steal_fraction_during_run"] = runs.steal_fraction(cpu_before, runs.cpu_jiffies())
     runs.write_result(result, args.out)
     _log(runs.markdown(result))
@@ -516,7 +516,5 @@ def main(argv=None) -> int:
         return 130
     finally:
         if client is not None:
-            cluster = getattr(client, "cluster", None)
-            client.close()
-            if cluster is not None:
-                cluster.close()
+            from pipeline.distributed.cluster import disconnect
+            disconnect(client)

@@ -355,7 +355,5 @@ def _run_steps(pipe, stamps, record, main, needs_cluster, cluster_args, force) -
         return EXIT_OK
     finally:
         if client is not None:
-            cluster = getattr(client, "cluster", None)
-            client.close()
-            if cluster is not None:
-                cluster.close()
+            from pipeline.distributed.cluster import disconnect
+            disconnect(client)

@@ -16,7 +16,7 @@ _EXPORTS = {
     "LSH": "pipeline.hashing", "PCAH": "pipeline.hashing", "ITQ": "pipeline.hashing", "DisH": "pipeline.hashing",
     "load_model": "pipeline.hashing", "make_hasher": "pipeline.hashing",
     "open_dataset": "pipeline.storage.datasets",
-    "connect": "pipeline.distributed.cluster",
+    "connect": "pipeline.distributed.cluster", "disconnect": "pipeline.distributed.cluster",
     "knn_search": "pipeline.search.hamming", "radius_search": "pipeline.search.hamming",
 }
 __all__ = [*_EXPORTS, "__version__"]

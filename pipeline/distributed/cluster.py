@@ -55,6 +55,15 @@ def connect(scheduler: str | None = None, *, workers: int | None = None, threads
     return client
 
 
+def disconnect(client) -> None:
+    """Close a client from ``connect`` and the local cluster it started, if any; a cluster
+    reached by address keeps running for its other users."""
+    cluster = getattr(client, "cluster", None)
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
 def cluster_shape(client=None) -> dict:
     """Workers and threads of the active cluster (for reports)."""
     if client is None:

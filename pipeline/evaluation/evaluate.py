@@ -80,16 +80,24 @@ def _database_views(features, split_query, labels):
     return db_ids, db_labels
 
 
+def score_codes(codes, split_query: np.ndarray, labels, truth: Truth, n_bits: int,
+                ks=DEFAULT_KS) -> tuple[dict, float]:
+    """Every metric for codes of all rows of a dataset (dask, e.g. stored codes opened with
+    ``codes_dask``): the split's query rows are ranked against the other rows. Returns
+    (metrics, search_seconds)."""
+    codes = as_dask(codes)
+    query_codes = codes[split_query].compute()
+    db_ids, db_labels = _database_views(codes, split_query, labels)
+    return code_metrics(query_codes, drop_rows(codes, split_query), db_ids, db_labels, truth, n_bits, ks)
+
+
 def _score_model(model, features, split_query, labels, truth, n_bits, ks) -> tuple[dict, dict]:
     """Encode every row with ``model``, rank the query codes: (metrics, timing)."""
     started = time.perf_counter()
     codes = model.encode(features).persist()
     dask.compute(codes.sum())  # materialise: time the encoding alone
     encode_seconds = time.perf_counter() - started
-    query_codes = codes[split_query].compute()
-    db_ids, db_labels = _database_views(features, split_query, labels)
-    metrics, search_seconds = code_metrics(query_codes, drop_rows(codes, split_query), db_ids, db_labels,
-                                           truth, n_bits, ks)
+    metrics, search_seconds = score_codes(codes, split_query, labels, truth, n_bits, ks)
     return metrics, {"encode_seconds": round(encode_seconds, 4), "search_seconds": round(search_seconds, 4)}
 
 

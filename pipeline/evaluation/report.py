@@ -55,13 +55,13 @@ def render_markdown(report: dict) -> str:
 
 
 def _plot(report: dict, out: Path) -> list[str]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # Figure objects, not pyplot: no global backend switch (inline plots in Jupyter keep working)
+    from matplotlib.figure import Figure
     bits = sorted({r["n_bits"] for r in report["results"]})
     files = []
     for kind in ("precision_at_k", "pr_curve"):
-        fig, axes = plt.subplots(1, len(bits), figsize=(4.5 * len(bits), 3.8), squeeze=False)
+        fig = Figure(figsize=(4.5 * len(bits), 3.8))
+        axes = fig.subplots(1, len(bits), squeeze=False)
         for ax, b in zip(axes[0], bits):
             for r in (r for r in report["results"] if r["n_bits"] == b):
                 m = r["metrics"]
@@ -82,11 +82,11 @@ def _plot(report: dict, out: Path) -> list[str]:
         fig.tight_layout()
         name = f"{kind}.png"
         fig.savefig(out / name, dpi=110)
-        plt.close(fig)
         files.append(name)
     trained = [r for r in report["results"] if "objective" in r["training"] and "DisH1" not in r.get("label", "")]
     if trained:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+        fig = Figure(figsize=(10, 3.8))
+        axes = fig.subplots(1, 2)
         for r in trained:
             label = f"{r.get('label', r['method'])} {r['n_bits']}b"
             obj = np.asarray(r["training"]["objective"])
@@ -100,7 +100,6 @@ def _plot(report: dict, out: Path) -> list[str]:
             ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(out / "training.png", dpi=110)
-        plt.close(fig)
         files.append("training.png")
     return files
 
