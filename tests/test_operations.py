@@ -187,26 +187,30 @@ def test_train_killed_mid_run_resumes_to_the_same_model(tmp_path, capsys, method
 # ---------------------------------------------------------------- worker killed -------
 
 class KillWorkerOnce:
-    """Worker plugin: SIGKILL the worker named ``worker_name`` (a real crash: no cleanup, no
-    goodbye to the scheduler) when it has finished ``after`` tasks of ``prefix``. The nanny
-    starts a replacement that gets the plugin again; the marker file makes it fire once."""
+    """Worker plugin: the first worker to finish ``after`` tasks of ``prefix`` SIGKILLs
+    itself (a real crash: no cleanup, no goodbye to the scheduler). Creating the marker file
+    exclusively decides which worker that is, and makes it happen once (the nanny's
+    replacement worker gets the plugin again)."""
 
-    def __init__(self, prefix, after, worker_name, marker):
-        self.prefix, self.after, self.worker_name, self.marker = prefix, after, worker_name, str(marker)
+    def __init__(self, prefix, after, marker):
+        self.prefix, self.after, self.marker = prefix, after, str(marker)
 
     def setup(self, worker):
-        self.worker, self.done = worker, 0
+        self.done = 0
 
     def transition(self, key, start, finish, **kwargs):
         import os
         import signal
 
         from dask.utils import key_split
-        if finish != "memory" or self.worker.name != self.worker_name or key_split(key) != self.prefix:
+        if finish != "memory" or key_split(key) != self.prefix:
             return
         self.done += 1
-        if self.done >= self.after and not os.path.exists(self.marker):
-            open(self.marker, "w").close()
+        if self.done == self.after:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -233,11 +237,11 @@ def test_worker_killed_during_training_and_encoding_changes_no_output(process_cl
     assert run(*encode, "--out", tmp_path / "reference-codes.zarr") == 0
 
     with Client(process_cluster, timeout="30s") as client:
-        client.register_plugin(plugin_type("dish-gram", 25, "host-1", tmp_path / "killed-training"), name="kill-train")
+        client.register_plugin(plugin_type("dish-gram", 25, tmp_path / "killed-training"), name="kill-train")
         assert run(*train, "--out", tmp_path / "disturbed") == 0
         client.unregister_worker_plugin("kill-train")
         client.wait_for_workers(2, timeout=60)
-        client.register_plugin(plugin_type("dish-encode", 3, "host-1", tmp_path / "killed-encoding"), name="kill-enc")
+        client.register_plugin(plugin_type("dish-encode", 3, tmp_path / "killed-encoding"), name="kill-enc")
         assert run(*encode, "--out", tmp_path / "disturbed-codes.zarr") == 0
         client.unregister_worker_plugin("kill-enc")
         client.wait_for_workers(2, timeout=60)
@@ -248,6 +252,7 @@ def test_worker_killed_during_training_and_encoding_changes_no_output(process_cl
     assert disturbed["model_id"] == reference["model_id"]
     assert disturbed["training"]["objective"] == reference["training"]["objective"]
     assert disturbed["training"]["worker_changes"] >= 1      # the kill fell inside training
+    assert disturbed["training"]["redone_steps"] >= 1        # ... while a step was pending: it was redone
     a = zarr.open_array(str(tmp_path / "reference-codes.zarr"), mode="r")
     b = zarr.open_array(str(tmp_path / "disturbed-codes.zarr"), mode="r")
     assert np.array_equal(a[:], b[:]) and dict(a.attrs) == dict(b.attrs)

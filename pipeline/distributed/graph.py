@@ -85,12 +85,14 @@ def _with_loaded_chunks(fn):
     return run
 
 
-def map_chunks(name: str, fn, chunks: list, *args, **kwargs) -> list:
+def map_chunks(name: str, fn, chunks: list, *args, salt=None, **kwargs) -> list:
     """Apply ``fn(chunk_i, *args, **kwargs)`` to every chunk as tasks named ``name-<token>-i``.
 
     ``chunks`` may be a list of Delayed / InlineRead, or of tuples of them (zipped arrays).
+    ``salt`` only enters the token: the same work under new keys (a step redone after a
+    worker loss must not meet its cancelled tasks on the scheduler).
     """
-    token = tokenize(fn, [_token_of(c) for c in chunks], args, kwargs)
+    token = tokenize(fn, [_token_of(c) for c in chunks], args, kwargs, salt)
     args = [_shared(a) for a in args]
     kwargs = {k: _shared(v) for k, v in kwargs.items()}
     task = _with_loaded_chunks(fn)
@@ -142,9 +144,9 @@ def tree_reduce(name: str, parts: list, combine):
     return parts[0]
 
 
-def map_reduce(name: str, fn, combine, chunks: list, *args, **kwargs):
+def map_reduce(name: str, fn, combine, chunks: list, *args, salt=None, **kwargs):
     """Tree-reduced result of ``fn`` over all chunks (one Delayed; call dask.compute on it)."""
-    return tree_reduce(f"{name}-combine", map_chunks(name, fn, chunks, *args, **kwargs), combine)
+    return tree_reduce(f"{name}-combine", map_chunks(name, fn, chunks, *args, salt=salt, **kwargs), combine)
 
 
 def row_bounds(x) -> np.ndarray:

@@ -95,17 +95,24 @@ def _select(block, local_rows):
     return block if local_rows is None else block[local_rows]
 
 
-class NodeRunner:
-    """Runs each node's tasks on its worker or, without a client, in-process.
+class WorkerLost(RuntimeError):
+    """A worker holding nodes left the cluster while their tasks were pending."""
 
-    The placement is a preference, not a requirement (dask's loose restrictions): when a
-    node's worker dies, the scheduler recomputes the lost results on the workers still
-    alive from their lineage. That is cheap and sound because a node's chunk reads are
-    inside its own tasks (nothing but storage is needed to redo them) and every task is a
-    pure function of its inputs, so the recomputed values are the same bytes. Hard pins
-    (``allow_other_workers=True``) would instead leave the node's tasks waiting forever
-    for a worker that is gone. ``place()`` at the start of each outer iteration moves the
-    nodes onto the workers alive then (e.g. the replacement a nanny started).
+
+MAX_REPLACEMENTS = 5     # worker losses one step survives before the error is raised
+WATCH_SECONDS = 0.5      # how often a waiting gather checks that the nodes' workers are alive
+
+
+class NodeRunner:
+    """Runs each node's tasks on its worker (pinned) or, without a client, in-process.
+
+    Pinned means ``allow_other_workers=False``: a node's chunk reads and passes run on its
+    worker only, so the data a node holds is only ever read there. A pinned task whose
+    worker dies would wait forever, so ``gather`` watches the nodes' workers while it
+    waits: when one is gone it cancels what is pending and raises WorkerLost, and
+    ``retrying`` re-places the nodes on the workers alive now (e.g. the replacement a
+    nanny started) and redoes the step from its inputs. Steps are pure functions of the
+    client-side state they start from, so the redone step gives the same bytes.
     """
 
     def __init__(self, n_nodes: int):
@@ -118,6 +125,8 @@ class NodeRunner:
         self.workers: list[str] = []
         self.placement: list[str | None] = [None] * n_nodes
         self.replacements = 0   # how often a change of workers moved the nodes
+        self.attempt = 0        # > 0 after a worker loss: redone steps salt their keys with it (the
+                                # scheduler may still hold the cancelled tasks, pinned to the dead worker)
         self._task_ids = itertools.count()  # every submitted step is a new task, even with equal inputs
         self.place()
 
@@ -126,39 +135,69 @@ class NodeRunner:
         """Every node has a worker of its own."""
         return bool(self.workers) and len(self.workers) >= self.n_nodes
 
+    def _alive(self) -> list[str]:
+        from pipeline.distributed.cluster import worker_info
+        return sorted(worker_info(self.client))
+
     def place(self) -> None:
         """Nodes round-robin over the workers alive now (sorted addresses: reproducible)."""
         if self.client is None:
             return
-        from pipeline.distributed.cluster import worker_info
-        workers = sorted(worker_info(self.client))
+        workers = self._alive()
         if workers == self.workers:
             return
         if self.workers:
-            log.warning("workers changed (%d -> %d alive); nodes moved onto the workers alive now",
+            log.warning("workers changed (%d -> %d alive); nodes placed on the workers alive now",
                         len(self.workers), len(workers))
             self.replacements += 1
         self.workers = workers
         self.placement = [workers[i % len(workers)] for i in range(self.n_nodes)] if workers else [None] * self.n_nodes
 
+    def retrying(self, step, *args):
+        """``step(*args)``, redone on re-placed nodes when a node's worker dies during it."""
+        for attempt in range(MAX_REPLACEMENTS + 1):
+            self.place()
+            try:
+                return step(*args)
+            except WorkerLost as exc:
+                self.attempt += 1
+                if attempt == MAX_REPLACEMENTS:
+                    raise RuntimeError(f"{exc}; gave up after {MAX_REPLACEMENTS} worker losses in one step") from None
+                log.warning("%s; redoing the step on the workers alive now", exc)
+        raise AssertionError("unreachable")
+
     def compute(self, node: int, obj):
-        """Compute a dask collection/Delayed on the node's worker (preferred, not required)."""
+        """Compute a dask collection/Delayed entirely on the node's worker."""
         if self.client is None:
             import dask
             return dask.compute(obj)[0]
-        return self.client.compute(obj, workers=self._where(node), allow_other_workers=True)
+        return self.client.compute(obj, **self._where(node))
 
     def submit(self, node: int, name: str, fn, *args):
         """One small task (an ADMM step) on the node's worker; args may hold futures."""
         if self.client is None:
             return fn(*args)
-        return self.client.submit(fn, *args, workers=self._where(node), allow_other_workers=True,
+        return self.client.submit(fn, *args, **self._where(node),
                                   key=f"{name}-{tokenize(fn, args, next(self._task_ids))}-{node}")
 
-    def _where(self, node: int):
-        return None if self.placement[node] is None else [self.placement[node]]
+    def _where(self, node: int) -> dict:
+        if self.placement[node] is None:    # no worker known yet: anywhere
+            return {}
+        return {"workers": [self.placement[node]], "allow_other_workers": False}
 
     def gather(self, values):
+        """The values of (nested lists of) futures; WorkerLost if a node's worker dies first."""
         if self.client is None:
             return values
+        from distributed import futures_of, wait
+        futures = futures_of(values)
+        while True:
+            try:
+                wait(futures, timeout=WATCH_SECONDS)
+                break
+            except TimeoutError:
+                gone = {w for w in self.placement if w is not None} - set(self._alive())
+                if gone:
+                    self.client.cancel(futures)
+                    raise WorkerLost(f"worker(s) {', '.join(sorted(gone))} left the cluster during a DisH step") from None
         return self.client.gather(values)

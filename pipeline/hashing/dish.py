@@ -108,8 +108,9 @@ class DisH(LinearHasher):
         chunks = node_pieces(X, node_rows)
 
         # global mean by one O(d) reduction of per-node sums (each computed on its node)
-        sums = runner.gather([runner.compute(i, map_reduce("dish-mean", _checked_row_sums, add_partials, chunks[i]))
-                              for i in range(P)])
+        sums = runner.retrying(lambda: runner.gather([
+            runner.compute(i, map_reduce("dish-mean", _checked_row_sums, add_partials, chunks[i], salt=runner.attempt))
+            for i in range(P)]))
         n_total = sum(s[0] for s in sums)
         self.mean_ = sum(s[1] for s in sums) / n_total
         node_sq = [centred_sq_norm(*s, self.mean_) for s in sums]   # ||X_i - mean||^2, for objective (3)
@@ -131,25 +132,12 @@ class DisH(LinearHasher):
         dict_bytes = d * r * BYTES_PER_FLOAT
         C_now = C
         for it in range(start, self.max_iter):
-            runner.place()   # a worker died and was replaced: its nodes move to the live workers
-            # one pass over each node's data: B_i = sgn(X_i C_i) fused with B_i^T X_i
-            started = time.perf_counter()
-            grams, objectives = zip(*[runner.compute(i, _gram_and_objective(chunks[i], self.mean_, C[i], node_sq[i], sums[i][0]))
-                                      for i in range(P)])
-            objective = float(sum(runner.gather(list(objectives))))
-            passed = time.perf_counter()
-            for _ in range(self.inner_steps):
-                new_C = [runner.submit(i, "dish-admm", admm_dictionary_step, grams[i], Lam[i], C[i],
-                                       [C[j] for j in neighbours[i]], rho) for i in range(P)]
-                Lam = [runner.submit(i, "dish-multiplier", multiplier_step, Lam[i], new_C[i],
-                                     [new_C[j] for j in neighbours[i]], rho) for i in range(P)]
-                C = new_C
-            # the state goes back to the client each iteration (2 P d x r matrices): a lost
-            # worker then costs at most this iteration's recomputation, not the whole history
-            C_now, Lam = runner.gather([C, Lam])
-            C, Lam = list(C_now), list(Lam)
-            history["pass_seconds"].append(round(passed - started, 4))
-            history["admm_seconds"].append(round(time.perf_counter() - passed, 4))
+            # a whole iteration is redone from (C, Lam) if a node's worker dies during it
+            objective, C, Lam, pass_seconds, admm_seconds = runner.retrying(
+                self._admm_iteration, runner, chunks, node_sq, sums, C, Lam, neighbours, rho)
+            C_now = C
+            history["pass_seconds"].append(round(pass_seconds, 4))
+            history["admm_seconds"].append(round(admm_seconds, 4))
             residual = max(relative_residual(C_now[i], C_now[j]) for i, j in edges(neighbours)) if P > 1 else 0.0
             history["objective"].append(objective)
             history["consensus_residual"].append(residual)
@@ -168,7 +156,29 @@ class DisH(LinearHasher):
             "consensus": "admm", "nodes": P, "rho": float(rho), "iterations": len(history["objective"]),
             "passes": 1 + len(history["objective"]), "edges": [list(e) for e in edges(neighbours)],
             "node_rows": [int(len(rows)) for rows in node_rows], "pinned": runner.pinned,
-            "placement": runner.placement, "worker_changes": runner.replacements, **history})
+            "placement": runner.placement, "worker_changes": runner.replacements,
+            "redone_steps": runner.attempt, **history})
+
+    def _admm_iteration(self, runner, chunks, node_sq, sums, C, Lam, neighbours, rho):
+        """One outer iteration from the client's (C, Lam): one pass over each node's data
+        (B_i = sgn(X_i C_i) fused with B_i^T X_i), then the ADMM steps. The new state comes
+        back to the client (2 P d x r matrices), so a lost worker costs at most this
+        iteration. Returns (objective, C, Lam, pass seconds, ADMM seconds)."""
+        P = len(chunks)
+        started = time.perf_counter()
+        grams, objectives = zip(*[runner.compute(i, _gram_and_objective(chunks[i], self.mean_, C[i], node_sq[i], sums[i][0],
+                                                                      salt=runner.attempt))
+                                  for i in range(P)])
+        objective = float(sum(runner.gather(list(objectives))))
+        passed = time.perf_counter()
+        for _ in range(self.inner_steps):
+            new_C = [runner.submit(i, "dish-admm", admm_dictionary_step, grams[i], Lam[i], C[i],
+                                   [C[j] for j in neighbours[i]], rho) for i in range(P)]
+            Lam = [runner.submit(i, "dish-multiplier", multiplier_step, Lam[i], new_C[i],
+                                 [new_C[j] for j in neighbours[i]], rho) for i in range(P)]
+            C = new_C
+        C, Lam = runner.gather([C, Lam])
+        return objective, list(C), list(Lam), passed - started, time.perf_counter() - passed
 
     def _initial_dictionary(self, X, d, r, rng):
         if self.init == "pca":
@@ -225,8 +235,8 @@ def _add(a, b):
     return a + b
 
 
-def _gram_and_objective(pieces, mean, C, sq_norm, n):
+def _gram_and_objective(pieces, mean, C, sq_norm, n, salt=None):
     """Delayed (Gram term, objective (3)) of one node: one pass over its rows."""
     from dask import delayed
-    gram = map_reduce("dish-gram", gram_chunk, _add, pieces, mean, C)
+    gram = map_reduce("dish-gram", gram_chunk, _add, pieces, mean, C, salt=salt)
     return [gram, delayed(node_objective, pure=True)(sq_norm, gram, C, n)]
