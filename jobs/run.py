@@ -49,7 +49,6 @@ import re
 import socket
 import sys
 import time
-import tomllib
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,17 +99,16 @@ class Pipeline:
 
 def load_pipeline(path, *, date: str, overrides: dict | None = None, workdir=None) -> Pipeline:
     from jobs.cli import build_parser
+    from jobs.config import read_toml
     file = Path(path)
-    if not file.is_file():
-        raise InputError(f"pipeline file {path} does not exist; give the path of a TOML pipeline (see jobs/configs/)")
-    try:
-        data = tomllib.loads(file.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"pipeline file {path} is not valid TOML ({exc}); fix the syntax") from None
+    data = read_toml(path, "pipeline file", "give the path of a TOML pipeline (see jobs/configs/)")
     unknown = set(data) - {"pipeline", "vars", "steps"}
     if unknown:
         raise InputError(f"pipeline file {path}: unknown table(s) {', '.join(sorted(unknown))}; "
                          "use [pipeline], [vars] and [[steps]]")
+    for table in ("pipeline", "vars"):
+        if not isinstance(data.get(table, {}), dict):
+            raise InputError(f"pipeline file {path}: {table} must be a table, written [{table}]")
     head = data.get("pipeline", {})
     name = str(head.get("name", file.stem))
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
@@ -122,8 +120,8 @@ def load_pipeline(path, *, date: str, overrides: dict | None = None, workdir=Non
         workdir = (workdir if workdir.is_absolute() else file.resolve().parent / workdir).resolve()
     variables = {**data.get("vars", {}), **(overrides or {}), "date": date, "pipeline": name}
     raw_steps = data.get("steps")
-    if not isinstance(raw_steps, list) or not raw_steps:
-        raise InputError(f"pipeline file {path} has no [[steps]]; add at least one step with a `command`")
+    if not isinstance(raw_steps, list) or not raw_steps or not all(isinstance(t, dict) for t in raw_steps):
+        raise InputError(f"pipeline file {path} has no [[steps]] tables; add at least one step with a `command`")
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
     steps = []
@@ -154,14 +152,16 @@ def _substitute(value, variables: dict, where: str):
 
 
 def _step(number, command, table, workdir, subparser, parser, path) -> Step:
+    from jobs.config import command_options, option_names
     from pipeline.data.sources import SOURCES
-    options = {action.dest: action for action in subparser._actions}
+    options = command_options(subparser)
+    options.pop("scheduler", None)   # `dhash run` connects every step to its one cluster
     argv, inputs, outputs, positional = [command], [], [], None
     for key, value in table.items():
         dest = key.replace("-", "_")
-        if dest not in options or dest in ("help", "config", "scheduler"):
+        if dest not in options:
             raise InputError(f"pipeline file {path} step {number}: unknown option {key!r} for `dhash {command}`; "
-                             f"valid: {', '.join(sorted(d.replace('_', '-') for d in options if d not in ('help', 'config')))}")
+                             f"valid: {option_names(options)}")
         if dest in PATH_OPTIONS and isinstance(value, str) and value not in SOURCES:
             value = str(workdir / value)       # absolute: workers on other hosts get it unchanged
             (outputs if dest in OUTPUT_OPTIONS else inputs).append(Path(value))

@@ -340,4 +340,9 @@ def test_bad_pipeline_file_is_one_line_error_and_runs_nothing(tmp_path, capsys):
     bad.write_text('[[steps]]\ncommand = "encode"\ndataset = "d.zarr"\n')
     assert run("run", bad) == 2
     assert "the following arguments are required: --model, --out" in capsys.readouterr().err
+    bad.write_text('pipeline = "nightly"\nsteps = [1]\n')
+    assert run("run", bad) == 2
+    assert "pipeline must be a table" in capsys.readouterr().err
+    assert run("run", tmp_path / "missing.toml") == 2
+    assert "pipeline file" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]

@@ -155,16 +155,17 @@ class NodeRunner:
 
     def retrying(self, step, *args):
         """``step(*args)``, redone on re-placed nodes when a node's worker dies during it."""
-        for attempt in range(MAX_REPLACEMENTS + 1):
+        losses = 0
+        while True:
             self.place()
             try:
                 return step(*args)
             except WorkerLost as exc:
                 self.attempt += 1
-                if attempt == MAX_REPLACEMENTS:
+                losses += 1
+                if losses > MAX_REPLACEMENTS:
                     raise RuntimeError(f"{exc}; gave up after {MAX_REPLACEMENTS} worker losses in one step") from None
                 log.warning("%s; redoing the step on the workers alive now", exc)
-        raise AssertionError("unreachable")
 
     def compute(self, node: int, obj):
         """Compute a dask collection/Delayed entirely on the node's worker."""
