@@ -8,15 +8,21 @@ paper's Fig. 5 protocol on SIFT-10M), each step a `dhash` command, timed end to 
 Steps (each one `python -m jobs ...`, exactly what `dhash` runs, watched for peak RSS):
 1. `dhash synth sift --n N --out WORK/sift.zarr`
 2. `dhash evaluate --dataset WORK/sift.zarr --methods lsh,dish --bits 32,64 --queries 1000
-   --ground-truth euclidean --top-k 1000 --ks 50,100,200,500,1000`: the seeded split, exact
-   top-1000 squared-L2 ground truth (ties by id), training, encoding every row, exact
+   --ground-truth euclidean --top-percent 2 --ks 50,100,200,500,1000`: the seeded split,
+   exact top-2% squared-L2 ground truth (ties by id), training, encoding every row, exact
    Hamming ranking and every metric. DisH2 as the paper defines it (one randomly selected
    node's hash functions encode everything: `--dish2-dictionaries 1`, drawn with the seed)
    and DisH1 (each node encodes its rows with its own).
 
-Ground truth: the paper's text for SIFT-10M reads "top 2 nearest neighbors"; we use the
-exact top 1000 so that precision@1000 can reach 1 (the top 2% of 10M would be 200,000
-neighbours per query, 2.4 GB of lists). Writes JSON + Markdown; deletes WORK unless --keep.
+Ground truth: the paper's extracted text for SIFT-10M reads "top 2 nearest neighbors in
+Euclidean space", with the unit lost in extraction (its GIST-1M protocol reads "top 2
+percentile"). Two neighbours cannot be the reading: precision@1000 could not exceed
+0.002, while Fig. 5(d) plots 64-bit precision from 0.5 upwards. So relevant = the exact
+top 2% of the database, 199,980 rows per query at 10M (stored as a relevance bitmap, see
+pipeline/evaluation/truth.py). `--ground-truth-top-k 1000` reruns with the top 1000 instead
+(the criterion of the previous version of this benchmark). The paper samples 2000 queries;
+we rank 1000 (the issue's number; `--queries` changes it). Writes JSON + Markdown; deletes
+WORK unless --keep.
 """
 from __future__ import annotations
 
@@ -36,6 +42,8 @@ from bench_memory import fmt_cmd, run_measured  # noqa: E402
 from pipeline.bench.measure import disk_usage, machine_info  # noqa: E402
 
 KS = [50, 100, 200, 500, 1000]
+METRICS = [f"precision@{k}" for k in KS] + ["map"]
+MARGIN = 0.05  # "well above": at the deep end of the ranking, where precision is far from its ceiling
 
 
 def main(argv=None) -> int:
@@ -43,6 +51,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=10_000_000)
     ap.add_argument("--bits", default="32,64")
     ap.add_argument("--methods", default="lsh,dish")
+    ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--ground-truth-top-k", type=int, help="relevant = exact top K (default: the top 2 percent)")
     ap.add_argument("--workdir", help="where the dataset and report go (default: a temp dir beside the repo)")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/pipeline_10M.json"))
@@ -50,16 +60,19 @@ def main(argv=None) -> int:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="dhash-pipeline-", dir=REPO.parent))
     work.mkdir(parents=True, exist_ok=True)
     py = [sys.executable, "-m", "jobs"]
+    truth_args = ["--top-k", str(args.ground_truth_top_k)] if args.ground_truth_top_k else ["--top-percent", "2"]
+    truth_text = (f"exact top-{args.ground_truth_top_k}" if args.ground_truth_top_k else "exact top 2 percent") \
+        + " squared L2, ties by id"
     steps = {
         "synth": py + ["synth", "sift", "--n", str(args.n), "--out", str(work / "sift.zarr"), "--overwrite", "--quiet"],
         "evaluate": py + ["evaluate", "--dataset", str(work / "sift.zarr"), "--methods", args.methods, "--bits", args.bits,
-                          "--queries", "1000", "--ground-truth", "euclidean", "--top-k", "1000",
+                          "--queries", str(args.queries), "--ground-truth", "euclidean", *truth_args,
                           "--ks", ",".join(map(str, KS)), "--dish2-dictionaries", "1",
                           "--out", str(work / "report"), "--quiet"],
     }
     result = {"benchmark": "pipeline", "command": fmt_cmd([sys.executable, *sys.argv]), "machine": machine_info(),
-              "params": {"n": args.n, "bits": args.bits, "methods": args.methods, "queries": 1000,
-                         "ground_truth": "exact top-1000 squared L2, ties by id", "ks": KS}, "steps": {}}
+              "params": {"n": args.n, "bits": args.bits, "methods": args.methods, "queries": args.queries,
+                         "ground_truth": truth_text, "ks": KS}, "steps": {}}
     started = time.perf_counter()
     try:
         for name, cmd in steps.items():
@@ -77,11 +90,14 @@ def main(argv=None) -> int:
                               **{f"precision@{k}": round(r["metrics"][f"precision@{k}"], 4) for k in KS},
                               "map": round(r["metrics"]["map"], 4), **r["timing"]} for r in report["results"]]
         by = {(r["label"], r["n_bits"]): r for r in result["results"]}
+        result["dish_minus_lsh"] = {f"{label} {b}": {m: round(row[m] - by[("lsh", b)][m], 4) for m in METRICS}
+                                    for (label, b), row in by.items() if label.startswith("dish")}
         result["acceptance"] = {
-            "target": "whole pipeline < 30 min, DisH well above LSH at every precision@K",
+            "target": f"whole pipeline < 30 min; at every bit length DisH (DisH1 and DisH2) above LSH at every "
+                      f"precision@K and map, by >= {MARGIN} at precision@1000 and map",
             "met": result["total_seconds"] < 1800 and all(
-                by[(label, b)]["precision@1000"] > by[("lsh", b)]["precision@1000"] + 0.05
-                for (label, b) in by if label.startswith("dish"))}
+                all(g > 0 for g in gaps.values()) and gaps["precision@1000"] >= MARGIN and gaps["map"] >= MARGIN
+                for gaps in result["dish_minus_lsh"].values())}
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -106,7 +122,12 @@ def markdown(result: dict) -> str:
     for r in result["results"]:
         lines.append(f"| {r['label']} | {r['n_bits']} | " + " | ".join(str(r[f'precision@{k}']) for k in KS)
                      + f" | {r['map']} | {r['train_seconds']:.1f} | {r['encode_seconds']:.1f} | {r['search_seconds']:.1f} |")
-    lines += ["", f"Acceptance: {result['acceptance']['target']} -> {'met' if result['acceptance']['met'] else 'NOT met'}"]
+    lines += ["", "DisH minus LSH:", "", "| | " + " | ".join(f"P@{k}" for k in KS) + " | map |",
+              "|---|" + "---|" * (len(KS) + 1)]
+    for name, gaps in result.get("dish_minus_lsh", {}).items():
+        lines.append(f"| {name} bits | " + " | ".join(f"{gaps[m]:+.4f}" for m in METRICS) + " |")
+    lines += ["", f"Ground truth: {result['params']['ground_truth']}; {result['params']['queries']} queries.", "",
+              f"Acceptance: {result['acceptance']['target']} -> {'met' if result['acceptance']['met'] else 'NOT met'}"]
     return "\n".join(lines) + "\n"
 
 

@@ -259,10 +259,12 @@ def cmd_split(args):
 
 
 def cmd_groundtruth(args):
-    from pipeline.evaluation.truth import euclidean_groundtruth
+    from pipeline.evaluation.truth import build_truth
     ds = _dataset(args)
-    nn, _, attrs = euclidean_groundtruth(ds, ds.get_split(args.split), top_k=args.top_k, top_percent=args.top_percent)
-    print(f"ground truth: {ds.path}/groundtruth ({nn.shape[0]} queries x {attrs['k']} neighbours)")
+    split = ds.get_split(args.split)
+    truth = build_truth(ds, split, ground_truth="euclidean", top_k=args.top_k, top_percent=args.top_percent)
+    print(f"ground truth: {ds.path}/groundtruth ({split.n_query} queries x {truth.description['k']} neighbours, "
+          f"stored as {truth.description['form']})")
 
 
 def _train_rows(ds, split_name):

@@ -404,9 +404,9 @@ def bench_itq_vs_faiss(n: int, bits: int, seed: int = 0, data: str | None = None
     database = drop_rows(features, split.query).compute()
     transform = _faiss_itq(database, bits, threads)
     all_codes = _faiss_itq_codes(transform, fm.features[:])
-    db_ids, db_labels = _database_views(features, split.query, labels)
+    db_ids, db_truth_rows = _database_views(features, split.query, truth)
     peer_metrics, _ = code_metrics(all_codes[split.query], drop_rows(da.from_array(all_codes, chunks=(features.chunks[0],
-                                   all_codes.shape[1])), split.query), db_ids, db_labels, truth, bits)
+                                   all_codes.shape[1])), split.query), db_ids, db_truth_rows, truth, bits)
     return _result("train-itq-vs-faiss", {"n": n, "bits": bits, "seed": seed, "iterations": 50, "threads": threads,
                                           "time_data": str(data or "sift-synth"), "map_data": "fashion-mnist, 1000 queries, labels"},
                    {"name": "dhash ITQ fit (cluster, zarr chunks)", "seconds": round(ours_s, 2), "memory": ours_mem,

@@ -51,7 +51,9 @@ def write_fashion_mnist(out, *, chunk_rows=None, overwrite=False, progress=None)
 def default_path(name: str, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None) -> Path:
     suffix = f"-c{chunk_rows}" if chunk_rows else ""
     if name == "sift-synth":
-        return data_dir() / f"sift-synth-n{n or DEFAULT_SYNTH_N}-s{seed}{suffix}.zarr"
+        # the generator version is in the name: a cached set from an older generator is not reused
+        from pipeline.data.synth import GENERATOR_VERSION
+        return data_dir() / f"sift-synth-v{GENERATOR_VERSION}-n{n or DEFAULT_SYNTH_N}-s{seed}{suffix}.zarr"
     return data_dir() / f"{name}{suffix}.zarr"
 
 

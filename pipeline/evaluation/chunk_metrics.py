@@ -21,9 +21,9 @@ def _query_batches(m: int, n: int):
     return [slice(s, min(m, s + step)) for s in range(0, m, step)]
 
 
-def chunk_histograms(codes, ids, labels, groups, *, queries, truth, n_bits):
+def chunk_histograms(codes, ids, truth_rows, groups, *, queries, truth, n_bits):
     """(total, relevant) per query and distance 0..n_bits for one database chunk."""
-    spec = relevance_spec(truth, ids, labels) if groups is None else None
+    spec = relevance_spec(truth, ids, truth_rows) if groups is None else None
     if spec is not None:
         return fused_histograms(queries, codes, spec, n_bits)
     m = n_queries(queries)
@@ -31,18 +31,18 @@ def chunk_histograms(codes, ids, labels, groups, *, queries, truth, n_bits):
     rel = np.zeros((m, n_bits + 1), np.int64)
     for qs in _query_batches(m, len(codes)):
         dist = query_distances(query_rows(queries, qs), codes, groups)
-        total[qs], rel[qs] = distance_histograms(dist, truth.chunk_relevance(ids, labels, qs), n_bits)
+        total[qs], rel[qs] = distance_histograms(dist, truth.chunk_relevance(ids, truth_rows, qs), n_bits)
     return total, rel
 
 
-def chunk_precision_sums(codes, ids, labels, groups, before_total, before_rel, *, queries, truth):
+def chunk_precision_sums(codes, ids, truth_rows, groups, before_total, before_rel, *, queries, truth):
     """Sum of precision at the rank (ties by id) of each relevant item of the chunk."""
-    spec = relevance_spec(truth, ids, labels) if groups is None else None
+    spec = relevance_spec(truth, ids, truth_rows) if groups is None else None
     if spec is not None:
         return fused_precision_sums(queries, codes, spec, before_total, before_rel)
     m = n_queries(queries)
     out = np.zeros(m)
     for qs in _query_batches(m, len(codes)):
         dist = query_distances(query_rows(queries, qs), codes, groups)
-        out[qs] = ap_precision_sums(dist, truth.chunk_relevance(ids, labels, qs), before_total[qs], before_rel[qs])
+        out[qs] = ap_precision_sums(dist, truth.chunk_relevance(ids, truth_rows, qs), before_total[qs], before_rel[qs])
     return out

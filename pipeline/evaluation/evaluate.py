@@ -33,15 +33,16 @@ def _chunks_or_none(x, n):
     return chunk_delayeds(x) if x is not None else [None] * n
 
 
-def code_metrics(query_codes: np.ndarray, db_codes, db_ids, db_labels, truth: Truth, n_bits: int,
+def code_metrics(query_codes: np.ndarray, db_codes, db_ids, db_truth_rows, truth: Truth, n_bits: int,
                  ks=DEFAULT_KS, db_groups=None) -> tuple[dict, float]:
     """Every metric of PROTOCOLS.md for one set of codes. Returns (metrics, search_seconds).
-    Grouped query codes (G, m, n_bytes) with ``db_groups`` evaluate DisH1."""
+    ``db_truth_rows``: ``truth.database_rows`` (labels or relevance bits per database row,
+    or None). Grouped query codes (G, m, n_bytes) with ``db_groups`` evaluate DisH1."""
     n_db = db_codes.shape[0]
     ks = sorted({int(k) for k in ks if 1 <= k <= n_db})
     kmax = max(ks)
     nb = db_codes.numblocks[0]
-    chunks = list(zip(chunk_delayeds(db_codes), chunk_delayeds(db_ids), _chunks_or_none(db_labels, nb),
+    chunks = list(zip(chunk_delayeds(db_codes), chunk_delayeds(db_ids), _chunks_or_none(db_truth_rows, nb),
                       _chunks_or_none(db_groups, nb)))
     started = time.perf_counter()
     top_d, top_i = dask.compute(knn_search_lazy(query_codes, db_codes, kmax, ids=db_ids, groups=db_groups))[0]
@@ -72,12 +73,9 @@ def code_metrics(query_codes: np.ndarray, db_codes, db_ids, db_labels, truth: Tr
     return metrics, search_seconds
 
 
-def _database_views(features, split_query, labels):
-    db_ids = drop_rows(row_numbers(features), split_query)
-    db_labels = None
-    if labels is not None:
-        db_labels = drop_rows(as_dask(labels).rechunk((features.chunks[0],) + labels.shape[1:]), split_query)
-    return db_ids, db_labels
+def _database_views(features, split_query, truth: Truth):
+    """Row ids and truth rows of the database, chunked like ``features`` without the queries."""
+    return drop_rows(row_numbers(features), split_query), truth.database_rows(features.chunks[0], split_query)
 
 
 def score_codes(codes, split_query: np.ndarray, labels, truth: Truth, n_bits: int,
@@ -87,8 +85,8 @@ def score_codes(codes, split_query: np.ndarray, labels, truth: Truth, n_bits: in
     (metrics, search_seconds)."""
     codes = as_dask(codes)
     query_codes = codes[split_query].compute()
-    db_ids, db_labels = _database_views(codes, split_query, labels)
-    return code_metrics(query_codes, drop_rows(codes, split_query), db_ids, db_labels, truth, n_bits, ks)
+    db_ids, db_truth_rows = _database_views(codes, split_query, truth)
+    return code_metrics(query_codes, drop_rows(codes, split_query), db_ids, db_truth_rows, truth, n_bits, ks)
 
 
 def _score_model(model, features, split_query, labels, truth, n_bits, ks) -> tuple[dict, dict]:
@@ -121,8 +119,8 @@ def _score_dish1(model, features, split_query, labels, truth, n_bits, ks) -> tup
     encode_seconds = time.perf_counter() - started
     queries = features[split_query].compute()
     query_codes = np.stack([model.with_dictionary(i).encode(queries) for i in range(model.nodes)])
-    db_ids, db_labels = _database_views(features, split_query, labels)
-    metrics, search_seconds = code_metrics(query_codes, codes, db_ids, db_labels, truth, n_bits, ks,
+    db_ids, db_truth_rows = _database_views(features, split_query, truth)
+    metrics, search_seconds = code_metrics(query_codes, codes, db_ids, db_truth_rows, truth, n_bits, ks,
                                            db_groups=db_groups)
     return metrics, {"encode_seconds": round(encode_seconds, 4), "search_seconds": round(search_seconds, 4)}
 

@@ -7,8 +7,8 @@ compute distances tile by tile with the search kernel's vectorised loop and test
 relevance on the fly instead:
 
 * labels: item j is relevant to query q iff ``db_labels[j] == query_labels[q]``;
-* neighbours: the chunk positions of each query's ground-truth ids, ascending and padded
-  with a sentinel >= n, walked alongside the scan.
+* neighbours (lists or relevance bits): the chunk positions of each query's relevant
+  rows, ascending and padded with a sentinel >= n, walked alongside the scan.
 
 Results equal ``distance_histograms`` / ``ap_precision_sums`` exactly (tests).
 """
@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from pipeline.kernels.hamming import TILE_CODES, _tile_distances, as_words, word_major_tiles
+from pipeline.kernels.l2 import relevant_positions
 
 BY_LABEL, BY_POSITION = 0, 1
 
@@ -91,15 +92,19 @@ def _precision_sums(queries, tiles, n, mode, query_labels, db_labels, rel_pos, b
             out[q] += acc
 
 
-def relevance_spec(truth, ids: np.ndarray, labels_chunk, query_slice=slice(None)):
+def relevance_spec(truth, ids: np.ndarray, truth_rows, query_slice=slice(None)):
     """(mode, query_labels, db_labels, rel_pos) for the fused kernels, or None when the
-    relevance rule needs the generic path (multi-label rows)."""
+    relevance rule needs the generic path (multi-label rows). ``truth_rows``: the chunk's
+    labels or relevance bits (``Truth.database_rows``)."""
     n = len(ids)
     if truth.kind == "labels":
         if truth.query_labels.ndim != 1:
             return None
         return (BY_LABEL, np.ascontiguousarray(truth.query_labels[query_slice], np.int64),
-                np.ascontiguousarray(labels_chunk, np.int64), np.zeros((1, 1), np.int64))
+                np.ascontiguousarray(truth_rows, np.int64), np.zeros((1, 1), np.int64))
+    if truth.as_bits:
+        return (BY_POSITION, np.zeros(1, np.int64), np.zeros(1, np.int64),
+                relevant_positions(truth_rows, truth.n_queries)[query_slice])
     neighbours = truth.neighbours[query_slice]
     pos = np.searchsorted(ids, neighbours)
     hit = (pos < n) & (ids[np.minimum(pos, max(n - 1, 0))] == neighbours) & (neighbours >= 0) if n else pos < 0

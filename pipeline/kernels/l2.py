@@ -105,3 +105,198 @@ def merge_l2_topk(a, b, k: int):
     ids_key = np.where(ids < 0, np.iinfo(np.int64).max, ids)
     order = np.lexsort((ids_key, dist), axis=-1)[:, :k]
     return np.take_along_axis(dist, order, axis=1), np.take_along_axis(ids, order, axis=1)
+
+
+# ------------------------------------------------- rank-k threshold (large K) ---------
+#
+# Top 2% of 10M is 200,000 neighbours per query: a (queries x K) list is GBs and a heap of
+# that size per task does not fit. Instead each query's relevant set is described by the
+# (distance, id) of its K-th neighbour (the "threshold"): item x is relevant iff
+# (d(q, x), id) <= (d*, id*) lexicographically, the same set as the top-K list with ties by
+# id. The threshold is found exactly with counting passes over per-query windows of
+# distances (truth.py); these kernels are the per-chunk steps. Distances are the
+# partial ||x||^2 - 2 q.x of l2_topk, computed the same way (same slabs, same dtype, the
+# same float64 expression), so both give the same numbers; ||q||^2 is added only when
+# reporting.
+
+
+def gemm_slabs(X: np.ndarray, queries: np.ndarray):
+    """Yield (start, dots (m, slab) = Q x^T, x_norms (slab,)) over SLAB_ROWS-row slabs of X,
+    in l2_topk's exact dtype; the kernels form the partial distance ||x||^2 - 2 q.x in
+    float64 exactly as _push_slab does."""
+    queries = np.asarray(queries)
+    dtype = exact_dtype(X, queries)
+    Q = queries.astype(dtype)
+    for start in range(0, len(X), SLAB_ROWS):
+        slab = np.asarray(X[start:start + SLAB_ROWS], dtype=dtype)
+        yield start, Q @ slab.T, np.einsum("ij,ij->i", slab, slab)
+
+
+def partial_distances(X: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """(m, n) float64 ||x||^2 - 2 q.x, the same numbers as the kernels below (small inputs)."""
+    return np.concatenate([x_norms[None, :].astype(np.float64) - 2.0 * dots.astype(np.float64)
+                           for _, dots, x_norms in gemm_slabs(X, queries)], axis=1)
+
+
+def query_norms(queries: np.ndarray) -> np.ndarray:
+    q = np.asarray(queries, dtype=np.float64)
+    return np.einsum("ij,ij->i", q, q)
+
+
+@njit(nogil=True, cache=True)
+def _inner_bin(d, edges, scale):
+    """Bin b of ``d`` inside [edges[0], edges[B]), i.e. edges[b] <= d < edges[b+1]: the
+    uniform-width guess is corrected against the explicit edges, so every pass assigns
+    exactly the same bin."""
+    n_bins = edges.shape[0] - 1
+    b = min(max(int((d - edges[0]) * scale), 0), n_bins - 1)
+    while b > 0 and d < edges[b]:
+        b -= 1
+    while b < n_bins - 1 and d >= edges[b + 1]:
+        b += 1
+    return b
+
+
+@njit(nogil=True, cache=True)
+def _count_slab(dots, x_norms, keep, edges, counts, lowest, highest):
+    n_bins = edges.shape[1] - 1
+    for q in range(dots.shape[0]):
+        lo, hi = edges[q, 0], edges[q, n_bins]
+        scale = n_bins / (hi - lo)
+        under, over, low, high = 0, 0, lowest[q], highest[q]
+        for j in range(dots.shape[1]):
+            if keep[j]:
+                d = x_norms[j] - 2.0 * dots[q, j]
+                low = min(low, d)
+                high = max(high, d)
+                if d < lo:
+                    under += 1
+                elif d >= hi:
+                    over += 1
+                else:
+                    counts[q, 1 + _inner_bin(d, edges[q], scale)] += 1
+        counts[q, 0] += under
+        counts[q, n_bins + 1] += over
+        lowest[q], highest[q] = low, high
+
+
+def window_counts(X: np.ndarray, keep: np.ndarray, *, queries: np.ndarray, edges: np.ndarray):
+    """Per query, how many kept rows fall below, in each bin of, and at or above its window
+    ``edges[q]`` (B + 1 ascending edges): counts (m, B + 2) int64, plus the smallest and
+    largest partial distance seen."""
+    m = edges.shape[0]
+    counts = np.zeros((m, edges.shape[1] + 1), np.int64)
+    lowest, highest = np.full(m, np.inf), np.full(m, -np.inf)
+    keep = np.ascontiguousarray(keep, dtype=np.bool_)
+    for start, dots, x_norms in gemm_slabs(X, queries):
+        _count_slab(dots, x_norms, keep[start:start + len(x_norms)], edges, counts, lowest, highest)
+    return counts, lowest, highest
+
+
+@njit(nogil=True, cache=True)
+def _collect_slab(dots, x_norms, keep, ids, lo, hi, out_q, out_d, out_i, k):
+    for q in range(dots.shape[0]):
+        for j in range(dots.shape[1]):
+            d = x_norms[j] - 2.0 * dots[q, j]
+            if keep[j] and lo[q] <= d and d < hi[q]:
+                if k < out_q.shape[0]:
+                    out_q[k] = q
+                    out_d[k] = d
+                    out_i[k] = ids[j]
+                k += 1
+    return k
+
+
+def window_members(X: np.ndarray, ids: np.ndarray, keep: np.ndarray, *, queries: np.ndarray,
+                   lo: np.ndarray, hi: np.ndarray):
+    """(query, partial distance, id) of every kept row with lo[q] <= d < hi[q]."""
+    keep = np.ascontiguousarray(keep, dtype=np.bool_)
+    ids = np.asarray(ids, dtype=np.int64)
+    capacity, k = 1024, 0
+    out_q, out_d, out_i = np.empty(capacity, np.int64), np.empty(capacity), np.empty(capacity, np.int64)
+    for start, dots, x_norms in gemm_slabs(X, queries):
+        stop = start + len(x_norms)
+        found = _collect_slab(dots, x_norms, keep[start:stop], ids[start:stop], lo, hi, out_q, out_d, out_i, k)
+        if found > capacity:  # grow and redo this slab (its matches past capacity were only counted)
+            capacity = 2 * found
+            out_q, out_d, out_i = (np.resize(a, capacity) for a in (out_q, out_d, out_i))
+            found = _collect_slab(dots, x_norms, keep[start:stop], ids[start:stop], lo, hi, out_q, out_d, out_i, k)
+        k = found
+    return out_q[:k], out_d[:k], out_i[:k]
+
+
+@njit(nogil=True, cache=True)
+def _mark_slab(dots, x_norms, keep, ids, threshold, threshold_id, bits, row0):
+    for q in range(dots.shape[0]):
+        byte, mask = q >> 3, np.uint8(1 << (q & 7))
+        t, t_id = threshold[q], threshold_id[q]
+        for j in range(dots.shape[1]):
+            d = x_norms[j] - 2.0 * dots[q, j]
+            if keep[j] and (d < t or (d == t and ids[j] <= t_id)):
+                bits[row0 + j, byte] |= mask
+
+
+def relevance_bits(X: np.ndarray, ids: np.ndarray, keep: np.ndarray, *, queries: np.ndarray,
+                   threshold: np.ndarray, threshold_id: np.ndarray) -> np.ndarray:
+    """(rows, ceil(m / 8)) uint8: bit q of row j (little-endian within a byte) is set iff
+    row j is kept and (d(q, x_j), id_j) <= (threshold[q], threshold_id[q])."""
+    m = len(threshold)
+    bits = np.zeros((len(X), (m + 7) // 8), np.uint8)
+    keep = np.ascontiguousarray(keep, dtype=np.bool_)
+    ids = np.asarray(ids, dtype=np.int64)
+    for start, dots, x_norms in gemm_slabs(X, queries):
+        stop = start + len(x_norms)
+        _mark_slab(dots, x_norms, keep[start:stop], ids[start:stop], threshold, threshold_id, bits, start)
+    return bits
+
+
+def select_threshold(member_q, member_d, member_i, need: np.ndarray):
+    """Per query q, the need[q]-th smallest (distance, id) among its window members
+    (1-based; need[q] <= its member count): (distances (m,), ids (m,))."""
+    m = len(need)
+    order = np.lexsort((member_i, member_d, member_q))
+    q_sorted = member_q[order]
+    first = np.searchsorted(q_sorted, np.arange(m))
+    pick = order[first + need - 1]
+    return member_d[pick], member_i[pick]
+
+
+@njit(nogil=True, cache=True)
+def _positions_from_bits(bits, m, counts, out):
+    fill = np.zeros(m, np.int64)
+    for j in range(bits.shape[0]):
+        for b in range(bits.shape[1]):
+            v = bits[j, b]
+            q = b * 8
+            while v:
+                if v & 1 and q < m:
+                    if out.shape[1]:
+                        out[q, fill[q]] = j
+                    fill[q] += 1
+                v >>= 1
+                q += 1
+    counts[:] = fill
+
+
+def relevant_positions(bits: np.ndarray, m: int) -> np.ndarray:
+    """Relevance bits of a chunk (rows, ceil(m / 8)) -> (m, R) row positions of each query's
+    relevant rows, ascending, padded with len(bits) (the fused metric kernels' input)."""
+    bits = np.ascontiguousarray(bits, dtype=np.uint8)
+    counts = np.zeros(m, np.int64)
+    _positions_from_bits(bits, m, counts, np.empty((m, 0), np.int64))
+    out = np.full((m, max(1, int(counts.max(initial=0)))), len(bits), np.int64)
+    _positions_from_bits(bits, m, counts, out)
+    return out
+
+
+def unpack_relevance(bits: np.ndarray, m: int, query_slice=slice(None)) -> np.ndarray:
+    """Relevance bits (rows, ceil(m / 8)) -> (queries in ``query_slice``, rows) bool.
+
+    Only the bytes that hold the sliced queries are unpacked: the generic metric path asks
+    for 64 queries at a time, and unpacking all 1000 each time cost 16x the work."""
+    start, stop, step = query_slice.indices(m)
+    if step != 1:
+        return np.unpackbits(bits, axis=1, count=m, bitorder="little")[:, query_slice].T.astype(bool)
+    first, last = start // 8, (stop + 7) // 8
+    unpacked = np.unpackbits(bits[:, first:last], axis=1, bitorder="little")
+    return unpacked[:, start - 8 * first:stop - 8 * first].T.astype(bool)

@@ -9,6 +9,11 @@ Layout::
       splits/NAME/query        sorted int64 row numbers of the queries
       groundtruth/NAME/ids     (n_queries, K) int64 exact Euclidean neighbours
       groundtruth/NAME/distances
+  or, for large K (truth.MAX_LISTED_NEIGHBOURS):
+      groundtruth/NAME/relevance          (n, ceil(n_queries / 8)) uint8, bit q of row j
+                                          set iff row j is among query q's top K
+      groundtruth/NAME/threshold_distance (n_queries,) float64, the K-th neighbour's
+      groundtruth/NAME/threshold_id       (n_queries,) int64    squared distance and row
 
 Search results and ground truth refer to points by row number; ``ids`` maps a row number
 to the source's own id. Every write is atomic (see storage.atomic).
@@ -240,11 +245,39 @@ class Dataset:
         return sorted(self.group["groundtruth"].group_keys()) if "groundtruth" in self.group.group_keys() else []
 
     def get_groundtruth(self, name: str):
-        """(ids (m, K) int64, distances (m, K) float64, attrs) or None if absent."""
+        """(ids (m, K) int64, distances (m, K) float64, attrs) or None if absent (or stored
+        as relevance bits)."""
         if name not in self.groundtruth_names():
             return None
         g = zarr.open_group(str(self.path / "groundtruth" / name), mode="r")
+        if "ids" not in g.array_keys():
+            return None
         return g["ids"][...], g["distances"][...], dict(g.attrs)
+
+    def get_relevance_groundtruth(self, name: str):
+        """(relevance zarr array (n, ceil(m / 8)), {threshold_distance, threshold_id}, attrs)
+        or None if absent (or stored as neighbour lists)."""
+        if name not in self.groundtruth_names():
+            return None
+        g = zarr.open_group(str(self.path / "groundtruth" / name), mode="r")
+        if "relevance" not in g.array_keys():
+            return None
+        thresholds = {key: g[key][...] for key in ("threshold_distance", "threshold_id")}
+        return g["relevance"], thresholds, dict(g.attrs)
+
+    def put_relevance_groundtruth(self, name: str, *, n_queries: int, fill, thresholds: dict, attrs: dict) -> None:
+        """Create the relevance-bits array under a temporary name, let ``fill(array_path)``
+        write it (chunk-parallel tasks), store ``thresholds``, then rename into place."""
+        self._ensure_child_group("groundtruth")
+        n_bytes = (int(n_queries) + 7) // 8
+        with atomic_path(self.path / "groundtruth" / name, overwrite=True) as tmp:
+            g = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+            g.create_array("relevance", shape=(self.n, n_bytes), chunks=(self.chunk_rows, n_bytes), dtype="uint8",
+                           compressors=zarr.codecs.ZstdCodec(level=1))
+            fill(str(Path(tmp).absolute() / "relevance"))
+            for key, value in thresholds.items():
+                g.create_array(key, shape=value.shape, chunks=value.shape, dtype=value.dtype)[...] = value
+            g.attrs.update({"schema": GROUNDTRUTH_SCHEMA, "created": _now(), **attrs})
 
     def put_groundtruth(self, name: str, ids: np.ndarray, distances: np.ndarray, attrs: dict) -> None:
         self._ensure_child_group("groundtruth")
