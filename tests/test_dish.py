@@ -130,3 +130,29 @@ def test_bad_parameters(params, match):
     X = np.random.default_rng(0).standard_normal((400, 10))
     with pytest.raises(InputError, match=match):
         DisH(4, **{"nodes": 3, **params}).fit(X)
+
+
+@pytest.mark.parametrize("partition", ["contiguous", "random", "by-label"])
+def test_node_rows_travel_as_runs_and_select_the_same_rows(partition):
+    """Node pieces and DisH1 groups carry a node's rows as [start, stop) runs (not 8 bytes a
+    row in every task), and select exactly the rows the partition gives."""
+    import pickle
+
+    from pipeline.distributed.graph import InlineRead, take_rows
+    from pipeline.distributed.nodes import node_groups, node_pieces, partition_rows
+    n = 300_007
+    X = da.arange(n, chunks=70_001).reshape(n, 1)
+    y = np.random.default_rng(1).integers(0, 10, n) if partition == "by-label" else None
+    node_rows = partition_rows(X, 4, partition, 2, y)
+    groups = node_groups(node_rows, X.chunks[0])
+    want = np.empty(n, np.int64)
+    for node, rows in enumerate(node_rows):
+        want[rows] = node
+    np.testing.assert_array_equal(groups.compute(), want)
+    block = np.arange(n)
+    for node, pieces in enumerate(node_pieces(X, node_rows)):
+        got = np.concatenate([p.compute() if not isinstance(p, InlineRead) else p.load() for p in pieces])
+        np.testing.assert_array_equal(got.ravel(), node_rows[node])
+    if partition != "by-label":
+        assert len(pickle.dumps(dict(groups.dask))) < 10_000
+    assert take_rows(block, None) is block

@@ -14,7 +14,7 @@ import logging
 import numpy as np
 from dask.base import tokenize
 
-from pipeline.distributed.graph import InlineRead, chunk_reads, row_bounds
+from pipeline.distributed.graph import InlineRead, chunk_reads, compact_rows, row_bounds, take_rows
 from pipeline.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,27 @@ def partition_rows(X, n_nodes: int, partition: str, seed: int, y=None) -> list[n
             for blocks in np.array_split(order, n_nodes)]
 
 
+def _groups_from_runs(positions, *, run_starts, run_nodes):
+    return run_nodes[np.searchsorted(run_starts, positions, side="right") - 1]
+
+
+def node_groups(node_rows: list[np.ndarray], row_chunks: tuple):
+    """int64 dask array (chunked like ``row_chunks``): the node holding each row.
+
+    Partitions deal whole row ranges, so the groups are a few runs, and each chunk is
+    rebuilt from them in its own task; the 8-byte-per-row array (80 MB at 10M rows) only
+    goes into the graph when the runs are not fewer (by-label partitions)."""
+    import dask.array as da
+    groups = np.empty(sum(map(len, node_rows)), np.int64)
+    for node, rows in enumerate(node_rows):
+        groups[rows] = node
+    starts = np.flatnonzero(np.diff(groups, prepend=-1))
+    if 64 * len(starts) > len(groups):
+        return da.from_array(groups, chunks=(tuple(row_chunks),))
+    positions = da.arange(len(groups), chunks=(tuple(row_chunks),), dtype=np.int64)
+    return positions.map_blocks(_groups_from_runs, run_starts=starts, run_nodes=groups[starts], dtype=np.int64)
+
+
 def node_pieces(X, node_rows: list[np.ndarray]) -> list[list]:
     """Per node, the chunk inputs of its row blocks for ``map_chunks``.
 
@@ -82,7 +103,7 @@ def node_pieces(X, node_rows: list[np.ndarray]) -> list[list]:
             local = rows[cut[c]:cut[c + 1]] - bounds[c]
             if len(local) == 0:
                 continue
-            local = None if len(local) == bounds[c + 1] - bounds[c] else local
+            local = None if len(local) == bounds[c + 1] - bounds[c] else compact_rows(local)
             if isinstance(reads[c], InlineRead):
                 pieces.append(reads[c].with_rows(local))
             else:
@@ -92,7 +113,7 @@ def node_pieces(X, node_rows: list[np.ndarray]) -> list[list]:
 
 
 def _select(block, local_rows):
-    return block if local_rows is None else block[local_rows]
+    return take_rows(block, local_rows)
 
 
 class WorkerLost(RuntimeError):

@@ -101,20 +101,17 @@ def _score_model(model, features, split_query, labels, truth, n_bits, ks) -> tup
 
 def _score_dish1(model, features, split_query, labels, truth, n_bits, ks) -> tuple[dict, dict]:
     """DisH1: each node encodes its own rows and the queries with its own dictionary."""
-    from pipeline.distributed.nodes import partition_rows
+    from pipeline.distributed.nodes import node_groups, partition_rows
     from pipeline.kernels.codes import encode_linear_grouped
     db_features = drop_rows(features, split_query)
     db_labels_np = None if labels is None else np.delete(labels, split_query, axis=0)
     node_rows = partition_rows(db_features, model.nodes, model.partition,
                                0 if model.random_state is None else model.random_state, db_labels_np)
-    groups = np.empty(db_features.shape[0], np.int64)
-    for node, rows in enumerate(node_rows):
-        groups[rows] = node
-    db_groups = as_dask(groups).rechunk((db_features.chunks[0],))
+    db_groups = node_groups(node_rows, db_features.chunks[0])
     started = time.perf_counter()
     codes = da.map_blocks(encode_linear_grouped, db_features, db_groups[:, None], model.mean_, model.dictionaries_,
                           dtype=np.uint8, chunks=(db_features.chunks[0], (model.code_bytes,)), name="dish1-encode-"
-                          + tokenize(db_features, groups, model.model_id)).persist()
+                          + tokenize(db_features, db_groups, model.model_id)).persist()
     dask.compute(codes.sum())
     encode_seconds = time.perf_counter() - started
     queries = features[split_query].compute()
