@@ -71,14 +71,18 @@ def node_groups(node_rows: list[np.ndarray], row_chunks: tuple):
     rebuilt from them in its own task; the 8-byte-per-row array (80 MB at 10M rows) only
     goes into the graph when the runs are not fewer (by-label partitions)."""
     import dask.array as da
-    groups = np.empty(sum(map(len, node_rows)), np.int64)
-    for node, rows in enumerate(node_rows):
-        groups[rows] = node
-    starts = np.flatnonzero(np.diff(groups, prepend=-1))
-    if 64 * len(starts) > len(groups):
+    n = sum(map(len, node_rows))
+    runs = [compact_rows(rows) for rows in node_rows]
+    if any(r.ndim != 2 for r in runs):
+        groups = np.empty(n, np.int64)
+        for node, rows in enumerate(node_rows):
+            groups[rows] = node
         return da.from_array(groups, chunks=(tuple(row_chunks),))
-    positions = da.arange(len(groups), chunks=(tuple(row_chunks),), dtype=np.int64)
-    return positions.map_blocks(_groups_from_runs, run_starts=starts, run_nodes=groups[starts], dtype=np.int64)
+    starts = np.concatenate([r[:, 0] for r in runs])
+    nodes = np.concatenate([np.full(len(r), node, np.int64) for node, r in enumerate(runs)])
+    order = np.argsort(starts)
+    positions = da.arange(n, chunks=(tuple(row_chunks),), dtype=np.int64)
+    return positions.map_blocks(_groups_from_runs, run_starts=starts[order], run_nodes=nodes[order], dtype=np.int64)
 
 
 def node_pieces(X, node_rows: list[np.ndarray]) -> list[list]:

@@ -115,15 +115,10 @@ def _dask_rows(rows):
     import zarr
 
     from pipeline.distributed.graph import as_dask
-    from pipeline.storage.chunkread import dask_from_chunks
+    from pipeline.storage.chunkread import zarr_to_dask
     if isinstance(rows, zarr.Array):
         from dask.base import tokenize
-        name = f"relevance-{tokenize(str(rows.store_path), rows.shape)}"
-        arr = dask_from_chunks(rows, name)
-        if arr is None:
-            import dask.array as da
-            arr = da.from_zarr(rows, name=name)
-        return arr
+        return zarr_to_dask(rows, f"relevance-{tokenize(str(rows.store_path), rows.shape)}")
     return as_dask(rows)
 
 
@@ -227,10 +222,10 @@ def _members_task(X, ids, *, excluded, queries, lo, hi):
 def _mark_task(X, ids, *, excluded, queries, threshold, threshold_id, out_path):
     """Write the relevance bits of one dataset chunk (its own zarr chunk: no overlap)."""
     import zarr
-    bits = relevance_bits(X, ids, _keep_rows(ids, excluded), queries=queries,
-                          threshold=threshold, threshold_id=threshold_id)
+    bits, per_query = relevance_bits(X, ids, _keep_rows(ids, excluded), queries=queries,
+                                     threshold=threshold, threshold_id=threshold_id)
     zarr.open_array(out_path, mode="r+")[int(ids[0]):int(ids[0]) + len(ids)] = bits
-    return np.unpackbits(bits, axis=1, bitorder="little").sum(axis=0, dtype=np.int64)
+    return per_query
 
 
 def sample_windows(sample: np.ndarray, queries: np.ndarray, k: int, n_database: int):
@@ -241,9 +236,8 @@ def sample_windows(sample: np.ndarray, queries: np.ndarray, k: int, n_database: 
     p = k / n_database
     rank = p * s
     half = WINDOW_SIGMAS * np.sqrt(max(s * p * (1 - p), 1.0)) + 1
-    r_lo, r_hi = int(np.floor(rank - half)), int(np.ceil(rank + half))
+    r_lo, r_hi = max(int(np.floor(rank - half)), 0), min(int(np.ceil(rank + half)), s - 1)
     lo, hi = np.empty(len(queries)), np.empty(len(queries))
-    r_lo, r_hi = max(r_lo, 0), min(r_hi, s - 1)
     for start in range(0, len(queries), 64):
         part = np.partition(partial_distances(sample, queries[start:start + 64]), [r_lo, r_hi], axis=1)
         lo[start:start + 64] = part[:, r_lo]
@@ -320,7 +314,7 @@ def relevance_groundtruth(ds, split, *, top_k=None, top_percent=None):
         parts = map_chunks("l2-relevance-bits", _mark_task, list(zip(chunk_reads(X), chunk_reads(ids))),
                            excluded=split.query, queries=queries, threshold=threshold, threshold_id=threshold_id,
                            out_path=path)
-        per_query = dask.compute(tree_reduce("l2-relevance-bits-count", parts, np.add))[0][:split.n_query]
+        per_query = dask.compute(tree_reduce("l2-relevance-bits-count", parts, np.add))[0]
         if not np.all(per_query == k):  # a self-check: exactly k rows per query at or below the threshold
             raise RuntimeError(f"relevance bits hold {per_query.min()}..{per_query.max()} neighbours per query, not {k}")
 

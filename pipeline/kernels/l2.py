@@ -226,28 +226,33 @@ def window_members(X: np.ndarray, ids: np.ndarray, keep: np.ndarray, *, queries:
 
 
 @njit(nogil=True, cache=True)
-def _mark_slab(dots, x_norms, keep, ids, threshold, threshold_id, bits, row0):
+def _mark_slab(dots, x_norms, keep, ids, threshold, threshold_id, bits, row0, per_query):
     for q in range(dots.shape[0]):
         byte, mask = q >> 3, np.uint8(1 << (q & 7))
         t, t_id = threshold[q], threshold_id[q]
+        marked = 0
         for j in range(dots.shape[1]):
             d = x_norms[j] - 2.0 * dots[q, j]
             if keep[j] and (d < t or (d == t and ids[j] <= t_id)):
                 bits[row0 + j, byte] |= mask
+                marked += 1
+        per_query[q] += marked
 
 
 def relevance_bits(X: np.ndarray, ids: np.ndarray, keep: np.ndarray, *, queries: np.ndarray,
-                   threshold: np.ndarray, threshold_id: np.ndarray) -> np.ndarray:
-    """(rows, ceil(m / 8)) uint8: bit q of row j (little-endian within a byte) is set iff
-    row j is kept and (d(q, x_j), id_j) <= (threshold[q], threshold_id[q])."""
+                   threshold: np.ndarray, threshold_id: np.ndarray):
+    """(bits, per_query): bits (rows, ceil(m / 8)) uint8, bit q of row j (little-endian
+    within a byte) set iff row j is kept and (d(q, x_j), id_j) <= (threshold[q],
+    threshold_id[q]); per_query (m,) int64, how many rows each query marked."""
     m = len(threshold)
     bits = np.zeros((len(X), (m + 7) // 8), np.uint8)
+    per_query = np.zeros(m, np.int64)
     keep = np.ascontiguousarray(keep, dtype=np.bool_)
     ids = np.asarray(ids, dtype=np.int64)
     for start, dots, x_norms in gemm_slabs(X, queries):
         stop = start + len(x_norms)
-        _mark_slab(dots, x_norms, keep[start:stop], ids[start:stop], threshold, threshold_id, bits, start)
-    return bits
+        _mark_slab(dots, x_norms, keep[start:stop], ids[start:stop], threshold, threshold_id, bits, start, per_query)
+    return bits, per_query
 
 
 def select_threshold(member_q, member_d, member_i, need: np.ndarray):

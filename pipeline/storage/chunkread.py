@@ -61,6 +61,15 @@ def chunk_reader(arr) -> ChunkReader | None:
                        arr.fill_value)
 
 
+def zarr_to_dask(arr, name: str):
+    """Dask array of a zarr array: direct chunk reads when supported, else zarr's own."""
+    out = dask_from_chunks(arr, name)
+    if out is None:
+        import dask.array as da
+        out = da.from_zarr(arr, name=name)
+    return out
+
+
 def dask_from_chunks(arr, name: str):
     """Dask array of ``arr`` with one direct-read task per stored chunk (None if unsupported)."""
     import dask.array as da

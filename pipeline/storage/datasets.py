@@ -197,13 +197,8 @@ class Dataset:
     def features_dask(self, chunk_rows: int | None = None):
         """Features as a dask array; ``chunk_rows`` must be a multiple of the stored chunk rows
         or smaller than it, so no stored chunk is read twice by different tasks."""
-        import dask.array as da
-
-        from pipeline.storage.chunkread import dask_from_chunks
-        name = f"features-{_token(self.path)}"
-        arr = dask_from_chunks(self.features, name)
-        if arr is None:
-            arr = da.from_zarr(self.features, name=name)
+        from pipeline.storage.chunkread import zarr_to_dask
+        arr = zarr_to_dask(self.features, f"features-{_token(self.path)}")
         if chunk_rows and chunk_rows != self.chunk_rows:
             arr = arr.rechunk({0: chunk_rows, 1: -1})
         return arr
