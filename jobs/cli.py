@@ -334,7 +334,7 @@ def cmd_encode(args):
     ds = _dataset(args)
     model = load_model(args.model)
     started = time.perf_counter()
-    encode_to_zarr(args.out, ds.features_dask(), model, dataset_path=str(ds.path), overwrite=args.overwrite,
+    encode_to_zarr(args.out, ds.features_dask(), model, dataset=ds, overwrite=args.overwrite,
                    progress=lambda done: compute_with_progress(done, show=not args.quiet))
     secs = time.perf_counter() - started
     print(f"codes: {args.out} ({ds.n} x {model.code_bytes} bytes) in {secs:.1f}s ({ds.n / secs:,.0f} rows/s)")
@@ -349,12 +349,12 @@ def cmd_search(args):
     from pipeline.storage.results import write_knn_results, write_radius_results
     ds = _dataset(args)
     model = load_model(args.model)
-    arr, _ = open_codes(args.codes, model)
-    if arr.shape[0] != ds.n:
-        raise InputError(f"codes at {args.codes} have {arr.shape[0]} rows but the dataset has {ds.n}; encode this dataset")
+    reader, _ = open_codes(args.codes, model, ds)
+    if reader.shape[0] != ds.n:
+        raise InputError(f"codes at {args.codes} have {reader.shape[0]} rows but the dataset has {ds.n}; encode this dataset")
     split = ds.get_split(args.split)
-    codes = codes_dask(arr)
-    queries = arr.get_orthogonal_selection((split.query, slice(None)))
+    codes = codes_dask(reader)
+    queries = reader.take(split.query)
     db, ids = drop_rows(codes, split.query), drop_rows(row_numbers(codes), split.query)
     started = time.perf_counter()
     if args.radius is not None:
@@ -492,24 +492,75 @@ def _performance_report(path):
         return
     from distributed import performance_report
 
-    from pipeline.storage.atomic import atomic_path
-    with atomic_path(path, overwrite=True) as tmp, performance_report(filename=str(tmp)):
+    from pipeline.storage.atomic import atomic_output
+    with atomic_output(path, kind="file", overwrite=True, file=True) as tmp, performance_report(filename=str(tmp)):
         yield
     _log(f"performance report: {path}")
 
 
+# what each command writes at --out: an existing path is replaced only if it is this kind
+OUTPUT_KINDS = {"ingest": "dataset", "synth": "dataset", "train": "model", "encode": "codes",
+                "search": "search-results", "evaluate": "report"}   # demo: one report per dataset below --out
+EXIT_TERMINATED = 143   # 128 + SIGTERM, what a shell reports for a process killed by TERM
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so every ``atomic_output`` removes its temporary."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_cleans_up():
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _check_outputs(args) -> None:
+    """Where this command will write must be writable, and replaceable when it exists: checked
+    before any cluster starts or any computation runs."""
+    from pipeline.storage.atomic import check_output
+    from pipeline.storage.location import set_storage_options
+    set_storage_options(getattr(args, "storage_options", None))
+    kind = OUTPUT_KINDS.get(args.command)
+    if kind is not None and getattr(args, "out", None):
+        # evaluate and demo replace their own previous report; the others need --overwrite
+        check_output(args.out, kind=kind, overwrite=getattr(args, "overwrite", True))
+    if getattr(args, "performance_report", None):
+        check_output(args.performance_report, kind="file", overwrite=True)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    with _sigterm_cleans_up():
+        return _main(argv)
+
+
+def _main(argv) -> int:
     client = None
     try:
         args = parse_args(argv)
         _configure_logging(args.quiet)
+        _check_outputs(args)
         if args.command in NEEDS_CLUSTER:
             from pipeline.distributed.cluster import connect
             client = connect(args.scheduler, workers=args.workers, threads=args.threads, quiet=args.quiet)
         with _performance_report(getattr(args, "performance_report", None)):
             status = COMMANDS[args.command](args)
         return status or 0
+    except Terminated:
+        print("error: terminated by SIGTERM; unfinished outputs were removed", file=sys.stderr)
+        return EXIT_TERMINATED
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", EXIT_BAD_INPUT)

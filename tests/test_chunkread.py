@@ -1,31 +1,76 @@
-"""The direct chunk reader equals zarr's own reads (full, edge and never-written chunks),
-and declines layouts it does not handle, which then go through zarr."""
+"""The verified chunk reader: equals zarr's own reads for every chunk (full, edge, all-zero),
+and refuses a missing chunk, a flipped byte, a truncated chunk and damaged metadata with a
+one-line error naming the array and the chunk."""
 import numpy as np
 import pytest
 import zarr
 
-from pipeline.storage.chunkread import chunk_reader, dask_from_chunks
+from pipeline.errors import InputError
+from pipeline.storage.chunkread import array_manifest, create_array, dask_from_reader, open_verified
+from pipeline.storage.location import resolve
 
 
-@pytest.mark.parametrize("dtype,compressors", [(np.uint8, "zstd"), (np.float32, "zstd"), (np.int16, None)])
-def test_direct_reads_equal_zarr(tmp_path, dtype, compressors):
-    comp = zarr.codecs.ZstdCodec(level=1) if compressors else None
-    arr = zarr.create_array(str(tmp_path / "a"), shape=(1000, 7), chunks=(300, 7), dtype=dtype,
-                            compressors=comp, fill_value=3, zarr_format=3)
-    data = (np.random.default_rng(0).standard_normal((1000, 7)) * 50).astype(dtype)
-    arr[:600] = data[:600]                     # chunks 2 and 3 are never written
-    arr[900:] = data[900:]                     # the edge chunk (100 rows) is
-    reader = chunk_reader(zarr.open_array(str(tmp_path / "a"), mode="r"))
-    assert reader is not None
+def _array(tmp_path, dtype, shape=(1000, 7), chunk_rows=300):
+    group = zarr.open_group(str(tmp_path / "g"), mode="w", zarr_format=3)
+    arr = create_array(group, "a", shape, chunk_rows, dtype)
+    data = (np.random.default_rng(0).standard_normal(shape) * 50).astype(dtype)
+    data[300:600] = 0                          # an all-zero chunk is written too (never "missing")
+    arr[...] = data
+    loc = resolve(tmp_path / "g" / "a")
+    return loc, data, open_verified(loc, array_manifest(loc), "test array", "rebuild it")
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32, np.int64, np.float64])
+def test_verified_reads_equal_zarr(tmp_path, dtype):
+    loc, data, reader = _array(tmp_path, dtype)
+    assert reader.n_chunks == 4
     for c in range(4):
-        np.testing.assert_array_equal(reader(c), arr[c * 300:(c + 1) * 300])
-    lazy = dask_from_chunks(arr, "features-test")
+        np.testing.assert_array_equal(reader(c), data[c * 300:(c + 1) * 300])
+    lazy = dask_from_reader(reader, "features-test")
     assert lazy.chunks == ((300, 300, 300, 100), (7,))
-    np.testing.assert_array_equal(lazy.compute(scheduler="sync"), arr[:])
+    np.testing.assert_array_equal(lazy.compute(scheduler="sync"), data)
+    np.testing.assert_array_equal(reader.take([999, 0, 450, 0]), data[[999, 0, 450, 0]])
+    np.testing.assert_array_equal(reader[10:20], data[10:20])
 
 
-def test_other_layouts_are_left_to_zarr(tmp_path):
+def test_one_dimensional_arrays(tmp_path):
+    loc, data, reader = _array(tmp_path, np.int64, shape=(10,), chunk_rows=4)
+    np.testing.assert_array_equal(reader.read_all(), data)
+
+
+@pytest.mark.parametrize("damage,problem", [
+    ("remove", "chunk 1 is missing"),
+    ("flip", "chunk 1 is damaged"),
+    ("truncate", "chunk 1 is damaged"),
+    ("swap", "chunk 1 is damaged"),
+])
+def test_damaged_chunks_are_refused(tmp_path, damage, problem):
+    loc, _, reader = _array(tmp_path, np.float32)
+    chunk = tmp_path / "g" / "a" / "c" / "1" / "0"
+    raw = chunk.read_bytes()
+    if damage == "remove":
+        chunk.unlink()
+    elif damage == "flip":
+        chunk.write_bytes(raw[:len(raw) // 2] + bytes([raw[len(raw) // 2] ^ 1]) + raw[len(raw) // 2 + 1:])
+    elif damage == "truncate":
+        chunk.write_bytes(raw[:-7])
+    else:                                      # a valid frame of another chunk in its place
+        chunk.write_bytes((tmp_path / "g" / "a" / "c" / "0" / "0").read_bytes())
+    with pytest.raises(InputError, match=problem) as info:
+        reader(1)
+    assert "test array" in str(info.value) and "rebuild it" in str(info.value) and "\n" not in str(info.value)
+    np.testing.assert_array_equal(reader(0).shape, (300, 7))     # the others still read
+
+
+def test_damaged_metadata_and_foreign_layouts_are_refused(tmp_path):
+    loc, _, _ = _array(tmp_path, np.float32)
+    manifest = array_manifest(loc)
+    meta = tmp_path / "g" / "a" / "zarr.json"
+    meta.write_text(meta.read_text()[:40])
+    with pytest.raises(InputError, match="damaged metadata"):
+        open_verified(loc, manifest, "test array", "rebuild it")
     blosc = zarr.create_array(str(tmp_path / "b"), shape=(10, 4), chunks=(5, 4), dtype="f4",
                               compressors=zarr.codecs.BloscCodec(), zarr_format=3)
-    split_cols = zarr.create_array(str(tmp_path / "c"), shape=(10, 4), chunks=(5, 2), dtype="f4", zarr_format=3)
-    assert chunk_reader(blosc) is None and chunk_reader(split_cols) is None
+    blosc[...] = 1
+    with pytest.raises(InputError, match="not in dhash's verified layout"):
+        open_verified(resolve(tmp_path / "b"), {"shape": [10, 4]}, "foreign", "ingest it")

@@ -8,6 +8,7 @@ import pytest
 
 from jobs.cli import main
 from pipeline.data.texmex import write_vecs
+from pipeline.storage.codes import open_codes
 from pipeline.storage.datasets import open_dataset
 from tests import reference as ref
 
@@ -32,11 +33,10 @@ def pipeline_run(cluster, tmp_path_factory):
 
 
 def test_cli_pipeline_results_equal_bruteforce(pipeline_run):
-    import zarr
     tmp, ds_path, model, codes_path, res = pipeline_run
     ds = open_dataset(ds_path)
     split = ds.get_split("default")
-    codes = zarr.open_array(str(codes_path))[...]
+    codes = open_codes(codes_path)[0].read_all()
     db_rows = np.setdiff1d(np.arange(ds.n), split.query)
     want_d, want_i = ref.topk_bruteforce(ref.popcount_distances(codes[split.query], codes[db_rows]), db_rows, 10)
     t = pq.read_table(res)
@@ -144,15 +144,14 @@ def test_bad_bits_from_cli(pipeline_run, cluster, tmp_path, capsys):
 
 
 def test_artifacts_match_their_schemas(pipeline_run):
-    import zarr
     from tests.schemas import validate
     _, ds_path, model, codes, res = pipeline_run
     ds = open_dataset(ds_path)
-    validate(dict(ds.group.attrs), "dataset.schema.json")
+    validate(dict(ds.attrs), "dataset.schema.json")
     validate(ds.get_split("default").manifest, "split.schema.json")
     validate(ds.get_groundtruth(ds.groundtruth_names()[0])[2], "groundtruth.schema.json")
     validate(json.loads((model / "model.json").read_text()), "model.schema.json")
-    validate(dict(zarr.open_array(str(codes)).attrs), "codes.schema.json")
+    validate(open_codes(codes)[1], "codes.schema.json")
     row = {k: v[0] for k, v in pq.read_table(res).to_pydict().items()}
     validate(row, "search-results.schema.json")
 

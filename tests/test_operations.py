@@ -222,7 +222,7 @@ def test_worker_killed_during_training_and_encoding_changes_no_output(process_cl
 
     import cloudpickle
     import numpy as np
-    import zarr
+    from pipeline.storage.codes import open_codes
     from distributed import Client
     from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -253,9 +253,8 @@ def test_worker_killed_during_training_and_encoding_changes_no_output(process_cl
     assert disturbed["training"]["objective"] == reference["training"]["objective"]
     assert disturbed["training"]["worker_changes"] >= 1      # the kill fell inside training
     assert disturbed["training"]["redone_steps"] >= 1        # ... while a step was pending: it was redone
-    a = zarr.open_array(str(tmp_path / "reference-codes.zarr"), mode="r")
-    b = zarr.open_array(str(tmp_path / "disturbed-codes.zarr"), mode="r")
-    assert np.array_equal(a[:], b[:]) and dict(a.attrs) == dict(b.attrs)
+    (a, a_attrs), (b, b_attrs) = (open_codes(tmp_path / name) for name in ("reference-codes.zarr", "disturbed-codes.zarr"))
+    assert np.array_equal(a[:], b[:]) and a_attrs == b_attrs
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["sift.zarr", "reference", "reference-codes.zarr", "disturbed", "disturbed-codes.zarr", "killed-training",
          "killed-encoding"])
@@ -280,7 +279,7 @@ def test_scheduled_pipelines_run_skip_and_never_overlap(fresh_cluster, tmp_path,
     import time
 
     import numpy as np
-    import zarr
+    from pipeline.storage.codes import open_codes
 
     from pipeline.data.synth import write_sift_synth
     from pipeline.data.texmex import write_vecs
@@ -305,7 +304,7 @@ def test_scheduled_pipelines_run_skip_and_never_overlap(fresh_cluster, tmp_path,
     assert (work / "results" / "2026-11-20.parquet").exists()
     assert run(*nightly) == 0          # nothing changed: every step is skipped
     assert [s["status"] for s in _last_record(work, "nightly")["steps"]] == ["skipped"] * 4
-    codes = zarr.open_array(str(work / "index" / "codes.zarr"), mode="r")[:]
+    codes = open_codes(work / "index" / "codes.zarr")[0][:]
 
     first = subprocess.Popen([sys.executable, "-m", "jobs", *map(str, nightly[:]), "--force"], cwd=REPO,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -324,7 +323,7 @@ def test_scheduled_pipelines_run_skip_and_never_overlap(fresh_cluster, tmp_path,
     assert "another dhash run holds the lock" in err and f'"pid": {first.pid}' in err and err.count("\n") == 1
     _, first_err = first.communicate(timeout=120)
     assert first.returncode == 0, first_err
-    assert np.array_equal(zarr.open_array(str(work / "index" / "codes.zarr"), mode="r")[:], codes)
+    assert np.array_equal(open_codes(work / "index" / "codes.zarr")[0][:], codes)
     assert not [p for p in (work / "index").iterdir() if p.name.startswith(".")]   # no temporaries left
 
 

@@ -68,7 +68,7 @@ def test_write_does_not_depend_on_chunking(tmp_path):
     assert (a.n, a.d, a.dtype, a.chunk_rows, b.chunk_rows) == (N_WRITE, 128, np.uint8, 50_000, GEN_BLOCK_ROWS)
     np.testing.assert_array_equal(features(a), features(b))
     np.testing.assert_array_equal(features(a), sift_rows(5, 0, N_WRITE))
-    np.testing.assert_array_equal(a.group["ids"][...], np.arange(N_WRITE))
+    np.testing.assert_array_equal(a.ids, np.arange(N_WRITE))
     assert a.source == "sift-synth:seed=5"
     assert a.attrs["generator"]["seed"] == 5 and a.attrs["generator"]["gen_block_rows"] == GEN_BLOCK_ROWS
 

@@ -304,7 +304,7 @@ def bench_encode(n: int, bits: int, seed: int = 0, data: str | None = None, out_
     target = Path(out_codes or tempfile.mkdtemp(prefix="dhash-bench-codes-", dir=Path(ds.path).parent)) / "codes.zarr"
     try:
         _, ours_s, ours_mem = _timed_on_cluster(
-            lambda: encode_to_zarr(target, X, model, dataset_path=str(ds.path), overwrite=True,
+            lambda: encode_to_zarr(target, X, model, dataset=ds, overwrite=True,
                                    progress=lambda done: compute_with_progress(done, show=False)))
         codes_disk = disk_usage(target)
     finally:

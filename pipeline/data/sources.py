@@ -49,7 +49,9 @@ def write_fashion_mnist(out, *, chunk_rows=None, overwrite=False, progress=None)
 
 
 def default_path(name: str, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None) -> Path:
-    suffix = f"-c{chunk_rows}" if chunk_rows else ""
+    from pipeline.storage.datasets import STORAGE_FORMAT
+    # the storage format is in the name: a cache written before chunk verification is not reused
+    suffix = (f"-c{chunk_rows}" if chunk_rows else "") + f"-f{STORAGE_FORMAT}"
     if name == "sift-synth":
         # the generator version is in the name: a cached set from an older generator is not reused
         from pipeline.data.synth import GENERATOR_VERSION
@@ -61,14 +63,14 @@ def resolve_dataset(name_or_path: str, *, n: int | None = None, seed: int = 0, c
                     progress=None):
     """Open a dataset path, or materialise a named source once and open it."""
     from pipeline.storage.datasets import open_dataset
-    path = Path(name_or_path)
-    if (path / "zarr.json").exists():
-        return open_dataset(path)
-    if name_or_path not in SOURCES:
+    from pipeline.storage.location import resolve
+    if name_or_path not in SOURCES or resolve(name_or_path).exists():
+        if resolve(name_or_path).exists():
+            return open_dataset(name_or_path)
         raise InputError(f"unknown dataset {name_or_path!r}: not a dataset directory and not a built-in source; "
                          f"use one of {', '.join(SOURCES)} or a path made by `dhash ingest`/`dhash synth`")
     target = default_path(name_or_path, n=n, seed=seed, chunk_rows=chunk_rows)
-    if (target / "zarr.json").exists():
+    if (target / ".dhash-commit.json").exists():
         return open_dataset(target)
     if name_or_path == "fashion-mnist":
         return write_fashion_mnist(target, chunk_rows=chunk_rows)

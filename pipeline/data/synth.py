@@ -61,7 +61,6 @@ with other SIMD code paths, which could move a rare entry by one.)
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import numpy as np
 
@@ -204,24 +203,23 @@ def sift_rows(seed: int, start: int, stop: int) -> np.ndarray:
 
 # ---------------------------------------------------------------- dask wiring ---------
 
-def _write_rows(features_path: str, seed: int, start: int, stop: int) -> int:
+def _write_rows(features, seed: int, start: int, stop: int) -> int:
     """Task body: generate rows [start, stop) and write them into the zarr array in place.
 
     [start, stop) is exactly one zarr chunk, so concurrent tasks never touch the same chunk
     file and the rows never travel back to the client.
     """
-    import zarr
-    features = zarr.open_array(features_path, mode="r+")
-    features[start:stop] = sift_rows(seed, start, stop)
+    from pipeline.storage.chunkread import open_for_write
+    open_for_write(features)[start:stop] = sift_rows(seed, start, stop)
     return stop - start
 
 
-def write_tasks(features_path: str, n: int, seed: int, chunk_rows: int) -> list:
-    """One named Delayed per zarr chunk of ``features_path`` (each returns its row count)."""
+def write_tasks(features, n: int, seed: int, chunk_rows: int) -> list:
+    """One named Delayed per zarr chunk of the array at Location ``features`` (each returns its row count)."""
     from dask import delayed
     from dask.base import tokenize
-    token = tokenize(features_path, n, seed, chunk_rows, GENERATOR_VERSION)
-    return [delayed(_write_rows, pure=True)(features_path, seed, start, min(n, start + chunk_rows),
+    token = tokenize(features, n, seed, chunk_rows, GENERATOR_VERSION)
+    return [delayed(_write_rows, pure=True)(features, seed, start, min(n, start + chunk_rows),
                                             dask_key_name=f"sift-synth-{token}-{i}")
             for i, start in enumerate(range(0, n, chunk_rows))]
 
@@ -239,8 +237,7 @@ def write_sift_synth(path, n: int, *, seed: int = 0, chunk_rows: int | None = No
     # imported here so the numpy kernel above stays importable without dask and zarr
     import dask
 
-    from pipeline.storage.atomic import atomic_path
-    from pipeline.storage.datasets import create_dataset_group, default_chunk_rows, open_dataset
+    from pipeline.storage.datasets import create_dataset_group, dataset_output, default_chunk_rows, open_dataset
 
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise InputError(f"sift-synth needs n >= 1 points; got n={n!r}")
@@ -252,11 +249,11 @@ def write_sift_synth(path, n: int, *, seed: int = 0, chunk_rows: int | None = No
     chunk_rows = min(int(chunk_rows or default_chunk_rows(D, 1)), n)
     generator = {"name": "sift-synth", "seed": seed, "gen_block_rows": GEN_BLOCK_ROWS,
                  "version": GENERATOR_VERSION}
-    with atomic_path(path, overwrite=overwrite) as tmp:
+    with dataset_output(path, overwrite=overwrite) as tmp:
         create_dataset_group(tmp, n=n, d=D, dtype=np.uint8, chunk_rows=chunk_rows,
                              source=f"sift-synth:seed={seed}", attrs={"generator": generator})
-        # absolute, so worker processes with another working directory find the array
-        tasks = write_tasks(str(Path(tmp).absolute() / "features"), n, seed, chunk_rows)
+        # a resolved Location (absolute path or URL): workers in any directory find the array
+        tasks = write_tasks(tmp.child("features"), n, seed, chunk_rows)
         counts = progress(tasks) if progress is not None else dask.compute(tasks)[0]
         if counts is not None and sum(counts) != n:
             raise RuntimeError(f"sift-synth wrote {sum(counts)} of {n} rows")

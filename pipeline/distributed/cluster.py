@@ -1,6 +1,7 @@
 """Cluster bootstrap: --scheduler ADDRESS, then $DASK_SCHEDULER_ADDRESS, then a LocalCluster."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -49,10 +50,52 @@ def connect(scheduler: str | None = None, *, workers: int | None = None, threads
                                    processes=True, dashboard_address="127.0.0.1:0", memory_limit=memory_limit,
                                    silence_logs=40)
         client = Client(cluster)
+        client.register_plugin(QuietInputErrors())
         where = f"local cluster {workers or DEFAULT_WORKERS} workers x {threads or DEFAULT_THREADS} threads"
     if not quiet:
         print(f"dask: {where}; dashboard {client.dashboard_link}", file=sys.stderr)
     return client
+
+
+class _DropRecords(logging.Filter):
+    """Drops log records that are expected, not failures (see the two users below)."""
+
+    def __init__(self, test):
+        super().__init__()
+        self.test = test
+
+    def filter(self, record) -> bool:
+        try:
+            return not self.test(record)
+        except Exception:   # noqa: BLE001 - a filter must never break logging
+            return True
+
+
+def _is_input_error_report(record) -> bool:
+    message = record.getMessage()
+    return "Compute Failed" in message and "InputError(" in message
+
+
+def _is_cancelled_feed(record) -> bool:
+    import asyncio
+    return bool(record.exc_info) and isinstance(record.exc_info[1], asyncio.CancelledError)
+
+
+def _worker_plugin_base():
+    from distributed.diagnostics.plugin import WorkerPlugin
+    return WorkerPlugin
+
+
+class QuietInputErrors(_worker_plugin_base()):
+    """Worker plugin of the embedded cluster: a task that raises InputError (a missing or
+    damaged chunk, bad data) is the user's one-line error, printed once by the CLI; the
+    worker's own "Compute Failed" traceback of it on the same terminal is dropped."""
+
+    name = "dhash-quiet-input-errors"
+    idempotent = True
+
+    def setup(self, worker):
+        logging.getLogger("distributed.worker").addFilter(_DropRecords(_is_input_error_report))
 
 
 def disconnect(client) -> None:
@@ -61,7 +104,16 @@ def disconnect(client) -> None:
     cluster = getattr(client, "cluster", None)
     client.close()
     if cluster is not None:
-        cluster.close()
+        # a progress bar's scheduler feed sleeps up to its interval after the bar ends; closing
+        # the scheduler cancels that sleep and logs a CancelledError traceback on every
+        # successful job. It is not an error: drop exactly that record while closing.
+        quiet = _DropRecords(_is_cancelled_feed)
+        logger = logging.getLogger("distributed.scheduler")
+        logger.addFilter(quiet)
+        try:
+            cluster.close()
+        finally:
+            logger.removeFilter(quiet)
 
 
 def cluster_shape(client=None) -> dict:

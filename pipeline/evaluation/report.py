@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import datetime as _dt
-from pathlib import Path
 
 import numpy as np
 
-from pipeline.storage.atomic import atomic_path
+from pipeline.storage.atomic import atomic_output
 from pipeline.storage.jsonio import dumps
+from pipeline.storage.location import Location, resolve
 
 REPORT_SCHEMA = "dhash.report/1"
 TABLE_KS = (100, 1000)
@@ -54,7 +54,7 @@ def render_markdown(report: dict) -> str:
         "Plots: `precision_at_k.png`, `pr_curve.png`" + (", `training.png`" if pr.get("has_training_plot") else ""), ""])
 
 
-def _plot(report: dict, out: Path) -> list[str]:
+def _plot(report: dict, out: Location) -> list[str]:
     # Figure objects, not pyplot: no global backend switch (inline plots in Jupyter keep working)
     from matplotlib.figure import Figure
     bits = sorted({r["n_bits"] for r in report["results"]})
@@ -81,7 +81,7 @@ def _plot(report: dict, out: Path) -> list[str]:
             ax.legend(fontsize=8)
         fig.tight_layout()
         name = f"{kind}.png"
-        fig.savefig(out / name, dpi=110)
+        _save(fig, out, name)
         files.append(name)
     trained = [r for r in report["results"] if "objective" in r["training"] and "DisH1" not in r.get("label", "")]
     if trained:
@@ -99,16 +99,22 @@ def _plot(report: dict, out: Path) -> list[str]:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(out / "training.png", dpi=110)
+        _save(fig, out, "training.png")
         files.append("training.png")
     return files
 
 
-def write_report(out, report: dict, *, overwrite: bool = True) -> Path:
+def write_report(out, report: dict, *, overwrite: bool = True) -> Location:
     """Write the report directory atomically (a failed run leaves the previous report)."""
-    with atomic_path(out, overwrite=overwrite) as tmp:
-        tmp.mkdir(parents=True)
+    with atomic_output(out, kind="report", overwrite=overwrite) as tmp:
         report["plots"] = _plot(report, tmp)
-        (tmp / "report.json").write_text(dumps(report) + "\n")
-        (tmp / "report.md").write_text(render_markdown(report))
-    return Path(out)
+        tmp.child("report.json").write_text(dumps(report) + "\n")
+        tmp.child("report.md").write_text(render_markdown(report))
+    return resolve(out)
+
+
+def _save(fig, out: Location, name: str) -> None:
+    import io
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    out.child(name).write_bytes(buffer.getvalue())

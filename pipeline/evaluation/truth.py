@@ -58,7 +58,7 @@ class Truth:
     labels: np.ndarray | None = None         # labels of every dataset row (for top-k lists)
     neighbours: np.ndarray | None = None     # (m, K) ids
     description: dict | None = None
-    relevance: object = None                 # zarr (n, ceil(m / 8)) relevance bits (large K)
+    relevance: object = None                 # ChunkReader of (n, ceil(m / 8)) relevance bits (large K)
     n_queries: int | None = None             # with ``relevance``
 
     @property
@@ -112,13 +112,11 @@ class Truth:
 
 
 def _dask_rows(rows):
-    import zarr
-
     from pipeline.distributed.graph import as_dask
-    from pipeline.storage.chunkread import zarr_to_dask
-    if isinstance(rows, zarr.Array):
+    from pipeline.storage.chunkread import ChunkReader, dask_from_reader
+    if isinstance(rows, ChunkReader):
         from dask.base import tokenize
-        return zarr_to_dask(rows, f"relevance-{tokenize(str(rows.store_path), rows.shape)}")
+        return dask_from_reader(rows, f"relevance-{tokenize(rows)}")
     return as_dask(rows)
 
 
@@ -130,7 +128,7 @@ def _bits_at(relevance, ids: np.ndarray, m: int) -> np.ndarray:
     valid = ids >= 0
     unique, inverse = np.unique(np.where(valid, ids, 0), return_inverse=True)
     inverse = inverse.reshape(ids.shape)
-    bits = relevance.get_orthogonal_selection((unique, slice(None)))
+    bits = relevance.take(unique)
     byte, shift = np.arange(ids.shape[0]) // 8, np.arange(ids.shape[0]) % 8
     out[:] = (bits[inverse, byte[:, None]] >> shift[:, None]) & 1
     return out & valid
@@ -165,7 +163,7 @@ def euclidean_neighbours(features, query_vectors: np.ndarray, k: int, ids=None):
 
 
 def query_rows(ds, split) -> np.ndarray:
-    return ds.features.get_orthogonal_selection((split.query, slice(None)))
+    return ds.features.take(split.query)
 
 
 def euclidean_groundtruth(ds, split, *, top_k=None, top_percent=None, progress=None):
@@ -219,12 +217,12 @@ def _members_task(X, ids, *, excluded, queries, lo, hi):
     return window_members(X, ids, _keep_rows(ids, excluded), queries=queries, lo=lo, hi=hi)
 
 
-def _mark_task(X, ids, *, excluded, queries, threshold, threshold_id, out_path):
+def _mark_task(X, ids, *, excluded, queries, threshold, threshold_id, out):
     """Write the relevance bits of one dataset chunk (its own zarr chunk: no overlap)."""
-    import zarr
+    from pipeline.storage.chunkread import open_for_write
     bits, per_query = relevance_bits(X, ids, _keep_rows(ids, excluded), queries=queries,
                                      threshold=threshold, threshold_id=threshold_id)
-    zarr.open_array(out_path, mode="r+")[int(ids[0]):int(ids[0]) + len(ids)] = bits
+    open_for_write(out)[int(ids[0]):int(ids[0]) + len(ids)] = bits
     return per_query
 
 
@@ -291,7 +289,7 @@ def kth_neighbour_thresholds(X, row_ids, excluded: np.ndarray, queries: np.ndarr
 
 def relevance_groundtruth(ds, split, *, top_k=None, top_percent=None):
     """Exact top-K relevance of the split's queries as a threshold per query plus relevance
-    bits over the dataset's rows, cached in the dataset: (relevance zarr array, thresholds,
+    bits over the dataset's rows, cached in the dataset: (relevance ChunkReader, thresholds,
     attrs). Any K works; the evaluation uses it for K > MAX_LISTED_NEIGHBOURS."""
     import time
     k = neighbours_to_k(split.n_database, top_k, top_percent)
@@ -310,10 +308,10 @@ def relevance_groundtruth(ds, split, *, top_k=None, top_percent=None):
     threshold, threshold_id, passes = kth_neighbour_thresholds(X, ids, split.query, queries, k, sample=sample,
                                                                n_database=split.n_database)
 
-    def fill(path):
+    def fill(location):
         parts = map_chunks("l2-relevance-bits", _mark_task, list(zip(chunk_reads(X), chunk_reads(ids))),
                            excluded=split.query, queries=queries, threshold=threshold, threshold_id=threshold_id,
-                           out_path=path)
+                           out=location)
         per_query = dask.compute(tree_reduce("l2-relevance-bits-count", parts, np.add))[0]
         if not np.all(per_query == k):  # a self-check: exactly k rows per query at or below the threshold
             raise RuntimeError(f"relevance bits hold {per_query.min()}..{per_query.max()} neighbours per query, not {k}")

@@ -19,9 +19,9 @@ def holdout_dataset(ds: Dataset, n_test_queries: int, test_seed: int, out) -> Da
     """The dataset without the test split's query rows (kept at ``out``, reused when present)."""
     out = Path(out)
     split = ds.make_split(n_test_queries, test_seed, name=f"q{n_test_queries}-s{test_seed}")
-    if (out / "zarr.json").exists():
+    if (out / ".dhash-commit.json").exists():
         held = open_dataset(out)
-        if held.group.attrs.get("holdout_of", {}).get("query_sha256") == split.manifest["query_sha256"]:
+        if held.attrs.get("holdout_of", {}).get("query_sha256") == split.manifest["query_sha256"]:
             return held
     keep = np.setdiff1d(np.arange(ds.n), split.query)
     features = ds.features_dask()[keep]

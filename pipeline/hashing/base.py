@@ -10,7 +10,6 @@ import hashlib
 import inspect
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -149,42 +148,80 @@ class Hasher:
             h.update(np.ascontiguousarray(arr).tobytes())
         return h.hexdigest()[:16]
 
-    def save(self, path, *, dataset: dict | None = None, overwrite: bool = False) -> Path:
-        """Write a model directory (model.json + arrays.npz) atomically."""
+    def save(self, path, *, dataset: dict | None = None, overwrite: bool = False):
+        """Write a model directory (model.json + arrays.npz) atomically; returns its Location."""
         from pipeline import __version__
-        from pipeline.storage.atomic import atomic_path
+        from pipeline.storage.atomic import atomic_output
         from pipeline.storage.jsonio import dumps
         self._check_fitted()
         meta = {"schema": MODEL_SCHEMA, "method": self.method, "params": self.get_params(),
                 "n_bits": int(self.n_bits), "n_features": int(self.n_features_in_),
                 "model_id": self.model_id, "library_version": __version__,
                 "training": self.training_stats_, "dataset": dataset or {}}
-        with atomic_path(path, overwrite=overwrite) as tmp:
-            tmp.mkdir(parents=True)
-            np.savez(tmp / ARRAYS_FILE, **self._learned_arrays())
-            (tmp / MODEL_FILE).write_text(dumps(meta) + "\n")
-        return Path(path)
+        with atomic_output(path, kind="model", overwrite=overwrite) as tmp:
+            tmp.child(ARRAYS_FILE).write_bytes(npz_bytes(self._learned_arrays()))
+            tmp.child(MODEL_FILE).write_text(dumps(meta) + "\n")
+        return resolve_location(path)
+
+
+def resolve_location(path):
+    from pipeline.storage.location import resolve
+    return resolve(path)
+
+
+def npz_bytes(arrays: dict) -> bytes:
+    """Arrays as the bytes of an .npz file (no pickle: plain numeric arrays only)."""
+    import io
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def load_npz(loc, remedy: str) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file at a Location, never unpickling; a damaged or truncated
+    file is a one-line InputError."""
+    import io
+    import zipfile
+    try:
+        raw = loc.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{loc} is missing; {remedy}") from None
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as exc:
+        raise InputError(f"{loc} is damaged ({type(exc).__name__}: {str(exc)[:60]}); {remedy}") from None
 
 
 def load_model(path) -> Hasher:
-    """Load a model directory written by ``Hasher.save`` (no pickle: JSON + .npz)."""
+    """Load a committed model directory written by ``Hasher.save`` (no pickle: JSON + .npz)."""
     from pipeline.hashing import HASHERS
-    path = Path(path)
-    meta_file = path / MODEL_FILE
-    if not meta_file.exists():
-        raise InputError(f"{path} is not a model directory (no {MODEL_FILE}); train one with `dhash train`")
+    from pipeline.storage.atomic import require_committed
+    loc = resolve_location(path)
+    remedy = "re-train it with `dhash train`"
+    if not loc.child(MODEL_FILE).exists() and not loc.child(".dhash-commit.json").exists():
+        raise InputError(f"{loc} is not a model directory (no {MODEL_FILE}); train one with `dhash train`")
+    require_committed(loc, "model", remedy)
+    meta_file = loc.child(MODEL_FILE)
     try:
-        meta = json.loads(meta_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{meta_file} is not valid JSON ({exc.msg} at line {exc.lineno}); re-train the model") from None
-    if meta.get("schema") != MODEL_SCHEMA or meta.get("method") not in HASHERS:
-        raise InputError(f"{meta_file} has schema {meta.get('schema')!r} / method {meta.get('method')!r}; expected {MODEL_SCHEMA} with one of {', '.join(HASHERS)}")
-    model = HASHERS[meta["method"]](**meta["params"])
-    with np.load(path / ARRAYS_FILE, allow_pickle=False) as npz:
-        model._set_learned_arrays({k: npz[k] for k in npz.files})
-    model.n_features_in_ = int(meta["n_features"])
+        meta = json.loads(meta_file.read_bytes())
+    except FileNotFoundError:
+        raise InputError(f"{meta_file} is missing; {remedy}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{meta_file} is not valid JSON ({str(exc)[:60]}); {remedy}") from None
+    if not isinstance(meta, dict) or meta.get("schema") != MODEL_SCHEMA or meta.get("method") not in HASHERS:
+        got = (meta.get("schema"), meta.get("method")) if isinstance(meta, dict) else (None, None)
+        raise InputError(f"{meta_file} has schema {got[0]!r} / method {got[1]!r}; expected {MODEL_SCHEMA} with one of {', '.join(HASHERS)}")
+    try:
+        model = HASHERS[meta["method"]](**meta["params"])
+        arrays = load_npz(loc.child(ARRAYS_FILE), remedy)
+        model._set_learned_arrays(arrays)
+        model.n_features_in_ = int(meta["n_features"])
+        expected_id = meta["model_id"]
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"{meta_file} lacks or has a bad entry ({exc}); {remedy}") from None
     model.training_stats_ = meta.get("training", {})
     model.dataset_ = meta.get("dataset", {})
-    if model.model_id != meta["model_id"]:
-        raise InputError(f"{path}: arrays do not match model.json (model id {model.model_id} != {meta['model_id']}); the model directory is corrupt, re-train it")
+    if model.model_id != expected_id:
+        raise InputError(f"{loc}: arrays do not match model.json (model id {model.model_id} != {expected_id}); the model directory is corrupt, re-train it")
     return model

@@ -11,7 +11,6 @@ an uninterrupted run: the state holds everything the next iteration reads.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 
@@ -22,9 +21,11 @@ STATE_FILE = "state.json"
 ARRAYS_FILE = "arrays.npz"
 
 
-def checkpoint_path(model_path) -> Path:
-    model_path = Path(model_path)
-    return model_path.parent / f"{model_path.name}.checkpoint"
+def checkpoint_path(model_path):
+    """The checkpoint Location of a model output (``MODEL.checkpoint`` beside it)."""
+    from pipeline.storage.location import resolve
+    model_path = resolve(model_path)
+    return model_path.sibling(f"{model_path.name}.checkpoint")
 
 
 class Checkpoint:
@@ -32,37 +33,34 @@ class Checkpoint:
     mean); a checkpoint with another fingerprint is refused, never silently resumed."""
 
     def __init__(self, path, fingerprint: dict):
-        self.path = Path(path)
+        from pipeline.storage.location import resolve
+        self.path = resolve(path)
         self.fingerprint = json.loads(json.dumps(fingerprint, sort_keys=True, default=_plain))
 
     def load(self) -> tuple[int, dict, dict] | None:
         """(iterations done, arrays, meta) of a matching checkpoint, None when there is none."""
-        state_file = self.path / STATE_FILE
+        from pipeline.hashing.base import load_npz
+        state_file = self.path.child(STATE_FILE)
         if not state_file.exists():
             return None
         try:
-            state = json.loads(state_file.read_text())
-        except json.JSONDecodeError as exc:
-            raise InputError(f"checkpoint {self.path} is unreadable ({exc.msg}); delete it to start over") from None
+            state = json.loads(state_file.read_bytes())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InputError(f"checkpoint {self.path} is unreadable ({str(exc)[:60]}); delete it to start over") from None
         if state.get("schema") != CHECKPOINT_SCHEMA or state.get("fingerprint") != self.fingerprint:
             raise InputError(f"checkpoint {self.path} was written by another training run (other method, parameters "
                              "or data); delete it or train into another --out")
-        with np.load(self.path / ARRAYS_FILE, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
+        arrays = load_npz(self.path.child(ARRAYS_FILE), "delete the checkpoint to start over (or --force in dhash run)")
         return int(state["iteration"]), arrays, state["meta"]
 
     def save(self, iteration: int, arrays: dict, meta: dict) -> None:
-        from pipeline.storage.atomic import atomic_path
+        from pipeline.hashing.base import npz_bytes
+        from pipeline.storage.atomic import atomic_output
         state = {"schema": CHECKPOINT_SCHEMA, "iteration": int(iteration), "fingerprint": self.fingerprint,
                  "meta": json.loads(json.dumps(meta, default=_plain))}
-        with atomic_path(self.path, overwrite=True) as tmp:
-            tmp.mkdir(parents=True)
-            np.savez(tmp / ARRAYS_FILE, **arrays)
-            (tmp / STATE_FILE).write_text(json.dumps(state) + "\n")
-
-    def remove(self) -> None:
-        import shutil
-        shutil.rmtree(self.path, ignore_errors=True)
+        with atomic_output(self.path, kind="checkpoint", overwrite=True) as tmp:
+            tmp.child(ARRAYS_FILE).write_bytes(npz_bytes(arrays))
+            tmp.child(STATE_FILE).write_text(json.dumps(state) + "\n")
 
 
 def _plain(value):

@@ -1,19 +1,39 @@
 """Search results as parquet: one row per (query, rank) — query_id, rank, id, hamming."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.storage.atomic import atomic_path
+from pipeline.storage.atomic import atomic_output
 
 RESULTS_SCHEMA = "dhash.search-results/1"
+RESULTS_KIND = "search-results"
+
+
+def results_kind(loc) -> str | None:
+    """RESULTS_KIND when the file at ``loc`` is our results parquet, else None."""
+    try:
+        with loc.open("rb") as f:
+            meta = pq.ParquetFile(f).schema_arrow.metadata or {}
+    except Exception:   # noqa: BLE001 - anything unreadable is simply not ours
+        return None
+    return RESULTS_KIND if meta.get(b"schema") == RESULTS_SCHEMA.encode() else None
+
+
+def check_results_output(path, overwrite: bool):
+    """Refuse a results path we may not write, before the search runs."""
+    from pipeline.storage.atomic import check_output
+    return check_output(path, kind=RESULTS_KIND, overwrite=overwrite)
 
 
 def _write(path, table: pa.Table, meta: dict, overwrite: bool):
-    table = table.replace_schema_metadata({b"dhash": str(meta).encode(), b"schema": RESULTS_SCHEMA.encode()})
-    with atomic_path(path, overwrite=overwrite) as tmp:
-        pq.write_table(table, str(tmp))
+    table = table.replace_schema_metadata({b"dhash": json.dumps(meta).encode(), b"schema": RESULTS_SCHEMA.encode()})
+    with atomic_output(path, kind=RESULTS_KIND, overwrite=overwrite, file=True) as tmp:
+        with tmp.open("wb") as f:
+            pq.write_table(table, f)
 
 
 def write_knn_results(path, query_ids: np.ndarray, distances: np.ndarray, ids: np.ndarray, *, overwrite=False):

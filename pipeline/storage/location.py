@@ -1,0 +1,216 @@
+"""Where artifacts live: a local path or an fsspec URL, resolved once when it is named.
+
+Every dataset, model, codes array, result file and report is named by a ``Location``:
+
+* a local path (``data/s.zarr``, ``/mnt/shared/s.zarr`` or ``file:///mnt/shared/s.zarr``)
+  becomes an absolute path at once, on the client, so a worker started in another
+  directory (or on another machine with the same shared mount) reads the same files;
+* a URL (``s3://``, ``gs://``, ``abfs://``, ``memory://``...) stays a URL and is opened
+  through fsspec with the storage options in force when it was resolved.
+
+Storage options (endpoint, profile, anonymous access...) come from ``--storage-options
+JSON``, a config file's ``storage-options`` table or ``$DHASH_STORAGE_OPTIONS``. They
+travel with the Location to the workers (inside the pickled task, like any argument) but
+never into a task key, a report or an artifact's metadata: ``str(location)`` is the URL
+alone and ``__dask_tokenize__`` hashes only the URL.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from functools import cached_property
+
+from pipeline.errors import InputError
+
+STORAGE_OPTIONS_ENV = "DHASH_STORAGE_OPTIONS"
+_default_options: dict | None = None
+# the optional extra that provides each protocol's fsspec filesystem
+EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
+          "abfs": ("adlfs", "azure"), "abfss": ("adlfs", "azure"), "az": ("adlfs", "azure")}
+
+
+def set_storage_options(options: dict | None) -> None:
+    """Storage options for the URLs resolved from now on in this process (None: from the environment)."""
+    global _default_options
+    if options is not None and not isinstance(options, dict):
+        raise InputError(f"storage options must be a JSON object, got {type(options).__name__}; "
+                         'write e.g. --storage-options \'{"endpoint_url": "http://127.0.0.1:9000"}\'')
+    _default_options = dict(options) if options is not None else None
+
+
+def storage_options() -> dict:
+    if _default_options is not None:
+        return dict(_default_options)
+    text = os.environ.get(STORAGE_OPTIONS_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"${STORAGE_OPTIONS_ENV} is not JSON ({exc.msg}); set it to a JSON object or unset it") from None
+    if not isinstance(value, dict):
+        raise InputError(f"${STORAGE_OPTIONS_ENV} must be a JSON object; got {text[:40]!r}")
+    return value
+
+
+def _protocol(text: str) -> str | None:
+    head, sep, _ = text.partition("://")
+    return head.lower() if sep and head.replace("+", "").replace("-", "").isalnum() else None
+
+
+class Location:
+    """A resolved path or URL. Local: ``url`` is an absolute path. Remote: the full URL."""
+
+    def __init__(self, url: str, options: dict | None = None):
+        self.url = url
+        self.protocol = _protocol(url)
+        self.options = options or {}
+
+    @property
+    def is_local(self) -> bool:
+        return self.protocol is None
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"Location({self.url!r})"
+
+    def __fspath__(self) -> str:
+        if not self.is_local:
+            raise TypeError(f"{self.url} is not a local path")
+        return self.url
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Location) and other.url == self.url
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+    def __dask_tokenize__(self):
+        return ("dhash-location", self.url)   # never the credentials
+
+    def __getstate__(self):
+        return {"url": self.url, "protocol": self.protocol, "options": self.options}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    # ---------------------------------------------------------------- names -----------
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.url.rstrip("/"))
+
+    @property
+    def parent(self) -> "Location":
+        return Location(posixpath.dirname(self.url.rstrip("/")), self.options)
+
+    def child(self, *parts: str) -> "Location":
+        return Location(posixpath.join(self.url, *parts), self.options)
+
+    def sibling(self, name: str) -> "Location":
+        return self.parent.child(name)
+
+    def __truediv__(self, part: str) -> "Location":
+        return self.child(part)
+
+    # ---------------------------------------------------------------- filesystem ------
+    @cached_property
+    def fs(self):
+        """The fsspec filesystem (local: fsspec's LocalFileSystem)."""
+        import fsspec
+        protocol = self.protocol or "file"
+        try:
+            return fsspec.filesystem(protocol, **(self.options if self.protocol else {}))
+        except ImportError:
+            package, extra = EXTRAS.get(protocol, (f"the fsspec backend for {protocol}://", None))
+            fix = f"pip install 'dhash[{extra}]'" if extra else f"install {package}"
+            raise InputError(f"{self.url}: no filesystem for {protocol}:// ({package} is not installed); {fix}") from None
+        except (ValueError, TypeError) as exc:
+            raise InputError(f"{self.url}: bad storage options for {protocol}:// ({exc}); fix --storage-options") from None
+
+    @property
+    def fs_path(self) -> str:
+        """The path inside ``fs`` (the URL without its protocol for remote filesystems)."""
+        return self.url if self.is_local else self.fs._strip_protocol(self.url)
+
+    def exists(self) -> bool:
+        return os.path.lexists(self.url) if self.is_local else self.fs.exists(self.fs_path)
+
+    def is_file(self) -> bool:
+        return os.path.isfile(self.url) if self.is_local else self.fs.isfile(self.fs_path)
+
+    def read_bytes(self) -> bytes:
+        if self.is_local:
+            with open(self.url, "rb") as f:
+                return f.read()
+        return self.fs.cat_file(self.fs_path)
+
+    def read_text(self) -> str:
+        return self.read_bytes().decode()
+
+    def write_bytes(self, data: bytes) -> None:
+        """One object/file. On object stores a single PUT is all-or-nothing."""
+        if self.is_local:
+            os.makedirs(os.path.dirname(self.url), exist_ok=True)
+            with open(self.url, "wb") as f:
+                f.write(data)
+        else:
+            self.fs.pipe_file(self.fs_path, data)
+
+    def write_text(self, text: str) -> None:
+        self.write_bytes(text.encode())
+
+    def open(self, mode: str = "rb"):
+        if self.is_local:
+            if "w" in mode:
+                os.makedirs(os.path.dirname(self.url), exist_ok=True)
+            return open(self.url, mode)
+        return self.fs.open(self.fs_path, mode)
+
+    def list_names(self) -> list[str]:
+        """Names directly under this location (empty when there is nothing)."""
+        if self.is_local:
+            return sorted(os.listdir(self.url)) if os.path.isdir(self.url) else []
+        try:
+            return sorted(posixpath.basename(p.rstrip("/")) for p in self.fs.ls(self.fs_path, detail=False))
+        except FileNotFoundError:
+            return []
+
+    def remove(self) -> None:
+        """Delete this file or tree (nothing if absent)."""
+        if self.is_local:
+            import shutil
+            if os.path.isdir(self.url) and not os.path.islink(self.url):
+                shutil.rmtree(self.url, ignore_errors=True)
+            elif os.path.lexists(self.url):
+                os.unlink(self.url)
+            return
+        try:
+            self.fs.rm(self.fs_path, recursive=True)
+        except FileNotFoundError:
+            pass
+        self.fs.invalidate_cache()
+
+    def zarr_store(self, *, read_only: bool = False):
+        """A zarr store for this location (local: the absolute path; remote: fsspec)."""
+        if self.is_local:
+            return self.url
+        from zarr.storage import FsspecStore
+        return FsspecStore.from_url(self.url, storage_options=self.options, read_only=read_only)
+
+
+def resolve(where, options: dict | None = None) -> Location:
+    """A Location from a path, ``file://`` URL, remote URL or Location (returned as is)."""
+    if isinstance(where, Location):
+        return where
+    text = os.fspath(where) if isinstance(where, os.PathLike) else str(where)
+    if not text.strip():
+        raise InputError("an empty path was given; name a file, directory or URL")
+    protocol = _protocol(text)
+    if protocol == "file":
+        text, protocol = text[len("file://"):], None
+    if protocol is None:
+        return Location(os.path.abspath(os.path.expanduser(text)))
+    return Location(text.rstrip("/"), storage_options() if options is None else options)
