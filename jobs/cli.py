@@ -233,7 +233,9 @@ def cmd_ingest(args):
             raise InputError(f"{args.source} is generated, not ingested; use `dhash synth sift --out {args.out}`")
         from pipeline.data.ingest import ingest_file
         from pipeline.data.readers import open_reader
-        n = open_reader(args.source, args.format, args.column).n
+        from pipeline.storage.location import resolve
+        # a remote file is copied first (ingest_file): its row count is known only then
+        n = open_reader(args.source, args.format, args.column).n if resolve(args.source).is_local else None
         with rows_bar(n, "ingest", show=not args.quiet) as bar:
             ds = ingest_file(args.source, args.out, format=args.format, column=args.column, labels=args.labels,
                              label_column=args.label_column, chunk_rows=args.chunk_rows, overwrite=args.overwrite,

@@ -69,7 +69,8 @@ REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def process_cluster(tmp_path_factory):
     """`dask scheduler` and two `dask worker` processes (CLI, TCP on 127.0.0.1), configured
-    with deploy/dask-worker.yaml as the README tells users: the shape of real hosts."""
+    with deploy/dask-worker.yaml as the README tells users: the shape of real hosts. The
+    workers run in `/`, not in the client's directory, as on other machines."""
     import os
     import subprocess
     import sys
@@ -90,8 +91,9 @@ def process_cluster(tmp_path_factory):
                 break
             time.sleep(0.1)
         procs += [subprocess.Popen([dask_cli, "worker", "--scheduler-file", str(scheduler_file), "--nthreads", "1",
-                                    "--no-dashboard", "--memory-limit", "4GiB", "--name", f"host-{i}"],
-                                   stdout=log, stderr=log, env=env) for i in range(2)]
+                                    "--no-dashboard", "--memory-limit", "4GiB", "--name", f"host-{i}",
+                                    "--local-directory", str(tmp / f"worker-{i}")],
+                                   stdout=log, stderr=log, env=env, cwd="/") for i in range(2)]
         with Client(scheduler_file=str(scheduler_file), timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
             address = client.scheduler.address
@@ -131,6 +133,22 @@ def test_pipeline_on_separate_scheduler_and_worker_processes_equals_local_cluste
     for key in local:
         assert hosts[key][0] == local[key][0], key          # identical learned arrays
         assert hosts[key][1] == pytest.approx(local[key][1], abs=1e-12), key
+
+
+def test_relative_paths_reach_workers_started_in_another_directory(process_cluster, tmp_path, monkeypatch):
+    """`dhash synth --out data/s.zarr` then `dhash train --dataset data/s.zarr` against workers
+    started in `/`: paths are resolved on the client before anything is sent, so the model
+    is the one a local cluster learns (never one trained on zeros from unfound chunks)."""
+    monkeypatch.chdir(tmp_path)
+    hosts = ["--scheduler", process_cluster, "--quiet"]
+    assert run("synth", "sift", "--n", 20000, "--chunk-rows", 5000, "--out", "data/s.zarr", *hosts) == 0
+    assert run("train", "--dataset", "data/s.zarr", "--method", "itq", "--bits", 32, "--out", "m", *hosts) == 0
+    assert run("train", "--dataset", "data/s.zarr", "--method", "itq", "--bits", 32, "--out", "m-local",
+               "--workers", 2, "--quiet") == 0
+    remote, local = (json.loads((tmp_path / name / "model.json").read_text()) for name in ("m", "m-local"))
+    assert remote["model_id"] == local["model_id"]
+    assert remote["training"]["quantization_loss"][-1] != 20000 * 32     # n x r: every projection zero
+    assert remote["dataset"]["path"] == str(tmp_path / "data" / "s.zarr")
 
 
 # ---------------------------------------------------------------- checkpoint / resume -

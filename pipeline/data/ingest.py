@@ -1,6 +1,11 @@
 """Ingest a vector file into a dataset: stream blocks from a reader into write_dataset."""
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
 import numpy as np
 
 from pipeline.data.readers import VectorReader, block_rows_for, detect_format, existing_file, open_reader
@@ -44,15 +49,44 @@ def _labels_for(reader: VectorReader, labels, label_column: str | None) -> np.nd
     return reader.read_labels(label_column)
 
 
+@contextlib.contextmanager
+def local_file(where):
+    """A local path for an input file: itself, or for a URL (s3://, gs://...) a copy in a
+    temporary directory under the same name (the readers need random access and the name
+    tells the format), removed afterwards."""
+    from pipeline.storage.location import resolve
+    if where is None:
+        yield None, None
+        return
+    loc = resolve(where)
+    if loc.is_local:
+        yield loc.url, None
+        return
+    if not loc.is_file():
+        raise InputError(f"no such file: {loc}; check the URL and --storage-options")
+    with tempfile.TemporaryDirectory(prefix="dhash-ingest-") as tmp:
+        local = os.path.join(tmp, loc.name)
+        loc.fs.get_file(loc.fs_path, local)
+        yield local, loc.url
+
+
 def ingest_file(path, out, *, format: str = "auto", column: str | None = None, labels=None,
                 label_column: str | None = None, chunk_rows: int | None = None,
                 overwrite: bool = False, progress=None) -> Dataset:
     """Copy the vectors in ``path`` (and optional labels) into a new dataset at ``out``.
+    Either may be a local path or a URL; ``out`` too.
 
     The file is streamed about 8 MiB at a time, so memory stays bounded whatever its
     size. On any InputError nothing is left at ``out`` (write_dataset is atomic).
     """
-    reader = open_reader(path, format=format, column=column)
+    with local_file(path) as (vectors, url), local_file(labels) as (label_file, _):
+        reader = open_reader(vectors, format=format, column=column)
+        if url is not None:   # the dataset names where the data came from, not the temporary copy
+            reader.source = reader.source.replace(str(Path(vectors).resolve()), url)
+        return _ingest(reader, out, label_file, label_column, chunk_rows, overwrite, progress)
+
+
+def _ingest(reader, out, labels, label_column, chunk_rows, overwrite, progress) -> Dataset:
     label_array = _labels_for(reader, labels, label_column)
     block_rows = block_rows_for(reader.d, reader.dtype.itemsize)
     return write_dataset(out, reader.iter_blocks(block_rows), n=reader.n, d=reader.d, dtype=reader.dtype,

@@ -1,0 +1,313 @@
+"""Storage that is correct on a real cluster: object storage through a real S3 API,
+verified chunks, outputs that never destroy or hide anything.
+
+* The whole pipeline (ingest -> split -> groundtruth -> train -> encode -> search ->
+  evaluate) from and to ``s3://`` URLs, served by moto's standalone S3 server on
+  127.0.0.1 (a real HTTP S3 API), on a multi-process cluster: byte-identical codes and
+  identical metrics to the local-disk run.
+* Deleting a chunk or flipping one byte of features, codes, ground-truth lists or
+  relevance bits makes every reading command exit 2 naming the chunk, and leaves no output.
+* ``--overwrite`` replaces only our own artifact of the same kind; stale temporaries of
+  killed writers are removed by the next writer; SIGTERM removes the temporary (exit 143).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.cli import main
+from pipeline.data.texmex import write_vecs
+from pipeline.storage.codes import open_codes
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(*argv):
+    return main([str(a) for a in argv])
+
+
+def _no_temporaries(folder: Path) -> bool:
+    return not [p for p in folder.rglob(".*.tmp-*")]
+
+
+# ------------------------------------------------------------------ S3 round trip ----
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """moto's S3 server on a free loopback port; yields fsspec storage options for it."""
+    pytest.importorskip("moto.server")
+    s3fs = pytest.importorskip("s3fs")
+    from moto.server import ThreadedMotoServer
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    options = {"endpoint_url": f"http://{host}:{port}", "key": "dhash-test", "secret": "dhash-test"}
+    s3fs.S3FileSystem(**options).mkdir("dhash-test")
+    yield options
+    server.stop()
+
+
+def _pipeline(cluster, src: str, base: str, labels: str | None = None, extra=()) -> dict:
+    """Every step of the pipeline from ``src`` into ``base`` (a folder path or URL prefix)."""
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet", *extra]
+    ds, model, codes = f"{base}/ds.zarr", f"{base}/itq16", f"{base}/codes.zarr"
+    steps = [["ingest", src, "--out", ds, "--chunk-rows", 700],
+             ["split", "--dataset", ds, "--queries", 40, "--seed", 3],
+             ["groundtruth", "--dataset", ds, "--top-k", 25],
+             ["train", "--dataset", ds, "--split", "default", "--method", "itq", "--bits", 16, "--out", model],
+             ["encode", "--dataset", ds, "--model", model, "--out", codes],
+             ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10, "--out", f"{base}/res.parquet"],
+             ["evaluate", "--dataset", ds, "--methods", "lsh,itq", "--bits", 16, "--queries", 40, "--seed", 3,
+              "--ground-truth", "euclidean", "--top-k", 25, "--out", f"{base}/report"]]
+    for step in steps:
+        assert run(*step, *sched) == 0, step
+    return {"ds": ds, "model": model, "codes": codes, "results": f"{base}/res.parquet", "report": f"{base}/report"}
+
+
+def _s3_bytes(options, url: str) -> bytes:
+    import s3fs
+    return s3fs.S3FileSystem(**options).cat_file(url)
+
+
+def test_pipeline_from_and_to_s3_equals_local_disk(s3_server, cluster, tmp_path, monkeypatch):
+    import s3fs
+    X = np.random.default_rng(7).integers(0, 200, (3000, 24)).astype(np.float32)
+    write_vecs(tmp_path / "base.fvecs", X)
+    local = _pipeline(cluster, tmp_path / "base.fvecs", str(tmp_path / "local"))
+
+    fs = s3fs.S3FileSystem(**s3_server)
+    fs.put_file(str(tmp_path / "base.fvecs"), "dhash-test/inbox/base.fvecs")
+    # storage options reach the CLI (and, inside each Location, the workers) from the environment
+    monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
+    remote = _pipeline(cluster, "s3://dhash-test/inbox/base.fvecs", "s3://dhash-test/run")
+
+    from pipeline.storage.location import set_storage_options
+    set_storage_options(s3_server)
+    try:
+        (l_codes, l_attrs), (r_codes, r_attrs) = open_codes(local["codes"]), open_codes(remote["codes"])
+        assert l_codes[:].tobytes() == r_codes[:].tobytes()            # byte-identical codes
+        assert l_attrs["model_id"] == r_attrs["model_id"] and l_attrs["dataset_id"] == r_attrs["dataset_id"]
+        assert r_attrs["dataset"] == "s3://dhash-test/run/ds.zarr"
+        assert not any("dhash-test\"" in json.dumps(v) or "secret" in json.dumps(v) for v in r_attrs.values())
+    finally:
+        set_storage_options(None)
+    local_table = pq.read_table(local["results"])
+    with fs.open("dhash-test/run/res.parquet", "rb") as f:
+        remote_table = pq.read_table(f)
+    assert local_table.equals(remote_table)
+    local_report = json.loads((Path(local["report"]) / "report.json").read_text())
+    remote_report = json.loads(_s3_bytes(s3_server, "dhash-test/run/report/report.json"))
+    for a, b in zip(local_report["results"], remote_report["results"]):
+        assert a["model_id"] == b["model_id"]
+        assert {k: v for k, v in a["metrics"].items() if isinstance(v, float)} == \
+               {k: v for k, v in b["metrics"].items() if isinstance(v, float)}
+    assert "secret" not in json.dumps(remote_report) and "dhash-test\"" not in json.dumps(remote_report)
+    # every artifact on S3 is committed; nothing uncommitted is left behind
+    names = fs.find("dhash-test/run")
+    assert not [n for n in names if n.endswith(".dhash-writer.json")]
+    for artifact in ("ds.zarr", "itq16", "codes.zarr", "report", "ds.zarr/splits/default"):
+        assert f"dhash-test/run/{artifact}/.dhash-commit.json" in names, artifact
+
+
+def test_uncommitted_prefix_on_s3_is_refused(s3_server, monkeypatch, capsys):
+    import s3fs
+    fs = s3fs.S3FileSystem(**s3_server)
+    fs.pipe_file("dhash-test/half/ds.zarr/zarr.json", b'{"zarr_format": 3, "node_type": "group"}')
+    monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
+    assert run("split", "--dataset", "s3://dhash-test/half/ds.zarr", "--workers", 1, "--quiet") == 2
+    err = capsys.readouterr().err
+    assert "is not a complete dhash dataset" in err and err.count("\n") == 1
+
+
+# ------------------------------------------------------------------ damaged chunks ---
+
+@pytest.fixture(scope="module")
+def pristine(cluster, tmp_path_factory):
+    """A small pipeline on local disk: dataset with split, listed and bit ground truth, model, codes."""
+    from pipeline.data.synth import write_sift_synth
+    from pipeline.evaluation import truth as T
+    from pipeline.storage.datasets import open_dataset
+    base = tmp_path_factory.mktemp("pristine")
+    write_sift_synth(base / "ds.zarr", 6000, seed=2, chunk_rows=1500)
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    # the split `dhash evaluate --queries 20 --seed 0` uses, so it reads this ground truth
+    assert run("split", "--dataset", base / "ds.zarr", "--queries", 20, "--name", "q20-s0", *sched) == 0
+    assert run("groundtruth", "--dataset", base / "ds.zarr", "--split", "q20-s0", "--top-k", 30, *sched) == 0
+    from distributed import Client
+    with Client(cluster) as client:   # the same truth as relevance bits (the form used for large K)
+        ds = open_dataset(base / "ds.zarr")
+        T.relevance_groundtruth(ds, ds.get_split("q20-s0"), top_k=30)
+        del client
+    assert run("train", "--dataset", base / "ds.zarr", "--method", "itq", "--bits", 16, "--out", base / "model",
+               *sched) == 0
+    assert run("encode", "--dataset", base / "ds.zarr", "--model", base / "model", "--out", base / "codes.zarr",
+               *sched) == 0
+    return base
+
+
+def _damage(root: Path, how: str) -> Path:
+    chunk = next(p for p in sorted(root.rglob("c/*")) if p.is_file() or (p / "0").is_file())
+    chunk = chunk if chunk.is_file() else chunk / "0"
+    raw = chunk.read_bytes()
+    if how == "remove":
+        chunk.unlink()
+    else:
+        middle = len(raw) // 2
+        chunk.write_bytes(raw[:middle] + bytes([raw[middle] ^ 0x40]) + raw[middle + 1:])
+    return chunk
+
+
+EVALUATE = ["evaluate", "--dataset", "{ds}", "--methods", "lsh", "--bits", 16, "--queries", 20,
+            "--ground-truth", "euclidean", "--top-k", 30, "--out", "{work}/report"]
+CASES = {   # array -> (folder inside the work copy, command that reads it)
+    "features-train": ("ds.zarr/features", ["train", "--dataset", "{ds}", "--method", "itq", "--bits", 16,
+                                            "--out", "{work}/m2"]),
+    "features-encode": ("ds.zarr/features", ["encode", "--dataset", "{ds}", "--model", "{work}/model",
+                                             "--out", "{work}/c2.zarr"]),
+    "features-groundtruth": ("ds.zarr/features", ["groundtruth", "--dataset", "{ds}", "--split", "q20-s0",
+                                                  "--top-k", 7]),
+    "codes-search": ("codes.zarr/codes", ["search", "--dataset", "{ds}", "--model", "{work}/model", "--split",
+                                          "q20-s0", "--codes", "{work}/codes.zarr", "--out", "{work}/r.parquet"]),
+    "groundtruth-lists": ("ds.zarr/groundtruth/q20-s0-l2-top30/ids", EVALUATE),
+    "relevance-bits": ("ds.zarr/groundtruth/q20-s0-l2-top30-bits/relevance", EVALUATE),
+    "split": ("ds.zarr/splits/q20-s0/query", ["groundtruth", "--dataset", "{ds}", "--split", "q20-s0", "--top-k", 7]),
+}
+
+
+@pytest.mark.parametrize("how", ["remove", "flip"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_damaged_chunk_makes_the_reader_exit_2_naming_it(pristine, cluster, tmp_path, capsys, monkeypatch, case, how):
+    folder, command = CASES[case]
+    work = tmp_path / "work"
+    shutil.copytree(pristine, work)
+    if case == "relevance-bits":
+        from pipeline.evaluation import truth as T
+        monkeypatch.setattr(T, "MAX_LISTED_NEIGHBOURS", 10)     # K = 30 is then read from the bits
+        shutil.rmtree(work / "ds.zarr" / "groundtruth" / "q20-s0-l2-top30")
+    chunk = _damage(work / folder, how)
+    before = sorted(p.relative_to(work) for p in work.rglob("*") if p.exists())
+    argv = [str(a).format(ds=work / "ds.zarr", work=work) for a in command]
+    capsys.readouterr()
+    assert run(*argv, "--scheduler", cluster.scheduler_address, "--quiet") == 2
+    err = capsys.readouterr().err.strip()
+    problem = "missing" if how == "remove" else "damaged"
+    chunk_no = chunk.parent.name if chunk.name == "0" and chunk.parent.parent.name == "c" else chunk.name
+    assert f"chunk {chunk_no} is {problem}" in err and str(chunk) in err and "re-" in err, err
+    assert err.startswith("error: ") and err.count("\n") == 0 and "Traceback" not in err
+    after = sorted(p.relative_to(work) for p in work.rglob("*") if p.exists())
+    assert after == [p for p in before if p != chunk.relative_to(work)] or after == before   # no output left
+
+
+@pytest.mark.parametrize("target, damage, command, message", [
+    ("model/arrays.npz", "truncate", ["encode", "--dataset", "{ds}", "--model", "{work}/model", "--out",
+                                      "{work}/c2.zarr"], "arrays.npz is damaged"),
+    ("model/model.json", "truncate", ["encode", "--dataset", "{ds}", "--model", "{work}/model", "--out",
+                                      "{work}/c2.zarr"], "is not valid JSON"),
+    ("ds.zarr/features/zarr.json", "truncate", ["train", "--dataset", "{ds}", "--method", "lsh", "--out",
+                                                "{work}/m2"], "damaged metadata"),
+    ("ds.zarr/.dhash-commit.json", "truncate", ["train", "--dataset", "{ds}", "--method", "lsh", "--out",
+                                                "{work}/m2"], "damaged commit record"),
+    ("codes.zarr/.dhash-commit.json", "remove", ["search", "--dataset", "{ds}", "--model", "{work}/model",
+                                                 "--split", "q20-s0", "--codes", "{work}/codes.zarr", "--out",
+                                                 "{work}/r.parquet"], "is not a complete dhash codes"),
+])
+def test_damaged_metadata_is_a_one_line_error(pristine, tmp_path, capsys, target, damage, command, message):
+    work = tmp_path / "work"
+    shutil.copytree(pristine, work)
+    path = work / target
+    if damage == "remove":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[: max(1, path.stat().st_size // 3)])
+    argv = [str(a).format(ds=work / "ds.zarr", work=work) for a in command]
+    capsys.readouterr()
+    assert run(*argv, "--workers", 1, "--quiet") == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and err.count("\n") == 0, err
+    assert not (work / "c2.zarr").exists() and not (work / "m2").exists() and not (work / "r.parquet").exists()
+
+
+def test_codes_of_another_dataset_are_refused(pristine, cluster, tmp_path, capsys):
+    from pipeline.data.synth import write_sift_synth
+    other = write_sift_synth(tmp_path / "other.zarr", 6000, seed=3, chunk_rows=1500).path
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    assert run("split", "--dataset", other, "--queries", 20, *sched) == 0
+    capsys.readouterr()
+    assert run("search", "--dataset", other, "--model", pristine / "model", "--codes", pristine / "codes.zarr",
+               "--split", "default",
+               "--out", tmp_path / "r.parquet", *sched) == 2
+    err = capsys.readouterr().err
+    assert "were encoded from another dataset" in err and "dhash encode --dataset" in err
+    assert not (tmp_path / "r.parquet").exists()
+
+
+# ------------------------------------------------------------------ outputs ----------
+
+def test_overwrite_replaces_only_our_own_artifact_of_the_same_kind(pristine, tmp_path, capsys):
+    src = tmp_path / "good.npy"
+    np.save(src, np.arange(60, dtype=np.float32).reshape(20, 3))
+    foreign = tmp_path / "sac"
+    (foreign / "important").mkdir(parents=True)
+    capsys.readouterr()
+    assert run("ingest", src, "--out", foreign, "--overwrite", "--quiet") == 2
+    assert "is not a dhash artifact" in capsys.readouterr().err and (foreign / "important").is_dir()
+    work = tmp_path / "work"
+    shutil.copytree(pristine, work)
+    assert run("ingest", src, "--out", work / "model", "--overwrite", "--quiet") == 2    # a model, not a dataset
+    assert "is a dhash model" in capsys.readouterr().err and (work / "model" / "model.json").exists()
+    assert run("ingest", src, "--out", tmp_path / "d.zarr", "--quiet") == 0
+    assert run("ingest", src, "--out", tmp_path / "d.zarr", "--quiet") == 2               # exists, no --overwrite
+    assert run("ingest", src, "--out", tmp_path / "d.zarr", "--overwrite", "--quiet") == 0
+    assert _no_temporaries(tmp_path)
+
+
+def test_unwritable_out_is_refused_before_any_work(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    started = time.perf_counter()
+    assert run("synth", "sift", "--n", 1000, "--out", blocker / "s.zarr", "--quiet") == 2
+    assert "is not a writable directory" in capsys.readouterr().err
+    assert time.perf_counter() - started < 5     # no cluster was started, nothing computed
+
+
+def test_next_writer_removes_temporaries_of_killed_writers(tmp_path):
+    from pipeline.storage.atomic import WRITER_FILE, atomic_output
+    final = tmp_path / "out"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / ".out.tmp-deadbeef"
+    stale.mkdir()
+    (stale / WRITER_FILE).write_text(json.dumps({"host": os.uname().nodename, "pid": int(dead.stdout), "started": ""}))
+    (stale / "big").write_bytes(b"x" * 1000)
+    alive = tmp_path / ".out.tmp-feedcafe"
+    alive.mkdir()
+    (alive / WRITER_FILE).write_text(json.dumps({"host": os.uname().nodename, "pid": os.getpid(), "started": ""}))
+    with atomic_output(final, kind="report") as tmp:
+        tmp.child("report.md").write_text("x")
+    assert not stale.exists() and alive.exists() and (final / ".dhash-commit.json").exists()
+
+
+def test_sigterm_removes_the_temporary_and_exits_143(tmp_path):
+    """A synth killed with SIGTERM mid-write exits 143 and leaves no `.OUT.tmp-*` behind."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "jobs", "synth", "sift", "--n", "3000000", "--chunk-rows", "50000",
+                             "--workers", "1", "--out", str(tmp_path / "s.zarr"), "--quiet"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(tmp_path.glob(".s.zarr.tmp-*/features/c/*")):
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".s.zarr.tmp-*")), "the writer never started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "terminated by SIGTERM" in err
+    assert list(tmp_path.iterdir()) == []
