@@ -74,3 +74,14 @@ def test_damaged_metadata_and_foreign_layouts_are_refused(tmp_path):
     blosc[...] = 1
     with pytest.raises(InputError, match="not in dhash's verified layout"):
         open_verified(resolve(tmp_path / "b"), {"shape": [10, 4]}, "foreign", "ingest it")
+
+
+def test_all_zero_chunks_of_a_dataset_are_written_and_read(tmp_path):
+    """zarr skips all-zero chunks by default (and reads them back as its fill value); every
+    dhash writer stores them, so a missing chunk always means damage."""
+    from pipeline.storage.datasets import write_dataset
+    X = np.ones((900, 5), np.uint8)
+    X[300:600] = 0
+    ds = write_dataset(tmp_path / "z.zarr", [X], n=900, d=5, dtype=np.uint8, source="test", chunk_rows=300)
+    assert (tmp_path / "z.zarr" / "features" / "c" / "1" / "0").is_file()
+    np.testing.assert_array_equal(ds.features_dask().compute(scheduler="sync"), X)

@@ -152,6 +152,8 @@ def test_artifacts_match_their_schemas(pipeline_run):
     validate(ds.get_groundtruth(ds.groundtruth_names()[0])[2], "groundtruth.schema.json")
     validate(json.loads((model / "model.json").read_text()), "model.schema.json")
     validate(open_codes(codes)[1], "codes.schema.json")
+    for artifact in (ds_path, ds_path / "splits" / "default", model, codes):
+        validate(json.loads((artifact / ".dhash-commit.json").read_text()), "commit.schema.json")
     row = {k: v[0] for k, v in pq.read_table(res).to_pydict().items()}
     validate(row, "search-results.schema.json")
 

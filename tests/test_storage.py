@@ -311,3 +311,24 @@ def test_sigterm_removes_the_temporary_and_exits_143(tmp_path):
     assert proc.returncode == 143, err
     assert "terminated by SIGTERM" in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])
+def test_damaged_npz_of_models_and_checkpoints_is_a_one_line_error(tmp_path, damage):
+    from pipeline.errors import InputError
+    from pipeline.hashing.base import load_npz, npz_bytes
+    from pipeline.hashing.checkpoint import Checkpoint
+    from pipeline.storage.location import resolve
+    ckpt = Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"})
+    ckpt.save(3, {"rotation": np.eye(8)}, {"quantization_loss": [1.0]})
+    assert ckpt.load()[0] == 3
+    path = tmp_path / "m.checkpoint" / "arrays.npz"
+    raw = path.read_bytes()
+    assert raw == npz_bytes({"rotation": np.eye(8)})
+    damaged = {"truncate": raw[:len(raw) // 2], "flip": raw[:200] + bytes([raw[200] ^ 1]) + raw[201:], "empty": b""}
+    path.write_bytes(damaged[damage])
+    with pytest.raises(InputError, match="arrays.npz is damaged") as info:
+        ckpt.load()
+    assert "\n" not in str(info.value)
+    with pytest.raises(InputError, match="is damaged"):
+        load_npz(resolve(path), "re-train it")

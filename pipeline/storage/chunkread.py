@@ -40,9 +40,11 @@ def create_array(group, name: str, shape: tuple, chunk_rows: int, dtype):
 def open_for_write(loc: Location):
     """An existing array opened for chunk writes by a task (any worker, local or remote).
     ``write_empty_chunks`` is a runtime setting, not stored in the array: every opening
-    must ask for it, or an all-zero chunk would be skipped and later read as missing."""
+    must ask for it, or an all-zero chunk would be skipped and later read as missing
+    (``open_array`` ignores a ``config`` argument; the global setting is read at opening)."""
     import zarr
-    return zarr.open_array(loc.zarr_store(), mode="r+", config={"write_empty_chunks": True})
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        return zarr.open_array(loc.zarr_store(), mode="r+")
 
 
 def _chunk_key(ndim: int, i: int) -> str:

@@ -36,7 +36,7 @@ import zarr
 from pipeline.errors import InputError
 from pipeline.storage.atomic import atomic_output, require_committed
 from pipeline.storage.chunkread import (ChunkReader, arrays_manifest, content_id, create_array, dask_from_reader,
-                                        open_verified, read_attrs)
+                                        open_for_write, open_verified, read_attrs)
 from pipeline.storage.location import Location, resolve
 from pipeline.validation import check_finite_block, check_numeric_dtype
 
@@ -130,7 +130,7 @@ def write_dataset(path, blocks: Iterable[np.ndarray], *, n: int, d: int, dtype, 
     with dataset_output(path, overwrite=overwrite) as tmp:
         group = create_dataset_group(tmp, n=n, d=d, dtype=dtype, chunk_rows=chunk_rows,
                                      source=source, attrs=attrs)
-        features = group["features"]
+        features = open_for_write(tmp.child("features"))
         written = 0
         for block in rechunk_rows(blocks, chunk_rows):
             if block.ndim != 2 or block.shape[1] != d:
