@@ -332,3 +332,30 @@ def test_damaged_npz_of_models_and_checkpoints_is_a_one_line_error(tmp_path, dam
     assert "\n" not in str(info.value)
     with pytest.raises(InputError, match="is damaged"):
         load_npz(resolve(path), "re-train it")
+
+
+def test_killed_writer_on_s3_does_not_block_the_next_run(s3_server, monkeypatch, capsys, tmp_path):
+    """An object-store output whose writer died before its commit marker is unreadable, and
+    the next writer replaces it: at once when the writer was on this host and is gone, with
+    --overwrite when it may still be running elsewhere."""
+    import s3fs
+    from pipeline.storage.atomic import WRITER_FILE
+    fs = s3fs.S3FileSystem(**s3_server)
+    monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
+    src = tmp_path / "good.npy"
+    np.save(src, np.arange(60, dtype=np.float32).reshape(20, 3))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    for host, pid, argv, status in ((os.uname().nodename, int(dead.stdout), [], 0), ("elsewhere", 1, [], 2),
+                                    ("elsewhere", 1, ["--overwrite"], 0)):
+        fs.rm("dhash-test/killed", recursive=True) if fs.exists("dhash-test/killed") else None
+        fs.pipe_file("dhash-test/killed/ds.zarr/features/c/0/0", b"half")
+        fs.pipe_file(f"dhash-test/killed/ds.zarr/{WRITER_FILE}", json.dumps({"host": host, "pid": pid}).encode())
+        fs.invalidate_cache()
+        capsys.readouterr()
+        assert run("ingest", src, "--out", "s3://dhash-test/killed/ds.zarr", "--quiet", *argv) == status, host
+        err = capsys.readouterr().err
+        if status:
+            assert "is an unfinished write" in err and "--overwrite" in err
+        else:
+            assert fs.exists("dhash-test/killed/ds.zarr/.dhash-commit.json")
+            assert not fs.exists(f"dhash-test/killed/ds.zarr/{WRITER_FILE}")

@@ -82,6 +82,8 @@ def check_output(final, *, kind: str, overwrite: bool) -> Location:
     """Refuse an output path we may not write, before any work: an existing path unless
     ``overwrite`` and it is our own ``kind``; a local parent that cannot be written."""
     final = resolve(final)
+    if final.exists() and _uncommitted_write(final, overwrite):
+        return final   # a killed writer's prefix (object stores): atomic_output replaces it
     if final.exists():
         if not overwrite:
             raise InputError(f"output {final} already exists; choose another path or pass --overwrite")
@@ -97,6 +99,34 @@ def check_output(final, *, kind: str, overwrite: bool) -> Location:
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
             raise InputError(f"cannot write {final}: {parent} is not a writable directory; choose another --out")
     return final
+
+
+def _read_writer(loc: Location) -> dict | None:
+    try:
+        writer = json.loads(loc.child(WRITER_FILE).read_bytes())
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError, UnicodeDecodeError):
+        return None
+    return writer if isinstance(writer, dict) else None
+
+
+def _writer_dead(writer: dict) -> bool:
+    """True when the writer ran on this host and its process is gone (elsewhere: unknown)."""
+    return writer.get("host") == socket.gethostname() and not _pid_alive(int(writer.get("pid", -1)))
+
+
+def _uncommitted_write(final: Location, overwrite: bool) -> bool:
+    """An output written in place (object stores) that never got its commit marker: its
+    writer was killed, or still runs. It may be replaced when its writer is known to be
+    dead, or with --overwrite (the writer may be on another host; the user decides)."""
+    if read_commit(final) is not None:
+        return False
+    writer = _read_writer(final)
+    if writer is None:
+        return False
+    if overwrite or _writer_dead(writer):
+        return True
+    raise InputError(f"output {final} is an unfinished write (started {writer.get('started')} by pid {writer.get('pid')} "
+                     f"on {writer.get('host')}, never committed); if that job is gone pass --overwrite to replace it")
 
 
 # ------------------------------------------------------------------ writing -----------
@@ -125,11 +155,10 @@ def remove_stale_temporaries(final: Location) -> list[str]:
         if not name.startswith(prefix):
             continue
         tmp = final.sibling(name)
-        try:
-            writer = json.loads(tmp.child(WRITER_FILE).read_bytes())
-            stale = writer.get("host") == socket.gethostname() and not _pid_alive(int(writer.get("pid", -1)))
-        except (OSError, ValueError):
-            # no writer record: a file temporary, or the writer died before writing it
+        writer = _read_writer(tmp)
+        if writer is not None:
+            stale = _writer_dead(writer)
+        else:   # no writer record: a file temporary, or the writer died before writing it
             stale = time.time() - os.path.getmtime(tmp.url) > 3600
         if stale:
             tmp.remove()
@@ -159,7 +188,7 @@ def atomic_output(final, *, kind: str, overwrite: bool = False, manifest=None, f
         if not file:
             tmp.child(WRITER_FILE).write_text(json.dumps(_writer_record()))
     else:
-        if final.exists() and not file:
+        if final.exists() and not file:   # an older output, or a killed writer's prefix
             _remote_uncommit(final)
         tmp = final
         if not file:
