@@ -308,8 +308,6 @@ def cmd_train(args):
     from pipeline.storage.datasets import dataset_summary
     ds = _dataset(args)
     model = make_hasher(args.method, args.bits, random_state=args.seed, **_method_params(args))
-    if Path(args.out).exists() and not args.overwrite:   # fail before training, not after it (save checks again)
-        raise InputError(f"output {args.out} already exists; choose another path or pass --overwrite")
     ckpt = checkpoint_path(args.out) if model.supports_checkpoint else None
     if ckpt is not None and ckpt.exists() and not args.resume:
         raise InputError(f"{ckpt} holds the state of an interrupted training run; pass --resume to continue it, "
@@ -321,8 +319,7 @@ def cmd_train(args):
     model.fit(X, model.labels_for_fit(y), checkpoint=ckpt)
     model.save(args.out, dataset={**dataset_summary(ds), "split": manifest}, overwrite=args.overwrite)
     if ckpt is not None:
-        import shutil
-        shutil.rmtree(ckpt, ignore_errors=True)   # the model holds everything now
+        ckpt.remove()   # the model holds everything now
     secs = model.training_stats_["train_seconds"]
     passes = model.training_stats_.get("passes", 1)
     print(f"model: {args.out} ({model.method}, {model.n_bits} bits, id {model.model_id}, {secs:.1f}s, "

@@ -29,9 +29,14 @@ What makes it fit cron and Kubernetes CronJobs:
   output. The next run skips the step while all of these are unchanged, so a nightly run
   with no new data does nothing, and a run after a failure resumes at the failed step.
   Stamps are re-recorded after every later step, since a step may add to an earlier
-  one's output (``split`` writes into the dataset). ``--force`` runs everything. Steps replace their own outputs (``--overwrite``), and
-  every output is written under a temporary name and renamed, so a reader never sees a
-  half-written one.
+  one's output (``split`` writes into the dataset). ``--force`` runs everything.
+* **A killed train step resumes.** ``itq`` and ``dish`` save a checkpoint after every
+  iteration; the next run finds it and passes ``--resume`` (logged), finishing with the
+  model an uninterrupted run gives. ``--force`` removes the checkpoint and starts over.
+* **Only its own outputs are replaced.** Steps run with ``--overwrite``, but an existing
+  ``out`` that this pipeline did not write (``WORKDIR/.dhash-run/outputs.json`` lists what
+  it wrote) stops the run with status 2; every output is committed atomically, so a
+  reader never sees a half-written one.
 * **Exit status:** 0 all steps ok or skipped; 2 bad pipeline file or bad input in a step;
   1 a step crashed; 75 another run holds the lock. One line per step on stderr with a UTC
   timestamp; the whole output of the run also goes to ``WORKDIR/logs/NAME-STAMP.log`` and
@@ -110,6 +115,10 @@ def load_pipeline(path, *, date: str, overrides: dict | None = None, workdir=Non
         if not isinstance(data.get(table, {}), dict):
             raise InputError(f"pipeline file {path}: {table} must be a table, written [{table}]")
     head = data.get("pipeline", {})
+    unknown = set(head) - {"name", "workdir"}
+    if unknown:
+        raise InputError(f"pipeline file {path}: unknown key(s) {', '.join(sorted(unknown))} in [pipeline]; "
+                         "it takes name and workdir")
     name = str(head.get("name", file.stem))
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise InputError(f"pipeline file {path}: name {name!r} must be letters, digits, '.', '_' or '-'")
@@ -239,6 +248,60 @@ class Stamps:
         write_text_atomic(self.dir / f"{step.key}.json", json.dumps(self._state(step)))
 
 
+class Outputs:
+    """The outputs this pipeline has written (WORKDIR/.dhash-run/outputs.json). A step runs
+    with --overwrite, but an existing ``out`` the pipeline did not write is refused: a
+    scheduled job never replaces data someone else put there."""
+
+    def __init__(self, workdir: Path):
+        self.file = workdir / STATE_DIR / "outputs.json"
+
+    def owned(self) -> set[str]:
+        try:
+            return set(json.loads(self.file.read_text()))
+        except (OSError, ValueError):
+            return set()
+
+    def check(self, step: Step) -> None:
+        for out in _step_outputs(step):
+            if out.exists() and str(out) not in self.owned():
+                raise InputError(f"{step.label}: output {out} exists and was not written by this pipeline; "
+                                 "delete it, or give the step another `out`")
+
+    def record(self, step: Step) -> None:
+        from pipeline.storage.atomic import write_text_atomic
+        paths = self.owned() | {str(out) for out in _step_outputs(step)}
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.file, json.dumps(sorted(paths), indent=0))
+
+
+def _step_outputs(step: Step) -> list[Path]:
+    """The step's own ``out`` (split and groundtruth add to their input dataset instead)."""
+    argv = step.argv
+    return [Path(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a == "--out"]
+
+
+def _prepare_checkpoint(pipe: "Pipeline", step: Step, argv: list[str], force: bool) -> list[str]:
+    """A train step whose checkpoint exists resumes it; with --force it starts over."""
+    from pipeline.hashing.checkpoint import STATE_FILE, checkpoint_path
+    outs = _step_outputs(step)
+    if step.command != "train" or not outs:
+        return argv
+    ckpt = checkpoint_path(outs[0])
+    if not ckpt.exists():
+        return argv
+    if force:
+        ckpt.remove()
+        _say(pipe, f"{step.label}: --force: removed the checkpoint {ckpt}, training starts over")
+        return argv
+    try:
+        done = json.loads(ckpt.child(STATE_FILE).read_text()).get("iteration", "?")
+    except (OSError, ValueError):
+        done = "?"
+    _say(pipe, f"{step.label} resuming from {ckpt} (after iteration {done})")
+    return argv + ["--resume"]
+
+
 @contextlib.contextmanager
 def run_lock(workdir: Path, pipeline: str):
     """Exclusive lock on the working directory for the whole run (see the module notes)."""
@@ -316,6 +379,7 @@ def _say(pipe: Pipeline, message: str) -> None:
 
 def _run_steps(pipe, stamps, record, main, needs_cluster, cluster_args, force) -> int:
     client, done = None, []
+    outputs = Outputs(pipe.workdir)
     _say(pipe, f"{len(pipe.steps)} steps in {pipe.workdir} (pid {os.getpid()})")
     try:
         for step in pipe.steps:
@@ -326,7 +390,13 @@ def _run_steps(pipe, stamps, record, main, needs_cluster, cluster_args, force) -
                 entry.update(status="skipped", seconds=0.0)
                 _say(pipe, f"{step.label} skipped: inputs and output unchanged since it last ran")
                 continue
-            argv = list(step.argv)
+            try:
+                outputs.check(step)
+            except InputError as exc:
+                _say(pipe, f"{step.label} FAILED with status {EXIT_BAD_INPUT}: {exc}; later steps not run")
+                entry.update(status="failed", exit_code=EXIT_BAD_INPUT, error=str(exc), seconds=0.0)
+                return EXIT_BAD_INPUT
+            argv = _prepare_checkpoint(pipe, step, list(step.argv), force)
             if step.command in needs_cluster:
                 if client is None:   # one cluster for the whole run, started on the first step that needs it
                     from pipeline.distributed.cluster import connect
@@ -348,6 +418,7 @@ def _run_steps(pipe, stamps, record, main, needs_cluster, cluster_args, force) -
                 _say(pipe, f"{step.label} FAILED with status {code} after {entry['seconds']:.1f}s; later steps not run")
                 return code
             done.append(step)
+            outputs.record(step)
             for finished in done:   # later steps may add to earlier outputs (split writes into the dataset)
                 stamps.record(finished)
             _say(pipe, f"{step.label} done in {entry['seconds']:.1f}s")

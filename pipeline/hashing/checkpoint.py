@@ -49,7 +49,7 @@ class Checkpoint:
             raise InputError(f"checkpoint {self.path} is unreadable ({str(exc)[:60]}); delete it to start over") from None
         if state.get("schema") != CHECKPOINT_SCHEMA or state.get("fingerprint") != self.fingerprint:
             raise InputError(f"checkpoint {self.path} was written by another training run (other method, parameters "
-                             "or data); delete it or train into another --out")
+                             "or data); delete it or train into another --out (in `dhash run`: --force restarts the step)")
         arrays = load_npz(self.path.child(ARRAYS_FILE), "delete the checkpoint to start over (or --force in dhash run)")
         return int(state["iteration"]), arrays, state["meta"]
 
