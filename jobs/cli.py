@@ -14,23 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from jobs.options import (OptionParser, json_object, name_list, non_negative_float, non_negative_int, positive_float,
+                          positive_int, positive_int_list, topology)
 from pipeline.errors import InputError
 
 EXIT_BAD_INPUT = 2
-
-
-def _int_list(text) -> list[int]:
-    try:
-        values = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise InputError(f"expected a comma-separated list of integers, got {text!r}") from None
-    if not values:
-        raise InputError("expected at least one integer in the list")
-    return values
-
-
-def _name_list(text) -> list[str]:
-    return [v.strip().lower() for v in str(text).split(",") if v.strip()]
 
 
 def _date(text) -> str:
@@ -48,38 +36,41 @@ def _log(msg: str) -> None:
 # ------------------------------------------------------------------ parser -----------
 
 def build_parser() -> argparse.ArgumentParser:
-    cluster = argparse.ArgumentParser(add_help=False)
+    cluster = OptionParser(add_help=False)
     g = cluster.add_argument_group("cluster")
     g.add_argument("--scheduler", help="address of a running Dask scheduler (else $DASK_SCHEDULER_ADDRESS, else a local cluster)")
-    g.add_argument("--workers", type=int, default=2, help="local cluster: worker processes (default 2)")
-    g.add_argument("--threads", type=int, default=1, help="local cluster: threads per worker (default 1)")
+    g.add_argument("--workers", type=positive_int, default=2, help="local cluster: worker processes (default 2)")
+    g.add_argument("--threads", type=positive_int, default=1, help="local cluster: threads per worker (default 1)")
     g.add_argument("--config", help="TOML file with this command's options (flags given here win)")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g.add_argument("--storage-options", type=json_object, metavar="JSON",
+                   help="JSON object of fsspec storage options for s3:// gs:// abfs:// locations (endpoint_url, profile, "
+                        "anon, ...); else the config's storage-options table, else $DHASH_STORAGE_OPTIONS")
     g.add_argument("--performance-report", metavar="FILE.html",
                    help="save Dask's performance report of this job (task stream, worker profiles, bandwidth)")
 
-    dish = argparse.ArgumentParser(add_help=False)
+    dish = OptionParser(add_help=False)
     g = dish.add_argument_group("DisH (methods dish, dish-allreduce)")
-    g.add_argument("--nodes", type=int, help="number of nodes P (default 10)")
-    g.add_argument("--topology", help="random (default), ring, star, complete")
+    g.add_argument("--nodes", type=positive_int, help="number of nodes P (default 10)")
+    g.add_argument("--topology", type=topology, help="random (default), ring, star, complete")
     g.add_argument("--partition", help="contiguous (default), random, by-label")
-    g.add_argument("--rho", type=float, help="ADMM penalty (default: scaled to the data, see docs)")
-    g.add_argument("--rho-scale", type=float, help="factor of the data-scaled default rho (default 0.1)")
-    g.add_argument("--inner-steps", type=int, help="ADMM steps per outer iteration K (default 5)")
-    g.add_argument("--max-iter", type=int, help="outer iterations at most (default 20)")
+    g.add_argument("--rho", type=positive_float, help="ADMM penalty (default: scaled to the data, see docs)")
+    g.add_argument("--rho-scale", type=positive_float, help="factor of the data-scaled default rho (default 0.1)")
+    g.add_argument("--inner-steps", type=positive_int, help="ADMM steps per outer iteration K (default 5)")
+    g.add_argument("--max-iter", type=positive_int, help="outer iterations at most (default 20)")
     g.add_argument("--init", help="random (default) or pca")
     g = dish.add_argument_group("SGH, SPLH, USPLH (methods sgh, splh, usplh, pcah-adjusted)")
-    g.add_argument("--n-bases", type=int, help="sgh: kernel bases m (default 300)")
-    g.add_argument("--bandwidth-scale", type=float, help="sgh: kernel width = this x RMS distance to the bases (default 0.5)")
-    g.add_argument("--sgh-rho-scale", type=float, help="sgh: rho = this x 2 max ||x - mean||^2 (default 0.5)")
+    g.add_argument("--n-bases", type=positive_int, help="sgh: kernel bases m (default 300)")
+    g.add_argument("--bandwidth-scale", type=positive_float, help="sgh: kernel width = this x RMS distance to the bases (default 0.5)")
+    g.add_argument("--sgh-rho-scale", type=positive_float, help="sgh: rho = this x 2 max ||x - mean||^2 (default 0.5)")
     g.add_argument("--kernel-cache", choices=["auto", "memory", "recompute"],
                    help="sgh: keep kernel features on the workers between passes (default auto: when they fit)")
-    g.add_argument("--labeled", type=int, help="splh, pcah-adjusted: labeled training points drawn with the seed (default 1000)")
-    g.add_argument("--eta", type=float, help="splh, usplh: weight of the (pseudo-)label term (default: splh 3, usplh 0.03)")
-    g.add_argument("--region-size", type=int, help="usplh: points per boundary region (default 2000)")
-    g.add_argument("--decay", type=float, help="usplh: decay lambda of earlier pseudo-labels (default 0.5)")
+    g.add_argument("--labeled", type=positive_int, help="splh, pcah-adjusted: labeled training points drawn with the seed (default 1000)")
+    g.add_argument("--eta", type=non_negative_float, help="splh, usplh: weight of the (pseudo-)label term (default: splh 3, usplh 0.03)")
+    g.add_argument("--region-size", type=positive_int, help="usplh: points per boundary region (default 2000)")
+    g.add_argument("--decay", type=non_negative_float, help="usplh: decay lambda of earlier pseudo-labels (default 0.5)")
 
-    parser = argparse.ArgumentParser(prog="dhash", description=__doc__.split("\n\n")[0])
+    parser = OptionParser(prog="dhash", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def cmd(name, help_, extra=()):
@@ -92,38 +83,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--column", help="parquet: the vector column")
     p.add_argument("--labels", help="labels file (IDX labels, .ivecs or .npy of integers)")
     p.add_argument("--label-column", help="parquet: integer label column")
-    p.add_argument("--chunk-rows", type=int, help="rows per chunk (default: ~16 MiB per chunk)")
+    p.add_argument("--chunk-rows", type=positive_int, help="rows per chunk (default: ~16 MiB per chunk)")
     p.add_argument("--overwrite", action="store_true")
 
     p = cmd("synth", "Generate a synthetic dataset chunk-parallel on the cluster")
     p.add_argument("kind", choices=["sift"], help="sift: SIFT-like 128-d uint8 (sift-synth)")
-    p.add_argument("--n", type=int, default=1_000_000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n", type=positive_int, default=1_000_000)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--out", required=True)
-    p.add_argument("--chunk-rows", type=int)
+    p.add_argument("--chunk-rows", type=positive_int)
     p.add_argument("--overwrite", action="store_true")
 
     p = cmd("split", "Draw a seeded query/database split and store it in the dataset")
     p.add_argument("--dataset", required=True, help="dataset path or built-in source name")
-    p.add_argument("--queries", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--queries", type=positive_int, default=1000)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--name", default="default")
     p.add_argument("--overwrite", action="store_true")
 
     p = cmd("groundtruth", "Exact Euclidean neighbours of a split's queries (computed once, stored in the dataset)")
     p.add_argument("--dataset", required=True)
     p.add_argument("--split", default="default")
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--top-percent", type=float)
+    p.add_argument("--top-k", type=positive_int)
+    p.add_argument("--top-percent", type=positive_float)
 
     p = cmd("train", "Learn hash functions on a dataset's database rows and save a model directory", [dish])
     p.add_argument("--dataset", required=True)
     p.add_argument("--method", required=True, help="lsh, pcah, itq, dish, dish-allreduce, sgh, splh, usplh, pcah-adjusted")
-    p.add_argument("--dictionary", type=int, help="dish: node whose dictionary encodes (DisH2, default 0)")
-    p.add_argument("--bits", type=int, default=32)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dictionary", type=non_negative_int, help="dish: node whose dictionary encodes (DisH2, default 0)")
+    p.add_argument("--bits", type=positive_int, default=32)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--split", help="train on the database rows of this split (default: all rows)")
-    p.add_argument("--n-iter", type=int, help="ITQ iterations (default 50)")
+    p.add_argument("--n-iter", type=positive_int, help="ITQ iterations (default 50)")
     p.add_argument("--out", required=True, help="model directory to create")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--resume", action="store_true",
@@ -140,25 +131,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True)
     p.add_argument("--codes", required=True, help="codes made by `dhash encode` with this model")
     p.add_argument("--split", default="default", help="queries = this split's query rows, database = the rest")
-    p.add_argument("--k", type=int, default=100)
-    p.add_argument("--radius", type=int, help="radius search instead of top-k")
+    p.add_argument("--k", type=positive_int, help="neighbours per query (default 100)")
+    p.add_argument("--radius", type=non_negative_int, help="radius search instead of top-k")
     p.add_argument("--out", required=True, help="results parquet file (query_id, rank, id, hamming)")
     p.add_argument("--overwrite", action="store_true")
 
     p = cmd("bench", "Benchmark a stage against its peer (FAISS, or the plain-pass floor); writes JSON + Markdown")
     p.add_argument("stage", choices=["search", "groundtruth", "train", "encode"])
-    p.add_argument("--n", type=int, required=True, help="database rows (search: codes; others: sift-synth rows)")
-    p.add_argument("--bits", type=int, default=32)
-    p.add_argument("--queries", type=int, default=1000)
-    p.add_argument("--k", type=int, default=100)
+    p.add_argument("--n", type=positive_int, required=True, help="database rows (search: codes; others: sift-synth rows)")
+    p.add_argument("--bits", type=positive_int, default=32)
+    p.add_argument("--queries", type=positive_int, default=1000)
+    p.add_argument("--k", type=positive_int, default=100)
     p.add_argument("--method", default="dish", help="train: dish, dish-allreduce, itq, or itq-vs-faiss (ITQ vs faiss.ITQTransform: time, Fashion-MNIST map)")
-    p.add_argument("--iterations", type=int, default=10, help="train: outer iterations (fixed, no early stop)")
-    p.add_argument("--nodes", type=int, default=10, help="train: DisH nodes")
+    p.add_argument("--iterations", type=positive_int, default=10, help="train: outer iterations (fixed, no early stop)")
+    p.add_argument("--nodes", type=positive_int, default=10, help="train: DisH nodes")
     p.add_argument("--floor-repeats", type=int, default=2, choices=[1, 2],
                    help="train: time the floor before and after ours (2, averaged) or only before (1)")
     p.add_argument("--data", help="dataset directory to use (its first --n rows); default: sift-synth of --n rows, cached")
-    p.add_argument("--bench-threads", type=int, help="search/groundtruth: threads for both sides (default: all cores)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bench-threads", type=positive_int, help="search/groundtruth: threads for both sides (default: all cores)")
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--out", required=True, help="result JSON file (a Markdown table is written beside it)")
 
     p = cmd("run", "Run a TOML pipeline of dhash steps as one scheduled batch job (lock, skip up-to-date steps, logs)")
@@ -175,18 +166,18 @@ def build_parser() -> argparse.ArgumentParser:
         p = cmd(name, help_, [dish])
         if name == "evaluate":
             p.add_argument("--dataset", required=True, help="dataset path or built-in source (fashion-mnist, sift-synth)")
-        p.add_argument("--methods", type=_name_list,
+        p.add_argument("--methods", type=name_list,
                        default=["lsh", "pcah", "itq"] if name == "evaluate" else ["lsh", "pcah", "itq", "dish"])
-        p.add_argument("--bits", type=_int_list, default=[32] if name == "evaluate" else [32, 64])
-        p.add_argument("--queries", type=int, default=1000)
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--n", type=int, default=1_000_000, help="sift-synth: number of points")
+        p.add_argument("--bits", type=positive_int_list, default=[32] if name == "evaluate" else [32, 64])
+        p.add_argument("--queries", type=positive_int, default=1000)
+        p.add_argument("--seed", type=non_negative_int, default=0)
+        p.add_argument("--n", type=positive_int, default=1_000_000, help="sift-synth: number of points")
         p.add_argument("--ground-truth", choices=["labels", "euclidean"], help="default: labels when the dataset has them")
-        p.add_argument("--top-k", type=int, help="euclidean ground truth: K nearest neighbours")
-        p.add_argument("--top-percent", type=float, help="euclidean ground truth: top P percent of the database")
-        p.add_argument("--ks", type=_int_list, default=[1, 10, 50, 100, 200, 500, 1000], help="K values of precision@K")
-        p.add_argument("--chunk-rows", type=int, help="rows per feature chunk when materialising a built-in source")
-        p.add_argument("--dish2-dictionaries", type=int,
+        p.add_argument("--top-k", type=positive_int, help="euclidean ground truth: K nearest neighbours")
+        p.add_argument("--top-percent", type=positive_float, help="euclidean ground truth: top P percent of the database")
+        p.add_argument("--ks", type=positive_int_list, default=[1, 10, 50, 100, 200, 500, 1000], help="K values of precision@K")
+        p.add_argument("--chunk-rows", type=positive_int, help="rows per feature chunk when materialising a built-in source")
+        p.add_argument("--dish2-dictionaries", type=positive_int,
                        help="DisH2: score this many node dictionaries drawn with the seed (1 = the paper's DisH2, one "
                             "random node); default all nodes, reported as mean and std")
         p.add_argument("--out", required=name == "evaluate", default="runs/demo", help="report directory")
@@ -205,7 +196,7 @@ def parse_args(argv):
     if known.config and command in subparsers:
         from jobs.config import load_config
         sub = subparsers[command]
-        values = load_config(known.config, command, sub)
+        values = load_config(known.config, command, sub, commands=tuple(subparsers))
         for action in sub._actions:
             if action.dest in values:
                 action.required = False
@@ -302,6 +293,23 @@ def _method_params(args) -> dict:
     return params
 
 
+def _check_checkpoint(ckpt, args) -> None:
+    """A checkpoint beside --out: another live run's is refused; an interrupted run's is
+    resumed with --resume, discarded with --overwrite, else refused."""
+    from pipeline.hashing.checkpoint import live_writer
+    writer = live_writer(ckpt)
+    if writer is not None:
+        raise InputError(f"another training run (pid {writer['pid']}) is writing {ckpt}; wait for it or train into "
+                         "another --out")
+    if args.resume:
+        return
+    if not args.overwrite:
+        raise InputError(f"{ckpt} holds the state of an interrupted training run; pass --resume to continue it, "
+                         "or --overwrite to start over")
+    ckpt.remove()
+    _log(f"train: removed the interrupted run's checkpoint {ckpt} (--overwrite); training starts over")
+
+
 def cmd_train(args):
     from pipeline.hashing import make_hasher
     from pipeline.hashing.checkpoint import checkpoint_path
@@ -309,9 +317,8 @@ def cmd_train(args):
     ds = _dataset(args)
     model = make_hasher(args.method, args.bits, random_state=args.seed, **_method_params(args))
     ckpt = checkpoint_path(args.out) if model.supports_checkpoint else None
-    if ckpt is not None and ckpt.exists() and not args.resume:
-        raise InputError(f"{ckpt} holds the state of an interrupted training run; pass --resume to continue it, "
-                         "or delete it to start over")
+    if ckpt is not None and ckpt.exists():
+        _check_checkpoint(ckpt, args)
     X, manifest = _train_rows(ds, args.split)
     y = ds.labels
     if y is not None and args.split:
@@ -340,6 +347,7 @@ def cmd_encode(args):
 
 
 def cmd_search(args):
+    args.k = 100 if args.k is None else args.k
     from pipeline.distributed.graph import drop_rows, row_numbers
     from pipeline.distributed.progress import compute_with_progress
     from pipeline.hashing import load_model
@@ -525,12 +533,14 @@ def _sigterm_cleans_up():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _check_outputs(args) -> None:
-    """Where this command will write must be writable, and replaceable when it exists: checked
-    before any cluster starts or any computation runs."""
+def _check_before_work(args) -> None:
+    """Checks that need no data, before any cluster starts or any computation runs: option
+    combinations, and where this command will write (writable, replaceable when it exists)."""
     from pipeline.storage.atomic import check_output
     from pipeline.storage.location import set_storage_options
     set_storage_options(getattr(args, "storage_options", None))
+    if args.command == "search" and args.radius is not None and args.k is not None:
+        raise InputError("give either --k (top-k search) or --radius (radius search), not both")
     kind = OUTPUT_KINDS.get(args.command)
     if kind is not None and getattr(args, "out", None):
         # evaluate and demo replace their own previous report; the others need --overwrite
@@ -550,7 +560,7 @@ def _main(argv) -> int:
     try:
         args = parse_args(argv)
         _configure_logging(args.quiet)
-        _check_outputs(args)
+        _check_before_work(args)
         if args.command in NEEDS_CLUSTER:
             from pipeline.distributed.cluster import connect
             client = connect(args.scheduler, workers=args.workers, threads=args.threads, quiet=args.quiet)

@@ -32,13 +32,24 @@ def option_names(options) -> str:
     return ", ".join(sorted(d.replace("_", "-") for d in options))
 
 
-def load_config(path: str, command: str, parser: argparse.ArgumentParser) -> dict:
+STORAGE_TABLE = "storage-options"
+
+
+def load_config(path: str, command: str, parser: argparse.ArgumentParser, commands=()) -> dict:
+    """The options a config file sets for ``command``: top-level keys and the keys of its
+    ``[command]`` table (other commands' tables are allowed and skipped; any other table is
+    refused). Every value is checked like the flag (jobs.options.toml_value)."""
+    from jobs.options import toml_value
     data = read_toml(path)
     section = data.pop(command, {})
     if not isinstance(section, dict):
         raise InputError(f"config file {path}: [{command}] must be a table of options")
-    other_sections = {k for k, v in data.items() if isinstance(v, dict)}
-    flat = {k: v for k, v in data.items() if k not in other_sections}
+    tables = {k for k, v in data.items() if isinstance(v, dict) and k != STORAGE_TABLE}
+    unknown = sorted(t for t in tables if t not in commands)
+    if unknown:
+        raise InputError(f"config file {path}: unknown table(s) [{'], ['.join(unknown)}]; tables are named after "
+                         f"dhash commands ({', '.join(commands)}) or [{STORAGE_TABLE}]")
+    flat = {k: v for k, v in data.items() if k not in tables}
     flat.update(section)
     valid = command_options(parser)
     values = {}
@@ -47,11 +58,6 @@ def load_config(path: str, command: str, parser: argparse.ArgumentParser) -> dic
         if dest not in valid:
             raise InputError(f"config file {path}: unknown key {key!r} for `dhash {command}`; valid keys: "
                              f"{option_names(valid)}")
-        action = valid[dest]
-        if action.type is not None and not isinstance(value, bool):
-            try:
-                value = action.type(value if not isinstance(value, list) else ",".join(map(str, value)))
-            except (TypeError, ValueError, InputError) as exc:
-                raise InputError(f"config file {path}: bad value {value!r} for {key!r} ({exc})") from None
-        values[dest] = value
+        where = f"config file {path}" + (f": [{command}]" if key in section else "")
+        values[dest] = toml_value(valid[dest], key, value, where)
     return values

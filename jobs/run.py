@@ -162,6 +162,7 @@ def _substitute(value, variables: dict, where: str):
 
 def _step(number, command, table, workdir, subparser, parser, path) -> Step:
     from jobs.config import command_options, option_names
+    from jobs.options import toml_value
     from pipeline.data.sources import SOURCES
     options = command_options(subparser)
     options.pop("scheduler", None)   # `dhash run` connects every step to its one cluster
@@ -171,7 +172,10 @@ def _step(number, command, table, workdir, subparser, parser, path) -> Step:
         if dest not in options:
             raise InputError(f"pipeline file {path} step {number}: unknown option {key!r} for `dhash {command}`; "
                              f"valid: {option_names(options)}")
-        if dest in PATH_OPTIONS and isinstance(value, str) and value not in SOURCES:
+        toml_value(options[dest], key, value, f"pipeline file {path} step {number} ({command})")
+        if isinstance(value, dict):
+            value = json.dumps(value)            # --storage-options takes JSON
+        if dest in PATH_OPTIONS and isinstance(value, str) and value not in SOURCES and "://" not in value:
             value = str(workdir / value)       # absolute: workers on other hosts get it unchanged
             (outputs if dest in OUTPUT_OPTIONS else inputs).append(Path(value))
         if dest == POSITIONAL.get(command):
@@ -195,8 +199,10 @@ def _check_argv(parser, argv, where):
     """argparse's own checks (required options, types, choices), as a one-line error."""
     message = io.StringIO()
     try:
-        with contextlib.redirect_stderr(message):
+        with contextlib.redirect_stderr(message), contextlib.redirect_stdout(message):
             parser.parse_args(argv)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
     except SystemExit:
         last = message.getvalue().strip().splitlines()[-1:] or ["invalid options"]
         raise InputError(f"{where}: {last[0].split('error: ', 1)[-1]}") from None

@@ -89,7 +89,7 @@ def test_unknown_dataset_name(cluster, tmp_path, capsys):
 @pytest.mark.parametrize("text, match", [
     ("queries = [1, 2\n", "not valid TOML"),
     ("queries = 10\nbogus = 3\n", "unknown key 'bogus'"),
-    ("queries = 'many'\n", "bad value"),
+    ("queries = 'many'\n", "queries must be an integer"),
 ])
 def test_malformed_config(tmp_path, capsys, text, match):
     cfg = tmp_path / "c.toml"
@@ -136,7 +136,7 @@ def test_wrong_dimensionality_between_model_and_data(pipeline_run, cluster, tmp_
 
 def test_bad_bits_from_cli(pipeline_run, cluster, tmp_path, capsys):
     _, ds, _, _, _ = pipeline_run
-    for bits, match in ((0, "range"), (200, "at most the number of features")):
+    for bits, match in ((0, "expected a positive integer"), (200, "at most the number of features")):
         out = tmp_path / f"m{bits}"
         assert run("train", "--dataset", ds, "--method", "pcah", "--bits", bits, "--out", out,
                    "--scheduler", cluster.scheduler_address, "--quiet") == 2

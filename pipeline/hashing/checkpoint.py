@@ -55,12 +55,22 @@ class Checkpoint:
 
     def save(self, iteration: int, arrays: dict, meta: dict) -> None:
         from pipeline.hashing.base import npz_bytes
-        from pipeline.storage.atomic import atomic_output
+        from pipeline.storage.atomic import atomic_output, writer_record
         state = {"schema": CHECKPOINT_SCHEMA, "iteration": int(iteration), "fingerprint": self.fingerprint,
-                 "meta": json.loads(json.dumps(meta, default=_plain))}
+                 "meta": json.loads(json.dumps(meta, default=_plain)), "writer": writer_record()}
         with atomic_output(self.path, kind="checkpoint", overwrite=True) as tmp:
             tmp.child(ARRAYS_FILE).write_bytes(npz_bytes(arrays))
             tmp.child(STATE_FILE).write_text(json.dumps(state) + "\n")
+
+
+def live_writer(path) -> dict | None:
+    """The training process still writing the checkpoint at ``path`` (this host, alive), else None."""
+    from pipeline.storage.atomic import writer_alive
+    try:
+        writer = json.loads(path.child(STATE_FILE).read_bytes()).get("writer")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return writer if isinstance(writer, dict) and writer_alive(writer) else None
 
 
 def _plain(value):

@@ -114,6 +114,12 @@ def _writer_dead(writer: dict) -> bool:
     return writer.get("host") == socket.gethostname() and not _pid_alive(int(writer.get("pid", -1)))
 
 
+def writer_alive(writer: dict) -> bool:
+    """True when the writer runs on this host and its process is alive (not this process)."""
+    pid = int(writer.get("pid", -1))
+    return writer.get("host") == socket.gethostname() and pid != os.getpid() and _pid_alive(pid)
+
+
 def _uncommitted_write(final: Location, overwrite: bool) -> bool:
     """An output written in place (object stores) that never got its commit marker: its
     writer was killed, or still runs. It may be replaced when its writer is known to be
@@ -131,7 +137,7 @@ def _uncommitted_write(final: Location, overwrite: bool) -> bool:
 
 # ------------------------------------------------------------------ writing -----------
 
-def _writer_record() -> dict:
+def writer_record() -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}
 
 
@@ -186,13 +192,13 @@ def atomic_output(final, *, kind: str, overwrite: bool = False, manifest=None, f
         os.makedirs(final.parent.url, exist_ok=True)
         tmp = final.sibling(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
         if not file:
-            tmp.child(WRITER_FILE).write_text(json.dumps(_writer_record()))
+            tmp.child(WRITER_FILE).write_text(json.dumps(writer_record()))
     else:
         if final.exists() and not file:   # an older output, or a killed writer's prefix
             _remote_uncommit(final)
         tmp = final
         if not file:
-            tmp.child(WRITER_FILE).write_text(json.dumps(_writer_record()))
+            tmp.child(WRITER_FILE).write_text(json.dumps(writer_record()))
     try:
         yield tmp
         if not file:
