@@ -177,3 +177,34 @@ def test_fused_metric_passes_equal_generic_passes(kind):
         got = chunk_precision_sums(c[a:b], ids[a:b], labels[a:b], None, *off, queries=q, truth=truth)
         np.testing.assert_allclose(got, want, rtol=1e-12)
     assert rel.sum() > 0
+
+
+INTEGER_EXTREMES = [
+    (np.int8, -128, 127), (np.uint8, 0, 255), (np.int16, -32768, 32767), (np.uint16, 0, 65535),
+    (np.int32, -2**31, 2**31 - 1), (np.uint32, 0, 2**32 - 1), (np.int64, -2**62, 2**62),
+    (np.uint64, 0, 2**64 - 1), (np.int64, 10_000_000, 400_000_000),
+]
+
+
+@pytest.mark.parametrize("dtype, low, high", INTEGER_EXTREMES)
+def test_gram_of_integer_features_is_exact_at_the_dtype_extremes(dtype, low, high):
+    """Integer Gram terms equal the float64 computation on the same values: no int32
+    accumulator overflows, whatever the dtype and value range (6000 rows: several slabs)."""
+    from pipeline.kernels.dish import gram_chunk
+    rng = np.random.default_rng(3)
+    X = rng.integers(low, high, (6000, 12), dtype=dtype, endpoint=True)
+    X[:50] = high
+    X[50:100] = low                   # rows at both extremes, in the same accumulation run
+    mean = X.astype(np.float64).mean(axis=0)
+    C = np.linalg.qr(rng.standard_normal((12, 16)))[0]
+    got = gram_chunk(X, mean, C)
+    want = gram_chunk(X.astype(np.float64), mean, C)       # float64 accumulation, same signs
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
+
+
+def test_itq_codes_of_int64_features_equal_those_of_the_float64_copy():
+    from pipeline.hashing import ITQ
+    X = np.random.default_rng(4).integers(10_000_000, 400_000_000, (5000, 20), dtype=np.int64)
+    as_int = ITQ(16, n_iter=10, random_state=0).fit(X)
+    as_float = ITQ(16, n_iter=10, random_state=0).fit(X.astype(np.float64))
+    np.testing.assert_array_equal(as_int.encode(X), as_float.encode(X.astype(np.float64)))

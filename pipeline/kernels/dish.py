@@ -29,6 +29,7 @@ def random_orthonormal(d: int, r: int, rng: np.random.Generator) -> np.ndarray:
 
 BIT_OF_BYTE = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(np.float64)   # (byte value, bit)
 INT32_MAX = 2 ** 31 - 1
+INT64_MAX = 2 ** 63 - 1
 
 
 @njit(nogil=True, cache=True)
@@ -67,13 +68,22 @@ def _byte_group_sums_u8(codes, X, sums16, wide, counts):
 
 
 def _accumulator(X: np.ndarray) -> tuple[type, int]:
-    """(accumulator dtype, rows per accumulation): int32 sums of integer features (exact, and
-    half the vector width of int64) restarted before they can overflow; float64 otherwise."""
-    if np.issubdtype(X.dtype, np.integer):
-        info = np.iinfo(X.dtype)
-        peak = max(abs(int(info.min)), int(info.max), 1)
-        return np.int32, max(SLAB_ROWS, (INT32_MAX // peak) // SLAB_ROWS * SLAB_ROWS)
-    return np.float64, X.shape[0] or 1
+    """(accumulator dtype, rows per accumulation) for the byte-grouped sums of ``X``.
+
+    Integer sums are exact: int32 accumulators (half the vector width of int64, so faster)
+    while ``rows x max|x|`` of this block fits in int32, restarted before it could overflow;
+    int64 when only that fits; float64 (numpy's own accumulation) for values so large that
+    even 2048 rows could overflow int64. The bound comes from the block's actual values,
+    not its dtype's range: int64 features of 1e7-4e8 would overflow int32 within 2048 rows
+    (its dtype range would say "any row may be 2^63"). Float features: float64."""
+    if not np.issubdtype(X.dtype, np.integer) or X.size == 0:
+        return np.float64, X.shape[0] or 1
+    peak = max(abs(int(X.min())), abs(int(X.max())), 1)
+    for acc, limit in ((np.int32, INT32_MAX), (np.int64, INT64_MAX)):
+        rows = limit // peak
+        if rows >= SLAB_ROWS:
+            return acc, int(rows // SLAB_ROWS * SLAB_ROWS)
+    return np.float64, X.shape[0]
 
 
 def gram_from_byte_sums(sums: np.ndarray, counts: np.ndarray, n: int, n_bits: int, mean: np.ndarray) -> np.ndarray:
