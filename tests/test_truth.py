@@ -99,3 +99,25 @@ def test_unpacking_a_query_slice_reads_only_its_bytes():
     bits = np.packbits(rel.T, axis=1, bitorder="little")
     for qs in (slice(None), slice(0, 8), slice(3, 4), slice(5, 19), slice(16, 21), slice(1, 20, 3)):
         np.testing.assert_array_equal(unpack_relevance(bits, m, qs), rel[qs])
+
+
+def test_stored_neighbour_lists_stay_out_of_the_evaluation_graphs(client, tmp_path):
+    """1300 queries x 1000 listed neighbours (10.4 MB of ids) are read by the metric tasks
+    from the stored ground truth, not embedded in each graph: no "Sending large graph"
+    warning, and the metrics equal those computed with the lists in memory."""
+    import warnings
+
+    from pipeline.evaluation.evaluate import run_evaluation
+    ds = write_sift_synth(tmp_path / "sift.zarr", 8000, seed=6, chunk_rows=2000)
+    args = {"methods": ["lsh"], "bits": [64], "n_queries": 1300, "seed": 1, "ground_truth": "euclidean",
+            "top_k": 1000, "ks": [10, 1000]}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stored = run_evaluation(ds, **args)
+    assert not [w for w in caught if "large graph" in str(w.message)], [str(w.message)[:80] for w in caught]
+    split = ds.get_split("q1300-s1")
+    truth = T.build_truth(ds, split, ground_truth="euclidean", top_k=1000)
+    assert truth.stored is not None and truth.for_chunks().neighbours is None
+    in_memory = T.Truth("euclidean", neighbours=truth.neighbours)
+    assert np.array_equal(in_memory.for_chunks().neighbour_lists(), truth.for_chunks().neighbour_lists())
+    assert stored["results"][0]["metrics"]["map"] > 0

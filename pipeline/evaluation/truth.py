@@ -60,6 +60,7 @@ class Truth:
     description: dict | None = None
     relevance: object = None                 # ChunkReader of (n, ceil(m / 8)) relevance bits (large K)
     n_queries: int | None = None             # with ``relevance``
+    stored: tuple | None = None              # (dataset Location, ground-truth name, fingerprint) of ``neighbours``
 
     @property
     def as_bits(self) -> bool:
@@ -87,7 +88,14 @@ class Truth:
             return relevance_from_labels(self.query_labels[query_slice], rows_chunk)
         if self.as_bits:
             return unpack_relevance(rows_chunk, self.n_queries, query_slice)
-        return relevance_from_neighbours(self.neighbours[query_slice], ids)
+        return relevance_from_neighbours(self.neighbour_lists()[query_slice], ids)
+
+    def neighbour_lists(self) -> np.ndarray:
+        """The (m, K) neighbour ids: in memory, or read from the stored ground truth once per
+        worker process (chunk tasks get the small ``stored`` reference, not the lists)."""
+        if self.neighbours is not None:
+            return self.neighbours
+        return _stored_neighbours(*self.stored)
 
     def ids_relevance(self, ids: np.ndarray) -> np.ndarray:
         """(m, k) relevance of ranked result ids (-1 = no result, never relevant)."""
@@ -107,8 +115,27 @@ class Truth:
         return rel
 
     def for_chunks(self) -> "Truth":
-        """A copy without the all-rows arrays: what per-chunk tasks need (small)."""
-        return Truth(self.kind, query_labels=self.query_labels, neighbours=self.neighbours, n_queries=self.n_queries)
+        """A copy without the all-rows arrays: what per-chunk tasks need (small). Stored
+        neighbour lists (1000 x 1000 ids: 8 MB) are read by the tasks themselves, so they do
+        not ride in every evaluation graph."""
+        neighbours = None if self.stored is not None else self.neighbours
+        return Truth(self.kind, query_labels=self.query_labels, neighbours=neighbours, n_queries=self.n_queries,
+                     stored=self.stored)
+
+
+_NEIGHBOUR_CACHE: dict = {}   # per process: the stored neighbour lists last read
+
+
+def _stored_neighbours(location, name: str, fingerprint: str) -> np.ndarray:
+    key = (str(location), name, fingerprint)
+    if key not in _NEIGHBOUR_CACHE:
+        from pipeline.storage.datasets import open_dataset
+        ds = open_dataset(location)
+        if ds.groundtruth_fingerprint(name) != fingerprint:
+            raise InputError(f"ground truth {name} of {location} changed during the evaluation; run it again")
+        _NEIGHBOUR_CACHE.clear()   # one evaluation's lists at a time
+        _NEIGHBOUR_CACHE[key] = ds.get_groundtruth(name)[0]
+    return _NEIGHBOUR_CACHE[key]
 
 
 def _dask_rows(rows):
@@ -347,5 +374,7 @@ def build_truth(ds, split, *, ground_truth: str | None = None, top_k=None, top_p
             return Truth("euclidean", relevance=relevance, n_queries=split.n_query,
                          description=description | {"form": attrs["form"]})
         nn, _, attrs = euclidean_groundtruth(ds, split, top_k=top_k, top_percent=top_percent)
-        return Truth("euclidean", neighbours=nn, description=description | {"form": attrs["form"]})
+        name = groundtruth_name(split, k)
+        return Truth("euclidean", neighbours=nn, description=description | {"form": attrs["form"]},
+                     stored=(ds.location, name, ds.groundtruth_fingerprint(name)))
     raise InputError(f"unknown --ground-truth {ground_truth!r}; use labels or euclidean")

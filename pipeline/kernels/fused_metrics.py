@@ -105,7 +105,7 @@ def relevance_spec(truth, ids: np.ndarray, truth_rows, query_slice=slice(None)):
     if truth.as_bits:
         return (BY_POSITION, np.zeros(1, np.int64), np.zeros(1, np.int64),
                 relevant_positions(truth_rows, truth.n_queries)[query_slice])
-    neighbours = truth.neighbours[query_slice]
+    neighbours = truth.neighbour_lists()[query_slice]
     pos = np.searchsorted(ids, neighbours)
     hit = (pos < n) & (ids[np.minimum(pos, max(n - 1, 0))] == neighbours) & (neighbours >= 0) if n else pos < 0
     rel_pos = np.sort(np.where(hit, pos, n), axis=1)   # each query's relevant positions, ascending, then sentinels

@@ -312,6 +312,10 @@ class Dataset:
         ids, distances = (self._part_array(loc, manifest, key, remedy).read_all() for key in ("ids", "distances"))
         return ids, distances, attrs
 
+    def groundtruth_fingerprint(self, name: str) -> str:
+        """Content id of a stored ground truth (its arrays' checksums)."""
+        return content_id(self._open_groundtruth(name)[0])
+
     def get_relevance_groundtruth(self, name: str):
         """(relevance ChunkReader (n, ceil(m / 8)) uint8, {threshold_distance, threshold_id},
         attrs) or None if absent (or stored as neighbour lists)."""
