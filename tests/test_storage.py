@@ -359,3 +359,38 @@ def test_killed_writer_on_s3_does_not_block_the_next_run(s3_server, monkeypatch,
         else:
             assert fs.exists("dhash-test/killed/ds.zarr/.dhash-commit.json")
             assert not fs.exists(f"dhash-test/killed/ds.zarr/{WRITER_FILE}")
+
+
+def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine, tmp_path, capsys):
+    """Two `dhash train --out X` at once: the second is refused while the first runs; the
+    checkpoint a killed run left is discarded by --overwrite (or continued by --resume)."""
+    from pipeline.hashing.checkpoint import Checkpoint
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    train = ["train", "--dataset", pristine / "ds.zarr", "--method", "itq", "--bits", 16, "--out", tmp_path / "m",
+             "--workers", 1, "--quiet"]
+    try:
+        for pid, extra, status, message in ((sleeper.pid, ["--overwrite"], 2, "another training run"),
+                                            (int(dead.stdout), [], 2, "pass --resume to continue it, or --overwrite"),
+                                            (int(dead.stdout), ["--overwrite"], 0, "removed the interrupted run")):
+            Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"}).save(2, {"rotation": np.eye(16)}, {})
+            state = tmp_path / "m.checkpoint" / "state.json"
+            record = json.loads(state.read_text())
+            record["writer"]["pid"] = pid
+            state.write_text(json.dumps(record))
+            capsys.readouterr()
+            assert run(*train, *extra) == status
+            assert message in capsys.readouterr().err
+    finally:
+        sleeper.kill()
+    assert (tmp_path / "m" / "model.json").exists() and not (tmp_path / "m.checkpoint").exists()
+
+
+def test_a_successful_job_prints_no_error_lines(tmp_path):
+    """`dhash synth` with progress bars: no scheduler CancelledError traceback on shutdown."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "jobs", "synth", "sift", "--n", "20000", "--workers", "1",
+                           "--out", str(tmp_path / "s.zarr")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "ERROR" not in done.stderr and "Traceback" not in done.stderr, done.stderr
