@@ -394,3 +394,14 @@ def test_a_successful_job_prints_no_error_lines(tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert "ERROR" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_writer_record_survives_the_zarr_group_creation(tmp_path):
+    """A killed writer is recognised by its record: creating the artifact's zarr group must
+    not delete it (zarr's mode "w" clears the directory)."""
+    from pipeline.storage.atomic import WRITER_FILE, atomic_output
+    from pipeline.storage.chunkread import new_group
+    with atomic_output(tmp_path / "c.zarr", kind="codes") as tmp:
+        new_group(tmp).attrs["x"] = 1
+        assert tmp.child(WRITER_FILE).exists()
+    assert not (tmp_path / "c.zarr" / WRITER_FILE).exists() and (tmp_path / "c.zarr" / ".dhash-commit.json").exists()

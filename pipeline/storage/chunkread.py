@@ -37,6 +37,14 @@ def create_array(group, name: str, shape: tuple, chunk_rows: int, dtype):
                               config={"write_empty_chunks": True})
 
 
+def new_group(loc: Location):
+    """A zarr group created in a new artifact's (temporary) location. Mode "a", not "w":
+    the location already holds the writer record of storage.atomic, which "w" would delete
+    (a killed writer's leftovers would then look foreign instead of ours)."""
+    import zarr
+    return zarr.open_group(loc.zarr_store(), mode="a", zarr_format=3)
+
+
 def open_for_write(loc: Location):
     """An existing array opened for chunk writes by a task (any worker, local or remote).
     ``write_empty_chunks`` is a runtime setting, not stored in the array: every opening

@@ -7,12 +7,12 @@ of another model or another dataset.
 """
 from __future__ import annotations
 
-import zarr
 
 from pipeline.errors import InputError
 from pipeline.kernels.codes import BIT_ORDER
 from pipeline.storage.atomic import atomic_output, require_committed
-from pipeline.storage.chunkread import arrays_manifest, create_array, dask_from_reader, open_verified, read_attrs
+from pipeline.storage.chunkread import (arrays_manifest, create_array, dask_from_reader, new_group, open_verified,
+                                        read_attrs)
 from pipeline.storage.location import resolve
 
 CODES_SCHEMA = "dhash.codes/2"
@@ -46,7 +46,7 @@ def write_codes(path, codes, model, *, dataset=None, overwrite: bool = False, pr
 
 
 def _create_codes_array(tmp, n: int, chunk_rows: int, model, dataset):
-    group = zarr.open_group(tmp.zarr_store(), mode="w", zarr_format=3)
+    group = new_group(tmp)
     group.attrs.update({"schema": CODES_SCHEMA, "model_id": model.model_id, "method": model.method,
                         "n_bits": int(model.n_bits), "bit_order": BIT_ORDER,
                         "dataset": dataset.path if dataset is not None else "",

@@ -36,7 +36,7 @@ import zarr
 from pipeline.errors import InputError
 from pipeline.storage.atomic import atomic_output, require_committed
 from pipeline.storage.chunkread import (ChunkReader, arrays_manifest, content_id, create_array, dask_from_reader,
-                                        open_for_write, open_verified, read_attrs)
+                                        new_group, open_for_write, open_verified, read_attrs)
 from pipeline.storage.location import Location, resolve
 from pipeline.validation import check_finite_block, check_numeric_dtype
 
@@ -88,7 +88,7 @@ def create_dataset_group(path, *, n: int, d: int, dtype, chunk_rows: int, source
     dtype = check_numeric_dtype(dtype)
     if n <= 0 or d <= 0:
         raise InputError(f"dataset from {source} is empty (n={n}, d={d}); give a source with at least one vector")
-    group = zarr.open_group(resolve(path).zarr_store(), mode="w", zarr_format=3)
+    group = new_group(resolve(path))
     create_array(group, "features", (n, d), chunk_rows, dtype)
     if with_ids:
         ids = create_array(group, "ids", (n,), max(chunk_rows, 2**20), "int64")
@@ -284,7 +284,7 @@ class Dataset:
         self._ensure_child_group("splits")
         with atomic_output(self.location.child("splits", name), kind="split", overwrite=overwrite,
                            manifest=arrays_manifest("query")) as tmp:
-            g = zarr.open_group(tmp.zarr_store(), mode="w", zarr_format=3)
+            g = new_group(tmp)
             create_array(g, "query", query.shape, len(query), "int64")[...] = query
             g.attrs.update(manifest)
         return self.get_split(name)
@@ -338,7 +338,7 @@ class Dataset:
         write it (chunk-parallel tasks), store ``thresholds``, then commit."""
         n_bytes = (int(n_queries) + 7) // 8
         with self._groundtruth_output(name, ("relevance", *thresholds)) as tmp:
-            g = zarr.open_group(tmp.zarr_store(), mode="w", zarr_format=3)
+            g = new_group(tmp)
             create_array(g, "relevance", (self.n, n_bytes), self.chunk_rows, "uint8")
             fill(tmp.child("relevance"))
             for key, value in thresholds.items():
@@ -347,7 +347,7 @@ class Dataset:
 
     def put_groundtruth(self, name: str, ids: np.ndarray, distances: np.ndarray, attrs: dict) -> None:
         with self._groundtruth_output(name, ("ids", "distances")) as tmp:
-            g = zarr.open_group(tmp.zarr_store(), mode="w", zarr_format=3)
+            g = new_group(tmp)
             create_array(g, "ids", ids.shape, len(ids), "int64")[...] = ids
             create_array(g, "distances", distances.shape, len(distances), "float64")[...] = distances
             g.attrs.update({"schema": GROUNDTRUTH_SCHEMA, "created": _now(), "dataset_id": self.content_id, **attrs})
