@@ -80,8 +80,8 @@ class Step:
     number: int
     command: str
     argv: list[str]
-    inputs: list[Path] = field(default_factory=list)
-    outputs: list[Path] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)     # absolute paths or URLs
+    outputs: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -175,9 +175,10 @@ def _step(number, command, table, workdir, subparser, parser, path) -> Step:
         toml_value(options[dest], key, value, f"pipeline file {path} step {number} ({command})")
         if isinstance(value, dict):
             value = json.dumps(value)            # --storage-options takes JSON
-        if dest in PATH_OPTIONS and isinstance(value, str) and value not in SOURCES and "://" not in value:
-            value = str(workdir / value)       # absolute: workers on other hosts get it unchanged
-            (outputs if dest in OUTPUT_OPTIONS else inputs).append(Path(value))
+        if dest in PATH_OPTIONS and isinstance(value, str) and value not in SOURCES:
+            if "://" not in value:
+                value = str(workdir / value)   # absolute: workers on other hosts get it unchanged
+            (outputs if dest in OUTPUT_OPTIONS else inputs).append(value)
         if dest == POSITIONAL.get(command):
             positional = str(value)
         elif value is True:
@@ -211,23 +212,45 @@ def _check_argv(parser, argv, where):
 # ------------------------------------------------------------------ state -------------
 
 def fingerprint(paths) -> dict:
-    """Files, bytes and newest modification time under each path (absent: None)."""
+    """Files, bytes and newest modification time under each path (absent: None); for a URL,
+    its objects' count, bytes and a digest of their names, sizes and ETags / times."""
     out = {}
-    for path in paths:
-        path = Path(path)
-        if path.is_file():
-            st = path.stat()
-            out[str(path)] = [1, st.st_size, st.st_mtime_ns]
-        elif path.is_dir():
+    for path in map(str, paths):
+        if "://" in path:
+            out[path] = _remote_fingerprint(path)
+            continue
+        p = Path(path)
+        if p.is_file():
+            st = p.stat()
+            out[path] = [1, st.st_size, st.st_mtime_ns]
+        elif p.is_dir():
             files = size = newest = 0
-            for root, _, names in os.walk(path):
+            for root, _, names in os.walk(p):
                 for name in names:
                     st = os.stat(os.path.join(root, name))
                     files, size, newest = files + 1, size + st.st_size, max(newest, st.st_mtime_ns)
-            out[str(path)] = [files, size, newest]
+            out[path] = [files, size, newest]
         else:
-            out[str(path)] = None
+            out[path] = None
     return out
+
+
+def _remote_fingerprint(url: str):
+    from pipeline.storage.location import resolve
+    loc = resolve(url)
+    try:
+        infos = loc.fs.find(loc.fs_path, detail=True) or ({loc.fs_path: loc.fs.info(loc.fs_path)}
+                                                          if loc.is_file() else {})
+    except FileNotFoundError:
+        return None
+    if not infos:
+        return None
+    digest = hashlib.sha256()
+    for name in sorted(infos):
+        info = infos[name]
+        stamp = info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or info.get("updated")
+        digest.update(f"{name}|{info.get('size')}|{stamp}\n".encode())
+    return [len(infos), int(sum(i.get("size") or 0 for i in infos.values())), digest.hexdigest()[:16]]
 
 
 class Stamps:
@@ -269,22 +292,23 @@ class Outputs:
             return set()
 
     def check(self, step: Step) -> None:
+        from pipeline.storage.location import resolve
         for out in _step_outputs(step):
-            if out.exists() and str(out) not in self.owned():
+            if resolve(out).exists() and out not in self.owned():
                 raise InputError(f"{step.label}: output {out} exists and was not written by this pipeline; "
                                  "delete it, or give the step another `out`")
 
     def record(self, step: Step) -> None:
         from pipeline.storage.atomic import write_text_atomic
-        paths = self.owned() | {str(out) for out in _step_outputs(step)}
+        paths = self.owned() | set(_step_outputs(step))
         self.file.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(self.file, json.dumps(sorted(paths), indent=0))
 
 
-def _step_outputs(step: Step) -> list[Path]:
+def _step_outputs(step: Step) -> list[str]:
     """The step's own ``out`` (split and groundtruth add to their input dataset instead)."""
     argv = step.argv
-    return [Path(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a == "--out"]
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--out"]
 
 
 def _prepare_checkpoint(pipe: "Pipeline", step: Step, argv: list[str], force: bool) -> list[str]:

@@ -405,3 +405,31 @@ def test_writer_record_survives_the_zarr_group_creation(tmp_path):
         new_group(tmp).attrs["x"] = 1
         assert tmp.child(WRITER_FILE).exists()
     assert not (tmp_path / "c.zarr" / WRITER_FILE).exists() and (tmp_path / "c.zarr" / ".dhash-commit.json").exists()
+
+
+def test_scheduled_pipeline_on_s3_skips_unchanged_steps_and_reruns_changed_ones(s3_server, cluster, tmp_path,
+                                                                              monkeypatch, capsys):
+    import s3fs
+    fs = s3fs.S3FileSystem(**s3_server)
+    monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
+    X = np.random.default_rng(8).integers(0, 200, (2000, 16)).astype(np.float32)
+    write_vecs(tmp_path / "base.fvecs", X)
+    fs.put_file(str(tmp_path / "base.fvecs"), "dhash-test/nightly/inbox/base.fvecs")
+    (tmp_path / "p.toml").write_text(
+        '[pipeline]\nname = "s3"\nworkdir = "work"\n\n'
+        '[[steps]]\ncommand = "ingest"\nsource = "s3://dhash-test/nightly/inbox/base.fvecs"\n'
+        'out = "s3://dhash-test/nightly/ds.zarr"\n\n'
+        '[[steps]]\ncommand = "split"\ndataset = "s3://dhash-test/nightly/ds.zarr"\nqueries = 10\n')
+    job = ["run", tmp_path / "p.toml", "--scheduler", cluster.scheduler_address, "--quiet"]
+
+    def statuses():
+        log = sorted((tmp_path / "work" / "logs").glob("s3-*.json"))[-1]
+        return [s["status"] for s in json.loads(log.read_text())["steps"]]
+
+    assert run(*job) == 0 and statuses() == ["ok", "ok"]
+    time.sleep(1.1)                                     # log names carry the second
+    assert run(*job) == 0 and statuses() == ["skipped", "skipped"]
+    write_vecs(tmp_path / "base.fvecs", X[:1500])
+    fs.put_file(str(tmp_path / "base.fvecs"), "dhash-test/nightly/inbox/base.fvecs")
+    time.sleep(1.1)
+    assert run(*job) == 0 and statuses() == ["ok", "ok"]
