@@ -160,34 +160,16 @@ def test_train_killed_mid_run_resumes_to_the_same_model(tmp_path, capsys, method
     to overwrite the state, `--resume` finishes the run and gives the model (content id)
     an uninterrupted run gives."""
     import json
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
 
     from pipeline.data.synth import write_sift_synth
+    from tests.killing import kill_after_checkpoint
     ds = write_sift_synth(tmp_path / "sift.zarr", 60000, seed=5, chunk_rows=8192).path
     job = ["train", "--dataset", str(ds), "--method", method, "--bits", "16", "--workers", "2", "--quiet",
            *map(str, extra)]
     assert run(*job, "--out", tmp_path / "reference") == 0
     out = tmp_path / "model"
     state = tmp_path / "model.checkpoint" / "state.json"
-    proc = subprocess.Popen([sys.executable, "-m", "jobs", *job, "--out", str(out)], cwd=REPO,
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    stopped_at = None
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            stopped_at = json.loads(state.read_text())["iteration"]
-        except (OSError, ValueError, KeyError):
-            stopped_at = None
-        if stopped_at is not None and stopped_at >= 3:
-            os.killpg(proc.pid, signal.SIGKILL)
-            break
-        time.sleep(0.01)
-    proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be stopped"
+    kill_after_checkpoint([*job, "--out", out], state)
     assert not out.exists()
     assert 3 <= json.loads(state.read_text())["iteration"] < (12 if method == "dish" else 30)
 

@@ -4,18 +4,12 @@ gives; an output the pipeline did not write is never replaced."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from jobs.cli import main
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.killing import kill_after_checkpoint
 PIPELINE = """
 [pipeline]
 name = "resume"
@@ -46,27 +40,6 @@ def _pipeline(tmp_path) -> Path:
     return file
 
 
-def _run_and_kill(pipeline: Path, state: Path) -> int:
-    """Start `dhash run` in its own process group; SIGKILL the group once the train step's
-    checkpoint holds iteration 3 or later. Returns the iteration it stopped at."""
-    proc = subprocess.Popen([sys.executable, "-m", "jobs", "run", str(pipeline), "--workers", "2", "--quiet"],
-                            cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    stopped_at = None
-    deadline = time.time() + 180
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            stopped_at = json.loads(state.read_text())["iteration"]
-        except (OSError, ValueError, KeyError):
-            stopped_at = None
-        if stopped_at is not None and stopped_at >= 3:
-            os.killpg(proc.pid, signal.SIGKILL)
-            break
-        time.sleep(0.01)
-    proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be stopped"
-    return stopped_at
-
-
 @pytest.fixture(scope="module")
 def reference_model_id(tmp_path_factory):
     """The model of an uninterrupted run of the same pipeline."""
@@ -81,7 +54,7 @@ def test_killed_run_then_rerun_gives_the_uninterrupted_model(reference_model_id,
     pipeline = _pipeline(tmp_path)
     work = tmp_path / "work"
     state = work / "models" / "dish16.checkpoint" / "state.json"
-    stopped_at = _run_and_kill(pipeline, state)
+    stopped_at = kill_after_checkpoint(["run", pipeline, "--workers", 2, "--quiet"], state)
     assert 3 <= stopped_at < 12 and not (work / "models" / "dish16").exists()
     capsys.readouterr()
     assert main(["run", str(pipeline), "--workers", "2", "--quiet", *(["--force"] if force else [])]) == 0
