@@ -115,7 +115,7 @@ def main(argv=None):
     worker_counts = [int(v) for v in args.workers.split(",")]
 
     from distributed import Client, LocalCluster
-    from pipeline.bench.runs import floor_passes
+    from benchmarks.harness.runs import floor_passes
     from pipeline.data.synth import write_sift_synth
     from pipeline.hashing import DisH
     from pipeline.kernels.dish import random_orthonormal

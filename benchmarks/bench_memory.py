@@ -45,7 +45,7 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout even if the package is not installed
 
-from pipeline.bench.measure import TreeWatcher, disk_usage, machine_info  # noqa: E402
+from benchmarks.harness.measure import TreeWatcher, disk_usage, machine_info  # noqa: E402
 
 MB = 1024 * 1024
 LIMIT_MB = 2048

@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_memory import fmt_cmd, run_measured  # noqa: E402
-from pipeline.bench.measure import disk_usage, machine_info  # noqa: E402
+from benchmarks.harness.measure import disk_usage, machine_info  # noqa: E402
 
 KS = [50, 100, 200, 500, 1000]
 METRICS = [f"precision@{k}" for k in KS] + ["map"]

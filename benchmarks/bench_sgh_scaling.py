@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_dish_scaling import summarize
 
-from pipeline.bench.measure import machine_info
+from benchmarks.harness.measure import machine_info
 
 
 def numpy_sgh_run(X, n_bits, bases, bandwidth, rho, order, gamma=1e-6):

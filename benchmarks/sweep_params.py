@@ -6,7 +6,7 @@
         --ground-truth euclidean --top-percent 2 --out benchmarks/results/sweep_sgh_fashion-mnist.json
 
 The evaluation's test split (1000 queries, seed 0) is removed from the dataset first
-(pipeline/evaluation/tuning.py); validation queries (1000, seed 1) come from the remaining
+(benchmarks/harness/tuning.py); validation queries (1000, seed 1) come from the remaining
 rows, the rest of which is the validation database and training set. Writes JSON + a
 Markdown table (one row per configuration x bits, best per bits marked).
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.bench.measure import machine_info
+from benchmarks.harness.measure import machine_info
 
 
 def main(argv=None) -> int:
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
 
     from pipeline.data.sources import resolve_dataset
     from pipeline.distributed.cluster import connect
-    from pipeline.evaluation.tuning import grid, holdout_dataset, sweep
+    from benchmarks.harness.tuning import grid, holdout_dataset, sweep
     bits = [int(b) for b in args.bits.split(",")]
     grids = json.loads(args.grid)
     configs = [c for g in (grids if isinstance(grids, list) else [grids]) for c in grid(**g)]

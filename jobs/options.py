@@ -1,15 +1,21 @@
-"""Typed option values: one rule per option, used for command-line flags, ``--config`` files
-and ``dhash run`` pipeline steps alike.
+"""The option table: every option of every ``dhash`` command, defined once.
 
-A flag's text and a TOML value go through the same ``type`` callable of the option's
-argparse action; a TOML value must also have the TOML type the option expects (an integer
-option takes ``bits = 12``, not ``12.7`` or ``"12"``; a switch takes ``true``/``false``, not
-``"false"``). Every refusal is an ``InputError``: one line naming the key and the fix.
+The command-line parser (jobs/cli.py), ``--config`` TOML files (jobs/config.py), the steps
+of ``dhash run`` pipelines (jobs/run.py), ``dhash --help`` and the config schema
+(``data_schemas/config.schema.json``, written by ``python -m jobs.options``) are all built
+from ``OPTIONS``: a name, the commands taking it, a value type, a default and a help text.
+
+A flag's text and a TOML value go through the same ``type`` callable; a TOML value must
+also have the TOML type the option expects (an integer option takes ``bits = 12``, not
+``12.7`` or ``"12"``; a switch takes ``true``/``false``, not ``"false"``). Every refusal is
+an ``InputError``: one line naming the key and the fix.
 """
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
+from dataclasses import dataclass
 
 from pipeline.errors import InputError
 
@@ -106,30 +112,316 @@ def json_object(text) -> dict:
     return value
 
 
+def date(text) -> str:
+    """YYYY-MM-DD (a TOML date too)."""
+    try:
+        return dt.date.fromisoformat(str(text)).isoformat()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a date YYYY-MM-DD, got {text!r}") from None
+
+
+def toml_scalar(text_: str):
+    """``--set`` values are TOML scalars when they parse as one (numbers, true/false), else strings."""
+    import tomllib
+    try:
+        return tomllib.loads(f"v = {text_}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text_
+
+
+def text(value) -> str:
+    return str(value)
+
+
+# ------------------------------------------------------------------ the table ----------
+
+CLUSTER_COMMANDS = ("ingest", "synth", "split", "groundtruth", "train", "encode", "search", "evaluate", "demo",
+                    "bench", "run")
+COMMANDS = {
+    "ingest": "Convert a file (fvecs/bvecs/ivecs, IDX, npy, parquet) or a built-in source into a dataset",
+    "synth": "Generate a synthetic dataset chunk-parallel on the cluster",
+    "split": "Draw a seeded query/database split and store it in the dataset",
+    "groundtruth": "Exact Euclidean neighbours of a split's queries (computed once, stored in the dataset)",
+    "train": "Learn hash functions on a dataset's database rows and save a model directory",
+    "encode": "Encode every row of a dataset into packed binary codes (zarr)",
+    "search": "Hamming top-k (or radius) search of a split's queries; results to parquet",
+    "evaluate": "Train, encode, search and score methods x bit lengths; write a report directory",
+    "demo": "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with LSH, PCAH, ITQ, DisH",
+    "bench": "Benchmark a stage against its peer (FAISS, or the plain-pass floor); writes JSON + Markdown",
+    "run": "Run a TOML pipeline of dhash steps as one scheduled batch job (lock, skip up-to-date steps, logs)",
+}
+METHOD_COMMANDS = ("train", "evaluate", "demo")
+REPORT_COMMANDS = ("evaluate", "demo")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option. ``default`` may be a dict {command: default}; ``required`` names the
+    commands that need it (from the command line or the config); ``param`` is the method
+    parameter it sets (``method``: for that method only)."""
+    name: str
+    commands: tuple
+    help: str
+    type: object = text
+    default: object = None
+    required: tuple = ()
+    switch: bool = False
+    positional: bool = False
+    choices: tuple | None = None
+    group: str = "options"
+    param: str | None = None
+    method: str | None = None
+    dest_name: str | None = None
+    repeat: bool = False
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.dest_name or self.name.replace("-", "_")
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.name}"
+
+    def default_for(self, command: str):
+        if isinstance(self.default, dict):
+            return self.default.get(command)
+        return False if self.switch and self.default is None else self.default
+
+    def parse(self, value, where: str):
+        """A TOML value checked and converted like the flag's text would be."""
+        key = self.name
+        if self.switch:
+            if not isinstance(value, bool):
+                raise InputError(f"{where}: {key} must be true or false, got {value!r}; write {key} = true")
+            return value
+        accepted = _TOML_TYPES.get(self.type, (str,))
+        if isinstance(value, bool) or not isinstance(value, accepted):
+            want = " or ".join(_TOML_NAMES[t] for t in accepted)
+            hint = f"; write {key} = {int(value)}" if isinstance(value, float) and int in accepted else ""
+            raise InputError(f"{where}: {key} must be {want}, got {value!r}{hint}")
+        try:
+            value = self.type(value)
+        except (argparse.ArgumentTypeError, InputError, ValueError, TypeError) as exc:
+            raise InputError(f"{where}: bad value for {key} ({exc})") from None
+        if self.choices is not None and value not in self.choices:
+            raise InputError(f"{where}: {key} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+        return value
+
+
+def _opt(name, commands, help_, **kw) -> Option:
+    return Option(name, tuple(commands), help_, **kw)
+
+
+_DISH = "DisH (methods dish, dish-allreduce)"
+_SGH = "SGH, SPLH, USPLH (methods sgh, splh, usplh, pcah-adjusted)"
+_CLUSTER = "cluster and job"
+_EVAL = ("evaluate", "demo")
+
+OPTIONS: tuple[Option, ...] = (
+    # -- every command
+    _opt("scheduler", CLUSTER_COMMANDS, "address of a running Dask scheduler (else $DASK_SCHEDULER_ADDRESS, else a "
+         "local cluster)", group=_CLUSTER),
+    _opt("workers", CLUSTER_COMMANDS, "local cluster: worker processes (default: from the CPU cores)", type=positive_int,
+         group=_CLUSTER),
+    _opt("threads", CLUSTER_COMMANDS, "local cluster: threads per worker (default: from the CPU cores)",
+         type=positive_int, group=_CLUSTER),
+    _opt("config", CLUSTER_COMMANDS, "TOML file with this command's options (flags given here win)", group=_CLUSTER),
+    _opt("quiet", CLUSTER_COMMANDS, "no progress bars", switch=True, group=_CLUSTER),
+    _opt("storage-options", CLUSTER_COMMANDS, "JSON object of fsspec storage options for s3:// gs:// abfs:// "
+         "locations (endpoint_url, profile, anon, ...); else the config's storage-options table, else "
+         "$DHASH_STORAGE_OPTIONS", type=json_object, metavar="JSON", group=_CLUSTER),
+    _opt("performance-report", CLUSTER_COMMANDS, "save Dask's performance report of this job (task stream, worker "
+         "profiles, bandwidth)", metavar="FILE.html", group=_CLUSTER),
+    # -- ingest, synth
+    _opt("source", ["ingest"], "input file (path or URL), or a built-in source name (fashion-mnist)", positional=True,
+         required=("ingest",)),
+    _opt("kind", ["synth"], "sift: SIFT-like 128-d uint8 (sift-synth)", positional=True, choices=("sift",),
+         required=("synth",)),
+    _opt("format", ["ingest"], "auto (by extension), fvecs, bvecs, ivecs, idx, npy, parquet", default="auto"),
+    _opt("column", ["ingest"], "parquet: the vector column"),
+    _opt("labels", ["ingest"], "labels file (IDX labels, .ivecs or .npy of integers)"),
+    _opt("label-column", ["ingest"], "parquet: integer label column"),
+    _opt("n", ["synth"], "number of points", type=positive_int, default=1_000_000),
+    _opt("n", _EVAL, "sift-synth: number of points", type=positive_int, default=1_000_000),
+    _opt("n", ["bench"], "database rows (search: codes; others: sift-synth rows)", type=positive_int,
+         required=("bench",)),
+    _opt("chunk-rows", ["ingest", "synth", *_EVAL], "rows per feature chunk (default: ~16 MiB per chunk)",
+         type=positive_int),
+    # -- datasets, splits
+    _opt("dataset", ["split", "groundtruth", "train", "encode", "search", "evaluate"],
+         "dataset location (path or URL), or a built-in source (fashion-mnist, sift-synth)",
+         required=("split", "groundtruth", "train", "encode", "search", "evaluate")),
+    _opt("queries", ["split", *_EVAL], "query rows drawn with the seed", type=positive_int, default=1000),
+    _opt("queries", ["bench"], "search/groundtruth: queries", type=positive_int, default=1000),
+    _opt("name", ["split"], "name of the split", default="default"),
+    _opt("split", ["groundtruth", "search"], "split whose queries are used (database = the other rows)",
+         default="default"),
+    _opt("split", ["train"], "train on the database rows of this split (default: all rows)"),
+    _opt("top-k", ["groundtruth", *_EVAL], "euclidean ground truth: K nearest neighbours", type=positive_int),
+    _opt("top-percent", ["groundtruth", *_EVAL], "euclidean ground truth: top P percent of the database",
+         type=positive_float),
+    # -- models
+    _opt("method", ["train"], "lsh, pcah, itq, dish, dish-allreduce, sgh, splh, usplh, pcah-adjusted",
+         required=("train",)),
+    _opt("method", ["bench"], "train: dish, dish-allreduce, itq, or itq-vs-faiss (ITQ vs faiss.ITQTransform: time, "
+         "Fashion-MNIST map)", default="dish"),
+    _opt("bits", ["train", "bench"], "code length in bits", type=positive_int, default=32),
+    _opt("bits", _EVAL, "code lengths in bits, comma-separated", type=positive_int_list,
+         default={"evaluate": [32], "demo": [32, 64]}),
+    _opt("methods", _EVAL, "methods, comma-separated", type=name_list,
+         default={"evaluate": ["lsh", "pcah", "itq"], "demo": ["lsh", "pcah", "itq", "dish"]}),
+    _opt("seed", ["synth", "split", "train", "bench", *_EVAL], "random seed: fixes every result", type=non_negative_int,
+         default=0),
+    _opt("model", ["encode", "search"], "model directory made by `dhash train`", required=("encode", "search")),
+    _opt("codes", ["search"], "codes made by `dhash encode` with this model", required=("search",)),
+    _opt("n-iter", ["train"], "itq: iterations (default 50)", type=positive_int, param="n_iter", method="itq"),
+    _opt("dictionary", ["train"], "dish: node whose dictionary encodes (DisH2, default 0)", type=non_negative_int,
+         param="dictionary", method="dish", group=_DISH),
+    _opt("resume", ["train"], "continue an interrupted run from OUT.checkpoint (itq, dish: saved after every "
+         "iteration)", switch=True),
+    _opt("nodes", METHOD_COMMANDS, "number of nodes P (default 10)", type=positive_int, param="nodes", group=_DISH),
+    _opt("topology", METHOD_COMMANDS, "random (default), ring, star, complete; a config file may give an edge list",
+         type=topology, param="topology", group=_DISH),
+    _opt("partition", METHOD_COMMANDS, "contiguous (default), random, by-label", param="partition", group=_DISH),
+    _opt("rho", METHOD_COMMANDS, "ADMM penalty (default: scaled to the data, see --rho-scale)", type=positive_float,
+         param="rho", group=_DISH),
+    _opt("rho-scale", METHOD_COMMANDS, "rho = this x mean node size x RMS distance to the mean (default 0.3)",
+         type=positive_float, param="rho_scale", method="dish", group=_DISH),
+    _opt("inner-steps", METHOD_COMMANDS, "ADMM steps per outer iteration K (default 5)", type=positive_int,
+         param="inner_steps", group=_DISH),
+    _opt("max-iter", METHOD_COMMANDS, "outer iterations at most (default 20)", type=positive_int, param="max_iter",
+         group=_DISH),
+    _opt("init", METHOD_COMMANDS, "random (default) or pca", param="init", group=_DISH),
+    _opt("n-bases", METHOD_COMMANDS, "sgh: kernel bases m (default 300)", type=positive_int, param="n_bases",
+         group=_SGH),
+    _opt("bandwidth-scale", METHOD_COMMANDS, "sgh: kernel width = this x RMS distance to the bases (default 0.5)",
+         type=positive_float, param="bandwidth_scale", group=_SGH),
+    _opt("sgh-rho-scale", METHOD_COMMANDS, "sgh: rho = this x 2 max ||x - mean||^2 (default 0.5)",
+         type=positive_float, param="rho_scale", method="sgh", group=_SGH),
+    _opt("kernel-cache", METHOD_COMMANDS, "sgh: keep kernel features on the workers between passes (default auto: "
+         "when they fit)", choices=("auto", "memory", "recompute"), param="kernel_cache", group=_SGH),
+    _opt("labeled", METHOD_COMMANDS, "splh, pcah-adjusted: labeled training points drawn with the seed (default "
+         "1000)", type=positive_int, param="n_labeled", group=_SGH),
+    _opt("eta", METHOD_COMMANDS, "splh, usplh: weight of the (pseudo-)label term (default: splh 3, usplh 0.03)",
+         type=positive_float, param="eta", group=_SGH),
+    _opt("region-size", METHOD_COMMANDS, "usplh: points per boundary region (default 2000)", type=positive_int,
+         param="region_size", group=_SGH),
+    _opt("decay", METHOD_COMMANDS, "usplh: decay lambda of earlier pseudo-labels, in (0, 1] (default 0.5)",
+         type=positive_float, param="decay", group=_SGH),
+    # -- search
+    _opt("k", ["search"], "neighbours per query (default 100)", type=positive_int),
+    _opt("k", ["bench"], "search/groundtruth: neighbours per query", type=positive_int, default=100),
+    _opt("radius", ["search"], "radius search instead of top-k", type=non_negative_int),
+    # -- evaluate, demo
+    _opt("ground-truth", _EVAL, "default: labels when the dataset has them", choices=("labels", "euclidean")),
+    _opt("ks", _EVAL, "K values of precision@K", type=positive_int_list, default=[1, 10, 50, 100, 200, 500, 1000]),
+    _opt("dish2-dictionaries", _EVAL, "DisH2: score this many node dictionaries drawn with the seed (1 = the paper's "
+         "DisH2, one random node); default all nodes, reported as mean and std", type=positive_int),
+    # -- bench
+    _opt("stage", ["bench"], "search, groundtruth, train or encode", positional=True,
+         choices=("search", "groundtruth", "train", "encode"), required=("bench",)),
+    _opt("iterations", ["bench"], "train: outer iterations (fixed, no early stop)", type=positive_int, default=10),
+    _opt("nodes", ["bench"], "train: DisH nodes", type=positive_int, default=10),
+    _opt("floor-repeats", ["bench"], "train: time the floor before and after ours (2, averaged) or only before (1)",
+         type=positive_int, default=2, choices=(1, 2)),
+    _opt("data", ["bench"], "dataset to use (its first --n rows); default: sift-synth of --n rows, cached"),
+    _opt("bench-threads", ["bench"], "search/groundtruth: threads for both sides (default: all cores)",
+         type=positive_int),
+    # -- run
+    _opt("pipeline", ["run"], "pipeline file (see jobs/configs/nightly.toml, weekly.toml)", positional=True,
+         required=("run",)),
+    _opt("force", ["run"], "run every step, even those whose inputs and output are unchanged", switch=True),
+    _opt("date", ["run"], "the {date} of the run, YYYY-MM-DD (default: today, UTC): backfills", type=date),
+    _opt("set", ["run"], "override a [vars] entry of the pipeline (repeatable)", dest_name="variables", repeat=True,
+         metavar="NAME=VALUE"),
+    _opt("dry-run", ["run"], "print the steps and which would be skipped; run nothing", switch=True),
+    _opt("workdir", ["run"], "working directory (default: the pipeline's [pipeline] workdir, relative to its file)"),
+    # -- outputs (last: they read best at the end of --help)
+    _opt("out", ["ingest"], "dataset to create (zarr v3; path or URL)", required=("ingest",)),
+    _opt("out", ["synth"], "dataset to create (zarr v3; path or URL)", required=("synth",)),
+    _opt("out", ["train"], "model directory to create", required=("train",)),
+    _opt("out", ["encode"], "codes store to create (zarr)", required=("encode",)),
+    _opt("out", ["search"], "results parquet file (query_id, rank, id, hamming)", required=("search",)),
+    _opt("out", ["evaluate"], "report directory", required=("evaluate",)),
+    _opt("out", ["demo"], "report directory", default="runs/demo"),
+    _opt("out", ["bench"], "result JSON file (a Markdown table is written beside it)", required=("bench",)),
+    _opt("overwrite", ["ingest", "synth", "split", "train", "encode", "search"],
+         "replace an existing output of the same kind written by dhash (anything else is refused)", switch=True),
+)
+
+
+def options_of(command: str) -> dict[str, Option]:
+    """dest -> Option of the options ``command`` takes, in table order."""
+    return {o.dest: o for o in OPTIONS if command in o.commands}
+
+
+def option_names(options) -> str:
+    return ", ".join(sorted(o.name for o in options.values()))
+
+
+def method_params(command: str, values: dict) -> dict:
+    """The method parameters set by ``values`` (dest -> value): shared ones by name, and
+    method-only ones under the method's name (the form ``hashing.method_params`` reads)."""
+    params = {}
+    for dest, opt in options_of(command).items():
+        if opt.param is None or values.get(dest) is None:
+            continue
+        if opt.method is None:
+            params[opt.param] = values[dest]
+        else:
+            params.setdefault(opt.method, {})[opt.param] = values[dest]
+    return params
+
+
 # the TOML types each option type accepts (others: str)
 _TOML_TYPES = {positive_int: (int,), non_negative_int: (int,), positive_float: (int, float),
                non_negative_float: (int, float), positive_int_list: (list, str, int), name_list: (list, str),
-               json_object: (dict, str), topology: (str, list)}
+               json_object: (dict, str), topology: (str, list), date: (str, dt.date)}
 _TOML_NAMES = {int: "an integer", float: "a number", list: "an array", str: "a string", dict: "a table",
-               bool: "true or false"}
+               bool: "true or false", dt.date: "a date"}
+_JSON_TYPES = {positive_int: {"type": "integer", "minimum": 1}, non_negative_int: {"type": "integer", "minimum": 0},
+               positive_float: {"type": "number", "exclusiveMinimum": 0}, non_negative_float: {"type": "number", "minimum": 0},
+               positive_int_list: {"oneOf": [{"type": "array", "items": {"type": "integer", "minimum": 1}},
+                                             {"type": "integer", "minimum": 1}, {"type": "string"}]},
+               name_list: {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]},
+               json_object: {"oneOf": [{"type": "object"}, {"type": "string"}]},
+               topology: {"oneOf": [{"type": "string"}, {"type": "array", "items": {
+                   "type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}}]},
+               date: {"type": "string", "format": "date"}, text: {"type": "string"}}
+STORAGE_TABLE = "storage-options"
 
 
-def toml_value(action: argparse.Action, key: str, value, where: str):
-    """A TOML value for ``action`` checked and converted like the flag would be."""
-    if action.nargs == 0:   # a switch (store_true)
-        if not isinstance(value, bool):
-            raise InputError(f"{where}: {key} must be true or false, got {value!r}; write {key} = true")
-        return value
-    accepted = _TOML_TYPES.get(action.type, (str,))
-    if isinstance(value, bool) or not isinstance(value, accepted):
-        want = " or ".join(_TOML_NAMES[t] for t in accepted)
-        hint = f"; write {key} = {int(value)}" if isinstance(value, float) and int in accepted else ""
-        raise InputError(f"{where}: {key} must be {want}, got {value!r}{hint}")
-    if action.type is not None:
-        try:
-            value = action.type(value)
-        except (argparse.ArgumentTypeError, InputError, ValueError, TypeError) as exc:
-            raise InputError(f"{where}: bad value for {key} ({exc})") from None
-    if action.choices is not None and value not in action.choices:
-        raise InputError(f"{where}: {key} must be one of {', '.join(map(str, action.choices))}, got {value!r}")
-    return value
+def _json_property(opt: Option) -> dict:
+    prop = {"type": "boolean"} if opt.switch else dict(_JSON_TYPES[opt.type])
+    if opt.choices is not None:
+        prop["enum"] = list(opt.choices)
+    prop["description"] = opt.help
+    return prop
+
+
+def config_schema() -> dict:
+    """The JSON schema of ``--config`` files: top-level keys (any command's options) and one
+    table per command; built from ``OPTIONS``, committed as data_schemas/config.schema.json."""
+    tables = {}
+    for command in COMMANDS:
+        props = {o.name: _json_property(o) for o in options_of(command).values() if o.name != "config"}
+        tables[command] = {"type": "object", "properties": props, "additionalProperties": False}
+    variants: dict[str, list] = {}
+    for table in tables.values():
+        for name, prop in table["properties"].items():
+            if prop not in variants.setdefault(name, []):
+                variants[name].append(prop)
+    top = {name: props[0] if len(props) == 1 else {"anyOf": props} for name, props in variants.items()}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "dhash.config/1",
+            "title": "dhash --config file",
+            "description": "Options of dhash commands: top-level keys apply to the command run, a [command] table "
+                           "to that command only; [storage-options] holds fsspec options for remote locations.",
+            "type": "object",
+            "properties": {**dict(sorted(top.items())), **tables,
+                           STORAGE_TABLE: {"type": "object", "description": "fsspec storage options"}},
+            "additionalProperties": False}
+
+
+if __name__ == "__main__":   # python -m jobs.options > data_schemas/config.schema.json
+    print(json.dumps(config_schema(), indent=1))

@@ -31,8 +31,8 @@ What makes it fit cron and Kubernetes CronJobs:
   Stamps are re-recorded after every later step, since a step may add to an earlier
   one's output (``split`` writes into the dataset). ``--force`` runs everything.
 * **A killed train step resumes.** ``itq`` and ``dish`` save a checkpoint after every
-  iteration; the next run finds it and passes ``--resume`` (logged), finishing with the
-  model an uninterrupted run gives. ``--force`` removes the checkpoint and starts over.
+  iteration; the next run finds it and resumes it (logged), finishing with the model an
+  uninterrupted run gives. ``--force`` removes the checkpoint and starts over.
 * **Only its own outputs are replaced.** Steps run with ``--overwrite``, but an existing
   ``out`` that this pipeline did not write (``WORKDIR/.dhash-run/outputs.json`` lists what
   it wrote) stops the run with status 2; every output is committed atomically, so a
@@ -58,6 +58,9 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jobs import commands
+from jobs.config import check_values, read_toml
+from jobs.options import COMMANDS, options_of
 from pipeline.errors import InputError
 
 EXIT_OK, EXIT_STEP_CRASHED, EXIT_BAD_INPUT, EXIT_LOCKED = 0, 1, 2, 75
@@ -65,8 +68,6 @@ EXIT_OK, EXIT_STEP_CRASHED, EXIT_BAD_INPUT, EXIT_LOCKED = 0, 1, 2, 75
 # options whose values are files or directories (relative ones are resolved in the workdir)
 PATH_OPTIONS = ("source", "out", "dataset", "model", "codes", "labels", "data", "performance_report")
 OUTPUT_OPTIONS = ("out",)
-# commands whose first option is positional
-POSITIONAL = {"ingest": "source", "synth": "kind", "bench": "stage"}
 NOT_A_STEP = ("run", "demo")
 STATE_DIR = ".dhash-run"
 
@@ -79,7 +80,8 @@ class PipelineLocked(InputError):
 class Step:
     number: int
     command: str
-    argv: list[str]
+    argv: list[str]                                     # the step as a dhash command line (logs, stamps)
+    values: dict = field(default_factory=dict)           # dest -> typed value of every option
     inputs: list[str] = field(default_factory=list)     # absolute paths or URLs
     outputs: list[str] = field(default_factory=list)
 
@@ -103,8 +105,6 @@ class Pipeline:
 # ------------------------------------------------------------------ reading the file --
 
 def load_pipeline(path, *, date: str, overrides: dict | None = None, workdir=None) -> Pipeline:
-    from jobs.cli import build_parser
-    from jobs.config import read_toml
     file = Path(path)
     data = read_toml(path, "pipeline file", "give the path of a TOML pipeline (see jobs/configs/)")
     unknown = set(data) - {"pipeline", "vars", "steps"}
@@ -131,16 +131,14 @@ def load_pipeline(path, *, date: str, overrides: dict | None = None, workdir=Non
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps or not all(isinstance(t, dict) for t in raw_steps):
         raise InputError(f"pipeline file {path} has no [[steps]] tables; add at least one step with a `command`")
-    parser = build_parser()
-    commands = parser._subparsers._group_actions[0].choices
     steps = []
     for number, table in enumerate(raw_steps, 1):
         table = {k: _substitute(v, variables, f"{path} step {number}") for k, v in table.items()}
         command = table.pop("command", None)
-        if command not in commands or command in NOT_A_STEP:
-            valid = ", ".join(c for c in commands if c not in NOT_A_STEP)
+        if command not in COMMANDS or command in NOT_A_STEP:
+            valid = ", ".join(c for c in COMMANDS if c not in NOT_A_STEP)
             raise InputError(f"pipeline file {path} step {number}: command {command!r} is not a step; use one of {valid}")
-        steps.append(_step(number, command, table, workdir, commands[command], parser, path))
+        steps.append(_step(number, command, table, workdir, path))
     return Pipeline(file, name, workdir, steps)
 
 
@@ -160,53 +158,46 @@ def _substitute(value, variables: dict, where: str):
         raise InputError(f"{where}: bad placeholder in {value!r} ({exc}); write literal braces as {{{{ }}}}") from None
 
 
-def _step(number, command, table, workdir, subparser, parser, path) -> Step:
-    from jobs.config import command_options, option_names
-    from jobs.options import toml_value
+def _step(number, command, table, workdir, path) -> Step:
+    """A step's typed option values (checked like ``--config`` keys), with relative paths
+    made absolute in the workdir and ``overwrite`` on (a pipeline owns its outputs)."""
     from pipeline.data.sources import SOURCES
-    options = command_options(subparser)
-    options.pop("scheduler", None)   # `dhash run` connects every step to its one cluster
-    argv, inputs, outputs, positional = [command], [], [], None
-    for key, value in table.items():
-        dest = key.replace("-", "_")
-        if dest not in options:
-            raise InputError(f"pipeline file {path} step {number}: unknown option {key!r} for `dhash {command}`; "
-                             f"valid: {option_names(options)}")
-        toml_value(options[dest], key, value, f"pipeline file {path} step {number} ({command})")
-        if isinstance(value, dict):
-            value = json.dumps(value)            # --storage-options takes JSON
-        if dest in PATH_OPTIONS and isinstance(value, str) and value not in SOURCES:
+    where = f"pipeline file {path} step {number} ({command})"
+    # `dhash run` connects every step to its one cluster: no scheduler or config per step
+    given = check_values(command, table, lambda key: where, skip=("scheduler", "config"))
+    inputs, outputs = [], []
+    for dest in PATH_OPTIONS:
+        value = given.get(dest)
+        if isinstance(value, str) and value not in SOURCES:
             if "://" not in value:
-                value = str(workdir / value)   # absolute: workers on other hosts get it unchanged
+                given[dest] = value = str(workdir / value)   # absolute: workers on other hosts get it unchanged
             (outputs if dest in OUTPUT_OPTIONS else inputs).append(value)
-        if dest == POSITIONAL.get(command):
-            positional = str(value)
-        elif value is True:
-            argv.append(f"--{dest.replace('_', '-')}")
-        elif value is not False:
-            text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
-            argv += [f"--{dest.replace('_', '-')}", text]
-    if positional is not None:
-        argv.insert(1, positional)
-    if "overwrite" in options and "--overwrite" not in argv:
-        argv.append("--overwrite")   # a pipeline owns its outputs: a re-run replaces them
+    options = options_of(command)
+    if "overwrite" in options:
+        given["overwrite"] = True
+    values = {dest: given.get(dest, opt.default_for(command)) for dest, opt in options.items()}
+    missing = [opt.name for dest, opt in options.items() if values[dest] is None and command in opt.required]
+    if missing:
+        raise InputError(f"{where}: missing {', '.join(missing)}; add it to the step")
     if command in ("split", "groundtruth"):
         outputs += inputs            # they add to the dataset they read
-    _check_argv(parser, argv, f"pipeline file {path} step {number} ({command})")
-    return Step(number, command, argv, inputs, outputs)
+    return Step(number, command, _as_argv(command, given), values, inputs, outputs)
 
 
-def _check_argv(parser, argv, where):
-    """argparse's own checks (required options, types, choices), as a one-line error."""
-    message = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(message), contextlib.redirect_stdout(message):
-            parser.parse_args(argv)
-    except InputError as exc:
-        raise InputError(f"{where}: {exc}") from None
-    except SystemExit:
-        last = message.getvalue().strip().splitlines()[-1:] or ["invalid options"]
-        raise InputError(f"{where}: {last[0].split('error: ', 1)[-1]}") from None
+def _as_argv(command: str, given: dict) -> list[str]:
+    """The step as the equivalent ``dhash`` command line (shown in logs; its hash keys the stamp)."""
+    argv, options = [command], options_of(command)
+    for dest, value in given.items():
+        opt = options[dest]
+        if opt.positional:
+            argv.insert(1, str(value))
+        elif value is True:
+            argv.append(opt.flag)
+        elif value is not False:
+            text = json.dumps(value) if isinstance(value, dict) else (
+                ",".join(map(str, value)) if isinstance(value, list) else str(value))
+            argv += [opt.flag, text]
+    return argv
 
 
 # ------------------------------------------------------------------ state -------------
@@ -307,29 +298,29 @@ class Outputs:
 
 def _step_outputs(step: Step) -> list[str]:
     """The step's own ``out`` (split and groundtruth add to their input dataset instead)."""
-    argv = step.argv
-    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--out"]
+    out = step.values.get("out")
+    return [out] if out and step.command in commands.OUTPUT_KINDS else []
 
 
-def _prepare_checkpoint(pipe: "Pipeline", step: Step, argv: list[str], force: bool) -> list[str]:
+def _prepare_checkpoint(pipe: "Pipeline", step: Step, values: dict, force: bool) -> dict:
     """A train step whose checkpoint exists resumes it; with --force it starts over."""
     from pipeline.hashing.checkpoint import STATE_FILE, checkpoint_path
     outs = _step_outputs(step)
     if step.command != "train" or not outs:
-        return argv
+        return values
     ckpt = checkpoint_path(outs[0])
     if not ckpt.exists():
-        return argv
+        return values
     if force:
         ckpt.remove()
         _say(pipe, f"{step.label}: --force: removed the checkpoint {ckpt}, training starts over")
-        return argv
+        return values
     try:
         done = json.loads(ckpt.child(STATE_FILE).read_text()).get("iteration", "?")
     except (OSError, ValueError):
         done = "?"
     _say(pipe, f"{step.label} resuming from {ckpt} (after iteration {done})")
-    return argv + ["--resume"]
+    return {**values, "resume": True}
 
 
 @contextlib.contextmanager
@@ -377,7 +368,6 @@ class _Tee(io.TextIOBase):
 def run_pipeline(path, *, scheduler=None, workers=None, threads=None, force=False, dry_run=False,
                  date=None, overrides=None, workdir=None, quiet=False) -> int:
     """Run a pipeline file; returns the exit status (see the module notes)."""
-    from jobs.cli import NEEDS_CLUSTER, main
     date = date or dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     pipe = load_pipeline(path, date=date, overrides=overrides, workdir=workdir)
     stamps = Stamps(pipe.workdir)
@@ -395,7 +385,7 @@ def run_pipeline(path, *, scheduler=None, workers=None, threads=None, force=Fals
         with open(logs / f"{pipe.name}-{stamp}.log", "a") as log_file, \
                 contextlib.redirect_stdout(_Tee(sys.stdout, log_file)), \
                 contextlib.redirect_stderr(_Tee(sys.stderr, log_file)):
-            status = _run_steps(pipe, stamps, record, main, NEEDS_CLUSTER,
+            status = _run_steps(pipe, stamps, record,
                                 {"scheduler": scheduler, "workers": workers, "threads": threads, "quiet": quiet}, force)
         record.update(finished=_now(), exit_code=status)
         from pipeline.storage.atomic import write_text_atomic
@@ -407,7 +397,7 @@ def _say(pipe: Pipeline, message: str) -> None:
     print(f"{_now()} dhash run {pipe.name}: {message}", file=sys.stderr, flush=True)
 
 
-def _run_steps(pipe, stamps, record, main, needs_cluster, cluster_args, force) -> int:
+def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
     client, done = None, []
     outputs = Outputs(pipe.workdir)
     _say(pipe, f"{len(pipe.steps)} steps in {pipe.workdir} (pid {os.getpid()})")
@@ -426,19 +416,17 @@ def _run_steps(pipe, stamps, record, main, needs_cluster, cluster_args, force) -
                 _say(pipe, f"{step.label} FAILED with status {EXIT_BAD_INPUT}: {exc}; later steps not run")
                 entry.update(status="failed", exit_code=EXIT_BAD_INPUT, error=str(exc), seconds=0.0)
                 return EXIT_BAD_INPUT
-            argv = _prepare_checkpoint(pipe, step, list(step.argv), force)
-            if step.command in needs_cluster:
-                if client is None:   # one cluster for the whole run, started on the first step that needs it
-                    from pipeline.distributed.cluster import connect
-                    client = connect(cluster_args["scheduler"], workers=cluster_args["workers"],
-                                     threads=cluster_args["threads"], quiet=cluster_args["quiet"])
-                argv += ["--scheduler", client.scheduler.address]
-            if cluster_args["quiet"]:
-                argv.append("--quiet")
+            values = _prepare_checkpoint(pipe, step, dict(step.values), force)
+            values["quiet"] = values["quiet"] or cluster_args["quiet"]
+            if commands.needs_cluster(step.command, values) and client is None:
+                # one cluster for the whole run, started on the first step that needs it
+                from pipeline.distributed.cluster import connect
+                client = connect(cluster_args["scheduler"], workers=cluster_args["workers"],
+                                 threads=cluster_args["threads"], quiet=cluster_args["quiet"])
             _say(pipe, f"{step.label} started: dhash {' '.join(step.argv)}")
             started = time.perf_counter()
             try:
-                code = main(argv)
+                code = commands.execute(step.command, values)
             except Exception as exc:   # noqa: BLE001 - a crashed step ends the run with status 1, traceback in the log
                 traceback.print_exc()
                 code, entry["error"] = EXIT_STEP_CRASHED, f"{type(exc).__name__}: {exc}"

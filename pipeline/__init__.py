@@ -2,8 +2,10 @@
 
 Public API (everything a notebook needs)::
 
-    from pipeline import LSH, PCAH, ITQ, DisH, load_model, open_dataset, connect, knn_search
+    from pipeline import connect, workflows, ITQ
 
+``workflows`` holds the jobs as functions (ingest, synth, split, groundtruth, train,
+encode, search, evaluate, demo, bench); the estimators follow the scikit-learn contract.
 Names are imported lazily so that ``import pipeline.kernels`` (plain numpy) never pulls
 in Dask.
 """
@@ -14,15 +16,20 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "InputError": "pipeline.errors",
     "LSH": "pipeline.hashing", "PCAH": "pipeline.hashing", "ITQ": "pipeline.hashing", "DisH": "pipeline.hashing",
-    "load_model": "pipeline.hashing", "make_hasher": "pipeline.hashing",
-    "open_dataset": "pipeline.storage.datasets",
+    "SGH": "pipeline.hashing", "SPLH": "pipeline.hashing", "USPLH": "pipeline.hashing",
+    "load_model": "pipeline.hashing", "make_hasher": "pipeline.hashing", "METHOD_NAMES": "pipeline.hashing",
+    "open_dataset": "pipeline.storage.datasets", "open_codes": "pipeline.storage.codes",
+    "database_view": "pipeline.views",
     "connect": "pipeline.distributed.cluster", "disconnect": "pipeline.distributed.cluster",
     "knn_search": "pipeline.search.hamming", "radius_search": "pipeline.search.hamming",
+    "score_codes": "pipeline.evaluation.evaluate", "quality_table": "pipeline.evaluation.report",
 }
-__all__ = [*_EXPORTS, "__version__"]
+__all__ = [*_EXPORTS, "workflows", "__version__"]
 
 
 def __getattr__(name):
+    if name == "workflows":
+        return importlib.import_module("pipeline.workflows")
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'pipeline' has no attribute {name!r}")

@@ -130,7 +130,7 @@ def test_wrong_dimensionality_between_model_and_data(pipeline_run, cluster, tmp_
     out = tmp_path / "codes.zarr"
     assert run("encode", "--dataset", tmp_path / "d.zarr", "--model", model, "--out", out,
                "--scheduler", cluster.scheduler_address, "--quiet") == 2
-    assert "trained on 128-dimensional features but got 64" in _one_line_error(capsys)
+    assert "X has 64 features, but ITQ is expecting 128 features" in _one_line_error(capsys)
     assert not out.exists()
 
 
@@ -236,4 +236,4 @@ def test_cli_sgh_and_usplh_options_reach_the_models(pipeline_run, cluster, tmp_p
     # semi-supervised methods on a dataset without labels: one clear line
     assert run("evaluate", "--dataset", ds, "--methods", "splh", "--bits", 8, "--queries", 30, "--ground-truth",
                "euclidean", "--top-k", 10, "--out", tmp_path / "r2", *sched) == 2
-    assert "needs labels" in _one_line_error(capsys) and not (tmp_path / "r2").exists()
+    assert "requires y to be passed" in _one_line_error(capsys) and not (tmp_path / "r2").exists()

@@ -24,7 +24,7 @@ CLI_CASES = [
     (["train", "--dataset", "d.zarr", "--method", "itq", "--out", "m", "--storage-options", "[1]"],
      "--storage-options: expected a JSON object"),
     (["train", "--dataset", "d.zarr", "--method", "itq", "--out", "m", "--bogus"], "unrecognized arguments: --bogus"),
-    (["train", "--dataset", "d.zarr", "--out", "m"], "the following arguments are required: --method"),
+    (["train", "--dataset", "d.zarr", "--out", "m"], "--method is required"),
 ]
 
 CONFIG_CASES = [
@@ -81,7 +81,8 @@ def test_good_config_values_are_typed(tmp_path):
     from jobs.cli import parse_args
     (tmp_path / "c.toml").write_text('[evaluate]\ndataset = "d.zarr"\nbits = [16, 32]\nks = "1,10"\nquiet = true\n'
                                      '[storage-options]\nanon = true\n[train]\nbits = 99\n')
-    args = parse_args(["evaluate", "--config", str(tmp_path / "c.toml"), "--out", "rep"])
-    assert args.bits == [16, 32] and args.ks == [1, 10] and args.quiet is True
-    assert args.storage_options == {"anon": True}
-    assert json.dumps(args.storage_options) == '{"anon": true}'
+    command, values = parse_args(["evaluate", "--config", str(tmp_path / "c.toml"), "--out", "rep"])
+    assert command == "evaluate"
+    assert values["bits"] == [16, 32] and values["ks"] == [1, 10] and values["quiet"] is True
+    assert values["storage_options"] == {"anon": True}
+    assert json.dumps(values["storage_options"]) == '{"anon": true}'

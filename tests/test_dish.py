@@ -123,7 +123,7 @@ def test_same_dictionaries_whatever_chunking(client, sift_dataset):
 
 @pytest.mark.parametrize("params, match", [
     ({"consensus": "gossip"}, "consensus"), ({"nodes": 0}, "nodes"), ({"rho": -1.0}, "rho"),
-    ({"partition": "by-label"}, "needs labels"), ({"partition": "hash"}, "unknown partition"),
+    ({"partition": "by-label"}, "needs labels"), ({"partition": "hash"}, "partition"),
     ({"init": "kmeans"}, "init"), ({"topology": [[0, 1]]}, "disconnected"),
 ])
 def test_bad_parameters(params, match):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.hashing import SGH, SPLH, USPLH, make_hasher
+from pipeline.hashing import SGH, SPLH, USPLH, make_hasher, method_params
 from pipeline.kernels import sgh as sgh_k
 from pipeline.kernels import splh as splh_k
 
@@ -229,7 +229,8 @@ def _fit_codes(ds, method, chunk_rows, y=None):
     X = ds.features_dask()
     if chunk_rows:
         X = X.rechunk((chunk_rows, X.shape[1]))
-    model = make_hasher(method, 16, random_state=0, n_bases=100, n_labeled=300, region_size=300)
+    model = make_hasher(method, 16, random_state=0,
+                        **method_params(method, {"n_bases": 100, "n_labeled": 300, "region_size": 300}))
     model.fit(X, y) if y is not None else model.fit(X)
     return np.asarray(model.encode(X).compute())
 
@@ -300,7 +301,7 @@ def test_bad_parameters(model, match):
 
 def test_splh_without_labels_names_the_fix():
     X = np.random.default_rng(0).standard_normal((400, 10))
-    with pytest.raises(InputError, match="needs labels.*usplh"):
+    with pytest.raises(InputError, match="requires y to be passed.*usplh"):
         SPLH(4).fit(X)
     with pytest.raises(InputError, match="400 training rows"):
         SPLH(4).fit(X, np.zeros(300, int))

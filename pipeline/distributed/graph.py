@@ -218,6 +218,11 @@ def row_numbers(x):
     return da.arange(x.shape[0], chunks=(x.chunks[0],), dtype=np.int64)
 
 
+def is_dask_array(X) -> bool:
+    import dask.array as da
+    return isinstance(X, da.Array)
+
+
 def as_dask(X, chunk_rows: int | None = None):
     """numpy -> dask (one chunk per ~16 MiB of rows); dask arrays pass through."""
     import dask.array as da

@@ -13,20 +13,18 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from pipeline.distributed.graph import as_dask, chunk_delayeds, drop_rows, map_chunks, row_numbers, tree_reduce
+from pipeline.distributed.graph import as_dask, chunk_delayeds, map_chunks, tree_reduce
 from pipeline.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
 from pipeline.errors import InputError
 from pipeline.evaluation.truth import Truth
-from pipeline.hashing import make_hasher
+from pipeline.hashing import make_hasher, method_params
 from pipeline.kernels.ranking import (mean_ap, radius_precision_recall, rank_offsets, tie_aware_ap,
                                       topk_metrics)
 from pipeline.search.hamming import knn_search_lazy
+from pipeline.views import view_of
+from pipeline.kernels.stats import add
 
 DEFAULT_KS = (1, 10, 50, 100, 200, 500, 1000)
-
-
-def _add(a, b):
-    return a + b
 
 
 def _chunks_or_none(x, n):
@@ -56,7 +54,7 @@ def code_metrics(query_codes: np.ndarray, db_codes, db_ids, db_truth_rows, truth
     offsets = rank_offsets(hists)
     parts = map_chunks("metric-ap", chunk_precision_sums,
                        [c + off for c, off in zip(chunks, offsets)], queries=query_codes, truth=chunk_truth)
-    precision_sums = dask.compute(tree_reduce("metric-ap-sum", parts, _add))[0]
+    precision_sums = dask.compute(tree_reduce("metric-ap-sum", parts, add))[0]
     n_relevant = rel.sum(axis=1)
 
     precision, recall, failed = radius_precision_recall(total, rel)
@@ -73,40 +71,33 @@ def code_metrics(query_codes: np.ndarray, db_codes, db_ids, db_truth_rows, truth
     return metrics, search_seconds
 
 
-def _database_views(features, split_query, truth: Truth):
-    """Row ids and truth rows of the database, chunked like ``features`` without the queries."""
-    return drop_rows(row_numbers(features), split_query), truth.database_rows(features.chunks[0], split_query)
-
-
-def score_codes(codes, split_query: np.ndarray, labels, truth: Truth, n_bits: int,
-                ks=DEFAULT_KS) -> tuple[dict, float]:
-    """Every metric for codes of all rows of a dataset (dask, e.g. stored codes opened with
-    ``codes_dask``): the split's query rows are ranked against the other rows. Returns
-    (metrics, search_seconds)."""
+def score_codes(codes, split_query: np.ndarray, truth: Truth, n_bits: int, ks=DEFAULT_KS) -> tuple[dict, float]:
+    """Every metric for codes of all rows of a dataset (numpy or dask, e.g. stored codes
+    opened with ``codes_dask``): the split's query rows are ranked against the other rows.
+    Returns (metrics, search_seconds)."""
     codes = as_dask(codes)
     query_codes = codes[split_query].compute()
-    db_ids, db_truth_rows = _database_views(codes, split_query, truth)
-    return code_metrics(query_codes, drop_rows(codes, split_query), db_ids, db_truth_rows, truth, n_bits, ks)
+    view = view_of(codes, split_query)
+    return code_metrics(query_codes, view.features, view.ids, truth.database_rows(codes.chunks[0], split_query),
+                        truth, n_bits, ks)
 
 
-def _score_model(model, features, split_query, labels, truth, n_bits, ks) -> tuple[dict, dict]:
+def _score_model(model, features, split_query, truth, n_bits, ks) -> tuple[dict, dict]:
     """Encode every row with ``model``, rank the query codes: (metrics, timing)."""
     started = time.perf_counter()
     codes = model.encode(features).persist()
     dask.compute(codes.sum())  # materialise: time the encoding alone
     encode_seconds = time.perf_counter() - started
-    metrics, search_seconds = score_codes(codes, split_query, labels, truth, n_bits, ks)
+    metrics, search_seconds = score_codes(codes, split_query, truth, n_bits, ks)
     return metrics, {"encode_seconds": round(encode_seconds, 4), "search_seconds": round(search_seconds, 4)}
 
 
-def _score_dish1(model, features, split_query, labels, truth, n_bits, ks) -> tuple[dict, dict]:
+def _score_dish1(model, view, features, truth, n_bits, ks) -> tuple[dict, dict]:
     """DisH1: each node encodes its own rows and the queries with its own dictionary."""
     from pipeline.distributed.nodes import node_groups, partition_rows
     from pipeline.kernels.codes import encode_linear_grouped
-    db_features = drop_rows(features, split_query)
-    db_labels_np = None if labels is None else np.delete(labels, split_query, axis=0)
-    node_rows = partition_rows(db_features, model.nodes, model.partition,
-                               0 if model.random_state is None else model.random_state, db_labels_np)
+    db_features, split_query = view.features, view.query
+    node_rows = partition_rows(db_features, model.nodes, model.partition, model.seed_, model.labels_for_fit(view.labels))
     db_groups = node_groups(node_rows, db_features.chunks[0])
     started = time.perf_counter()
     codes = da.map_blocks(encode_linear_grouped, db_features, db_groups[:, None], model.mean_, model.dictionaries_,
@@ -116,8 +107,8 @@ def _score_dish1(model, features, split_query, labels, truth, n_bits, ks) -> tup
     encode_seconds = time.perf_counter() - started
     queries = features[split_query].compute()
     query_codes = np.stack([model.with_dictionary(i).encode(queries) for i in range(model.nodes)])
-    db_ids, db_truth_rows = _database_views(features, split_query, truth)
-    metrics, search_seconds = code_metrics(query_codes, codes, db_ids, db_truth_rows, truth, n_bits, ks,
+    db_truth_rows = truth.database_rows(features.chunks[0], split_query)
+    metrics, search_seconds = code_metrics(query_codes, codes, view.ids, db_truth_rows, truth, n_bits, ks,
                                            db_groups=db_groups)
     return metrics, {"encode_seconds": round(encode_seconds, 4), "search_seconds": round(search_seconds, 4)}
 
@@ -152,11 +143,10 @@ def evaluate_method(features, split_query: np.ndarray, labels, truth: Truth, met
     """
     from pipeline.hashing import DisH
     features = as_dask(features)
-    db_features = drop_rows(features, split_query)
-    model = make_hasher(method, n_bits, random_state=seed, **(params or {}))
+    view = view_of(features, split_query, labels)
+    model = make_hasher(method, n_bits, random_state=seed, **method_params(method, params))
     started = time.perf_counter()
-    y = None if labels is None else np.delete(labels, split_query, axis=0)
-    model.fit(db_features, model.labels_for_fit(y))   # semi-supervised methods draw their labeled subset here
+    model.fit(view.features, view.labels)   # semi-supervised methods draw their labeled subset here
     train_seconds = time.perf_counter() - started
 
     base = {"method": method, "n_bits": int(n_bits), "params": model.get_params(), "model_id": model.model_id,
@@ -164,17 +154,17 @@ def evaluate_method(features, split_query: np.ndarray, labels, truth: Truth, met
     rows = []
     if isinstance(model, DisH) and model.consensus == "admm" and model.nodes > 1:
         chosen = dish2_dictionaries(model.nodes, dish2_count, seed)
-        runs = [_score_model(model.with_dictionary(i), features, split_query, labels, truth, n_bits, ks)
+        runs = [_score_model(model.with_dictionary(i), features, split_query, truth, n_bits, ks)
                 for i in chosen]
         metrics, std = _mean_and_std([m for m, _ in runs])
         rows.append({**base, "label": f"{method} (DisH2)", "metrics": metrics, "metrics_std": std,
                      "per_dictionary_map": [m["map"] for m, _ in runs], "dictionaries": chosen,
                      "timing": {"train_seconds": round(train_seconds, 4), **runs[0][1]}})
-        metrics, timing = _score_dish1(model, features, split_query, labels, truth, n_bits, ks)
+        metrics, timing = _score_dish1(model, view, features, truth, n_bits, ks)
         rows.append({**base, "label": f"{method} (DisH1)", "metrics": metrics,
                      "timing": {"train_seconds": round(train_seconds, 4), **timing}})
     else:
-        metrics, timing = _score_model(model, features, split_query, labels, truth, n_bits, ks)
+        metrics, timing = _score_model(model, features, split_query, truth, n_bits, ks)
         rows.append({**base, "metrics": metrics, "timing": {"train_seconds": round(train_seconds, 4), **timing}})
     if log:
         for row in rows:

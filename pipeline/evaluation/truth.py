@@ -36,11 +36,12 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from pipeline.distributed.graph import chunk_reads, drop_rows, map_chunks, row_numbers, tree_reduce
+from pipeline.distributed.graph import chunk_reads, map_chunks, row_numbers, tree_reduce
 from pipeline.errors import InputError
 from pipeline.kernels.l2 import (l2_topk, merge_l2_topk, partial_distances, query_norms, relevance_bits,
                                  select_threshold, unpack_relevance, window_counts, window_members)
 from pipeline.kernels.ranking import relevance_from_labels, relevance_from_neighbours
+from pipeline.views import database_view, view_of
 
 MAX_LISTED_NEIGHBOURS = 10_000  # above: a K-th-neighbour threshold and relevance bits
 SAMPLE_ROWS = 131_072           # database rows that place the first windows
@@ -79,7 +80,7 @@ class Truth:
         arr = _dask_rows(rows)
         if arr.chunks[0] != tuple(row_chunks):
             arr = arr.rechunk((tuple(row_chunks),) + arr.shape[1:])
-        return drop_rows(arr, split_query)
+        return view_of(arr, split_query).features
 
     def chunk_relevance(self, ids: np.ndarray, rows_chunk: np.ndarray | None, query_slice=slice(None)) -> np.ndarray:
         """(m, n_chunk) relevance of a database chunk to the queries in ``query_slice``;
@@ -205,9 +206,8 @@ def euclidean_groundtruth(ds, split, *, top_k=None, top_percent=None, progress=N
     cached = ds.get_groundtruth(name)
     if cached is not None and cached[2].get("query_sha256") == split.manifest["query_sha256"]:
         return cached[0], cached[1], cached[2]
-    X = ds.features_dask()
-    nn, dist = euclidean_neighbours(drop_rows(X, split.query), query_rows(ds, split), k,
-                                    ids=drop_rows(row_numbers(X), split.query))
+    view = database_view(ds, split)
+    nn, dist = euclidean_neighbours(view.features, query_rows(ds, split), k, ids=view.ids)
     ds.put_groundtruth(name, nn, dist, _attrs(split, k, top_percent, "neighbour lists"))
     return nn, dist, ds.get_groundtruth(name)[2]
 

@@ -16,23 +16,50 @@ METHOD_NAMES = (*HASHERS, *METHOD_VARIANTS)
 
 
 def make_hasher(method: str, n_bits: int, *, random_state: int | None = 0, **params) -> Hasher:
-    """Build an estimator by name (one of METHOD_NAMES); parameters the estimator does not
-    take are ignored (jobs pass one set for all methods). A parameter whose name is a
-    method name holds a dict of options for that method only, e.g. ``sgh={"rho_scale": 0.5}``
-    next to DisH's own ``rho_scale``."""
-    per_method = {k: params.pop(k) for k in list(params) if k in METHOD_NAMES and isinstance(params[k], dict)}
-    params = {**params, **per_method.get(method, {})}
-    if method in METHOD_VARIANTS:
-        method, fixed = METHOD_VARIANTS[method]
-        params = {**params, **per_method.get(method, {}), **fixed}
+    """Build an estimator by name (one of METHOD_NAMES). Every parameter must be one the
+    estimator takes (a parameter of None means its default); ``random_state`` is passed to
+    the methods that draw random numbers."""
+    base, fixed = METHOD_VARIANTS.get(method, (method, {}))
     try:
-        cls = HASHERS[method]
+        cls = HASHERS[base]
     except KeyError:
         raise InputError(f"unknown method {method!r}; choose from {', '.join(METHOD_NAMES)}") from None
-    params = {k: v for k, v in params.items() if k in cls._param_names() and v is not None}
-    if "random_state" in cls._param_names():
-        params["random_state"] = random_state
-    return cls(n_bits=n_bits, **params)
+    valid = [p for p in cls._get_param_names() if p != "n_bits" and p not in fixed]
+    unknown = sorted(set(params) - set(valid))
+    if unknown:
+        raise InputError(f"method {method} has no parameter {', '.join(unknown)}; its parameters: {', '.join(valid)}")
+    params = {k: v for k, v in params.items() if v is not None}
+    if "random_state" in valid:
+        params.setdefault("random_state", random_state)
+    return cls(n_bits=n_bits, **params, **fixed)
 
 
-__all__ = ["HASHERS", "ITQ", "LSH", "METHOD_NAMES", "PCAH", "SGH", "SPLH", "USPLH", "DisH", "Hasher", "load_model", "make_hasher"]
+def method_class(method: str) -> type[Hasher]:
+    """The estimator class behind a method name (variants included)."""
+    return HASHERS[METHOD_VARIANTS.get(method, (method, {}))[0]]
+
+
+def method_params(method: str, params: dict | None) -> dict:
+    """The parameters of ``method`` in ``params``: a key naming a method holds options for
+    that method only (``{"sgh": {"rho_scale": 0.5}}``); other keys are given to every method
+    whose estimator takes them (None: its default)."""
+    params = params or {}
+    cls = method_class(method)
+    base = METHOD_VARIANTS.get(method, (method, {}))[0]
+    own = {**params.get(base, {}), **params.get(method, {})}
+    shared = {k: v for k, v in params.items() if k not in METHOD_NAMES and k in cls._get_param_names()}
+    return {k: v for k, v in {**shared, **own}.items() if v is not None}
+
+
+def check_params_used(methods, params: dict | None) -> None:
+    """Every shared parameter must be taken by at least one of ``methods`` (a typo or an
+    option for a method not run is an error, not silently ignored)."""
+    for key, value in (params or {}).items():
+        if key in METHOD_NAMES or value is None:
+            continue
+        if not any(key in method_class(m)._get_param_names() for m in methods):
+            raise InputError(f"parameter {key} is not taken by {', '.join(methods)}; remove it or add a method "
+                             "that takes it")
+
+
+__all__ = ["HASHERS", "ITQ", "LSH", "METHOD_NAMES", "PCAH", "SGH", "SPLH", "USPLH", "DisH", "Hasher", "load_model", "make_hasher", "method_class", "method_params", "check_params_used"]

@@ -1,103 +1,163 @@
-"""Estimator base: scikit-learn contract, encode on numpy or dask, save/load without pickle.
+"""Estimator base: the scikit-learn contract, encode on numpy or dask, save/load without pickle.
 
-``__init__`` only stores parameters (keyword-only); ``fit`` validates, resolves
-``random_state`` once and sets learned attributes ending in ``_``. A fitted hasher is
-small (a mean and a d x r matrix for the linear family), so it travels to every worker.
+``__init__`` only stores parameters (keyword-only after ``n_bits``); ``fit`` validates them
+against ``_parameter_constraints`` and learns on a fresh copy of the estimator, so learned
+attributes (ending in ``_``) appear only after a fit has succeeded: a failed refit leaves the
+previous fitted state as it was. A fitted hasher is small (a mean and a d x r matrix for the
+linear family), so it travels to every worker.
+
+``transform(X)`` gives the bits unpacked, one uint8 column per bit with values {0, 1} (bit
+j = 1 where projection j is >= 0), so hashers compose with scikit-learn pipelines;
+``encode(X)`` gives the same bits packed 8 per byte (FAISS's layout), what is stored and
+searched.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
-import inspect
 import json
 import time
+from numbers import Integral
 
 import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils._param_validation import Interval, InvalidParameterError
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import validate_data
 
 from pipeline.errors import InputError
+from pipeline.kernels.codes import unpack_bits
 from pipeline.validation import check_features_array, check_finite_block
 
 MODEL_SCHEMA = "dhash.model/1"
 ARRAYS_FILE = "arrays.npz"
 MODEL_FILE = "model.json"
 
+SEED = [Interval(Integral, 0, None, closed="left"), None]   # random_state: a seed, or None for fresh entropy
+BITS = [Interval(Integral, 1, None, closed="left")]
 
-class Hasher:
+
+class InvalidParameter(InputError, InvalidParameterError):
+    """A bad estimator parameter: scikit-learn's error type, and a one-line InputError for the jobs."""
+
+
+class NotFitted(InputError, NotFittedError):
+    """encode/transform/save before fit: scikit-learn's error type, and a one-line InputError."""
+
+
+def resolve_seed(random_state) -> int:
+    """The integer seed of a fit: ``random_state`` itself, or fresh entropy for None (resolved
+    once per fit, kept as ``seed_`` so every later step of the fit draws from the same seed)."""
+    if random_state is None:
+        return int(np.random.SeedSequence().generate_state(1)[0])
+    return int(random_state)
+
+
+def _validated(estimator, X, what: str, **kwargs):
+    """scikit-learn's input validation of a non-dask X (array-likes, DataFrames, object
+    arrays of numbers; refuses sparse and complex input; records ``n_features_in_`` and
+    feature names), then our checks; its errors become one-line InputErrors."""
+    dtype = getattr(X, "dtype", None)
+    if dtype is not None and dtype.kind in "USV":
+        check_features_array(X, what)   # names the dtype and the fix
+    try:
+        X = validate_data(estimator, X, dtype="numeric", ensure_all_finite=False, **kwargs)
+    except ValueError as exc:
+        raise InputError(f"{what}: {exc}") from None
+    return check_features_array(X, what)
+
+
+class Hasher(TransformerMixin, BaseEstimator):
     """Base class of every hash-function learner."""
 
     method: str = ""          # registry name, e.g. "itq"
     linear_pca_based = False  # n_bits <= n_features for PCA-based methods
     uses_labels = False       # semi-supervised: fit(X, y) with one label per training row
+    supports_checkpoint = False  # iterative fits that save their state after every iteration
+    _parameter_constraints: dict = {"n_bits": BITS}
 
-    # ---------------------------------------------------------------- params ----------
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [p for p in sig.parameters if p != "self"]
-
-    def get_params(self, deep: bool = True) -> dict:
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    def set_params(self, **params):
-        for name, value in params.items():
-            if name not in self._param_names():
-                raise InputError(f"{type(self).__name__} has no parameter {name!r}; valid: {', '.join(self._param_names())}")
-            setattr(self, name, value)
-        return self
-
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}({args})"
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = []      # bits, whatever the input dtype
+        tags.target_tags.required = self.uses_labels
+        return tags
 
     # ---------------------------------------------------------------- fit -------------
-    def _validate_training_data(self, X):
-        from pipeline.distributed.graph import as_dask
-        from pipeline.validation import check_int_param
-        X = check_features_array(X, "training features")
-        high = X.shape[1] if self.linear_pca_based else None
-        if self.linear_pca_based and isinstance(self.n_bits, int) and self.n_bits > X.shape[1]:
-            raise InputError(f"The 'n_bits' parameter of {type(self).__name__} must be at most the number of features "
-                             f"({X.shape[1]}) because its bits are principal directions. Got {self.n_bits} instead; use lsh for longer codes.")
-        check_int_param(self.n_bits, "n_bits", type(self).__name__, 1, high)
-        return as_dask(X)
-
-    supports_checkpoint = False  # iterative fits that save their state after every iteration
-
     def fit(self, X, y=None, *, checkpoint=None):
         """Learn the hash functions from X (numpy or dask, rows = points). ``y``: one label
         (or multi-hot row) per row, used by semi-supervised methods and DisH's by-label
-        partition. ``checkpoint``: a directory for the per-iteration state of iterative
-        methods (``supports_checkpoint``); a checkpoint of the same run there is resumed."""
+        partition, ignored by the others. ``checkpoint``: a directory (path or URL) for the
+        per-iteration state of iterative methods (``supports_checkpoint``); a checkpoint of
+        the same run there is resumed."""
+        from pipeline.distributed.graph import is_dask_array
         started = time.perf_counter()
-        X = self._validate_training_data(X)
-        self.n_features_in_ = int(X.shape[1])
-        self.training_stats_ = {"n_train": int(X.shape[0]), "n_chunks": int(X.numblocks[0])}
-        self._y, self._checkpoint_path = y, checkpoint
         try:
-            self._fit(X)
-        finally:
-            del self._y, self._checkpoint_path
-        self.training_stats_["train_seconds"] = round(time.perf_counter() - started, 4)
+            self._validate_params()
+        except InvalidParameterError as exc:
+            raise InvalidParameter(str(exc)) from None
+        learner = self._unfitted_copy()
+        X = learner._training_input(X)
+        if "random_state" in self.get_params():
+            learner.seed_ = resolve_seed(self.random_state)
+        learner.training_stats_ = {"n_train": int(X.shape[0]), "n_chunks": int(X.numblocks[0])}
+        learner.dataset_ = {}
+        if y is not None and not is_dask_array(y):
+            y = np.asarray(y)
+        learner._fit(X, learner.labels_for_fit(y), checkpoint)
+        learner.training_stats_["train_seconds"] = round(time.perf_counter() - started, 4)
+        self._take_learned_state(learner)
         return self
 
+    def _learned_names(self) -> list[str]:
+        return [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]
+
+    def _unfitted_copy(self):
+        learner = copy.copy(self)
+        for name in learner._learned_names():
+            delattr(learner, name)
+        return learner
+
+    def _take_learned_state(self, learner) -> None:
+        for name in self._learned_names():
+            delattr(self, name)
+        for name in learner._learned_names():
+            setattr(self, name, getattr(learner, name))
+
+    def _training_input(self, X):
+        """Checked training features as a dask array; sets ``n_features_in_``."""
+        from pipeline.distributed.graph import as_dask, is_dask_array
+        if is_dask_array(X):
+            X = check_features_array(X, "training features")
+            self.n_features_in_ = int(X.shape[1])
+        else:
+            X = _validated(self, X, "training features", ensure_min_samples=2)
+            check_finite_block(X, what="training features")
+        d = X.shape[1]
+        if self.linear_pca_based and self.n_bits > d:
+            raise InputError(f"The 'n_bits' parameter of {type(self).__name__} must be at most the number of features "
+                             f"(n_features = {d}) because its bits are principal directions. Got {self.n_bits} instead; "
+                             "use lsh for longer codes.")
+        return as_dask(X)
+
     def labels_for_fit(self, y):
-        """The labels ``fit`` should get from a dataset's label array (one row per training
-        row): semi-supervised methods take them, others none (DisH: 1-D only, see there)."""
+        """The labels ``fit`` uses from a dataset's label array (one row per training row):
+        semi-supervised methods take them, others none (DisH: 1-D only, see there)."""
         return y if self.uses_labels else None
 
-    def _checkpoint(self, X):
+    def _checkpoint(self, X, path):
         """(Checkpoint or None, saved state or None) for this fit; call after ``mean_`` is set."""
         from pipeline.hashing.checkpoint import Checkpoint, data_fingerprint
-        if self._checkpoint_path is None:
+        if path is None:
             return None, None
-        ckpt = Checkpoint(self._checkpoint_path, data_fingerprint(self, X, self.mean_))
+        ckpt = Checkpoint(path, data_fingerprint(self, X, self.mean_))
         return ckpt, ckpt.load()
 
-    def _fit(self, X):  # pragma: no cover - abstract
+    def _fit(self, X, y, checkpoint):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _check_fitted(self):
         if not hasattr(self, "n_features_in_"):
-            raise InputError(f"this {type(self).__name__} is not fitted yet; call fit(X) or load a trained model")
+            raise NotFitted(f"this {type(self).__name__} is not fitted yet; call fit(X) or load a trained model")
 
     # ---------------------------------------------------------------- encode ----------
     @property
@@ -105,11 +165,16 @@ class Hasher:
         return (self.n_bits + 7) // 8
 
     def _check_encode_input(self, X):
+        from pipeline.distributed.graph import is_dask_array
         self._check_fitted()
-        X = check_features_array(X, "features to encode")
+        if is_dask_array(X):
+            X = check_features_array(X, "features to encode")
+        else:
+            X = _validated(self, X, "features to encode", reset=False)
         if X.shape[1] != self.n_features_in_:
-            raise InputError(f"the model was trained on {self.n_features_in_}-dimensional features but got "
-                             f"{X.shape[1]}-dimensional ones; encode data of the training dimensionality or retrain")
+            raise InputError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input; encode data of the training dimensionality "
+                             "or retrain")
         return X
 
     def encode(self, X):
@@ -121,6 +186,13 @@ class Hasher:
         return X.map_blocks(self._encode_block, dtype=np.uint8,
                             chunks=(X.chunks[0], (self.code_bytes,)),
                             token=f"{self.method}-encode", name=f"{self.method}-encode-{tokenize(X, self.model_id)}")
+
+    def transform(self, X):
+        """The bits unpacked: uint8 (n, n_bits) of {0, 1}; lazy dask array for dask input."""
+        codes = self.encode(X)
+        if isinstance(codes, np.ndarray):
+            return unpack_bits(codes, self.n_bits)
+        return codes.map_blocks(unpack_bits, self.n_bits, dtype=np.uint8, chunks=(codes.chunks[0], (self.n_bits,)))
 
     def _encode_block(self, block: np.ndarray) -> np.ndarray:
         check_finite_block(block, what="features to encode")
@@ -149,7 +221,8 @@ class Hasher:
         return h.hexdigest()[:16]
 
     def save(self, path, *, dataset: dict | None = None, overwrite: bool = False):
-        """Write a model directory (model.json + arrays.npz) atomically; returns its Location."""
+        """Write a model directory (model.json + arrays.npz) atomically; returns its Location.
+        ``dataset``: what it was trained on (default ``dataset_``, set by the train workflow)."""
         from pipeline import __version__
         from pipeline.storage.atomic import atomic_output
         from pipeline.storage.jsonio import dumps
@@ -157,7 +230,8 @@ class Hasher:
         meta = {"schema": MODEL_SCHEMA, "method": self.method, "params": self.get_params(),
                 "n_bits": int(self.n_bits), "n_features": int(self.n_features_in_),
                 "model_id": self.model_id, "library_version": __version__,
-                "training": self.training_stats_, "dataset": dataset or {}}
+                "seed": getattr(self, "seed_", None),
+                "training": self.training_stats_, "dataset": self.dataset_ if dataset is None else dataset}
         with atomic_output(path, kind="model", overwrite=overwrite) as tmp:
             tmp.child(ARRAYS_FILE).write_bytes(npz_bytes(self._learned_arrays()))
             tmp.child(MODEL_FILE).write_text(dumps(meta) + "\n")
@@ -193,6 +267,26 @@ def load_npz(loc, remedy: str) -> dict[str, np.ndarray]:
         raise InputError(f"{loc} is damaged ({type(exc).__name__}: {str(exc)[:60]}); {remedy}") from None
 
 
+def _major(version) -> int:
+    try:
+        return int(str(version).split(".")[0])
+    except ValueError:
+        return 0
+
+
+def _refuse_newer(meta, meta_file) -> None:
+    """A model written by a newer major version of dhash (or a newer model schema) may
+    mean something this version cannot read correctly: refuse it rather than guess."""
+    from pipeline import __version__
+    if not isinstance(meta, dict):
+        return
+    schema = str(meta.get("schema", ""))
+    newer_schema = schema.startswith("dhash.model/") and _major(schema.rpartition("/")[2]) > _major(MODEL_SCHEMA[12:])
+    if newer_schema or _major(meta.get("library_version", 0)) > _major(__version__):
+        raise InputError(f"{meta_file} was written by dhash {meta.get('library_version')} (schema {schema}), newer than "
+                         f"this dhash {__version__}; upgrade dhash (pip install -U dhash) to load it")
+
+
 def load_model(path) -> Hasher:
     """Load a committed model directory written by ``Hasher.save`` (no pickle: JSON + .npz)."""
     from pipeline.hashing import HASHERS
@@ -209,6 +303,7 @@ def load_model(path) -> Hasher:
         raise InputError(f"{meta_file} is missing; {remedy}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"{meta_file} is not valid JSON ({str(exc)[:60]}); {remedy}") from None
+    _refuse_newer(meta, meta_file)
     if not isinstance(meta, dict) or meta.get("schema") != MODEL_SCHEMA or meta.get("method") not in HASHERS:
         got = (meta.get("schema"), meta.get("method")) if isinstance(meta, dict) else (None, None)
         raise InputError(f"{meta_file} has schema {got[0]!r} / method {got[1]!r}; expected {MODEL_SCHEMA} with one of {', '.join(HASHERS)}")
@@ -222,6 +317,8 @@ def load_model(path) -> Hasher:
         raise InputError(f"{meta_file} lacks or has a bad entry ({exc}); {remedy}") from None
     model.training_stats_ = meta.get("training", {})
     model.dataset_ = meta.get("dataset", {})
+    if "random_state" in model.get_params():
+        model.seed_ = resolve_seed(meta.get("seed", model.random_state if model.random_state is not None else 0))
     if model.model_id != expected_id:
         raise InputError(f"{loc}: arrays do not match model.json (model id {model.model_id} != {expected_id}); the model directory is corrupt, re-train it")
     return model

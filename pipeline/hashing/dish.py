@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import logging
 import time
+from numbers import Integral, Real
 
 import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from pipeline.distributed.graph import chunk_reads, map_reduce
-from pipeline.distributed.nodes import NodeRunner, node_pieces, partition_rows
-from pipeline.distributed.topology import build_topology, edges
+from pipeline.distributed.nodes import PARTITIONS, NodeRunner, node_pieces, partition_rows
+from pipeline.distributed.topology import TOPOLOGIES, build_topology, edges
 from pipeline.errors import InputError
+from pipeline.hashing.base import BITS, SEED
 from pipeline.hashing.linear import LinearHasher, training_covariance
 from pipeline.kernels.dish import (
     admm_dictionary_step,
@@ -38,8 +41,8 @@ from pipeline.kernels.dish import (
     relative_residual,
     row_sums,
 )
-from pipeline.kernels.stats import add_partials, top_eigenvectors
-from pipeline.validation import check_finite_block, check_int_param
+from pipeline.kernels.stats import add, add_partials, top_eigenvectors
+from pipeline.validation import check_finite_block
 
 log = logging.getLogger(__name__)
 BYTES_PER_FLOAT = 8
@@ -57,6 +60,14 @@ class DisH(LinearHasher):
     method = "dish"
     linear_pca_based = True
     supports_checkpoint = True
+    _parameter_constraints = {
+        "n_bits": BITS, "consensus": [StrOptions({"admm", "allreduce"})], "nodes": [Interval(Integral, 1, None, closed="left")],
+        "topology": [StrOptions(set(TOPOLOGIES)), list], "partition": [StrOptions(set(PARTITIONS))],
+        "inner_steps": [Interval(Integral, 1, None, closed="left")], "rho": [Interval(Real, 0, None, closed="neither"), None],
+        "rho_scale": [Interval(Real, 0, None, closed="neither")], "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")], "consensus_tol": [Interval(Real, 0, None, closed="left")],
+        "init": [StrOptions({"random", "pca"})], "dictionary": [Interval(Integral, 0, None, closed="left")],
+        "random_state": SEED}
 
     def __init__(self, n_bits: int = 32, *, consensus: str = "admm", nodes: int = 10, topology="random",
                  partition: str = "contiguous", inner_steps: int = 5, rho: float | None = None,
@@ -77,33 +88,21 @@ class DisH(LinearHasher):
         self.dictionary = dictionary
         self.random_state = random_state
 
-    # ------------------------------------------------------------------ validation ----
-    def _check_params(self):
-        name = "DisH"
-        if self.consensus not in ("admm", "allreduce"):
-            raise InputError(f"The 'consensus' parameter of DisH must be 'admm' or 'allreduce'. Got {self.consensus!r} instead.")
-        if self.init not in ("random", "pca"):
-            raise InputError(f"The 'init' parameter of DisH must be 'random' or 'pca'. Got {self.init!r} instead.")
-        check_int_param(self.nodes, "nodes", name, 1)
-        check_int_param(self.inner_steps, "inner_steps", name, 1)
-        check_int_param(self.max_iter, "max_iter", name, 1)
-        check_int_param(self.dictionary, "dictionary", name, 0, self.nodes - 1)
-        if self.rho is not None and not self.rho > 0:
-            raise InputError(f"The 'rho' parameter of DisH must be > 0 (or None for the data-scaled default). Got {self.rho!r} instead.")
-
     def labels_for_fit(self, y):
         """Single labels feed the by-label partition; multi-label rows are not used."""
         return y if y is not None and np.ndim(y) == 1 else None
 
-    def _fit(self, X):
-        self._check_params()
-        rng = np.random.default_rng(self.random_state)
+    def _fit(self, X, y, checkpoint):
+        if self.dictionary >= self.nodes:
+            raise InputError(f"The 'dictionary' parameter of DisH must be a node number in [0, {self.nodes - 1}]. "
+                             f"Got {self.dictionary} instead.")
+        rng = np.random.default_rng(self.seed_)
         d, r = X.shape[1], self.n_bits
         if self.consensus == "allreduce":
-            return self._fit_allreduce(X, rng)
+            return self._fit_allreduce(X, rng, checkpoint)
         P = self.nodes
-        neighbours = build_topology(self.topology, P, seed=0 if self.random_state is None else self.random_state)
-        node_rows = partition_rows(X, P, self.partition, 0 if self.random_state is None else self.random_state, self._y)
+        neighbours = build_topology(self.topology, P, seed=self.seed_)
+        node_rows = partition_rows(X, P, self.partition, self.seed_, y)
         runner = NodeRunner(P)
         chunks = node_pieces(X, node_rows)
 
@@ -119,7 +118,7 @@ class DisH(LinearHasher):
         history = {"objective": [], "consensus_residual": [], "bytes_exchanged_per_node": [], "pass_seconds": [],
                    "admm_seconds": []}
         prev, start = None, 0
-        ckpt, saved = self._checkpoint(X)
+        ckpt, saved = self._checkpoint(X, checkpoint)
         if saved is not None:     # resume: the dictionaries and multipliers after iteration `start`
             start, arrays, meta = saved
             C, Lam = list(arrays["dictionaries"]), list(arrays["multipliers"])
@@ -152,6 +151,7 @@ class DisH(LinearHasher):
                           {"history": history, "objective": objective})
         self.dictionaries_ = np.stack(C_now)
         self.components_ = self.dictionaries_[self.dictionary]
+        self.n_iter_ = len(history["objective"])
         self.training_stats_.update({
             "consensus": "admm", "nodes": P, "rho": float(rho), "iterations": len(history["objective"]),
             "passes": 1 + len(history["objective"]), "edges": [list(e) for e in edges(neighbours)],
@@ -186,7 +186,7 @@ class DisH(LinearHasher):
             return top_eigenvectors(cov, r)[1]
         return random_orthonormal(d, r, rng)
 
-    def _fit_allreduce(self, X, rng):
+    def _fit_allreduce(self, X, rng, checkpoint):
         import dask
         d, r = X.shape[1], self.n_bits
         chunks = chunk_reads(X)
@@ -195,7 +195,7 @@ class DisH(LinearHasher):
         sq_norm = centred_sq_norm(n, col_sum, sq_sum, self.mean_)
         history = {"objective": []}
         prev, start = None, 0
-        ckpt, saved = self._checkpoint(X)
+        ckpt, saved = self._checkpoint(X, checkpoint)
         if saved is not None:
             start, arrays, meta = saved
             C, history, prev = arrays["dictionary"], meta["history"], meta["objective"]
@@ -203,7 +203,7 @@ class DisH(LinearHasher):
         else:
             C = self._initial_dictionary(X, d, r, rng)
         for it in range(start, self.max_iter):
-            gram = dask.compute(map_reduce("dish-gram", gram_chunk, _add, chunks, self.mean_, C))[0]
+            gram = dask.compute(map_reduce("dish-gram", gram_chunk, add, chunks, self.mean_, C))[0]
             objective = node_objective(sq_norm, gram, C, n)
             history["objective"].append(objective)
             log.info("dish-allreduce %d bits: iteration %d, objective %.6g", r, it + 1, objective)
@@ -215,6 +215,7 @@ class DisH(LinearHasher):
                 ckpt.save(it + 1, {"dictionary": C}, {"history": history, "objective": objective})
         self.dictionaries_ = C[None]
         self.components_ = C
+        self.n_iter_ = len(history["objective"])
         self.training_stats_.update({"consensus": "allreduce", "iterations": len(history["objective"]),
                                      "passes": 1 + len(history["objective"]), "nodes": 1, **history})
 
@@ -231,12 +232,8 @@ class DisH(LinearHasher):
         return {**super()._learned_arrays(), "dictionaries_": self.dictionaries_}
 
 
-def _add(a, b):
-    return a + b
-
-
 def _gram_and_objective(pieces, mean, C, sq_norm, n, salt=None):
     """Delayed (Gram term, objective (3)) of one node: one pass over its rows."""
     from dask import delayed
-    gram = map_reduce("dish-gram", gram_chunk, _add, pieces, mean, C, salt=salt)
+    gram = map_reduce("dish-gram", gram_chunk, add, pieces, mean, C, salt=salt)
     return [gram, delayed(node_objective, pure=True)(sq_norm, gram, C, n)]

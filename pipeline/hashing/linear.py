@@ -11,11 +11,16 @@ import dask
 import numpy as np
 
 from pipeline.distributed.graph import chunk_reads, map_reduce, row_bounds
-from pipeline.hashing.base import Hasher
+from numbers import Integral
+
+from sklearn.utils._param_validation import Interval
+
+from pipeline.hashing.base import BITS, SEED, Hasher
 from pipeline.kernels.codes import encode_linear
 from pipeline.kernels.dish import gram_chunk
 from pipeline.kernels.itq import itq_loss, itq_rotation, random_rotation
 from pipeline.kernels.stats import (
+    add,
     add_partials,
     chunk_count_sum,
     chunk_moments,
@@ -23,7 +28,7 @@ from pipeline.kernels.stats import (
     covariance,
     top_eigenvectors,
 )
-from pipeline.validation import check_finite_block, check_int_param
+from pipeline.validation import check_finite_block
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +73,14 @@ class LinearHasher(Hasher):
 class LSH(LinearHasher):
     """Sign random projections (Charikar) of mean-centred data: W ~ N(0, 1)."""
     method = "lsh"
+    _parameter_constraints = {"n_bits": BITS, "random_state": SEED}
 
     def __init__(self, n_bits: int = 32, *, random_state: int | None = 0):
         self.n_bits = n_bits
         self.random_state = random_state
 
-    def _fit(self, X):
-        rng = np.random.default_rng(self.random_state)
+    def _fit(self, X, y, checkpoint):
+        rng = np.random.default_rng(self.seed_)
         self.mean_ = training_mean(X, "lsh")
         self.components_ = rng.standard_normal((X.shape[1], self.n_bits))
         self.training_stats_["passes"] = 1
@@ -88,17 +94,13 @@ class PCAH(LinearHasher):
     def __init__(self, n_bits: int = 32):
         self.n_bits = n_bits
 
-    def _fit(self, X):
+    def _fit(self, X, y, checkpoint):
         self.mean_, cov = training_covariance(X, "pcah")
         self.explained_variance_, self.components_ = top_eigenvectors(cov, self.n_bits)
         self.training_stats_["passes"] = 1
 
     def _learned_arrays(self):
         return {**super()._learned_arrays(), "explained_variance_": self.explained_variance_}
-
-
-def _add(a, b):
-    return a + b
 
 
 class ITQ(LinearHasher):
@@ -110,15 +112,17 @@ class ITQ(LinearHasher):
     method = "itq"
     linear_pca_based = True
     supports_checkpoint = True
+    _parameter_constraints = {"n_bits": BITS, "n_iter": [Interval(Integral, 0, None, closed="left")],
+                              "random_state": SEED}
 
     def __init__(self, n_bits: int = 32, *, n_iter: int = 50, random_state: int | None = 0):
         self.n_bits = n_bits
         self.n_iter = n_iter
         self.random_state = random_state
 
-    def _fit(self, X):
-        n_iter = check_int_param(self.n_iter, "n_iter", "ITQ", 0)
-        rng = np.random.default_rng(self.random_state)
+    def _fit(self, X, y, checkpoint):
+        n_iter = self.n_iter
+        rng = np.random.default_rng(self.seed_)
         self.mean_, cov = training_covariance(X, "itq")
         _, W = top_eigenvectors(cov, self.n_bits)
         n = X.shape[0]
@@ -126,7 +130,7 @@ class ITQ(LinearHasher):
         chunks = chunk_reads(X)
         R = random_rotation(self.n_bits, rng)
         losses, start = [], 0
-        ckpt, saved = self._checkpoint(X)
+        ckpt, saved = self._checkpoint(X, checkpoint)
         if saved is not None:     # resume: the rotation after iteration `start`
             start, arrays, meta = saved
             R, losses = arrays["rotation"], meta["quantization_loss"]
@@ -134,7 +138,7 @@ class ITQ(LinearHasher):
         for it in range(start, n_iter):
             # B^T V = (B^T (X - mean)) W: the fused sign + byte-grouped Gram pass over the
             # features (the same kernel as DisH), so V is never stored or re-read
-            gram = dask.compute(map_reduce("itq-gram", gram_chunk, _add, chunks, self.mean_, W @ R))[0]
+            gram = dask.compute(map_reduce("itq-gram", gram_chunk, add, chunks, self.mean_, W @ R))[0]
             BtV = gram @ W
             losses.append(itq_loss(BtV, R, n, projected_sq))
             R = itq_rotation(BtV)

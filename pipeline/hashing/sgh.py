@@ -21,10 +21,11 @@ encoder is the linear family's (kernels/codes.py) applied to phi(x).
 from __future__ import annotations
 
 import logging
-import numbers
+from numbers import Integral, Real
 
 import dask
 import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from pipeline.distributed.cluster import cluster_memory_bytes
 from pipeline.distributed.graph import (
@@ -34,7 +35,7 @@ from pipeline.distributed.graph import (
     select_rows,
 )
 from pipeline.errors import InputError
-from pipeline.hashing.base import Hasher
+from pipeline.hashing.base import BITS, SEED, Hasher
 from pipeline.hashing.dish import _checked_row_sums
 from pipeline.kernels.codes import encode_linear
 from pipeline.kernels.sgh import (
@@ -47,16 +48,12 @@ from pipeline.kernels.sgh import (
     sq_distance_moments,
     top_generalized_eigenvector,
 )
-from pipeline.kernels.stats import add_partials
+from pipeline.kernels.stats import add, add_partials
 from pipeline.validation import check_int_param
 
 log = logging.getLogger(__name__)
 KERNEL_CACHE_FRACTION = 0.25   # of the cluster's worker memory that cached kernel features may take
 KERNEL_CACHE_MODES = ("auto", "memory", "recompute")
-
-
-def _add(a, b):
-    return a + b
 
 
 def _phi(X, phi, bases, bandwidth):
@@ -76,14 +73,6 @@ def _sign_gram(X, phi, bases, bandwidth, kernel_mean, w):
     return kernel_sign_gram(_phi(X, phi, bases, bandwidth), kernel_mean, w)
 
 
-def _positive_number(value, name: str, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not value > 0:
-        raise InputError(f"The '{name}' parameter of SGH must be a positive number{' or None' if allow_none else ''}. Got {value!r} instead.")
-    return float(value)
-
-
 class SGH(Hasher):
     """Scalable graph hashing. Learned: ``mean_`` (d,), ``bases_`` (m, d, the training rows
     drawn as kernel bases), ``kernel_mean_`` (m,), ``components_`` (m, c) = W^T, and the
@@ -101,6 +90,11 @@ class SGH(Hasher):
     with both at 1; rho_scale 2 drops to 0.560 / 0.595 / 0.611; m = 1000 bases instead of
     300 gains at most 0.008 for 4x the training time."""
     method = "sgh"
+    _parameter_constraints = {
+        "n_bits": BITS, "n_bases": [Interval(Integral, 1, None, closed="left")],
+        "bandwidth_scale": [Interval(Real, 0, None, closed="neither")], "rho": [Interval(Real, 0, None, closed="neither"), None],
+        "rho_scale": [Interval(Real, 0, None, closed="neither")], "gamma": [Interval(Real, 0, None, closed="neither")],
+        "refine": ["boolean"], "kernel_cache": [StrOptions(set(KERNEL_CACHE_MODES))], "random_state": SEED}
 
     def __init__(self, n_bits: int = 32, *, n_bases: int = 300, bandwidth_scale: float = 0.5,
                  rho: float | None = None, rho_scale: float = 0.5, gamma: float = 1e-6, refine: bool = True,
@@ -115,26 +109,16 @@ class SGH(Hasher):
         self.kernel_cache = kernel_cache
         self.random_state = random_state
 
-    def _check_params(self, n: int):
-        check_int_param(self.n_bases, "n_bases", "SGH", 1, n)
-        for name in ("bandwidth_scale", "rho_scale", "gamma"):
-            _positive_number(getattr(self, name), name)
-        _positive_number(self.rho, "rho", allow_none=True)
-        if self.kernel_cache not in KERNEL_CACHE_MODES:
-            raise InputError(f"The 'kernel_cache' parameter of SGH must be one of {', '.join(KERNEL_CACHE_MODES)}. Got {self.kernel_cache!r} instead.")
-        if not isinstance(self.refine, bool):
-            raise InputError(f"The 'refine' parameter of SGH must be True or False. Got {self.refine!r} instead.")
-
     def _cache_kernel(self, n: int) -> bool:
         if self.kernel_cache != "auto":
             return self.kernel_cache == "memory"
         return n * self.n_bases * 4 <= KERNEL_CACHE_FRACTION * cluster_memory_bytes()
 
-    def _fit(self, X):
+    def _fit(self, X, y, checkpoint):
         n = X.shape[0]
-        self._check_params(n)
+        check_int_param(self.n_bases, "n_bases", "SGH", 1, n)    # bases are training rows
         c, m = self.n_bits, self.n_bases
-        rng = np.random.default_rng(self.random_state)
+        rng = np.random.default_rng(self.seed_)
         base_rows = np.sort(rng.choice(n, m, replace=False))
         reads = chunk_reads(X)
 
@@ -170,7 +154,7 @@ class SGH(Hasher):
         A = initial_residual(KtH, Ks, c)
 
         def sign_gram(w):
-            return dask.compute(map_reduce("sgh-bit", _sign_gram, _add, phi_only, *kernel, self.kernel_mean_, w))[0]
+            return dask.compute(map_reduce("sgh-bit", _sign_gram, add, phi_only, *kernel, self.kernel_mean_, w))[0]
 
         W = np.empty((m, c))
         U = np.empty((m, c))

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import functools
 import logging
-import numbers
+from numbers import Integral, Real
 
 import dask
 import numpy as np
+from sklearn.utils._param_validation import Interval
 
 from pipeline.distributed.graph import chunk_reads, map_reduce, row_numbers, select_rows
 from pipeline.errors import InputError
+from pipeline.hashing.base import BITS, SEED
 from pipeline.hashing.linear import LinearHasher, training_covariance
 from pipeline.kernels.splh import (
     boundary_regions,
@@ -47,18 +49,6 @@ from pipeline.validation import check_int_param
 log = logging.getLogger(__name__)
 
 
-def _check_positive(owner: str, name: str, value, allow_none=False, upper: float | None = None):
-    if value is None and allow_none:
-        return
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and value > 0
-    if ok and upper is not None:
-        ok = value <= upper
-    if not ok:
-        bound = f" and at most {upper}" if upper is not None else ""
-        raise InputError(f"The '{name}' parameter of {owner} must be a positive number{bound}"
-                         f"{' or None' if allow_none else ''}. Got {value!r} instead.")
-
-
 class SPLH(LinearHasher):
     """Semi-supervised sequential projection learning (S3PLH). ``fit(X, y)``: y holds a label
     (or a multi-hot row) per training row; only the ``n_labeled`` rows drawn with the seed
@@ -73,6 +63,10 @@ class SPLH(LinearHasher):
     method = "splh"
     linear_pca_based = False
     uses_labels = True
+    _parameter_constraints = {
+        "n_bits": BITS, "n_labeled": [Interval(Integral, 2, None, closed="left")], "labeled_rows": ["array-like", None],
+        "eta": [Interval(Real, 0, None, closed="neither")], "alpha": [Interval(Real, 0, None, closed="neither"), None],
+        "sequential": ["boolean"], "random_state": SEED}
 
     def __init__(self, n_bits: int = 32, *, n_labeled: int = 1000, labeled_rows=None, eta: float = 3.0,
                  alpha: float | None = None, sequential: bool = True, random_state: int | None = 0):
@@ -92,22 +86,18 @@ class SPLH(LinearHasher):
                                  f"in [{rows[:1]}, {rows[-1:]}]")
             return rows
         count = check_int_param(self.n_labeled, "n_labeled", type(self).__name__, 2, n)
-        return np.sort(np.random.default_rng(self.random_state).choice(n, count, replace=False))
+        return np.sort(np.random.default_rng(self.seed_).choice(n, count, replace=False))
 
-    def _fit(self, X):
+    def _fit(self, X, y, checkpoint):
         name = type(self).__name__
         n, d = X.shape
-        y = self._y
         if y is None:
-            raise InputError(f"{name} ({self.method}) is semi-supervised and needs labels: call fit(X, y), or evaluate a "
-                             "dataset with labels (--labeled N); for unlabeled data use usplh")
+            raise InputError(f"{name} ({self.method}) requires y to be passed, but the target y is None: it is "
+                             "semi-supervised, call fit(X, y) or evaluate a dataset with labels (--labeled N); for "
+                             "unlabeled data use usplh")
         y = np.asarray(y)
         if y.shape[0] != n:
             raise InputError(f"{name}: got {y.shape[0]} labels for {n} training rows; pass one label (or multi-hot row) per row")
-        _check_positive(name, "eta", self.eta)
-        _check_positive(name, "alpha", self.alpha, allow_none=True)
-        if not isinstance(self.sequential, bool):
-            raise InputError(f"The 'sequential' parameter of {name} must be True or False. Got {self.sequential!r} instead.")
         if not self.sequential:
             check_int_param(self.n_bits, "n_bits", f"{name} (pcah-adjusted, orthogonal directions)", 1, d)
         rows = self._labeled_rows(n)
@@ -150,6 +140,9 @@ class USPLH(LinearHasher):
     0.372; eta 0.3 -> 0.335 / 0.368; lambda 1 (no decay) fell to 0.14-0.22. eta -> 0 is PCAH
     (deflating the covariance yields its principal directions in order)."""
     method = "usplh"
+    _parameter_constraints = {
+        "n_bits": BITS, "region_size": [Interval(Integral, 1, None, closed="left")],
+        "eta": [Interval(Real, 0, None, closed="neither")], "decay": [Interval(Real, 0, 1, closed="right")]}
 
     def __init__(self, n_bits: int = 32, *, region_size: int = 2000, eta: float = 0.03, decay: float = 0.5):
         self.n_bits = n_bits
@@ -157,11 +150,9 @@ class USPLH(LinearHasher):
         self.eta = eta
         self.decay = decay
 
-    def _fit(self, X):
+    def _fit(self, X, y, checkpoint):
         n, d = X.shape
         k_region = check_int_param(self.region_size, "region_size", "USPLH", 1, n)
-        _check_positive("USPLH", "eta", self.eta)
-        _check_positive("USPLH", "decay", self.decay, upper=1.0)
         self.mean_, C = training_covariance(X, "usplh")
         pieces = list(zip(chunk_reads(X), chunk_reads(row_numbers(X))))
         merge = functools.partial(merge_regions, k=k_region)

@@ -64,3 +64,8 @@ def chunk_count_sum(X: np.ndarray) -> tuple[int, np.ndarray]:
 def add_partials(a, b):
     """Element-wise sum of two partial results given as tuples (counts, arrays, floats)."""
     return tuple(x + y for x, y in zip(a, b))
+
+
+def add(a, b):
+    """a + b: the combine step of reductions whose partial results are single arrays."""
+    return a + b

@@ -7,7 +7,6 @@ of another model or another dataset.
 """
 from __future__ import annotations
 
-
 from pipeline.errors import InputError
 from pipeline.kernels.codes import BIT_ORDER
 from pipeline.storage.atomic import atomic_output, require_committed
@@ -18,76 +17,22 @@ from pipeline.storage.location import resolve
 CODES_SCHEMA = "dhash.codes/2"
 
 
-def _regular_rows(rows: tuple) -> bool:
+def regular_rows(rows: tuple) -> bool:
     """Row chunks that map one-to-one onto zarr chunks: all equal, the last one no larger."""
     return all(r == rows[0] for r in rows[:-1]) and rows[-1] <= rows[0]
 
 
-def _codes_output(path, overwrite: bool):
+def codes_output(path, overwrite: bool):
     return atomic_output(path, kind="codes", overwrite=overwrite, manifest=arrays_manifest("codes"))
 
 
-def write_codes(path, codes, model, *, dataset=None, overwrite: bool = False, progress=None):
-    """Compute a lazy dask array of codes chunk by chunk into a new zarr array, atomically."""
-    import dask.array as da
-    chunk_rows = max(max(codes.chunks[0]), 1)
-    if not _regular_rows(codes.chunks[0]):
-        # irregular chunks (e.g. after dropping query rows) would make two tasks write the
-        # same zarr chunk concurrently (lock=False): lost rows. Align them with the array's.
-        codes = codes.rechunk({0: chunk_rows})
-    with _codes_output(path, overwrite) as tmp:
-        arr = _create_codes_array(tmp, codes.shape[0], chunk_rows, model, dataset)
-        stored = da.store(codes, arr, lock=False, compute=False)
-        if progress is not None:
-            progress(stored)
-        else:
-            stored.compute()
-    return resolve(path)
-
-
-def _create_codes_array(tmp, n: int, chunk_rows: int, model, dataset):
+def create_codes_array(tmp, n: int, chunk_rows: int, model, dataset):
     group = new_group(tmp)
     group.attrs.update({"schema": CODES_SCHEMA, "model_id": model.model_id, "method": model.method,
                         "n_bits": int(model.n_bits), "bit_order": BIT_ORDER,
                         "dataset": dataset.path if dataset is not None else "",
                         "dataset_id": dataset.content_id if dataset is not None else None})
     return create_array(group, "codes", (n, model.code_bytes), chunk_rows, "uint8")
-
-
-def _encode_chunk_into(block, start, *, model, target):
-    """One task: encode a feature chunk and write its rows of the codes array."""
-    from pipeline.storage.chunkread import open_for_write
-    open_for_write(target)[start:start + block.shape[0]] = model._encode_block(block)
-    return block.shape[0]
-
-
-def _add(a, b):
-    return a + b
-
-
-def encode_to_zarr(path, X, model, *, dataset=None, overwrite: bool = False, progress=None):
-    """Encode features ``X`` (dask) into a new codes array, atomically. One task per feature
-    chunk reads the chunk, encodes it and writes its own codes chunk, so no feature chunk
-    or code block is ever a separate task result (measured 1.43x -> see benchmarks/README.md).
-    Irregular row chunks (where two tasks could share a codes chunk) go through da.store.
-    ``dataset``: the Dataset the features come from (its location and content id are recorded)."""
-    from dask import delayed
-
-    from pipeline.distributed.graph import chunk_reads, map_chunks, row_bounds, tree_reduce
-    X = model._check_encode_input(X)
-    rows = X.chunks[0]
-    if not _regular_rows(rows):
-        return write_codes(path, model.encode(X), model, dataset=dataset, overwrite=overwrite,
-                           progress=progress)
-    with _codes_output(path, overwrite) as tmp:
-        _create_codes_array(tmp, X.shape[0], rows[0], model, dataset)
-        parts = map_chunks(f"{model.method}-encode", _encode_chunk_into, list(zip(chunk_reads(X), row_bounds(X)[:-1].tolist())),
-                           model=delayed(model, pure=True, traverse=False), target=tmp.child("codes"))
-        done = tree_reduce(f"{model.method}-encode-rows", parts, _add)
-        written = progress(done) if progress is not None else done.compute()
-        if written is not None and written != X.shape[0]:
-            raise RuntimeError(f"encoded {written} rows, expected {X.shape[0]}")
-    return resolve(path)
 
 
 def open_codes(path, model=None, dataset=None):

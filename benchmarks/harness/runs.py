@@ -23,8 +23,9 @@ import dask
 import dask.array as da
 import numpy as np
 
-from pipeline.bench.measure import TreeWatcher, disk_usage, machine_info, tree_memory
+from benchmarks.harness.measure import TreeWatcher, disk_usage, machine_info, tree_memory
 from pipeline.errors import InputError
+from pipeline.kernels.stats import add
 
 SEARCH_CHUNK_ROWS = 1 << 20
 
@@ -200,15 +201,11 @@ def _project_only(block, mean, C):
     return total
 
 
-def _add(a, b):
-    return a + b
-
-
 def floor_passes(X, mean, C, passes: int) -> float:
     from pipeline.distributed.graph import chunk_reads, map_reduce
     started = time.perf_counter()
     for _ in range(passes):
-        dask.compute(map_reduce("floor-pass", _project_only, _add, chunk_reads(X), mean, C))
+        dask.compute(map_reduce("floor-pass", _project_only, add, chunk_reads(X), mean, C))
     return time.perf_counter() - started
 
 
@@ -296,7 +293,7 @@ def bench_encode(n: int, bits: int, seed: int = 0, data: str | None = None, out_
     from pipeline.distributed.cluster import cluster_shape
     from pipeline.distributed.progress import compute_with_progress
     from pipeline.hashing import LSH
-    from pipeline.storage.codes import encode_to_zarr
+    from pipeline.distributed.encode import encode_to_zarr
     ds, X = _training_rows(n, data, seed)
     model = LSH(bits, random_state=seed).fit(X)       # encoding cost is the same for every linear model
     _warm_cluster()

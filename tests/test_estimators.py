@@ -1,0 +1,60 @@
+"""Every registered hasher honours the scikit-learn estimator contract.
+
+``check_estimator``'s whole suite runs on each method with parameters that fit its tiny
+inputs (a few dozen rows): PCA-based methods cannot have more bits than features, SGH
+needs fewer kernel bases than rows, SPLH fewer labeled points, USPLH smaller regions.
+No check is expected to fail. Fits run on the session's multi-process cluster (DisH's
+ADMM nodes are pinned to its workers).
+"""
+import numpy as np
+import pytest
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from pipeline import DisH, InputError, ITQ, LSH, PCAH, SGH, SPLH, USPLH, make_hasher
+from pipeline.hashing import HASHERS
+
+SMALL = [LSH(n_bits=3), PCAH(n_bits=1), ITQ(n_bits=1, n_iter=3), DisH(n_bits=1, nodes=2, max_iter=3),
+         DisH(n_bits=1, consensus="allreduce", max_iter=3), SGH(n_bits=3, n_bases=5), SPLH(n_bits=3, n_labeled=5),
+         USPLH(n_bits=1, region_size=3)]
+
+
+def test_every_registered_method_is_checked():
+    assert {type(e) for e in SMALL} == set(HASHERS.values())
+
+
+@parametrize_with_checks(SMALL)
+def test_scikit_learn_contract(estimator, check, client):
+    check(estimator)
+
+
+def test_composes_with_a_scikit_learn_pipeline():
+    X = np.random.default_rng(0).standard_normal((400, 40))
+    bits = make_pipeline(StandardScaler(), ITQ(n_bits=32)).fit(X).transform(X)
+    assert bits.shape == (400, 32) and bits.dtype == np.uint8 and set(np.unique(bits)) == {0, 1}
+    model = ITQ(n_bits=32).fit(StandardScaler().fit_transform(X))
+    assert np.array_equal(np.packbits(bits, axis=1, bitorder="little"), model.encode(StandardScaler().fit_transform(X)))
+
+
+def test_a_failed_refit_leaves_the_fitted_state_intact():
+    rng = np.random.default_rng(1)
+    model = ITQ(n_bits=8, n_iter=5).fit(rng.standard_normal((300, 20)))
+    before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in vars(model).items()}
+    bad = rng.standard_normal((300, 4))              # 4 features < 8 bits: refused
+    with pytest.raises(InputError, match="n_features = 4"):
+        model.fit(bad)
+    bad = rng.standard_normal((300, 20))
+    bad[7, 3] = np.nan                               # refused inside the fit
+    with pytest.raises(InputError, match="row 7"):
+        model.fit(bad)
+    assert vars(model).keys() == before.keys()
+    for k, v in before.items():
+        assert np.array_equal(getattr(model, k), v) if isinstance(v, np.ndarray) else getattr(model, k) == v
+
+
+def test_make_hasher_refuses_unknown_parameters_naming_the_valid_ones():
+    with pytest.raises(InputError, match="no parameter n_itr; its parameters: n_iter, random_state"):
+        make_hasher("itq", 8, n_itr=3)
+    assert make_hasher("itq", 8, n_iter=3).n_iter == 3
+    assert make_hasher("dish-allreduce", 8).consensus == "allreduce"

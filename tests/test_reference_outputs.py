@@ -1,0 +1,64 @@
+"""Every method's codes and Fashion-MNIST metrics equal the numbers recorded before the
+workflow/estimator refactor (``tests/data/reference_outputs.json``).
+
+Each registered method (and variant) is trained at 16 bits with seed 0 on the database rows
+of a 500-query split, every row is encoded, and the split's queries are scored with label
+ground truth. The JSON holds the SHA-256 of all codes and the scalar metrics; a refactor that
+changes a single bit or a metric's last digit fails here.
+
+Re-record only for an intended change of outputs:
+``python -m tests.test_reference_outputs DATASET.zarr`` (a Fashion-MNIST dataset).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REFERENCE = Path(__file__).parent / "data" / "reference_outputs.json"
+METHODS = ("lsh", "pcah", "itq", "dish", "dish-allreduce", "sgh", "splh", "usplh", "pcah-adjusted")
+BITS, QUERIES, SEED = 16, 500, 0
+
+
+def compute_outputs(dataset_path) -> dict:
+    """{method: {"codes_sha256": ..., "metrics": {name: value}}} on the current cluster."""
+    from pipeline import database_view, make_hasher, open_dataset, score_codes
+    from pipeline.evaluation.truth import build_truth
+
+    ds = open_dataset(dataset_path)
+    split = ds.make_split(QUERIES, SEED, name=f"q{QUERIES}-s{SEED}")
+    truth = build_truth(ds, split, ground_truth="labels")
+    view = database_view(ds, split)
+    out = {}
+    for method in METHODS:
+        model = make_hasher(method, BITS, random_state=SEED)
+        model.fit(view.features, model.labels_for_fit(view.labels))
+        codes = model.encode(ds.features_dask()).compute()
+        metrics, _ = score_codes(codes, split.query, truth, BITS)
+        out[method] = {"codes_sha256": hashlib.sha256(codes.tobytes()).hexdigest(),
+                       "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
+    return out
+
+
+@pytest.mark.slow
+def test_outputs_equal_the_recorded_reference(client, fmnist_paths):
+    reference = json.loads(REFERENCE.read_text())
+    got = compute_outputs(fmnist_paths[20000])
+    assert sorted(got) == sorted(reference)
+    for method, expected in reference.items():
+        assert got[method]["codes_sha256"] == expected["codes_sha256"], f"{method}: codes changed"
+        assert got[method]["metrics"] == expected["metrics"], f"{method}: metrics changed"
+
+
+if __name__ == "__main__":
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=40) as cluster, Client(cluster):
+        result = compute_outputs(sys.argv[1])
+    REFERENCE.parent.mkdir(exist_ok=True)
+    REFERENCE.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {REFERENCE}")
