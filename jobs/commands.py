@@ -7,11 +7,11 @@ in, see jobs/options.py).
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 
 from jobs.options import method_params
 from pipeline import workflows
+from pipeline.distributed.cluster import performance_report
 from pipeline.errors import InputError
 
 EXIT_BAD_INPUT = 2
@@ -46,27 +46,15 @@ def check_before_work(command: str, values: dict) -> None:
         check_output(values["performance_report"], kind="file", overwrite=True)
 
 
-@contextlib.contextmanager
-def performance_report(path):
-    """Dask's performance report of everything the job computes, written atomically: a
-    failed job leaves no report (and no half-written file) behind."""
-    if not path:
-        yield
-        return
-    from distributed import performance_report as dask_report
-
-    from pipeline.storage.atomic import atomic_output
-    with atomic_output(path, kind="file", overwrite=True, file=True) as tmp, dask_report(filename=str(tmp)):
-        yield
-    log(f"performance report: {path}")
-
-
 def execute(command: str, values: dict) -> int:
     """Run one command on the current cluster: its exit status (bad input: one line, 2)."""
     try:
         check_before_work(command, values)
         with performance_report(values.get("performance_report")):
-            return RUN[command](values) or 0
+            status = RUN[command](values) or 0
+        if values.get("performance_report"):
+            log(f"performance report: {values['performance_report']}")
+        return status
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", EXIT_BAD_INPUT)

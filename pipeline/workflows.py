@@ -56,7 +56,7 @@ def ingest(source, out, *, format: str = "auto", column: str | None = None, labe
     if source in SOURCES:
         raise InputError(f"{source} is generated, not ingested; use `dhash synth sift --out {out}`")
     from pipeline.data.ingest import ingest_file
-    from pipeline.data.readers import open_reader
+    from pipeline.data.formats import open_reader
     from pipeline.distributed.progress import rows_bar
     from pipeline.storage.location import resolve
     # a remote file is copied first (ingest_file): its row count is known only then

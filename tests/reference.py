@@ -71,3 +71,8 @@ def l2_topk_bruteforce(Q, X, ids, k):
     d = ((Q[:, None, :].astype(np.float64) - X[None, :, :].astype(np.float64)) ** 2).sum(axis=2)
     order = np.array([np.lexsort((ids, d[q]))[:k] for q in range(len(Q))])
     return np.take_along_axis(d, order, axis=1), ids[order]
+
+
+def signs(projections: np.ndarray) -> np.ndarray:
+    """{-1, +1} codes as float (the math of ITQ/DisH written out); 0 maps to +1."""
+    return np.where(projections >= 0, 1.0, -1.0).astype(projections.dtype, copy=False)

@@ -10,7 +10,8 @@ from pipeline import InputError
 from pipeline.distributed.topology import build_topology, edges
 from pipeline.hashing import DisH
 from pipeline.kernels import dish as K
-from pipeline.kernels.codes import project_linear, signs
+from pipeline.kernels.codes import project_linear
+from tests.reference import signs
 
 
 def test_orthonormal_maximiser_beats_random_orthonormal_matrices():

@@ -332,7 +332,7 @@ def test_bad_pipeline_file_is_one_line_error_and_runs_nothing(tmp_path, capsys):
     bad.write_text('[pipeline]\nname = "x"\n[[steps]]\ncommand = "encode"\ndataset = "d.zarr"\nbits = 3\n')
     assert run("run", bad) == 2
     err = capsys.readouterr().err
-    assert "step 1" in err and "unknown option 'bits'" in err and err.count("\n") == 1
+    assert "step 1" in err and "unknown key 'bits'" in err and err.count("\n") == 1
     bad.write_text('[[steps]]\ncommand = "encode"\ndataset = "{nowhere}"\n')
     assert run("run", bad) == 2
     assert "unknown variable 'nowhere'" in capsys.readouterr().err

@@ -12,7 +12,8 @@ import pytest
 
 from pipeline.data.idx import read_idx_labels, write_idx
 from pipeline.data.ingest import ingest_file
-from pipeline.data.readers import READ_BLOCK_BYTES, block_rows_for, open_reader
+from pipeline.data.formats import open_reader
+from pipeline.data.readers import READ_BLOCK_BYTES, block_rows_for
 from pipeline.data.texmex import write_vecs
 from pipeline.errors import InputError
 from pipeline.storage.datasets import open_dataset

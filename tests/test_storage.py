@@ -316,7 +316,7 @@ def test_sigterm_removes_the_temporary_and_exits_143(tmp_path):
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])
 def test_damaged_npz_of_models_and_checkpoints_is_a_one_line_error(tmp_path, damage):
     from pipeline.errors import InputError
-    from pipeline.hashing.base import load_npz, npz_bytes
+    from pipeline.storage.npz import load_npz, npz_bytes
     from pipeline.hashing.checkpoint import Checkpoint
     from pipeline.storage.location import resolve
     ckpt = Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"})

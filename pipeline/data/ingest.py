@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.data.readers import VectorReader, block_rows_for, detect_format, existing_file, open_reader
+from pipeline.data.formats import detect_format, open_reader
+from pipeline.data.readers import VectorReader, block_rows_for, existing_file
 from pipeline.errors import InputError
 from pipeline.storage.datasets import Dataset, write_dataset
 

@@ -1,6 +1,8 @@
 """Cluster bootstrap: --scheduler ADDRESS, then $DASK_SCHEDULER_ADDRESS, then a LocalCluster."""
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import os
 import sys
@@ -147,3 +149,17 @@ def cluster_memory_bytes() -> int:
     except (ImportError, ValueError):
         pass
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+@contextlib.contextmanager
+def performance_report(path):
+    """Dask's performance report of everything the job computes, written atomically: a
+    failed job leaves no report (and no half-written file) behind."""
+    if not path:
+        yield
+        return
+    from distributed import performance_report as dask_report
+
+    from pipeline.storage.atomic import atomic_output
+    with atomic_output(path, kind="file", overwrite=True, file=True) as tmp, dask_report(filename=str(tmp)):
+        yield

@@ -27,6 +27,7 @@ from sklearn.utils.validation import validate_data
 
 from pipeline.errors import InputError
 from pipeline.kernels.codes import unpack_bits
+from pipeline.storage.npz import npz_bytes
 from pipeline.validation import check_features_array, check_finite_block
 
 MODEL_SCHEMA = "dhash.model/1"
@@ -241,84 +242,3 @@ class Hasher(TransformerMixin, BaseEstimator):
 def resolve_location(path):
     from pipeline.storage.location import resolve
     return resolve(path)
-
-
-def npz_bytes(arrays: dict) -> bytes:
-    """Arrays as the bytes of an .npz file (no pickle: plain numeric arrays only)."""
-    import io
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
-
-
-def load_npz(loc, remedy: str) -> dict[str, np.ndarray]:
-    """The arrays of an .npz file at a Location, never unpickling; a damaged or truncated
-    file is a one-line InputError."""
-    import io
-    import zipfile
-    try:
-        raw = loc.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{loc} is missing; {remedy}") from None
-    try:
-        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as exc:
-        raise InputError(f"{loc} is damaged ({type(exc).__name__}: {str(exc)[:60]}); {remedy}") from None
-
-
-def _major(version) -> int:
-    try:
-        return int(str(version).split(".")[0])
-    except ValueError:
-        return 0
-
-
-def _refuse_newer(meta, meta_file) -> None:
-    """A model written by a newer major version of dhash (or a newer model schema) may
-    mean something this version cannot read correctly: refuse it rather than guess."""
-    from pipeline import __version__
-    if not isinstance(meta, dict):
-        return
-    schema = str(meta.get("schema", ""))
-    newer_schema = schema.startswith("dhash.model/") and _major(schema.rpartition("/")[2]) > _major(MODEL_SCHEMA[12:])
-    if newer_schema or _major(meta.get("library_version", 0)) > _major(__version__):
-        raise InputError(f"{meta_file} was written by dhash {meta.get('library_version')} (schema {schema}), newer than "
-                         f"this dhash {__version__}; upgrade dhash (pip install -U dhash) to load it")
-
-
-def load_model(path) -> Hasher:
-    """Load a committed model directory written by ``Hasher.save`` (no pickle: JSON + .npz)."""
-    from pipeline.hashing import HASHERS
-    from pipeline.storage.atomic import require_committed
-    loc = resolve_location(path)
-    remedy = "re-train it with `dhash train`"
-    if not loc.child(MODEL_FILE).exists() and not loc.child(".dhash-commit.json").exists():
-        raise InputError(f"{loc} is not a model directory (no {MODEL_FILE}); train one with `dhash train`")
-    require_committed(loc, "model", remedy)
-    meta_file = loc.child(MODEL_FILE)
-    try:
-        meta = json.loads(meta_file.read_bytes())
-    except FileNotFoundError:
-        raise InputError(f"{meta_file} is missing; {remedy}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{meta_file} is not valid JSON ({str(exc)[:60]}); {remedy}") from None
-    _refuse_newer(meta, meta_file)
-    if not isinstance(meta, dict) or meta.get("schema") != MODEL_SCHEMA or meta.get("method") not in HASHERS:
-        got = (meta.get("schema"), meta.get("method")) if isinstance(meta, dict) else (None, None)
-        raise InputError(f"{meta_file} has schema {got[0]!r} / method {got[1]!r}; expected {MODEL_SCHEMA} with one of {', '.join(HASHERS)}")
-    try:
-        model = HASHERS[meta["method"]](**meta["params"])
-        arrays = load_npz(loc.child(ARRAYS_FILE), remedy)
-        model._set_learned_arrays(arrays)
-        model.n_features_in_ = int(meta["n_features"])
-        expected_id = meta["model_id"]
-    except (KeyError, TypeError) as exc:
-        raise InputError(f"{meta_file} lacks or has a bad entry ({exc}); {remedy}") from None
-    model.training_stats_ = meta.get("training", {})
-    model.dataset_ = meta.get("dataset", {})
-    if "random_state" in model.get_params():
-        model.seed_ = resolve_seed(meta.get("seed", model.random_state if model.random_state is not None else 0))
-    if model.model_id != expected_id:
-        raise InputError(f"{loc}: arrays do not match model.json (model id {model.model_id} != {expected_id}); the model directory is corrupt, re-train it")
-    return model

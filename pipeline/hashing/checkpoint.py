@@ -15,6 +15,7 @@ import json
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.storage.npz import load_npz, npz_bytes
 
 CHECKPOINT_SCHEMA = "dhash.checkpoint/1"
 STATE_FILE = "state.json"
@@ -39,7 +40,6 @@ class Checkpoint:
 
     def load(self) -> tuple[int, dict, dict] | None:
         """(iterations done, arrays, meta) of a matching checkpoint, None when there is none."""
-        from pipeline.hashing.base import load_npz
         state_file = self.path.child(STATE_FILE)
         if not state_file.exists():
             return None
@@ -54,7 +54,6 @@ class Checkpoint:
         return int(state["iteration"]), arrays, state["meta"]
 
     def save(self, iteration: int, arrays: dict, meta: dict) -> None:
-        from pipeline.hashing.base import npz_bytes
         from pipeline.storage.atomic import atomic_output, writer_record
         state = {"schema": CHECKPOINT_SCHEMA, "iteration": int(iteration), "fingerprint": self.fingerprint,
                  "meta": json.loads(json.dumps(meta, default=_plain)), "writer": writer_record()}

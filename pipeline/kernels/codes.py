@@ -18,11 +18,6 @@ def code_bytes(n_bits: int) -> int:
     return (n_bits + 7) // 8
 
 
-def signs(projections: np.ndarray) -> np.ndarray:
-    """{-1, +1} codes as float (for the math of ITQ/DisH); 0 maps to +1."""
-    return np.where(projections >= 0, 1.0, -1.0).astype(projections.dtype, copy=False)
-
-
 def pack_signs(projections: np.ndarray) -> np.ndarray:
     """(n, n_bits) real -> (n, ceil(n_bits/8)) uint8 packed codes."""
     return np.packbits(projections >= 0, axis=1, bitorder=BIT_ORDER)

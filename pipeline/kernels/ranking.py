@@ -67,10 +67,6 @@ def distance_histograms(dist: np.ndarray, relevant: np.ndarray, n_bits: int):
     return total, rel
 
 
-def add_histograms(a, b):
-    return a[0] + b[0], a[1] + b[1]
-
-
 def rank_offsets(chunk_histograms: list[tuple[np.ndarray, np.ndarray]]):
     """For each chunk (in id order): (#items, #relevant) ranked before its items at each
     distance, i.e. everything at a smaller distance plus earlier chunks at that distance."""

@@ -57,7 +57,6 @@ def deflate(C: np.ndarray, w: np.ndarray) -> np.ndarray:
 # Four regions of a bit's projections p = (x - mean) . w (paper Fig. 2): r- / r+ the points
 # closest to the boundary on each side, R- / R+ the farthest. Each region keeps the k rows
 # with the smallest key (ties by row id), so chunks merge exactly.
-REGIONS = ("near_negative", "near_positive", "far_negative", "far_positive")
 
 
 def _region_keys(p: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:

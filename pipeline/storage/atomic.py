@@ -73,9 +73,20 @@ def existing_kind(loc: Location) -> str | None:
     if record is not None:
         return record.get("kind")
     if loc.is_file():
-        from pipeline.storage.results import results_kind
-        return results_kind(loc)
+        return _parquet_kind(loc)
     return None
+
+
+def _parquet_kind(loc: Location) -> str | None:
+    """The kind of a single-file artifact: our parquet files name it in their schema
+    metadata ("dhash.KIND/VERSION"); anything else (or unreadable) is not ours."""
+    import pyarrow.parquet as pq
+    try:
+        with loc.open("rb") as f:
+            schema = (pq.ParquetFile(f).schema_arrow.metadata or {}).get(b"schema", b"").decode()
+    except Exception:   # noqa: BLE001 - anything unreadable is simply not ours
+        return None
+    return schema[len("dhash."):].rpartition("/")[0] or None if schema.startswith("dhash.") else None
 
 
 def check_output(final, *, kind: str, overwrite: bool) -> Location:

@@ -13,22 +13,6 @@ RESULTS_SCHEMA = "dhash.search-results/1"
 RESULTS_KIND = "search-results"
 
 
-def results_kind(loc) -> str | None:
-    """RESULTS_KIND when the file at ``loc`` is our results parquet, else None."""
-    try:
-        with loc.open("rb") as f:
-            meta = pq.ParquetFile(f).schema_arrow.metadata or {}
-    except Exception:   # noqa: BLE001 - anything unreadable is simply not ours
-        return None
-    return RESULTS_KIND if meta.get(b"schema") == RESULTS_SCHEMA.encode() else None
-
-
-def check_results_output(path, overwrite: bool):
-    """Refuse a results path we may not write, before the search runs."""
-    from pipeline.storage.atomic import check_output
-    return check_output(path, kind=RESULTS_KIND, overwrite=overwrite)
-
-
 def _write(path, table: pa.Table, meta: dict, overwrite: bool):
     table = table.replace_schema_metadata({b"dhash": json.dumps(meta).encode(), b"schema": RESULTS_SCHEMA.encode()})
     with atomic_output(path, kind=RESULTS_KIND, overwrite=overwrite, file=True) as tmp:
@@ -59,7 +43,3 @@ def write_radius_results(path, query_ids, query_index, ids, distances, *, overwr
         "hamming": np.asarray(distances, np.int32),
     })
     _write(path, table, {"kind": "radius"}, overwrite)
-
-
-def read_results(path):
-    return pq.read_table(str(path))

@@ -1,0 +1,131 @@
+"""The layers, checked on the source: no import cycles, kernels import nothing of ours,
+storage runs no Dask computation, jobs/ only parses and prints and nothing imports it.
+
+Imports are read with ``ast`` from every module of ``pipeline/`` and ``jobs/``, those
+inside functions included (a deferred import still is a dependency).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("pipeline", "jobs")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))}
+
+
+def _imports(path: Path, modules) -> set[str]:
+    """Our modules that ``path`` imports (``from a import b`` counts a.b when b is a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                     for a in node.names]
+        else:
+            continue
+        found.update(n for n in names if n.split(".")[0] in (*PACKAGES, "benchmarks"))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+
+
+def _cycles(graph) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert _cycles(import_graph()) == []
+
+
+def test_kernels_import_nothing_of_ours():
+    for name, deps in import_graph().items():
+        if name.startswith("pipeline.kernels"):
+            assert {d for d in deps if not d.startswith("pipeline.kernels")} == set(), name
+
+
+def test_nothing_in_the_library_imports_the_jobs():
+    for name, deps in import_graph().items():
+        if name.startswith("pipeline"):
+            assert not any(d.startswith("jobs") for d in deps), name
+
+
+def test_only_the_bench_workflow_reaches_the_benchmarks():
+    users = {name for name, deps in import_graph().items() if any(d.startswith("benchmarks") for d in deps)}
+    assert users <= {"pipeline.workflows"}
+
+
+def _calls(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            names.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
+    return names
+
+
+def _third_party(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_storage_runs_no_dask_computation():
+    for name, path in _modules().items():
+        if name.startswith("pipeline.storage"):
+            assert not _calls(path) & {"compute", "persist", "store", "submit", "gather"}, name
+            assert "distributed" not in _third_party(path), name
+            assert not any(d.startswith(("pipeline.distributed", "pipeline.hashing", "pipeline.evaluation",
+                                         "pipeline.workflows")) for d in import_graph()[name]), name
+
+
+def test_jobs_only_parse_and_print():
+    for name, path in _modules().items():
+        if name.startswith("jobs"):
+            assert not _third_party(path) & {"numpy", "dask", "distributed", "zarr", "scipy"}, name
+            assert not _calls(path) & {"compute", "persist", "submit", "gather"}, name
