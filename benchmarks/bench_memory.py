@@ -23,6 +23,7 @@ directory is deleted at the end (it needs about 3 GB free at the default sizes).
     .venv/bin/python benchmarks/bench_memory.py            # full size: 10M rows, 1 GiB .bvecs
     .venv/bin/python benchmarks/bench_memory.py --n 200000 --bvecs-gb 0.05 --out /tmp/m.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,6 +57,7 @@ IMPORT_FLOOR_CODE = "import numpy, zarr, dask, distributed, pipeline"
 
 # ------------------------------------------------------------------- process tree watch
 
+
 def run_measured(cmd: list[str], *, cwd: Path, log: Path, root_role: str = "main process") -> dict:
     """Run ``cmd`` to completion while watching its process tree; returns the memory figures."""
     load_before = os.getloadavg()[0]
@@ -73,11 +75,17 @@ def run_measured(cmd: list[str], *, cwd: Path, log: Path, root_role: str = "main
         popen.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - started
     procs = sorted(watch.procs.values(), key=lambda p: -max(p["peak_rss_kb"], p["hwm_kb"]))
-    per_process = [{"pid": p["pid"], "role": p["role"],
-                    "peak_rss_mb": round(max(p["peak_rss_kb"], p["hwm_kb"]) / 1024, 1),
-                    "peak_rss_polled_mb": round(p["peak_rss_kb"] / 1024, 1),
-                    "peak_anon_mb": round(p["peak_anon_kb"] / 1024, 1),
-                    "peak_file_backed_mb": round(p["peak_file_kb"] / 1024, 1)} for p in procs]
+    per_process = [
+        {
+            "pid": p["pid"],
+            "role": p["role"],
+            "peak_rss_mb": round(max(p["peak_rss_kb"], p["hwm_kb"]) / 1024, 1),
+            "peak_rss_polled_mb": round(p["peak_rss_kb"] / 1024, 1),
+            "peak_anon_mb": round(p["peak_anon_kb"] / 1024, 1),
+            "peak_file_backed_mb": round(p["peak_file_kb"] / 1024, 1),
+        }
+        for p in procs
+    ]
     polled_max = max((p["peak_rss_mb"] for p in per_process), default=0.0)
     return {
         "returncode": popen.returncode,
@@ -111,10 +119,12 @@ def _kill_tree(pid: int) -> None:
 
 # ------------------------------------------------------------------------- helpers
 
+
 def write_bvecs(path: Path, n: int, seed: int, block_rows: int = 262_144) -> dict:
     """``n`` sift-synth rows (seed ``seed``) as a .bvecs file, one block of records at a time."""
     from pipeline.data.synth import sift_rows
     from pipeline.data.texmex import record_dtype
+
     record = record_dtype("bvecs", D)
     started = time.perf_counter()
     with open(path, "wb") as f:
@@ -126,13 +136,19 @@ def write_bvecs(path: Path, n: int, seed: int, block_rows: int = 262_144) -> dic
             records.tofile(f)
     secs = time.perf_counter() - started
     assert path.stat().st_size == n * record.itemsize, "bvecs file has the wrong size"
-    return {"rows": n, "record_bytes": record.itemsize, "seconds": round(secs, 2),
-            "bytes": path.stat().st_size, "size_mb": round(path.stat().st_size / MB, 1)}
+    return {
+        "rows": n,
+        "record_bytes": record.itemsize,
+        "seconds": round(secs, 2),
+        "bytes": path.stat().st_size,
+        "size_mb": round(path.stat().st_size / MB, 1),
+    }
 
 
 def check_ingested(dataset: Path, bvecs: Path, n: int, rng: np.random.Generator, k: int = 32) -> dict:
     from pipeline.data.texmex import record_dtype
     from pipeline.storage.datasets import open_dataset
+
     ds = open_dataset(dataset)
     assert (ds.n, ds.d, ds.dtype) == (n, D, np.uint8), f"ingested dataset is {ds!r}"
     records = np.memmap(bvecs, dtype=record_dtype("bvecs", D), mode="r", shape=(n,))
@@ -148,6 +164,7 @@ def check_ingested(dataset: Path, bvecs: Path, n: int, rng: np.random.Generator,
 def check_synth(dataset: Path, n: int, seed: int, rng: np.random.Generator, k: int = 8) -> dict:
     from pipeline.data.synth import sift_rows
     from pipeline.storage.datasets import open_dataset
+
     ds = open_dataset(dataset)
     assert (ds.n, ds.d, ds.dtype) == (n, D, np.uint8), f"synth dataset is {ds!r}"
     rows = np.unique(np.concatenate([[0, n - 1], rng.integers(0, n, k)]))
@@ -173,6 +190,7 @@ def _repo_relative(path: str) -> str:
 
 # ---------------------------------------------------------------------------- report
 
+
 def markdown(result: dict) -> str:
     s, i = result["synth"], result["ingest"]
     m = result["machine"]
@@ -195,13 +213,13 @@ def markdown(result: dict) -> str:
         "| step | rows | data size (MB, raw uint8) | wall (s) | rows/s | max 1-process peak RSS (MB) | peak tree RSS sum (MB) | peak tree PSS sum (MB) | peak RSS / data size | under limit |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |",
     ]
-    for name, step, size in (("synth sift", s, s["raw_data_mb"]),
-                             ("ingest .bvecs", i, i["input_file_mb"])):
+    for name, step, size in (("synth sift", s, s["raw_data_mb"]), ("ingest .bvecs", i, i["input_file_mb"])):
         lines.append(
             f"| {name} | {step['rows']:,} | {size:,.0f} | {step['wall_seconds']:.1f} | {step['rows_per_second']:,.0f} "
             f"| {step['max_process_peak_rss_mb']:,.0f} | {step['peak_sum_rss_mb']:,.0f} | {step['peak_sum_pss_mb']:,.0f} "
-            f"| {step['max_process_peak_rss_mb'] / size:.2f} | {'yes' if step['pass'] else 'NO'} |")
-    lines.append(f"| import floor (`python -c \"{IMPORT_FLOOR_CODE}\"`) | - | - | - | - | {floor:,.0f} | - | - | - | - |")
+            f"| {step['max_process_peak_rss_mb'] / size:.2f} | {'yes' if step['pass'] else 'NO'} |"
+        )
+    lines.append(f'| import floor (`python -c "{IMPORT_FLOOR_CODE}"`) | - | - | - | - | {floor:,.0f} | - | - | - | - |')
     lines += [
         "",
         f"- 1-minute load average before/after: synth {s['load_avg_1min_before_after']}, ingest "
@@ -240,13 +258,17 @@ def markdown(result: dict) -> str:
 
 # ------------------------------------------------------------------------------ main
 
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=10_000_000, help="sift-synth rows (default 10,000,000)")
     ap.add_argument("--bvecs-gb", type=float, default=1.0, help="size of the generated .bvecs in GiB (default 1.0)")
     ap.add_argument("--workdir", help="scratch directory (default: a new temp dir under /tmp, deleted at the end)")
-    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "memory.json"),
-                    help="result JSON (a .md table is written beside it)")
+    ap.add_argument(
+        "--out",
+        default=str(REPO / "benchmarks" / "results" / "memory.json"),
+        help="result JSON (a .md table is written beside it)",
+    )
     ap.add_argument("--workers", type=int, default=2, help="synth: local cluster worker processes (default 2)")
     ap.add_argument("--seed", type=int, default=0, help="sift-synth seed of the synth step (the .bvecs uses seed+1)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -263,8 +285,10 @@ def main(argv=None) -> int:
     need = (args.n * D + 2 * bvecs_rows * D) * 1.15
     free = shutil.disk_usage(workdir).free
     if free < need:
-        print(f"error: {workdir} has {free / 2**30:.1f} GiB free; this run needs about {need / 2**30:.1f} GiB",
-              file=sys.stderr)
+        print(
+            f"error: {workdir} has {free / 2**30:.1f} GiB free; this run needs about {need / 2**30:.1f} GiB",
+            file=sys.stderr,
+        )
         return 2
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -279,25 +303,52 @@ def main(argv=None) -> int:
 
         # 1. synth
         synth_out = workdir / "synth.zarr"
-        synth_cmd = [py, "-m", "jobs", "synth", "sift", "--n", str(args.n), "--seed", str(args.seed),
-                     "--out", str(synth_out), "--workers", str(args.workers), "--threads", "1", "--quiet"]
+        synth_cmd = [
+            py,
+            "-m",
+            "jobs",
+            "synth",
+            "sift",
+            "--n",
+            str(args.n),
+            "--seed",
+            str(args.seed),
+            "--out",
+            str(synth_out),
+            "--workers",
+            str(args.workers),
+            "--threads",
+            "1",
+            "--quiet",
+        ]
         print(f"synth: {fmt_cmd(synth_cmd)}", file=sys.stderr)
-        synth = run_measured(synth_cmd, cwd=REPO, log=workdir / "synth.log",
-                             root_role="client (+ scheduler, nannies)")
+        synth = run_measured(synth_cmd, cwd=REPO, log=workdir / "synth.log", root_role="client (+ scheduler, nannies)")
         synth_log = (workdir / "synth.log").read_text()
         if synth["returncode"] != 0:
             raise RuntimeError(f"synth failed ({synth['returncode']}):\n{synth_log[-3000:]}")
-        synth.update({"command": fmt_cmd(synth_cmd), "rows": args.n, "workers": args.workers, "threads": 1,
-                      "rows_per_second": round(args.n / synth["wall_seconds"]), "raw_data_mb": round(args.n * D / MB, 1),
-                      "dataset_disk": disk_usage(synth_out), "stdout": synth_log.strip()[-500:],
-                      "check": check_synth(synth_out, args.n, args.seed, rng)})
+        synth.update(
+            {
+                "command": fmt_cmd(synth_cmd),
+                "rows": args.n,
+                "workers": args.workers,
+                "threads": 1,
+                "rows_per_second": round(args.n / synth["wall_seconds"]),
+                "raw_data_mb": round(args.n * D / MB, 1),
+                "dataset_disk": disk_usage(synth_out),
+                "stdout": synth_log.strip()[-500:],
+                "check": check_synth(synth_out, args.n, args.seed, rng),
+            }
+        )
         # the command's own timing of the generation (without interpreter and cluster start-up)
         found = re.search(r"in ([0-9.]+)s \(([0-9,]+) rows/s\)", synth_log)
         if found:
             synth["generate_seconds_reported"] = float(found.group(1))
             synth["generate_rows_per_second_reported"] = int(found.group(2).replace(",", ""))
-        print(f"synth: {synth['wall_seconds']:.1f}s, max process {synth['max_process_peak_rss_mb']:.0f} MB, "
-              f"tree sum {synth['peak_sum_rss_mb']:.0f} MB", file=sys.stderr)
+        print(
+            f"synth: {synth['wall_seconds']:.1f}s, max process {synth['max_process_peak_rss_mb']:.0f} MB, "
+            f"tree sum {synth['peak_sum_rss_mb']:.0f} MB",
+            file=sys.stderr,
+        )
         shutil.rmtree(synth_out)  # free the disk before the next step
 
         # 2. a ~1 GiB .bvecs, written block by block, then ingest
@@ -312,14 +363,22 @@ def main(argv=None) -> int:
         ingest_log = (workdir / "ingest.log").read_text()
         if ingest["returncode"] != 0:
             raise RuntimeError(f"ingest failed ({ingest['returncode']}):\n{ingest_log[-3000:]}")
-        ingest.update({"command": fmt_cmd(ingest_cmd), "rows": bvecs_rows,
-                       "rows_per_second": round(bvecs_rows / ingest["wall_seconds"]),
-                       "input_file_mb": gen["size_mb"], "input_generation": gen,
-                       "dataset_disk": disk_usage(ingest_out), "stdout": ingest_log.strip()[-500:],
-                       "check": check_ingested(ingest_out, bvecs, bvecs_rows, rng)})
+        ingest.update(
+            {
+                "command": fmt_cmd(ingest_cmd),
+                "rows": bvecs_rows,
+                "rows_per_second": round(bvecs_rows / ingest["wall_seconds"]),
+                "input_file_mb": gen["size_mb"],
+                "input_generation": gen,
+                "dataset_disk": disk_usage(ingest_out),
+                "stdout": ingest_log.strip()[-500:],
+                "check": check_ingested(ingest_out, bvecs, bvecs_rows, rng),
+            }
+        )
         ingest["peak_rss_over_input_size"] = round(ingest["max_process_peak_rss_mb"] / gen["size_mb"], 3)
-        print(f"ingest: {ingest['wall_seconds']:.1f}s, peak {ingest['max_process_peak_rss_mb']:.0f} MB",
-              file=sys.stderr)
+        print(
+            f"ingest: {ingest['wall_seconds']:.1f}s, peak {ingest['max_process_peak_rss_mb']:.0f} MB", file=sys.stderr
+        )
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -329,7 +388,7 @@ def main(argv=None) -> int:
     synth["peak_rss_over_data_size"] = round(synth["max_process_peak_rss_mb"] / synth["raw_data_mb"], 3)
     result = {
         "benchmark": "memory",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": command,
         "machine": machine_info(),
         "limit_mb": LIMIT_MB,

@@ -24,6 +24,7 @@ pipeline/evaluation/truth.py). `--ground-truth-top-k 1000` reruns with the top 1
 we rank 1000 (the issue's number; `--queries` changes it). Writes JSON + Markdown; deletes
 WORK unless --keep.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,6 +40,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_memory import fmt_cmd, run_measured  # noqa: E402
+
 from benchmarks.harness.measure import disk_usage, machine_info  # noqa: E402
 
 KS = [50, 100, 200, 500, 1000]
@@ -61,18 +63,48 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     py = [sys.executable, "-m", "jobs"]
     truth_args = ["--top-k", str(args.ground_truth_top_k)] if args.ground_truth_top_k else ["--top-percent", "2"]
-    truth_text = (f"exact top-{args.ground_truth_top_k}" if args.ground_truth_top_k else "exact top 2 percent") \
-        + " squared L2, ties by id"
+    truth_text = (
+        f"exact top-{args.ground_truth_top_k}" if args.ground_truth_top_k else "exact top 2 percent"
+    ) + " squared L2, ties by id"
     steps = {
         "synth": py + ["synth", "sift", "--n", str(args.n), "--out", str(work / "sift.zarr"), "--overwrite", "--quiet"],
-        "evaluate": py + ["evaluate", "--dataset", str(work / "sift.zarr"), "--methods", args.methods, "--bits", args.bits,
-                          "--queries", str(args.queries), "--ground-truth", "euclidean", *truth_args,
-                          "--ks", ",".join(map(str, KS)), "--dish2-dictionaries", "1",
-                          "--out", str(work / "report"), "--quiet"],
+        "evaluate": py
+        + [
+            "evaluate",
+            "--dataset",
+            str(work / "sift.zarr"),
+            "--methods",
+            args.methods,
+            "--bits",
+            args.bits,
+            "--queries",
+            str(args.queries),
+            "--ground-truth",
+            "euclidean",
+            *truth_args,
+            "--ks",
+            ",".join(map(str, KS)),
+            "--dish2-dictionaries",
+            "1",
+            "--out",
+            str(work / "report"),
+            "--quiet",
+        ],
     }
-    result = {"benchmark": "pipeline", "command": fmt_cmd([sys.executable, *sys.argv]), "machine": machine_info(),
-              "params": {"n": args.n, "bits": args.bits, "methods": args.methods, "queries": args.queries,
-                         "ground_truth": truth_text, "ks": KS}, "steps": {}}
+    result = {
+        "benchmark": "pipeline",
+        "command": fmt_cmd([sys.executable, *sys.argv]),
+        "machine": machine_info(),
+        "params": {
+            "n": args.n,
+            "bits": args.bits,
+            "methods": args.methods,
+            "queries": args.queries,
+            "ground_truth": truth_text,
+            "ks": KS,
+        },
+        "steps": {},
+    }
     started = time.perf_counter()
     try:
         for name, cmd in steps.items():
@@ -86,18 +118,31 @@ def main(argv=None) -> int:
         result["total_seconds"] = round(time.perf_counter() - started, 1)
         result["dataset_disk"] = disk_usage(work / "sift.zarr")
         report = json.loads((work / "report" / "report.json").read_text())
-        result["results"] = [{"label": r.get("label", r["method"]), "n_bits": r["n_bits"],
-                              **{f"precision@{k}": round(r["metrics"][f"precision@{k}"], 4) for k in KS},
-                              "map": round(r["metrics"]["map"], 4), **r["timing"]} for r in report["results"]]
+        result["results"] = [
+            {
+                "label": r.get("label", r["method"]),
+                "n_bits": r["n_bits"],
+                **{f"precision@{k}": round(r["metrics"][f"precision@{k}"], 4) for k in KS},
+                "map": round(r["metrics"]["map"], 4),
+                **r["timing"],
+            }
+            for r in report["results"]
+        ]
         by = {(r["label"], r["n_bits"]): r for r in result["results"]}
-        result["dish_minus_lsh"] = {f"{label} {b}": {m: round(row[m] - by[("lsh", b)][m], 4) for m in METRICS}
-                                    for (label, b), row in by.items() if label.startswith("dish")}
+        result["dish_minus_lsh"] = {
+            f"{label} {b}": {m: round(row[m] - by[("lsh", b)][m], 4) for m in METRICS}
+            for (label, b), row in by.items()
+            if label.startswith("dish")
+        }
         result["acceptance"] = {
             "target": f"whole pipeline < 30 min; at every bit length DisH (DisH1 and DisH2) above LSH at every "
-                      f"precision@K and map, by >= {MARGIN} at precision@1000 and map",
-            "met": result["total_seconds"] < 1800 and all(
+            f"precision@K and map, by >= {MARGIN} at precision@1000 and map",
+            "met": result["total_seconds"] < 1800
+            and all(
                 all(g > 0 for g in gaps.values()) and gaps["precision@1000"] >= MARGIN and gaps["map"] >= MARGIN
-                for gaps in result["dish_minus_lsh"].values())}
+                for gaps in result["dish_minus_lsh"].values()
+            ),
+        }
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -110,24 +155,49 @@ def main(argv=None) -> int:
 
 def markdown(result: dict) -> str:
     m = result["machine"]
-    lines = ["# Full pipeline at 10M points", "", f"Command: `{result['command']}`", "",
-             f"Machine: {m['cores']} cores, {m['cpu_model']}, {m['ram_total_gb']} GB RAM", "",
-             "| step | seconds | max process RSS MB |", "|---|---|---|"]
-    for name, step in result["steps"].items():
-        lines.append(f"| `{step['command'].split(' -m jobs ')[-1]}` | {step['wall_seconds']} | {step['max_process_peak_rss_mb']} |")
-    lines += ["", f"Total: **{result['total_seconds']} s** ({result['total_seconds'] / 60:.1f} min); dataset on disk "
-              f"{result['dataset_disk']['disk_mb']} MB", "",
-              "| method | bits | " + " | ".join(f"P@{k}" for k in KS) + " | map | train s | encode s | search s |",
-              "|---|---|" + "---|" * (len(KS) + 4)]
+    lines = [
+        "# Full pipeline at 10M points",
+        "",
+        f"Command: `{result['command']}`",
+        "",
+        f"Machine: {m['cores']} cores, {m['cpu_model']}, {m['ram_total_gb']} GB RAM",
+        "",
+        "| step | seconds | max process RSS MB |",
+        "|---|---|---|",
+    ]
+    for step in result["steps"].values():
+        lines.append(
+            f"| `{step['command'].split(' -m jobs ')[-1]}` | {step['wall_seconds']} | {step['max_process_peak_rss_mb']} |"
+        )
+    lines += [
+        "",
+        f"Total: **{result['total_seconds']} s** ({result['total_seconds'] / 60:.1f} min); dataset on disk "
+        f"{result['dataset_disk']['disk_mb']} MB",
+        "",
+        "| method | bits | " + " | ".join(f"P@{k}" for k in KS) + " | map | train s | encode s | search s |",
+        "|---|---|" + "---|" * (len(KS) + 4),
+    ]
     for r in result["results"]:
-        lines.append(f"| {r['label']} | {r['n_bits']} | " + " | ".join(str(r[f'precision@{k}']) for k in KS)
-                     + f" | {r['map']} | {r['train_seconds']:.1f} | {r['encode_seconds']:.1f} | {r['search_seconds']:.1f} |")
-    lines += ["", "DisH minus LSH:", "", "| | " + " | ".join(f"P@{k}" for k in KS) + " | map |",
-              "|---|" + "---|" * (len(KS) + 1)]
+        lines.append(
+            f"| {r['label']} | {r['n_bits']} | "
+            + " | ".join(str(r[f"precision@{k}"]) for k in KS)
+            + f" | {r['map']} | {r['train_seconds']:.1f} | {r['encode_seconds']:.1f} | {r['search_seconds']:.1f} |"
+        )
+    lines += [
+        "",
+        "DisH minus LSH:",
+        "",
+        "| | " + " | ".join(f"P@{k}" for k in KS) + " | map |",
+        "|---|" + "---|" * (len(KS) + 1),
+    ]
     for name, gaps in result.get("dish_minus_lsh", {}).items():
         lines.append(f"| {name} bits | " + " | ".join(f"{gaps[m]:+.4f}" for m in METRICS) + " |")
-    lines += ["", f"Ground truth: {result['params']['ground_truth']}; {result['params']['queries']} queries.", "",
-              f"Acceptance: {result['acceptance']['target']} -> {'met' if result['acceptance']['met'] else 'NOT met'}"]
+    lines += [
+        "",
+        f"Ground truth: {result['params']['ground_truth']}; {result['params']['queries']} queries.",
+        "",
+        f"Acceptance: {result['acceptance']['target']} -> {'met' if result['acceptance']['met'] else 'NOT met'}",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,7 @@ nothing else hides it.
 
 Writes JSON and a Markdown table beside it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,13 +62,13 @@ def main(argv=None) -> int:
     bytes_read = 0
     with tempfile.TemporaryDirectory(prefix="dhash-verify-", dir=Path(ds.path).parent) as tmp:
         plain_paths = []
-        for i in range(n_chunks):   # the unverified layout: same data and level, no checksum
+        for i in range(n_chunks):  # the unverified layout: same data and level, no checksum
             path = os.path.join(tmp, str(i))
             with open(path, "wb") as f:
                 f.write(plain_codec.encode(reader(i)))
             plain_paths.append(path)
         verified_paths = [reader.loc.child("c", str(i), "0").url for i in range(n_chunks)]
-        for path in verified_paths:   # warm the page cache
+        for path in verified_paths:  # warm the page cache
             Path(path).read_bytes()
         for _ in range(args.repeats):
             for i in range(n_chunks):
@@ -89,12 +90,20 @@ def main(argv=None) -> int:
         "benchmark": "chunk verification cost, one read pass",
         "command": "python benchmarks/bench_verify.py " + " ".join(argv or sys.argv[1:]),
         "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
-        "data": {"path": ds.path, "n": ds.n, "d": ds.d, "dtype": str(ds.dtype), "chunks": n_chunks,
-                 "chunk_rows": reader.chunk_rows, "compressed_bytes_per_pass": bytes_read // args.repeats},
+        "data": {
+            "path": ds.path,
+            "n": ds.n,
+            "d": ds.d,
+            "dtype": str(ds.dtype),
+            "chunks": n_chunks,
+            "chunk_rows": reader.chunk_rows,
+            "compressed_bytes_per_pass": bytes_read // args.repeats,
+        },
         "repeats": args.repeats,
         "seconds_per_pass": {k: round(v / args.repeats, 3) for k, v in times.items()},
-        "decoded_gb_per_second": {k: round(rows * ds.d * reader.dtype.itemsize / v / 1e9, 2)
-                                  for k, v in times.items() if k != "raw read"},
+        "decoded_gb_per_second": {
+            k: round(rows * ds.d * reader.dtype.itemsize / v / 1e9, 2) for k, v in times.items() if k != "raw read"
+        },
         "verification_overhead": round(overhead, 4),
         "acceptance": {"target": "verification costs under 5% of a read pass", "met": bool(overhead < 0.05)},
     }
@@ -103,10 +112,13 @@ def main(argv=None) -> int:
     out_path.write_text(json.dumps(result, indent=1) + "\n")
     md = ["| pass | seconds per pass | decoded GB/s |", "|---|---|---|"]
     md += [f"| {k} | {result['seconds_per_pass'][k]} | {result['decoded_gb_per_second'].get(k, '-')} |" for k in times]
-    text = (f"# Chunk verification cost\n\n{result['data']['n']:,} x {ds.d} {ds.dtype}, {n_chunks} chunks, "
-            f"{args.repeats} passes each, page cache warm; CPU: {result['machine']['cpu']}.\n\n" + "\n".join(md) +
-            f"\n\nVerification overhead: **{overhead * 100:.1f}%** of an unverified read pass "
-            f"(goal < 5%: {'met' if overhead < 0.05 else 'not met'}).\n\nCommand: `{result['command']}`\n")
+    text = (
+        f"# Chunk verification cost\n\n{result['data']['n']:,} x {ds.d} {ds.dtype}, {n_chunks} chunks, "
+        f"{args.repeats} passes each, page cache warm; CPU: {result['machine']['cpu']}.\n\n"
+        + "\n".join(md)
+        + f"\n\nVerification overhead: **{overhead * 100:.1f}%** of an unverified read pass "
+        f"(goal < 5%: {'met' if overhead < 0.05 else 'not met'}).\n\nCommand: `{result['command']}`\n"
+    )
     out_path.with_suffix(".md").write_text(text)
     print(text)
     return 0

@@ -4,6 +4,7 @@ file with the acceptance comparisons computed from the numbers.
 
     .venv/bin/python benchmarks/summarize_quality.py benchmarks/results/issue5 --out benchmarks/results/quality_issue5.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.evaluation.report import quality_table
+from pipeline.evaluation.report import quality_table  # noqa: E402 - after the sys.path entry above
 
 # (report directory, method, metric, baselines that must be lower, reference reported only)
 CHECKS = [
@@ -32,10 +33,17 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     root = Path(args.reports)
     reports = {p.parent.name: json.loads(p.read_text()) for p in sorted(root.glob("*/report.json"))}
-    lines = ["# Issue 5: SGH, S3PLH and USPLH on the papers' protocols", "",
-             "Test split: 1000 queries, seed 0; training set = database. Commands: `benchmarks/run_issue5.sh quality`;",
-             "parameters chosen on a validation split beforehand (`sweep_*.md`).", "", "## Acceptance", "",
-             "| run | method | metric | bits | value | must beat | beaten? | reported against |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Issue 5: SGH, S3PLH and USPLH on the papers' protocols",
+        "",
+        "Test split: 1000 queries, seed 0; training set = database. Commands: `benchmarks/run_issue5.sh quality`;",
+        "parameters chosen on a validation split beforehand (`sweep_*.md`).",
+        "",
+        "## Acceptance",
+        "",
+        "| run | method | metric | bits | value | must beat | beaten? | reported against |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     all_ok = True
     for run, method, metric, bits_list, baselines, reference in CHECKS:
         if run not in reports:
@@ -53,12 +61,21 @@ def main(argv=None) -> int:
             ref = rows.get((reference, bits), {}).get(metric)
             ref_cell = f"{reference} {ref:.4f}" if ref is not None else ""
             beaten = ", ".join(f"{b} {v:.4f}" for b, v in lower.items())
-            lines.append(f"| {run} | {method} | {metric} | {bits} | {value:.4f} | {beaten} | {'yes' if ok else 'NO'} | {ref_cell} |")
+            lines.append(
+                f"| {run} | {method} | {metric} | {bits} | {value:.4f} | {beaten} | {'yes' if ok else 'NO'} | {ref_cell} |"
+            )
     lines += ["", f"All acceptance comparisons hold: **{'yes' if all_ok else 'no'}**", ""]
     for run, report in reports.items():
         gt = report["ground_truth"]
-        lines += [f"## {run}", "", f"{report['dataset']['source']}, {report['dataset']['n']} points; ground truth: "
-                  f"{gt['rule']}" + (f" (K = {gt['k']})" if gt.get("k") else ""), "", quality_table(report), ""]
+        lines += [
+            f"## {run}",
+            "",
+            f"{report['dataset']['source']}, {report['dataset']['n']} points; ground truth: "
+            f"{gt['rule']}" + (f" (K = {gt['k']})" if gt.get("k") else ""),
+            "",
+            quality_table(report),
+            "",
+        ]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

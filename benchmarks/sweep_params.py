@@ -10,6 +10,7 @@ The evaluation's test split (1000 queries, seed 0) is removed from the dataset f
 rows, the rest of which is the validation database and training set. Writes JSON + a
 Markdown table (one row per configuration x bits, best per bits marked).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.harness.measure import machine_info
+from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sys.path entry above
 
 
 def main(argv=None) -> int:
@@ -30,8 +31,11 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, help="sift-synth rows")
     ap.add_argument("--method", required=True)
     ap.add_argument("--bits", default="32")
-    ap.add_argument("--grid", required=True,
-                    help="JSON object: parameter -> list of values (every combination), or a list of such objects (their union)")
+    ap.add_argument(
+        "--grid",
+        required=True,
+        help="JSON object: parameter -> list of values (every combination), or a list of such objects (their union)",
+    )
     ap.add_argument("--ground-truth", choices=["labels", "euclidean"])
     ap.add_argument("--top-percent", type=float)
     ap.add_argument("--metric", default="precision@1000", help="metric that picks the best configuration")
@@ -39,9 +43,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
 
+    from benchmarks.harness.tuning import grid, holdout_dataset, sweep
     from pipeline.data.sources import resolve_dataset
     from pipeline.distributed.cluster import connect
-    from benchmarks.harness.tuning import grid, holdout_dataset, sweep
+
     bits = [int(b) for b in args.bits.split(",")]
     grids = json.loads(args.grid)
     configs = [c for g in (grids if isinstance(grids, list) else [grids]) for c in grid(**g)]
@@ -49,34 +54,62 @@ def main(argv=None) -> int:
     with connect(quiet=True) as client:
         ds = resolve_dataset(args.dataset, n=args.n)
         held = holdout_dataset(ds, 1000, 0, Path(args.workdir) / f"{Path(str(ds.path)).name}-holdout.zarr")
-        rows = sweep(held, args.method, bits, configs, ground_truth=args.ground_truth, top_percent=args.top_percent,
-                     ks=[100, 1000], progress=lambda row: print(json.dumps(row), file=sys.stderr, flush=True))
+        rows = sweep(
+            held,
+            args.method,
+            bits,
+            configs,
+            ground_truth=args.ground_truth,
+            top_percent=args.top_percent,
+            ks=[100, 1000],
+            progress=lambda row: print(json.dumps(row), file=sys.stderr, flush=True),
+        )
         client.cluster.close()
     best = {}
     for row in rows:
         if row["n_bits"] not in best or row["metrics"][args.metric] > best[row["n_bits"]]["metrics"][args.metric]:
             best[row["n_bits"]] = row
-    result = {"benchmark": "sweep", "command": " ".join([sys.executable, *sys.argv]), "machine": machine_info(),
-              "dataset": str(args.dataset), "method": args.method, "bits": bits, "grid": json.loads(args.grid),
-              "protocol": {"test_split": "1000 queries, seed 0, removed before tuning",
-                           "validation_split": "1000 queries, seed 1, drawn from the remaining rows",
-                           "ground_truth": args.ground_truth, "top_percent": args.top_percent,
-                           "selection_metric": args.metric},
-              "seconds": round(time.perf_counter() - started, 1), "rows": rows,
-              "best": {str(b): r["params"] for b, r in best.items()}}
+    result = {
+        "benchmark": "sweep",
+        "command": " ".join([sys.executable, *sys.argv]),
+        "machine": machine_info(),
+        "dataset": str(args.dataset),
+        "method": args.method,
+        "bits": bits,
+        "grid": json.loads(args.grid),
+        "protocol": {
+            "test_split": "1000 queries, seed 0, removed before tuning",
+            "validation_split": "1000 queries, seed 1, drawn from the remaining rows",
+            "ground_truth": args.ground_truth,
+            "top_percent": args.top_percent,
+            "selection_metric": args.metric,
+        },
+        "seconds": round(time.perf_counter() - started, 1),
+        "rows": rows,
+        "best": {str(b): r["params"] for b, r in best.items()},
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     keys = list(dict.fromkeys(k for c in configs for k in c))
-    lines = [f"# Sweep: {args.method} on {args.dataset} (validation split)", "", f"Command: `{result['command']}`", "",
-             f"Selection metric: {args.metric}; test queries removed before tuning.", "",
-             "| bits | " + " | ".join(keys) + " | P@100 | P@1000 | map | train s | best |",
-             "|" + "---|" * (len(keys) + 6)]
+    lines = [
+        f"# Sweep: {args.method} on {args.dataset} (validation split)",
+        "",
+        f"Command: `{result['command']}`",
+        "",
+        f"Selection metric: {args.metric}; test queries removed before tuning.",
+        "",
+        "| bits | " + " | ".join(keys) + " | P@100 | P@1000 | map | train s | best |",
+        "|" + "---|" * (len(keys) + 6),
+    ]
     for row in rows:
         mark = "**best**" if best[row["n_bits"]] is row else ""
-        lines.append(f"| {row['n_bits']} | " + " | ".join(str(row["params"].get(k, "default")) for k in keys)
-                     + f" | {row['metrics']['precision@100']:.4f} | {row['metrics']['precision@1000']:.4f}"
-                     + f" | {row['metrics']['map']:.4f} | {row['train_seconds']:.1f} | {mark} |")
+        lines.append(
+            f"| {row['n_bits']} | "
+            + " | ".join(str(row["params"].get(k, "default")) for k in keys)
+            + f" | {row['metrics']['precision@100']:.4f} | {row['metrics']['precision@1000']:.4f}"
+            + f" | {row['metrics']['map']:.4f} | {row['train_seconds']:.1f} | {mark} |"
+        )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -4,6 +4,7 @@ table (jobs/options.py), values come from flags > ``--config`` TOML > defaults, 
 command's body is in jobs/commands.py. Bad input exits with status 2 and one line
 ``error: <problem; fix>``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,6 +13,7 @@ import logging
 import sys
 
 from jobs import commands
+from jobs.commands import pick
 from jobs.options import COMMANDS, OptionParser, options_of, toml_scalar
 from pipeline.errors import InputError
 
@@ -19,6 +21,7 @@ EXIT_BAD_INPUT = 2
 
 
 # ------------------------------------------------------------------ parser -----------
+
 
 def _add_option(parser, groups: dict, opt) -> None:
     """One argparse argument from a table entry. Defaults are applied after the config is
@@ -31,8 +34,9 @@ def _add_option(parser, groups: dict, opt) -> None:
     elif opt.repeat:
         target.add_argument(opt.flag, dest=opt.dest, action="append", metavar=opt.metavar, help=opt.help)
     else:
-        target.add_argument(opt.flag, dest=opt.dest, type=opt.type, choices=opt.choices, metavar=opt.metavar,
-                            help=_with_default(opt))
+        target.add_argument(
+            opt.flag, dest=opt.dest, type=opt.type, choices=opt.choices, metavar=opt.metavar, help=_with_default(opt)
+        )
 
 
 def _with_default(opt) -> str:
@@ -64,6 +68,7 @@ def parse_args(argv) -> tuple[str, dict]:
     """(command, dest -> value of every option of the command): flags > --config TOML >
     the table's defaults; required options missing from both are a one-line error."""
     from jobs.config import load_config
+
     args = vars(build_parser().parse_args(argv))
     command = args.pop("command")
     config = load_config(args["config"], command) if args.get("config") else {}
@@ -73,12 +78,15 @@ def parse_args(argv) -> tuple[str, dict]:
         values[dest] = given if given is not None else config.get(dest, opt.default_for(command))
         if values[dest] is None and command in opt.required:
             where = opt.dest if opt.positional else opt.flag
-            raise InputError(f"dhash {command}: {where} is required (on the command line or as {opt.name} in "
-                             f"--config); see `dhash {command} --help`")
+            raise InputError(
+                f"dhash {command}: {where} is required (on the command line or as {opt.name} in "
+                f"--config); see `dhash {command} --help`"
+            )
     return command, values
 
 
 # ------------------------------------------------------------------ running ----------
+
 
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever sys.stderr is now (``dhash run`` tees it into its log file)."""
@@ -99,7 +107,7 @@ def _configure_logging(quiet: bool) -> None:
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
 
 
-EXIT_TERMINATED = 143   # 128 + SIGTERM, what a shell reports for a process killed by TERM
+EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell reports for a process killed by TERM
 
 
 class Terminated(BaseException):
@@ -114,6 +122,7 @@ def _raise_terminated(signum, frame):
 def _sigterm_cleans_up():
     import signal
     import threading
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -140,8 +149,10 @@ def _main(argv) -> int:
         commands.check_before_work(command, values)
         if commands.needs_cluster(command, values):
             from pipeline.distributed.cluster import connect
-            client = connect(values["scheduler"], workers=values["workers"], threads=values["threads"],
-                             quiet=values["quiet"])
+
+            client = connect(
+                values["scheduler"], workers=values["workers"], threads=values["threads"], quiet=values["quiet"]
+            )
         return commands.execute(command, values)
     except Terminated:
         print("error: terminated by SIGTERM; unfinished outputs were removed", file=sys.stderr)
@@ -155,17 +166,18 @@ def _main(argv) -> int:
     finally:
         if client is not None:
             from pipeline.distributed.cluster import disconnect
+
             disconnect(client)
 
 
 def _run(values) -> int:
     from jobs.run import run_pipeline
+
     overrides = {}
     for item in values["variables"] or []:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise InputError(f"--set expects NAME=VALUE, got {item!r}")
         overrides[name.strip()] = toml_scalar(value)
-    return run_pipeline(values["pipeline"], scheduler=values["scheduler"], workers=values["workers"],
-                        threads=values["threads"], force=values["force"], dry_run=values["dry_run"],
-                        date=values["date"], overrides=overrides, workdir=values["workdir"], quiet=values["quiet"])
+    options = pick(values, "scheduler", "workers", "threads", "force", "dry_run", "date", "workdir", "quiet")
+    return run_pipeline(values["pipeline"], overrides=overrides, **options)

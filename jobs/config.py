@@ -5,6 +5,7 @@ after the command may hold them too, so one file can configure several jobs. Key
 and tables are checked against the option table (jobs/options.py; schema in
 data_schemas/config.schema.json).
 """
+
 from __future__ import annotations
 
 import tomllib
@@ -33,7 +34,9 @@ def check_values(command: str, table: dict, where, skip=()) -> dict:
     for key, value in table.items():
         dest = key.replace("-", "_")
         if dest not in valid:
-            raise InputError(f"{where(key)}: unknown key {key!r} for `dhash {command}`; valid keys: {option_names(valid)}")
+            raise InputError(
+                f"{where(key)}: unknown key {key!r} for `dhash {command}`; valid keys: {option_names(valid)}"
+            )
         values[dest] = valid[dest].parse(value, where(key))
     return values
 
@@ -49,11 +52,14 @@ def load_config(path: str, command: str) -> dict:
     tables = {k for k, v in data.items() if isinstance(v, dict) and k != STORAGE_TABLE}
     unknown = sorted(t for t in tables if t not in COMMANDS)
     if unknown:
-        raise InputError(f"config file {path}: unknown table(s) [{'], ['.join(unknown)}]; tables are named after "
-                         f"dhash commands ({', '.join(COMMANDS)}) or [{STORAGE_TABLE}]")
+        raise InputError(
+            f"config file {path}: unknown table(s) [{'], ['.join(unknown)}]; tables are named after "
+            f"dhash commands ({', '.join(COMMANDS)}) or [{STORAGE_TABLE}]"
+        )
     flat = {k: v for k, v in data.items() if k not in tables}
     flat.update(section)
 
     def where(key):
         return f"config file {path}" + (f": [{command}]" if key in section else "")
+
     return check_values(command, flat, where, skip=("config",))

@@ -10,6 +10,7 @@ also have the TOML type the option expects (an integer option takes ``bits = 12`
 ``12.7`` or ``"12"``; a switch takes ``true``/``false``, not ``"false"``). Every refusal is
 an ``InputError``: one line naming the key and the fix.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,14 +72,16 @@ def non_negative_float(text) -> float:
 def positive_int_list(text) -> list[int]:
     """``16,32,64`` (or a TOML array) -> [16, 32, 64]; every item a positive integer."""
     if isinstance(text, int) and not isinstance(text, bool):
-        text = [text]                     # TOML: bits = 16 is a list of one
+        text = [text]  # TOML: bits = 16 is a list of one
     items = text if isinstance(text, list) else [v for v in str(text).split(",") if v.strip()]
     if not items:
         raise argparse.ArgumentTypeError("expected a comma-separated list of positive integers, got nothing")
     try:
         return [positive_int(v) for v in items]
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of positive integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list of positive integers, got {text!r}"
+        ) from None
 
 
 def name_list(text) -> list[str]:
@@ -92,8 +95,10 @@ def name_list(text) -> list[str]:
 def topology(value):
     """A topology name, or (config files only) an explicit edge list [[0, 1], [1, 2], ...]."""
     if isinstance(value, list):
-        if not all(isinstance(e, list) and len(e) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                               for v in e) for e in value):
+        if not all(
+            isinstance(e, list) and len(e) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in e)
+            for e in value
+        ):
             raise argparse.ArgumentTypeError(f"expected a topology name or a list of [i, j] node pairs, got {value!r}")
         return value
     return str(value)
@@ -123,6 +128,7 @@ def date(text) -> str:
 def toml_scalar(text_: str):
     """``--set`` values are TOML scalars when they parse as one (numbers, true/false), else strings."""
     import tomllib
+
     try:
         return tomllib.loads(f"v = {text_}")["v"]
     except tomllib.TOMLDecodeError:
@@ -135,8 +141,19 @@ def text(value) -> str:
 
 # ------------------------------------------------------------------ the table ----------
 
-CLUSTER_COMMANDS = ("ingest", "synth", "split", "groundtruth", "train", "encode", "search", "evaluate", "demo",
-                    "bench", "run")
+CLUSTER_COMMANDS = (
+    "ingest",
+    "synth",
+    "split",
+    "groundtruth",
+    "train",
+    "encode",
+    "search",
+    "evaluate",
+    "demo",
+    "bench",
+    "run",
+)
 COMMANDS = {
     "ingest": "Convert a file (fvecs/bvecs/ivecs, IDX, npy, parquet) or a built-in source into a dataset",
     "synth": "Generate a synthetic dataset chunk-parallel on the cluster",
@@ -159,6 +176,7 @@ class Option:
     """One option. ``default`` may be a dict {command: default}; ``required`` names the
     commands that need it (from the command line or the config); ``param`` is the method
     parameter it sets (``method``: for that method only)."""
+
     name: str
     commands: tuple
     help: str
@@ -218,6 +236,8 @@ _SGH = "SGH, SPLH, USPLH (methods sgh, splh, usplh, pcah-adjusted)"
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
 
+# a table reads best one option per line:
+# fmt: off
 OPTIONS: tuple[Option, ...] = (
     # -- every command
     _opt("scheduler", CLUSTER_COMMANDS, "address of a running Dask scheduler (else $DASK_SCHEDULER_ADDRESS, else a "
@@ -349,6 +369,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("overwrite", ["ingest", "synth", "split", "train", "encode", "search"],
          "replace an existing output of the same kind written by dhash (anything else is refused)", switch=True),
 )
+# fmt: on
 
 
 def options_of(command: str) -> dict[str, Option]:
@@ -375,20 +396,49 @@ def method_params(command: str, values: dict) -> dict:
 
 
 # the TOML types each option type accepts (others: str)
-_TOML_TYPES = {positive_int: (int,), non_negative_int: (int,), positive_float: (int, float),
-               non_negative_float: (int, float), positive_int_list: (list, str, int), name_list: (list, str),
-               json_object: (dict, str), topology: (str, list), date: (str, dt.date)}
-_TOML_NAMES = {int: "an integer", float: "a number", list: "an array", str: "a string", dict: "a table",
-               bool: "true or false", dt.date: "a date"}
-_JSON_TYPES = {positive_int: {"type": "integer", "minimum": 1}, non_negative_int: {"type": "integer", "minimum": 0},
-               positive_float: {"type": "number", "exclusiveMinimum": 0}, non_negative_float: {"type": "number", "minimum": 0},
-               positive_int_list: {"oneOf": [{"type": "array", "items": {"type": "integer", "minimum": 1}},
-                                             {"type": "integer", "minimum": 1}, {"type": "string"}]},
-               name_list: {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]},
-               json_object: {"oneOf": [{"type": "object"}, {"type": "string"}]},
-               topology: {"oneOf": [{"type": "string"}, {"type": "array", "items": {
-                   "type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}}]},
-               date: {"type": "string", "format": "date"}, text: {"type": "string"}}
+_TOML_TYPES = {
+    positive_int: (int,),
+    non_negative_int: (int,),
+    positive_float: (int, float),
+    non_negative_float: (int, float),
+    positive_int_list: (list, str, int),
+    name_list: (list, str),
+    json_object: (dict, str),
+    topology: (str, list),
+    date: (str, dt.date),
+}
+_TOML_NAMES = {
+    int: "an integer",
+    float: "a number",
+    list: "an array",
+    str: "a string",
+    dict: "a table",
+    bool: "true or false",
+    dt.date: "a date",
+}
+_JSON_TYPES = {
+    positive_int: {"type": "integer", "minimum": 1},
+    non_negative_int: {"type": "integer", "minimum": 0},
+    positive_float: {"type": "number", "exclusiveMinimum": 0},
+    non_negative_float: {"type": "number", "minimum": 0},
+    positive_int_list: {
+        "oneOf": [
+            {"type": "array", "items": {"type": "integer", "minimum": 1}},
+            {"type": "integer", "minimum": 1},
+            {"type": "string"},
+        ]
+    },
+    name_list: {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]},
+    json_object: {"oneOf": [{"type": "object"}, {"type": "string"}]},
+    topology: {
+        "oneOf": [
+            {"type": "string"},
+            {"type": "array", "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}},
+        ]
+    },
+    date: {"type": "string", "format": "date"},
+    text: {"type": "string"},
+}
 STORAGE_TABLE = "storage-options"
 
 
@@ -413,15 +463,21 @@ def config_schema() -> dict:
             if prop not in variants.setdefault(name, []):
                 variants[name].append(prop)
     top = {name: props[0] if len(props) == 1 else {"anyOf": props} for name, props in variants.items()}
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "dhash.config/1",
-            "title": "dhash --config file",
-            "description": "Options of dhash commands: top-level keys apply to the command run, a [command] table "
-                           "to that command only; [storage-options] holds fsspec options for remote locations.",
-            "type": "object",
-            "properties": {**dict(sorted(top.items())), **tables,
-                           STORAGE_TABLE: {"type": "object", "description": "fsspec storage options"}},
-            "additionalProperties": False}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "dhash.config/1",
+        "title": "dhash --config file",
+        "description": "Options of dhash commands: top-level keys apply to the command run, a [command] table "
+        "to that command only; [storage-options] holds fsspec options for remote locations.",
+        "type": "object",
+        "properties": {
+            **dict(sorted(top.items())),
+            **tables,
+            STORAGE_TABLE: {"type": "object", "description": "fsspec storage options"},
+        },
+        "additionalProperties": False,
+    }
 
 
-if __name__ == "__main__":   # python -m jobs.options > data_schemas/config.schema.json
+if __name__ == "__main__":  # python -m jobs.options > data_schemas/config.schema.json
     print(json.dumps(config_schema(), indent=1))

@@ -42,6 +42,7 @@ What makes it fit cron and Kubernetes CronJobs:
   timestamp; the whole output of the run also goes to ``WORKDIR/logs/NAME-STAMP.log`` and
   a JSON record of the steps (status, seconds) to ``WORKDIR/logs/NAME-STAMP.json``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -80,9 +81,9 @@ class PipelineLocked(InputError):
 class Step:
     number: int
     command: str
-    argv: list[str]                                     # the step as a dhash command line (logs, stamps)
-    values: dict = field(default_factory=dict)           # dest -> typed value of every option
-    inputs: list[str] = field(default_factory=list)     # absolute paths or URLs
+    argv: list[str]  # the step as a dhash command line (logs, stamps)
+    values: dict = field(default_factory=dict)  # dest -> typed value of every option
+    inputs: list[str] = field(default_factory=list)  # absolute paths or URLs
     outputs: list[str] = field(default_factory=list)
 
     @property
@@ -104,26 +105,30 @@ class Pipeline:
 
 # ------------------------------------------------------------------ reading the file --
 
+
 def load_pipeline(path, *, date: str, overrides: dict | None = None, workdir=None) -> Pipeline:
     file = Path(path)
     data = read_toml(path, "pipeline file", "give the path of a TOML pipeline (see jobs/configs/)")
     unknown = set(data) - {"pipeline", "vars", "steps"}
     if unknown:
-        raise InputError(f"pipeline file {path}: unknown table(s) {', '.join(sorted(unknown))}; "
-                         "use [pipeline], [vars] and [[steps]]")
+        raise InputError(
+            f"pipeline file {path}: unknown table(s) {', '.join(sorted(unknown))}; use [pipeline], [vars] and [[steps]]"
+        )
     for table in ("pipeline", "vars"):
         if not isinstance(data.get(table, {}), dict):
             raise InputError(f"pipeline file {path}: {table} must be a table, written [{table}]")
     head = data.get("pipeline", {})
     unknown = set(head) - {"name", "workdir"}
     if unknown:
-        raise InputError(f"pipeline file {path}: unknown key(s) {', '.join(sorted(unknown))} in [pipeline]; "
-                         "it takes name and workdir")
+        raise InputError(
+            f"pipeline file {path}: unknown key(s) {', '.join(sorted(unknown))} in [pipeline]; "
+            "it takes name and workdir"
+        )
     name = str(head.get("name", file.stem))
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise InputError(f"pipeline file {path}: name {name!r} must be letters, digits, '.', '_' or '-'")
     if workdir is not None:
-        workdir = Path(workdir).resolve()          # --workdir: relative to where the run starts
+        workdir = Path(workdir).resolve()  # --workdir: relative to where the run starts
     else:
         workdir = Path(head.get("workdir", "."))
         workdir = (workdir if workdir.is_absolute() else file.resolve().parent / workdir).resolve()
@@ -137,7 +142,9 @@ def load_pipeline(path, *, date: str, overrides: dict | None = None, workdir=Non
         command = table.pop("command", None)
         if command not in COMMANDS or command in NOT_A_STEP:
             valid = ", ".join(c for c in COMMANDS if c not in NOT_A_STEP)
-            raise InputError(f"pipeline file {path} step {number}: command {command!r} is not a step; use one of {valid}")
+            raise InputError(
+                f"pipeline file {path} step {number}: command {command!r} is not a step; use one of {valid}"
+            )
         steps.append(_step(number, command, table, workdir, path))
     return Pipeline(file, name, workdir, steps)
 
@@ -153,7 +160,9 @@ def _substitute(value, variables: dict, where: str):
     try:
         return variables[whole.group(1)] if whole else value.format_map(variables)
     except KeyError as exc:
-        raise InputError(f"{where}: unknown variable {exc}; define it under [vars] or pass --set {exc.args[0]}=VALUE") from None
+        raise InputError(
+            f"{where}: unknown variable {exc}; define it under [vars] or pass --set {exc.args[0]}=VALUE"
+        ) from None
     except (ValueError, IndexError) as exc:
         raise InputError(f"{where}: bad placeholder in {value!r} ({exc}); write literal braces as {{{{ }}}}") from None
 
@@ -162,6 +171,7 @@ def _step(number, command, table, workdir, path) -> Step:
     """A step's typed option values (checked like ``--config`` keys), with relative paths
     made absolute in the workdir and ``overwrite`` on (a pipeline owns its outputs)."""
     from pipeline.data.sources import SOURCES
+
     where = f"pipeline file {path} step {number} ({command})"
     # `dhash run` connects every step to its one cluster: no scheduler or config per step
     given = check_values(command, table, lambda key: where, skip=("scheduler", "config"))
@@ -170,7 +180,7 @@ def _step(number, command, table, workdir, path) -> Step:
         value = given.get(dest)
         if isinstance(value, str) and value not in SOURCES:
             if "://" not in value:
-                given[dest] = value = str(workdir / value)   # absolute: workers on other hosts get it unchanged
+                given[dest] = value = str(workdir / value)  # absolute: workers on other hosts get it unchanged
             (outputs if dest in OUTPUT_OPTIONS else inputs).append(value)
     options = options_of(command)
     if "overwrite" in options:
@@ -180,7 +190,7 @@ def _step(number, command, table, workdir, path) -> Step:
     if missing:
         raise InputError(f"{where}: missing {', '.join(missing)}; add it to the step")
     if command in ("split", "groundtruth"):
-        outputs += inputs            # they add to the dataset they read
+        outputs += inputs  # they add to the dataset they read
     return Step(number, command, _as_argv(command, given), values, inputs, outputs)
 
 
@@ -194,13 +204,17 @@ def _as_argv(command: str, given: dict) -> list[str]:
         elif value is True:
             argv.append(opt.flag)
         elif value is not False:
-            text = json.dumps(value) if isinstance(value, dict) else (
-                ",".join(map(str, value)) if isinstance(value, list) else str(value))
+            text = (
+                json.dumps(value)
+                if isinstance(value, dict)
+                else (",".join(map(str, value)) if isinstance(value, list) else str(value))
+            )
             argv += [opt.flag, text]
     return argv
 
 
 # ------------------------------------------------------------------ state -------------
+
 
 def fingerprint(paths) -> dict:
     """Files, bytes and newest modification time under each path (absent: None); for a URL,
@@ -228,10 +242,12 @@ def fingerprint(paths) -> dict:
 
 def _remote_fingerprint(url: str):
     from pipeline.storage.location import resolve
+
     loc = resolve(url)
     try:
-        infos = loc.fs.find(loc.fs_path, detail=True) or ({loc.fs_path: loc.fs.info(loc.fs_path)}
-                                                          if loc.is_file() else {})
+        infos = loc.fs.find(loc.fs_path, detail=True) or (
+            {loc.fs_path: loc.fs.info(loc.fs_path)} if loc.is_file() else {}
+        )
     except FileNotFoundError:
         return None
     if not infos:
@@ -239,7 +255,9 @@ def _remote_fingerprint(url: str):
     digest = hashlib.sha256()
     for name in sorted(infos):
         info = infos[name]
-        stamp = info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or info.get("updated")
+        stamp = (
+            info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or info.get("updated")
+        )
         digest.update(f"{name}|{info.get('size')}|{stamp}\n".encode())
     return [len(infos), int(sum(i.get("size") or 0 for i in infos.values())), digest.hexdigest()[:16]]
 
@@ -264,6 +282,7 @@ class Stamps:
 
     def record(self, step: Step) -> None:
         from pipeline.storage.atomic import write_text_atomic
+
         self.dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(self.dir / f"{step.key}.json", json.dumps(self._state(step)))
 
@@ -284,13 +303,17 @@ class Outputs:
 
     def check(self, step: Step) -> None:
         from pipeline.storage.location import resolve
+
         for out in _step_outputs(step):
             if resolve(out).exists() and out not in self.owned():
-                raise InputError(f"{step.label}: output {out} exists and was not written by this pipeline; "
-                                 "delete it, or give the step another `out`")
+                raise InputError(
+                    f"{step.label}: output {out} exists and was not written by this pipeline; "
+                    "delete it, or give the step another `out`"
+                )
 
     def record(self, step: Step) -> None:
         from pipeline.storage.atomic import write_text_atomic
+
         paths = self.owned() | set(_step_outputs(step))
         self.file.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(self.file, json.dumps(sorted(paths), indent=0))
@@ -302,9 +325,10 @@ def _step_outputs(step: Step) -> list[str]:
     return [out] if out and step.command in commands.OUTPUT_KINDS else []
 
 
-def _prepare_checkpoint(pipe: "Pipeline", step: Step, values: dict, force: bool) -> dict:
+def _prepare_checkpoint(pipe: Pipeline, step: Step, values: dict, force: bool) -> dict:
     """A train step whose checkpoint exists resumes it; with --force it starts over."""
     from pipeline.hashing.checkpoint import STATE_FILE, checkpoint_path
+
     outs = _step_outputs(step)
     if step.command != "train" or not outs:
         return values
@@ -327,6 +351,7 @@ def _prepare_checkpoint(pipe: "Pipeline", step: Step, values: dict, force: bool)
 def run_lock(workdir: Path, pipeline: str):
     """Exclusive lock on the working directory for the whole run (see the module notes)."""
     import fcntl
+
     state = workdir / STATE_DIR
     state.mkdir(parents=True, exist_ok=True)
     fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -335,17 +360,25 @@ def run_lock(workdir: Path, pipeline: str):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown process"
-            raise PipelineLocked(f"another dhash run holds the lock on {workdir} ({holder}); this run did nothing. "
-                                 "Wait for it to finish, or give this pipeline its own workdir") from None
+            raise PipelineLocked(
+                f"another dhash run holds the lock on {workdir} ({holder}); this run did nothing. "
+                "Wait for it to finish, or give this pipeline its own workdir"
+            ) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pipeline": pipeline, "pid": os.getpid(), "host": socket.gethostname(),
-                                  "started": _now()}).encode(), 0)
+        os.pwrite(
+            fd,
+            json.dumps(
+                {"pipeline": pipeline, "pid": os.getpid(), "host": socket.gethostname(), "started": _now()}
+            ).encode(),
+            0,
+        )
         yield
     finally:
-        os.close(fd)   # releases the flock
+        os.close(fd)  # releases the flock
 
 
 # ------------------------------------------------------------------ running -----------
+
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -365,8 +398,19 @@ class _Tee(io.TextIOBase):
             s.flush()
 
 
-def run_pipeline(path, *, scheduler=None, workers=None, threads=None, force=False, dry_run=False,
-                 date=None, overrides=None, workdir=None, quiet=False) -> int:
+def run_pipeline(
+    path,
+    *,
+    scheduler=None,
+    workers=None,
+    threads=None,
+    force=False,
+    dry_run=False,
+    date=None,
+    overrides=None,
+    workdir=None,
+    quiet=False,
+) -> int:
     """Run a pipeline file; returns the exit status (see the module notes)."""
     date = date or dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     pipe = load_pipeline(path, date=date, overrides=overrides, workdir=workdir)
@@ -380,15 +424,31 @@ def run_pipeline(path, *, scheduler=None, workers=None, threads=None, force=Fals
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
         logs = pipe.workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        record = {"pipeline": pipe.name, "file": str(pipe.path.resolve()), "workdir": str(pipe.workdir), "date": date,
-                  "started": _now(), "pid": os.getpid(), "host": socket.gethostname(), "steps": []}
-        with open(logs / f"{pipe.name}-{stamp}.log", "a") as log_file, \
-                contextlib.redirect_stdout(_Tee(sys.stdout, log_file)), \
-                contextlib.redirect_stderr(_Tee(sys.stderr, log_file)):
-            status = _run_steps(pipe, stamps, record,
-                                {"scheduler": scheduler, "workers": workers, "threads": threads, "quiet": quiet}, force)
+        record = {
+            "pipeline": pipe.name,
+            "file": str(pipe.path.resolve()),
+            "workdir": str(pipe.workdir),
+            "date": date,
+            "started": _now(),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "steps": [],
+        }
+        with (
+            open(logs / f"{pipe.name}-{stamp}.log", "a") as log_file,
+            contextlib.redirect_stdout(_Tee(sys.stdout, log_file)),
+            contextlib.redirect_stderr(_Tee(sys.stderr, log_file)),
+        ):
+            status = _run_steps(
+                pipe,
+                stamps,
+                record,
+                {"scheduler": scheduler, "workers": workers, "threads": threads, "quiet": quiet},
+                force,
+            )
         record.update(finished=_now(), exit_code=status)
         from pipeline.storage.atomic import write_text_atomic
+
         write_text_atomic(logs / f"{pipe.name}-{stamp}.json", json.dumps(record, indent=1))
         return status
 
@@ -421,23 +481,29 @@ def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
             if commands.needs_cluster(step.command, values) and client is None:
                 # one cluster for the whole run, started on the first step that needs it
                 from pipeline.distributed.cluster import connect
-                client = connect(cluster_args["scheduler"], workers=cluster_args["workers"],
-                                 threads=cluster_args["threads"], quiet=cluster_args["quiet"])
+
+                client = connect(
+                    cluster_args["scheduler"],
+                    workers=cluster_args["workers"],
+                    threads=cluster_args["threads"],
+                    quiet=cluster_args["quiet"],
+                )
             _say(pipe, f"{step.label} started: dhash {' '.join(step.argv)}")
             started = time.perf_counter()
             try:
                 code = commands.execute(step.command, values)
-            except Exception as exc:   # noqa: BLE001 - a crashed step ends the run with status 1, traceback in the log
+            except Exception as exc:  # noqa: BLE001 - a crashed step ends the run with status 1, traceback in the log
                 traceback.print_exc()
                 code, entry["error"] = EXIT_STEP_CRASHED, f"{type(exc).__name__}: {exc}"
-            entry.update(seconds=round(time.perf_counter() - started, 3), status="ok" if code == 0 else "failed",
-                         exit_code=code)
+            entry.update(
+                seconds=round(time.perf_counter() - started, 3), status="ok" if code == 0 else "failed", exit_code=code
+            )
             if code != 0:
                 _say(pipe, f"{step.label} FAILED with status {code} after {entry['seconds']:.1f}s; later steps not run")
                 return code
             done.append(step)
             outputs.record(step)
-            for finished in done:   # later steps may add to earlier outputs (split writes into the dataset)
+            for finished in done:  # later steps may add to earlier outputs (split writes into the dataset)
                 stamps.record(finished)
             _say(pipe, f"{step.label} done in {entry['seconds']:.1f}s")
         _say(pipe, "all steps done")
@@ -445,4 +511,5 @@ def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
     finally:
         if client is not None:
             from pipeline.distributed.cluster import disconnect
+
             disconnect(client)

@@ -9,20 +9,33 @@ encode, search, evaluate, demo, bench); the estimators follow the scikit-learn c
 Names are imported lazily so that ``import pipeline.kernels`` (plain numpy) never pulls
 in Dask.
 """
+
 import importlib
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
     "InputError": "pipeline.errors",
-    "LSH": "pipeline.hashing", "PCAH": "pipeline.hashing", "ITQ": "pipeline.hashing", "DisH": "pipeline.hashing",
-    "SGH": "pipeline.hashing", "SPLH": "pipeline.hashing", "USPLH": "pipeline.hashing",
-    "load_model": "pipeline.hashing", "make_hasher": "pipeline.hashing", "METHOD_NAMES": "pipeline.hashing",
-    "open_dataset": "pipeline.storage.datasets", "open_codes": "pipeline.storage.codes",
+    "LSH": "pipeline.hashing",
+    "PCAH": "pipeline.hashing",
+    "ITQ": "pipeline.hashing",
+    "DisH": "pipeline.hashing",
+    "SGH": "pipeline.hashing",
+    "SPLH": "pipeline.hashing",
+    "USPLH": "pipeline.hashing",
+    "load_model": "pipeline.hashing",
+    "make_hasher": "pipeline.hashing",
+    "METHOD_NAMES": "pipeline.hashing",
+    "open_dataset": "pipeline.storage.datasets",
+    "open_codes": "pipeline.storage.codes",
+    "codes_dask": "pipeline.storage.codes",
     "database_view": "pipeline.views",
-    "connect": "pipeline.distributed.cluster", "disconnect": "pipeline.distributed.cluster",
-    "knn_search": "pipeline.search.hamming", "radius_search": "pipeline.search.hamming",
-    "score_codes": "pipeline.evaluation.evaluate", "quality_table": "pipeline.evaluation.report",
+    "connect": "pipeline.distributed.cluster",
+    "disconnect": "pipeline.distributed.cluster",
+    "knn_search": "pipeline.search.hamming",
+    "radius_search": "pipeline.search.hamming",
+    "score_codes": "pipeline.evaluation.evaluate",
+    "quality_table": "pipeline.evaluation.report",
 }
 __all__ = [*_EXPORTS, "workflows", "__version__"]
 

@@ -1,4 +1,5 @@
 """Input checks shared by readers, estimators and jobs. They raise InputError (one line)."""
+
 from __future__ import annotations
 
 import numbers
@@ -12,8 +13,7 @@ def check_numeric_dtype(dtype, what: str = "features") -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype.kind not in "uif" or dtype == np.bool_:
         raise InputError(
-            f"{what} have dtype {dtype}, which is not numeric; convert them to uint8, "
-            f"int*, float32 or float64 first"
+            f"{what} have dtype {dtype}, which is not numeric; convert them to uint8, int*, float32 or float64 first"
         )
     return dtype
 
@@ -43,9 +43,7 @@ def check_finite_block(block: np.ndarray, row_offset: int = 0, what: str = "feat
     finite = np.isfinite(block).all(axis=1)
     if not finite.all():
         row = int(np.flatnonzero(~finite)[0]) + row_offset
-        raise InputError(
-            f"{what} row {row} contains NaN or Inf; drop or impute non-finite rows before hashing"
-        )
+        raise InputError(f"{what} row {row} contains NaN or Inf; drop or impute non-finite rows before hashing")
 
 
 def check_int_param(value, name: str, owner: str, low: int = 1, high: int | None = None) -> int:

@@ -4,6 +4,7 @@ Training, encoding for search, ground truth and evaluation all need the same vie
 dataset: every row that is not one of the split's queries, with its global row number and
 label. Dropping rows is lazy (a dask graph per chunk), never a copy of the data.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pipeline.distributed.graph import as_dask, drop_rows, row_numbers
 class DatabaseView:
     """``features``/``ids`` are dask arrays chunked like the dataset minus the query rows;
     ``labels`` the database rows' labels (numpy) or None."""
+
     query: np.ndarray
     features: object
     ids: object
@@ -38,7 +40,7 @@ def view_of(features, query: np.ndarray | None = None, labels: np.ndarray | None
     (None or empty: every row is a database row)."""
     features = as_dask(features)
     query = np.empty(0, dtype=np.int64) if query is None else np.asarray(query, dtype=np.int64)
-    if query.size == 0:          # every row: no row-dropping layer in the graph
+    if query.size == 0:  # every row: no row-dropping layer in the graph
         return DatabaseView(query, features, row_numbers(features), labels)
     db_labels = None if labels is None else np.delete(labels, query, axis=0)
     return DatabaseView(query, drop_rows(features, query), drop_rows(row_numbers(features), query), db_labels)

@@ -11,6 +11,7 @@ knowing (a checkpoint resumed or discarded) go to the ``pipeline`` logger.
     workflows.split(ds, queries=1000)
     model = workflows.train(ds, "itq", "models/itq32", bits=32, split="default")
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,61 +19,88 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.data.ingest import ingest
+from pipeline.distributed.cluster import cluster_shape
 from pipeline.errors import InputError
-from pipeline.evaluation.evaluate import DEFAULT_KS, run_evaluation
+from pipeline.evaluation.evaluate import DEFAULT_KS, evaluate_method
+from pipeline.evaluation.report import build_report, write_report
+from pipeline.evaluation.truth import build_truth
 from pipeline.hashing import METHOD_NAMES, Hasher, check_params_used, load_model, make_hasher, method_params
 from pipeline.storage.datasets import Dataset, dataset_summary
 from pipeline.views import database_view
 
+__all__ = [
+    "BENCH_NEEDS_CLUSTER",
+    "Encoded",
+    "Searched",
+    "bench",
+    "dataset",
+    "demo",
+    "encode",
+    "evaluate",
+    "groundtruth",
+    "head",
+    "ingest",
+    "search",
+    "split",
+    "synth",
+    "train",
+]
 log = logging.getLogger(__name__)
 
 
 def _show(progress: bool):
     from pipeline.distributed.progress import compute_with_progress
+
     return lambda tasks: compute_with_progress(tasks, show=progress)
 
 
-def dataset(name_or_path, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None,
-            progress: bool = False) -> Dataset:
+def dataset(
+    name_or_path, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None, progress: bool = False
+) -> Dataset:
     """A Dataset object as given, a dataset location opened, or a built-in source
     (``fashion-mnist``, ``sift-synth`` of ``n`` rows) materialised once in the data
     directory and opened."""
     if isinstance(name_or_path, Dataset):
         return name_or_path
     from pipeline.data.sources import resolve_dataset
+
     return resolve_dataset(str(name_or_path), n=n, seed=seed, chunk_rows=chunk_rows, progress=_show(progress))
 
 
 # ------------------------------------------------------------------ data ---------------
-
-def ingest(source, out, *, format: str = "auto", column: str | None = None, labels=None,
-           label_column: str | None = None, chunk_rows: int | None = None, overwrite: bool = False,
-           progress: bool = False) -> Dataset:
-    """Convert a file (fvecs/bvecs/ivecs, IDX, npy, parquet; path or URL) or the built-in
-    ``fashion-mnist`` source into a dataset at ``out``."""
-    from pipeline.data.sources import SOURCES, write_fashion_mnist
-    if source == "fashion-mnist":
-        return write_fashion_mnist(out, chunk_rows=chunk_rows, overwrite=overwrite)
-    if source in SOURCES:
-        raise InputError(f"{source} is generated, not ingested; use `dhash synth sift --out {out}`")
-    from pipeline.data.ingest import ingest_file
-    from pipeline.data.formats import open_reader
-    from pipeline.distributed.progress import rows_bar
-    from pipeline.storage.location import resolve
-    # a remote file is copied first (ingest_file): its row count is known only then
-    n = open_reader(source, format, column).n if resolve(source).is_local else None
-    with rows_bar(n, "ingest", show=progress) as bar:
-        return ingest_file(source, out, format=format, column=column, labels=labels, label_column=label_column,
-                           chunk_rows=chunk_rows, overwrite=overwrite, progress=bar)
+# ingest(source, out, ...): a file (path or URL) or fashion-mnist into a dataset (data/ingest.py)
 
 
-def synth(kind: str, out, *, n: int = 1_000_000, seed: int = 0, chunk_rows: int | None = None,
-          overwrite: bool = False, progress: bool = False) -> Dataset:
+def synth(
+    kind: str,
+    out,
+    *,
+    n: int = 1_000_000,
+    seed: int = 0,
+    chunk_rows: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> Dataset:
     """Generate a synthetic dataset chunk-parallel on the cluster (``kind``: ``sift``)."""
     from pipeline.data.synth import write_sift_synth
+
     if kind != "sift":
         raise InputError(f"unknown synthetic kind {kind!r}; use sift")
     return write_sift_synth(out, n, seed=seed, chunk_rows=chunk_rows, overwrite=overwrite, progress=_show(progress))
+
+
+def head(dataset_, n: int, out, *, chunk_rows: int | None = None, overwrite: bool = False) -> Dataset:
+    """The first ``n`` rows (and labels) of a dataset as a dataset of their own at ``out``
+    (read through memory: meant for subsets of a few hundred MB, e.g. a quick notebook run)."""
+    from pipeline.storage.datasets import write_dataset_like
+
+    ds = dataset(dataset_)
+    if n >= ds.n:
+        return ds
+    labels = None if ds.labels is None else ds.labels[:n]
+    rows = [ds.features_dask()[:n].compute()]
+    return write_dataset_like(ds, out, rows, n=n, labels=labels, chunk_rows=chunk_rows, overwrite=overwrite)
 
 
 def split(dataset_, *, queries: int = 1000, seed: int = 0, name: str = "default", overwrite: bool = False):
@@ -83,36 +111,51 @@ def split(dataset_, *, queries: int = 1000, seed: int = 0, name: str = "default"
 def groundtruth(dataset_, *, split: str = "default", top_k: int | None = None, top_percent: float | None = None):
     """Exact Euclidean neighbours of a split's queries, computed once and stored in the
     dataset; returns the Truth."""
-    from pipeline.evaluation.truth import build_truth
     ds = dataset(dataset_)
     return build_truth(ds, ds.get_split(split), ground_truth="euclidean", top_k=top_k, top_percent=top_percent)
 
 
 # ------------------------------------------------------------------ models -------------
 
+
 def _check_checkpoint(ckpt, *, resume: bool, overwrite: bool) -> None:
     """A checkpoint beside the model output: another live run's is refused; an interrupted
     run's is resumed with ``resume``, discarded with ``overwrite``, else refused."""
     from pipeline.hashing.checkpoint import live_writer
+
     writer = live_writer(ckpt)
     if writer is not None:
-        raise InputError(f"another training run (pid {writer['pid']}) is writing {ckpt}; wait for it or train into "
-                         "another --out")
+        raise InputError(
+            f"another training run (pid {writer['pid']}) is writing {ckpt}; wait for it or train into another --out"
+        )
     if resume:
         return
     if not overwrite:
-        raise InputError(f"{ckpt} holds the state of an interrupted training run; pass --resume to continue it, "
-                         "or --overwrite to start over")
+        raise InputError(
+            f"{ckpt} holds the state of an interrupted training run; pass --resume to continue it, "
+            "or --overwrite to start over"
+        )
     ckpt.remove()
     log.warning("train: removed the interrupted run's checkpoint %s (--overwrite); training starts over", ckpt)
 
 
-def train(dataset_, method: str, out=None, *, bits: int = 32, seed: int = 0, split: str | None = None,
-          params: dict | None = None, overwrite: bool = False, resume: bool = False) -> Hasher:
+def train(
+    dataset_,
+    method: str,
+    out=None,
+    *,
+    bits: int = 32,
+    seed: int = 0,
+    split: str | None = None,
+    params: dict | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+) -> Hasher:
     """Learn ``method``'s hash functions on the dataset's rows (the database rows of
     ``split`` when given) and, with ``out``, save the model there. Iterative methods save a
     checkpoint beside ``out`` after every iteration; ``resume`` continues it."""
     from pipeline.hashing.checkpoint import checkpoint_path
+
     ds = dataset(dataset_)
     check_params_used([method], params)
     model = make_hasher(method, bits, random_state=seed, **method_params(method, params))
@@ -126,7 +169,7 @@ def train(dataset_, method: str, out=None, *, bits: int = 32, seed: int = 0, spl
     if out is not None:
         model.save(out, overwrite=overwrite)
         if ckpt is not None:
-            ckpt.remove()   # the model holds everything now
+            ckpt.remove()  # the model holds everything now
     return model
 
 
@@ -146,6 +189,7 @@ def encode(dataset_, model, out, *, overwrite: bool = False, progress: bool = Fa
     """Encode every row of the dataset with ``model`` (object or model location) into a
     codes store at ``out``."""
     from pipeline.distributed.encode import encode_to_zarr
+
     ds, model = dataset(dataset_), _model(model)
     started = time.perf_counter()
     encode_to_zarr(out, ds.features_dask(), model, dataset=ds, overwrite=overwrite, progress=_show(progress))
@@ -161,20 +205,33 @@ class Searched:
     seconds: float
 
 
-def search(dataset_, model, codes, out, *, split: str = "default", k: int | None = None, radius: int | None = None,
-           overwrite: bool = False, progress: bool = False) -> Searched:
+def search(
+    dataset_,
+    model,
+    codes,
+    out,
+    *,
+    split: str = "default",
+    k: int | None = None,
+    radius: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> Searched:
     """Hamming top-``k`` (default 100) or radius search of the split's queries against the
     other rows' codes; results to a parquet file at ``out``."""
     from pipeline.distributed.progress import compute_with_progress
     from pipeline.search.hamming import knn_search_lazy, radius_search
     from pipeline.storage.codes import codes_dask, open_codes
     from pipeline.storage.results import write_knn_results, write_radius_results
+
     if k is not None and radius is not None:
         raise InputError("give either --k (top-k search) or --radius (radius search), not both")
     ds, model = dataset(dataset_), _model(model)
     reader, _ = open_codes(codes, model, ds)
     if reader.shape[0] != ds.n:
-        raise InputError(f"codes at {codes} have {reader.shape[0]} rows but the dataset has {ds.n}; encode this dataset")
+        raise InputError(
+            f"codes at {codes} have {reader.shape[0]} rows but the dataset has {ds.n}; encode this dataset"
+        )
     split_ = ds.get_split(split)
     view = database_view(ds, split_)
     queries, db = reader.take(split_.query), view.of(codes_dask(reader))
@@ -184,8 +241,9 @@ def search(dataset_, model, codes, out, *, split: str = "default", k: int | None
         write_radius_results(out, split_.query, *res, overwrite=overwrite)
         found = len(res[0])
     else:
-        dist, nn = compute_with_progress(knn_search_lazy(queries, db, 100 if k is None else k, ids=view.ids),
-                                         show=progress)
+        dist, nn = compute_with_progress(
+            knn_search_lazy(queries, db, 100 if k is None else k, ids=view.ids), show=progress
+        )
         write_knn_results(out, split_.query, dist, nn, overwrite=overwrite)
         found = int((nn >= 0).sum())
     return Searched(str(out), len(queries), int(db.shape[0]), found, time.perf_counter() - started)
@@ -193,37 +251,100 @@ def search(dataset_, model, codes, out, *, split: str = "default", k: int | None
 
 # ------------------------------------------------------------------ evaluation ---------
 
-def evaluate(dataset_, *, methods=("lsh", "pcah", "itq"), bits=(32,), queries: int = 1000, seed: int = 0, out=None,
-             ground_truth: str | None = None, top_k: int | None = None, top_percent: float | None = None,
-             ks=DEFAULT_KS, params: dict | None = None, dish2_dictionaries: int | None = None,
-             log_lines=None) -> dict:
-    """Train, encode, search and score ``methods`` x ``bits`` on a seeded split; returns the
-    report (and writes report.json, report.md and plots to ``out`` when given).
+
+def evaluate(
+    dataset_,
+    *,
+    methods=("lsh", "pcah", "itq"),
+    bits=(32,),
+    queries: int = 1000,
+    seed: int = 0,
+    out=None,
+    ground_truth: str | None = None,
+    top_k: int | None = None,
+    top_percent: float | None = None,
+    ks=DEFAULT_KS,
+    params: dict | None = None,
+    dish2_dictionaries: int | None = None,
+    split_name: str | None = None,
+    log_lines=None,
+) -> dict:
+    """Train, encode, search and score ``methods`` x ``bits`` on a seeded split of
+    ``queries`` rows (stored in the dataset as ``split_name``, default ``q{queries}-s{seed}``);
+    returns the report, and writes report.json, report.md and plots to ``out`` when given.
     ``log_lines``: a callable receiving one line per trained model."""
     unknown = [m for m in methods if m not in METHOD_NAMES]
     if unknown:
         raise InputError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHOD_NAMES)}")
     check_params_used(methods, params)
-    return run_evaluation(dataset(dataset_), methods=list(methods), bits=list(bits), n_queries=queries, seed=seed,
-                          out=out, ground_truth=ground_truth, top_k=top_k, top_percent=top_percent, ks=ks,
-                          params=params, log=log_lines,
-                          dish2_count=dish2_dictionaries)
+    ds = dataset(dataset_)
+    split_ = ds.make_split(queries, seed, name=split_name or f"q{queries}-s{seed}")
+    truth = build_truth(ds, split_, ground_truth=ground_truth, top_k=top_k, top_percent=top_percent)
+    features = ds.features_dask()
+    options = {"seed": seed, "ks": ks, "params": params, "log": log_lines, "dish2_count": dish2_dictionaries}
+    results = [
+        row
+        for b in bits
+        for method in methods
+        for row in evaluate_method(features, split_.query, ds.labels, truth, method, b, **options)
+    ]
+    protocol = {
+        "seed": seed,
+        "n_queries": queries,
+        "methods": list(methods),
+        "bits": list(bits),
+        "ks": sorted(ks),
+        "train_set": "database",
+        "method_params": params or {},
+        "dish2_dictionaries": "all" if dish2_dictionaries is None else int(dish2_dictionaries),
+        "has_training_plot": any("objective" in r["training"] for r in results),
+    }
+    report = build_report(
+        dataset=dataset_summary(ds),
+        split=split_.manifest,
+        truth=truth.description,
+        results=results,
+        cluster=cluster_shape(),
+        protocol=protocol,
+    )
+    if out is not None:
+        write_report(out, report)
+    return report
 
 
-def demo(out="runs/demo", *, n: int = 1_000_000, methods=("lsh", "pcah", "itq", "dish"), bits=(32, 64),
-         top_k: int | None = None, top_percent: float | None = None, chunk_rows: int | None = None,
-         progress: bool = False, log_lines=None, **evaluate_options) -> dict:
+def demo(
+    out="runs/demo",
+    *,
+    n: int = 1_000_000,
+    methods=("lsh", "pcah", "itq", "dish"),
+    bits=(32, 64),
+    top_k: int | None = None,
+    top_percent: float | None = None,
+    chunk_rows: int | None = None,
+    progress: bool = False,
+    log_lines=None,
+    **evaluate_options,
+) -> dict:
     """The end-to-end demo: sift-synth of ``n`` points with Euclidean ground truth (top
     1000 unless ``top_k``/``top_percent``), and Fashion-MNIST with label ground truth when it
     is installed. Returns {dataset name: report}."""
     from pipeline.data.sources import fashion_mnist_available
+
     out = Path(out) if "://" not in str(out) else out
     say = log_lines or (lambda line: None)
     say(f"demo: sift-synth with {n:,} points (generated chunk-parallel, cached in the data directory)")
     sift = dataset("sift-synth", n=n, seed=evaluate_options.get("seed", 0), chunk_rows=chunk_rows, progress=progress)
     options = {"methods": methods, "bits": bits, "log_lines": log_lines, **evaluate_options}
-    reports = {"sift-synth": evaluate(sift, out=f"{out}/sift-synth", ground_truth="euclidean",
-                                      top_k=top_k or (None if top_percent else 1000), top_percent=top_percent, **options)}
+    reports = {
+        "sift-synth": evaluate(
+            sift,
+            out=f"{out}/sift-synth",
+            ground_truth="euclidean",
+            top_k=top_k or (None if top_percent else 1000),
+            top_percent=top_percent,
+            **options,
+        )
+    }
     if fashion_mnist_available():
         say("demo: Fashion-MNIST (label ground truth)")
         fm = dataset("fashion-mnist", chunk_rows=chunk_rows, progress=progress)
@@ -235,16 +356,32 @@ def demo(out="runs/demo", *, n: int = 1_000_000, methods=("lsh", "pcah", "itq", 
 
 # ------------------------------------------------------------------ benchmarks ---------
 
-def bench(stage: str, out, *, n: int, bits: int = 32, queries: int = 1000, k: int = 100, method: str = "dish",
-          iterations: int = 10, nodes: int = 10, floor_repeats: int = 2, data=None, threads: int | None = None,
-          seed: int = 0) -> dict:
+
+def bench(
+    stage: str,
+    out,
+    *,
+    n: int,
+    bits: int = 32,
+    queries: int = 1000,
+    k: int = 100,
+    method: str = "dish",
+    iterations: int = 10,
+    nodes: int = 10,
+    floor_repeats: int = 2,
+    data=None,
+    threads: int | None = None,
+    seed: int = 0,
+) -> dict:
     """Benchmark one stage against its peer (FAISS, or the plain-pass floor) and write the
     result JSON (and a Markdown table beside it). Needs the ``bench`` extra (faiss, psutil)."""
     try:
         from benchmarks.harness import runs
     except ImportError as exc:
-        raise InputError(f"dhash bench needs the benchmark extra ({exc.name} is missing); "
-                         "pip install 'dhash[bench]' in a checkout of the repository") from None
+        raise InputError(
+            f"dhash bench needs the benchmark extra ({exc.name} is missing); "
+            "pip install 'dhash[bench]' in a checkout of the repository"
+        ) from None
     cpu_before = runs.cpu_jiffies()
     if stage in ("search", "groundtruth"):
         fn = runs.bench_search if stage == "search" else runs.bench_groundtruth
@@ -264,4 +401,4 @@ def bench(stage: str, out, *, n: int, bits: int = 32, queries: int = 1000, k: in
     return result
 
 
-BENCH_NEEDS_CLUSTER = ("train", "encode")   # search and groundtruth time single-process kernels
+BENCH_NEEDS_CLUSTER = ("train", "encode")  # search and groundtruth time single-process kernels

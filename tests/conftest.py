@@ -1,4 +1,5 @@
 """Shared fixtures: a real multi-process Dask cluster and real datasets on disk."""
+
 from __future__ import annotations
 
 import os
@@ -12,14 +13,15 @@ from pipeline.data.sources import fashion_mnist_available
 def cluster():
     """LocalCluster of 2 worker processes x 1 thread (the CLI's default shape)."""
     from distributed import LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=40) as c:
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40) as c:
         yield c
 
 
 @pytest.fixture
 def client(cluster):
     from distributed import Client
+
     with Client(cluster) as c:
         yield c
 
@@ -44,5 +46,5 @@ def fmnist_paths(data_dir):
     """Fashion-MNIST ingested twice: 20000-row and 5000-row feature chunks."""
     require_fashion_mnist()
     from pipeline.data.sources import write_fashion_mnist
-    return {rows: write_fashion_mnist(data_dir / f"fmnist-{rows}.zarr", chunk_rows=rows).path
-            for rows in (20000, 5000)}
+
+    return {rows: write_fashion_mnist(data_dir / f"fmnist-{rows}.zarr", chunk_rows=rows).path for rows in (20000, 5000)}

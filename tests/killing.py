@@ -1,4 +1,5 @@
 """Kill a job at a chosen point: the helper of the tests that interrupt training for real."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,13 @@ def kill_after_checkpoint(argv: list[str], state: Path, iteration: int = 3, time
     """Run ``python -m jobs ARGV`` in its own process group and SIGKILL the whole group (the
     client with its scheduler and workers) once the checkpoint ``state`` holds ``iteration``
     or later. Returns the iteration it was stopped at; fails if the job ended first."""
-    proc = subprocess.Popen([sys.executable, "-m", "jobs", *map(str, argv)], cwd=REPO, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs", *map(str, argv)],
+        cwd=REPO,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     stopped_at = None
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:

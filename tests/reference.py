@@ -1,4 +1,5 @@
 """Brute-force references: the slowest, most obvious implementation of each metric/search."""
+
 from __future__ import annotations
 
 import itertools
@@ -27,16 +28,17 @@ def average_precision(rel_ranked: np.ndarray) -> float:
 
 
 def map_full(dist: np.ndarray, relevant: np.ndarray, ids: np.ndarray) -> float:
-    return float(np.mean([average_precision(relevant[q][full_ranking(dist[q], ids)])
-                          for q in range(dist.shape[0])]))
+    return float(np.mean([average_precision(relevant[q][full_ranking(dist[q], ids)]) for q in range(dist.shape[0])]))
 
 
 def tie_aware_ap_enumerated(dist_row, rel_row) -> float:
     """Average of AP over every ordering of items inside each equal-distance group."""
     groups = [np.flatnonzero(dist_row == h) for h in np.unique(dist_row)]
     per_group_orders = [list(itertools.permutations(rel_row[g])) for g in groups]
-    aps = [average_precision(np.concatenate([np.array(o) for o in combo]))
-           for combo in itertools.product(*per_group_orders)]
+    aps = [
+        average_precision(np.concatenate([np.array(o) for o in combo]))
+        for combo in itertools.product(*per_group_orders)
+    ]
     return float(np.mean(aps))
 
 

@@ -1,4 +1,5 @@
 """Validate artifacts against the JSON Schemas in data_schemas/."""
+
 import json
 from pathlib import Path
 

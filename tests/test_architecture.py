@@ -4,6 +4,7 @@ storage runs no Dask computation, jobs/ only parses and prints and nothing impor
 Imports are read with ``ast`` from every module of ``pipeline/`` and ``jobs/``, those
 inside functions included (a deferred import still is a dependency).
 """
+
 from __future__ import annotations
 
 import ast
@@ -29,8 +30,9 @@ def _imports(path: Path, modules) -> set[str]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                     for a in node.names]
+            names = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names
+            ]
         else:
             continue
         found.update(n for n in names if n.split(".")[0] in (*PACKAGES, "benchmarks"))
@@ -120,8 +122,10 @@ def test_storage_runs_no_dask_computation():
         if name.startswith("pipeline.storage"):
             assert not _calls(path) & {"compute", "persist", "store", "submit", "gather"}, name
             assert "distributed" not in _third_party(path), name
-            assert not any(d.startswith(("pipeline.distributed", "pipeline.hashing", "pipeline.evaluation",
-                                         "pipeline.workflows")) for d in import_graph()[name]), name
+            assert not any(
+                d.startswith(("pipeline.distributed", "pipeline.hashing", "pipeline.evaluation", "pipeline.workflows"))
+                for d in import_graph()[name]
+            ), name
 
 
 def test_jobs_only_parse_and_print():

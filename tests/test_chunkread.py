@@ -1,6 +1,7 @@
 """The verified chunk reader: equals zarr's own reads for every chunk (full, edge, all-zero),
 and refuses a missing chunk, a flipped byte, a truncated chunk and damaged metadata with a
 one-line error naming the array and the chunk."""
+
 import numpy as np
 import pytest
 import zarr
@@ -14,7 +15,7 @@ def _array(tmp_path, dtype, shape=(1000, 7), chunk_rows=300):
     group = zarr.open_group(str(tmp_path / "g"), mode="w", zarr_format=3)
     arr = create_array(group, "a", shape, chunk_rows, dtype)
     data = (np.random.default_rng(0).standard_normal(shape) * 50).astype(dtype)
-    data[300:600] = 0                          # an all-zero chunk is written too (never "missing")
+    data[300:600] = 0  # an all-zero chunk is written too (never "missing")
     arr[...] = data
     loc = resolve(tmp_path / "g" / "a")
     return loc, data, open_verified(loc, array_manifest(loc), "test array", "rebuild it")
@@ -25,7 +26,7 @@ def test_verified_reads_equal_zarr(tmp_path, dtype):
     loc, data, reader = _array(tmp_path, dtype)
     assert reader.n_chunks == 4
     for c in range(4):
-        np.testing.assert_array_equal(reader(c), data[c * 300:(c + 1) * 300])
+        np.testing.assert_array_equal(reader(c), data[c * 300 : (c + 1) * 300])
     lazy = dask_from_reader(reader, "features-test")
     assert lazy.chunks == ((300, 300, 300, 100), (7,))
     np.testing.assert_array_equal(lazy.compute(scheduler="sync"), data)
@@ -38,12 +39,15 @@ def test_one_dimensional_arrays(tmp_path):
     np.testing.assert_array_equal(reader.read_all(), data)
 
 
-@pytest.mark.parametrize("damage,problem", [
-    ("remove", "chunk 1 is missing"),
-    ("flip", "chunk 1 is damaged"),
-    ("truncate", "chunk 1 is damaged"),
-    ("swap", "chunk 1 is damaged"),
-])
+@pytest.mark.parametrize(
+    "damage,problem",
+    [
+        ("remove", "chunk 1 is missing"),
+        ("flip", "chunk 1 is damaged"),
+        ("truncate", "chunk 1 is damaged"),
+        ("swap", "chunk 1 is damaged"),
+    ],
+)
 def test_damaged_chunks_are_refused(tmp_path, damage, problem):
     loc, _, reader = _array(tmp_path, np.float32)
     chunk = tmp_path / "g" / "a" / "c" / "1" / "0"
@@ -51,15 +55,15 @@ def test_damaged_chunks_are_refused(tmp_path, damage, problem):
     if damage == "remove":
         chunk.unlink()
     elif damage == "flip":
-        chunk.write_bytes(raw[:len(raw) // 2] + bytes([raw[len(raw) // 2] ^ 1]) + raw[len(raw) // 2 + 1:])
+        chunk.write_bytes(raw[: len(raw) // 2] + bytes([raw[len(raw) // 2] ^ 1]) + raw[len(raw) // 2 + 1 :])
     elif damage == "truncate":
         chunk.write_bytes(raw[:-7])
-    else:                                      # a valid frame of another chunk in its place
+    else:  # a valid frame of another chunk in its place
         chunk.write_bytes((tmp_path / "g" / "a" / "c" / "0" / "0").read_bytes())
     with pytest.raises(InputError, match=problem) as info:
         reader(1)
     assert "test array" in str(info.value) and "rebuild it" in str(info.value) and "\n" not in str(info.value)
-    np.testing.assert_array_equal(reader(0).shape, (300, 7))     # the others still read
+    np.testing.assert_array_equal(reader(0).shape, (300, 7))  # the others still read
 
 
 def test_damaged_metadata_and_foreign_layouts_are_refused(tmp_path):
@@ -69,8 +73,14 @@ def test_damaged_metadata_and_foreign_layouts_are_refused(tmp_path):
     meta.write_text(meta.read_text()[:40])
     with pytest.raises(InputError, match="damaged metadata"):
         open_verified(loc, manifest, "test array", "rebuild it")
-    blosc = zarr.create_array(str(tmp_path / "b"), shape=(10, 4), chunks=(5, 4), dtype="f4",
-                              compressors=zarr.codecs.BloscCodec(), zarr_format=3)
+    blosc = zarr.create_array(
+        str(tmp_path / "b"),
+        shape=(10, 4),
+        chunks=(5, 4),
+        dtype="f4",
+        compressors=zarr.codecs.BloscCodec(),
+        zarr_format=3,
+    )
     blosc[...] = 1
     with pytest.raises(InputError, match="not in dhash's verified layout"):
         open_verified(resolve(tmp_path / "b"), {"shape": [10, 4]}, "foreign", "ingest it")
@@ -80,6 +90,7 @@ def test_all_zero_chunks_of_a_dataset_are_written_and_read(tmp_path):
     """zarr skips all-zero chunks by default (and reads them back as its fill value); every
     dhash writer stores them, so a missing chunk always means damage."""
     from pipeline.storage.datasets import write_dataset
+
     X = np.ones((900, 5), np.uint8)
     X[300:600] = 0
     ds = write_dataset(tmp_path / "z.zarr", [X], n=900, d=5, dtype=np.uint8, source="test", chunk_rows=300)

@@ -1,5 +1,6 @@
 """The dhash jobs end to end through the CLI, against a running scheduler (--scheduler),
 and their bad-input behaviour: exit status 2, one line naming problem and fix, no output."""
+
 import json
 
 import numpy as np
@@ -26,7 +27,10 @@ def pipeline_run(cluster, tmp_path_factory):
     assert run("synth", "sift", "--n", 60000, "--seed", 3, "--out", ds, "--chunk-rows", 16384, *sched) == 0
     assert run("split", "--dataset", ds, "--queries", 50, "--seed", 1, *sched) == 0
     assert run("groundtruth", "--dataset", ds, "--top-k", 20, *sched) == 0
-    assert run("train", "--dataset", ds, "--method", "itq", "--bits", 32, "--split", "default", "--out", model, *sched) == 0
+    assert (
+        run("train", "--dataset", ds, "--method", "itq", "--bits", 32, "--split", "default", "--out", model, *sched)
+        == 0
+    )
     assert run("encode", "--dataset", ds, "--model", model, "--out", codes, *sched) == 0
     assert run("search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10, "--out", res, *sched) == 0
     return tmp, ds, model, codes, res
@@ -86,11 +90,14 @@ def test_unknown_dataset_name(cluster, tmp_path, capsys):
     assert "unknown dataset 'mnist-typo'" in _one_line_error(capsys) and not out.exists()
 
 
-@pytest.mark.parametrize("text, match", [
-    ("queries = [1, 2\n", "not valid TOML"),
-    ("queries = 10\nbogus = 3\n", "unknown key 'bogus'"),
-    ("queries = 'many'\n", "queries must be an integer"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("queries = [1, 2\n", "not valid TOML"),
+        ("queries = 10\nbogus = 3\n", "unknown key 'bogus'"),
+        ("queries = 'many'\n", "queries must be an integer"),
+    ],
+)
 def test_malformed_config(tmp_path, capsys, text, match):
     cfg = tmp_path / "c.toml"
     cfg.write_text(text)
@@ -101,7 +108,9 @@ def test_malformed_config(tmp_path, capsys, text, match):
 @pytest.mark.parametrize("ext, cut", [("fvecs", 3), ("bvecs", 70)])
 def test_truncated_vecs_ingest(tmp_path, capsys, ext, cut):
     src = tmp_path / f"x.{ext}"
-    write_vecs(src, np.random.default_rng(0).integers(0, 200, (100, 16)).astype(np.float32 if ext == "fvecs" else np.uint8))
+    write_vecs(
+        src, np.random.default_rng(0).integers(0, 200, (100, 16)).astype(np.float32 if ext == "fvecs" else np.uint8)
+    )
     data = src.read_bytes()
     src.write_bytes(data[:-cut])
     out = tmp_path / "ds.zarr"
@@ -111,9 +120,11 @@ def test_truncated_vecs_ingest(tmp_path, capsys, ext, cut):
 
 
 def test_nan_rows_and_empty_and_non_numeric_npy(tmp_path, capsys):
-    cases = {"nan.npy": (np.array([[1.0, 2.0], [np.nan, 0.0]], np.float32), "row 1 contains NaN"),
-             "empty.npy": (np.zeros((0, 4), np.float32), "empty"),
-             "str.npy": (np.array([["a", "b"]]), "numeric")}
+    cases = {
+        "nan.npy": (np.array([[1.0, 2.0], [np.nan, 0.0]], np.float32), "row 1 contains NaN"),
+        "empty.npy": (np.zeros((0, 4), np.float32), "empty"),
+        "str.npy": (np.array([["a", "b"]]), "numeric"),
+    }
     for name, (arr, match) in cases.items():
         np.save(tmp_path / name, arr)
         out = tmp_path / f"{name}.zarr"
@@ -128,8 +139,21 @@ def test_wrong_dimensionality_between_model_and_data(pipeline_run, cluster, tmp_
     write_vecs(src, np.random.default_rng(0).standard_normal((500, 64)).astype(np.float32))
     assert run("ingest", src, "--out", tmp_path / "d.zarr", "--quiet") == 0
     out = tmp_path / "codes.zarr"
-    assert run("encode", "--dataset", tmp_path / "d.zarr", "--model", model, "--out", out,
-               "--scheduler", cluster.scheduler_address, "--quiet") == 2
+    assert (
+        run(
+            "encode",
+            "--dataset",
+            tmp_path / "d.zarr",
+            "--model",
+            model,
+            "--out",
+            out,
+            "--scheduler",
+            cluster.scheduler_address,
+            "--quiet",
+        )
+        == 2
+    )
     assert "X has 64 features, but ITQ is expecting 128 features" in _one_line_error(capsys)
     assert not out.exists()
 
@@ -138,13 +162,29 @@ def test_bad_bits_from_cli(pipeline_run, cluster, tmp_path, capsys):
     _, ds, _, _, _ = pipeline_run
     for bits, match in ((0, "expected a positive integer"), (200, "at most the number of features")):
         out = tmp_path / f"m{bits}"
-        assert run("train", "--dataset", ds, "--method", "pcah", "--bits", bits, "--out", out,
-                   "--scheduler", cluster.scheduler_address, "--quiet") == 2
+        assert (
+            run(
+                "train",
+                "--dataset",
+                ds,
+                "--method",
+                "pcah",
+                "--bits",
+                bits,
+                "--out",
+                out,
+                "--scheduler",
+                cluster.scheduler_address,
+                "--quiet",
+            )
+            == 2
+        )
         assert match in _one_line_error(capsys) and not out.exists()
 
 
 def test_artifacts_match_their_schemas(pipeline_run):
     from tests.schemas import validate
+
     _, ds_path, model, codes, res = pipeline_run
     ds = open_dataset(ds_path)
     validate(dict(ds.attrs), "dataset.schema.json")
@@ -164,7 +204,9 @@ def test_cli_train_dish_with_config_edge_list_then_search(pipeline_run, cluster,
     cfg.write_text("[train]\nmethod = 'dish'\nnodes = 3\ntopology = [[0, 1], [1, 2]]\nmax-iter = 3\n")
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
     model, codes, res = tmp_path / "dish", tmp_path / "codes.zarr", tmp_path / "res.parquet"
-    assert run("train", "--config", cfg, "--dataset", ds, "--bits", 16, "--split", "default", "--out", model, *sched) == 0
+    assert (
+        run("train", "--config", cfg, "--dataset", ds, "--bits", 16, "--split", "default", "--out", model, *sched) == 0
+    )
     meta = json.loads((model / "model.json").read_text())
     assert meta["method"] == "dish" and meta["training"]["nodes"] == 3
     assert meta["training"]["edges"] == [[0, 1], [1, 2]] and len(meta["training"]["objective"]) == 3
@@ -190,9 +232,16 @@ def test_bench_commands_compare_with_their_peers(pipeline_run, cluster, tmp_path
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
     out = {stage: tmp_path / f"{stage}.json" for stage in ("search", "groundtruth", "train", "encode")}
     assert run("bench", "search", "--n", 30000, "--bits", 64, "--queries", 20, "--k", 10, "--out", out["search"]) == 0
-    assert run("bench", "groundtruth", "--n", 20000, "--data", ds, "--queries", 10, "--k", 10,
-               "--out", out["groundtruth"]) == 0
-    assert run("bench", "train", "--n", 40000, "--data", ds, "--iterations", 2, "--nodes", 3, "--out", out["train"], *sched) == 0
+    assert (
+        run("bench", "groundtruth", "--n", 20000, "--data", ds, "--queries", 10, "--k", 10, "--out", out["groundtruth"])
+        == 0
+    )
+    assert (
+        run(
+            "bench", "train", "--n", 40000, "--data", ds, "--iterations", 2, "--nodes", 3, "--out", out["train"], *sched
+        )
+        == 0
+    )
     assert run("bench", "encode", "--n", 40000, "--data", ds, "--out", out["encode"], *sched) == 0
     results = {stage: json.loads(path.read_text()) for stage, path in out.items()}
     for stage in ("search", "groundtruth"):
@@ -201,6 +250,7 @@ def test_bench_commands_compare_with_their_peers(pipeline_run, cluster, tmp_path
     assert results["train"]["ours"]["passes"] == 3 and len(results["train"]["ours"]["objective"]) == 2
     assert results["encode"]["ours"]["codes_disk"]["files"] > 0
     from tests.schemas import validate
+
     for stage, r in results.items():
         validate(r, "bench.schema.json")
         assert r["ours"]["seconds"] > 0 and r["peer"]["seconds"] > 0 and r["machine"]["cores"] >= 1
@@ -212,11 +262,35 @@ def test_cli_sgh_and_usplh_options_reach_the_models(pipeline_run, cluster, tmp_p
     """`dhash train --method sgh` with its flags, then encode + search; `evaluate` passes
     --sgh-rho-scale to SGH only (DisH keeps its own --rho-scale) and USPLH options through."""
     from tests.schemas import validate
+
     _, ds, _, _, _ = pipeline_run
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
     model, codes, res = tmp_path / "sgh", tmp_path / "codes.zarr", tmp_path / "res.parquet"
-    assert run("train", "--dataset", ds, "--method", "sgh", "--bits", 6, "--split", "default", "--n-bases", 64,
-               "--bandwidth-scale", 0.8, "--sgh-rho-scale", 0.5, "--kernel-cache", "recompute", "--out", model, *sched) == 0
+    assert (
+        run(
+            "train",
+            "--dataset",
+            ds,
+            "--method",
+            "sgh",
+            "--bits",
+            6,
+            "--split",
+            "default",
+            "--n-bases",
+            64,
+            "--bandwidth-scale",
+            0.8,
+            "--sgh-rho-scale",
+            0.5,
+            "--kernel-cache",
+            "recompute",
+            "--out",
+            model,
+            *sched,
+        )
+        == 0
+    )
     meta = json.loads((model / "model.json").read_text())
     validate(meta, "model.schema.json")
     assert meta["params"]["n_bases"] == 64 and meta["params"]["rho_scale"] == 0.5
@@ -226,14 +300,63 @@ def test_cli_sgh_and_usplh_options_reach_the_models(pipeline_run, cluster, tmp_p
     assert run("search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 5, "--out", res, *sched) == 0
     assert pq.read_table(res).num_rows == 250
     out = tmp_path / "report"
-    assert run("evaluate", "--dataset", ds, "--methods", "sgh,usplh,dish-allreduce", "--bits", 8, "--queries", 30,
-               "--ground-truth", "euclidean", "--top-k", 10, "--n-bases", 32, "--sgh-rho-scale", 0.25,
-               "--rho-scale", 0.7, "--region-size", 100, "--decay", 0.3, "--max-iter", 2, "--out", out, *sched) == 0
+    assert (
+        run(
+            "evaluate",
+            "--dataset",
+            ds,
+            "--methods",
+            "sgh,usplh,dish-allreduce",
+            "--bits",
+            8,
+            "--queries",
+            30,
+            "--ground-truth",
+            "euclidean",
+            "--top-k",
+            10,
+            "--n-bases",
+            32,
+            "--sgh-rho-scale",
+            0.25,
+            "--rho-scale",
+            0.7,
+            "--region-size",
+            100,
+            "--decay",
+            0.3,
+            "--max-iter",
+            2,
+            "--out",
+            out,
+            *sched,
+        )
+        == 0
+    )
     rows = {r["method"]: r for r in json.loads((out / "report.json").read_text())["results"]}
     assert rows["sgh"]["params"]["rho_scale"] == 0.25 and rows["sgh"]["params"]["n_bases"] == 32
     assert rows["dish-allreduce"]["params"]["rho_scale"] == 0.7
     assert rows["usplh"]["params"]["region_size"] == 100 and rows["usplh"]["params"]["decay"] == 0.3
     # semi-supervised methods on a dataset without labels: one clear line
-    assert run("evaluate", "--dataset", ds, "--methods", "splh", "--bits", 8, "--queries", 30, "--ground-truth",
-               "euclidean", "--top-k", 10, "--out", tmp_path / "r2", *sched) == 2
+    assert (
+        run(
+            "evaluate",
+            "--dataset",
+            ds,
+            "--methods",
+            "splh",
+            "--bits",
+            8,
+            "--queries",
+            30,
+            "--ground-truth",
+            "euclidean",
+            "--top-k",
+            10,
+            "--out",
+            tmp_path / "r2",
+            *sched,
+        )
+        == 2
+    )
     assert "requires y to be passed" in _one_line_error(capsys) and not (tmp_path / "r2").exists()

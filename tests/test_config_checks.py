@@ -1,5 +1,6 @@
 """Bad options, config values and pipeline steps: each is one line `error: ...`, exit 2,
 before any cluster starts or any output is made (a matrix: command, expected fragment)."""
+
 from __future__ import annotations
 
 import json
@@ -9,39 +10,96 @@ import pytest
 from jobs.cli import main
 
 CLI_CASES = [
-    (["search", "--dataset", "d.zarr", "--model", "m", "--codes", "c.zarr", "--out", "r.parquet", "--k", "10",
-      "--radius", "3"], "give either --k (top-k search) or --radius"),
-    (["train", "--dataset", "d.zarr", "--method", "itq", "--bits", "0", "--out", "m"], "--bits: expected a positive integer, got 0"),
-    (["train", "--dataset", "d.zarr", "--method", "itq", "--bits", "12.7", "--out", "m"], "expected a positive integer, got '12.7'"),
+    (
+        [
+            "search",
+            "--dataset",
+            "d.zarr",
+            "--model",
+            "m",
+            "--codes",
+            "c.zarr",
+            "--out",
+            "r.parquet",
+            "--k",
+            "10",
+            "--radius",
+            "3",
+        ],
+        "give either --k (top-k search) or --radius",
+    ),
+    (
+        ["train", "--dataset", "d.zarr", "--method", "itq", "--bits", "0", "--out", "m"],
+        "--bits: expected a positive integer, got 0",
+    ),
+    (
+        ["train", "--dataset", "d.zarr", "--method", "itq", "--bits", "12.7", "--out", "m"],
+        "expected a positive integer, got '12.7'",
+    ),
     (["synth", "sift", "--n", "100", "--out", "s.zarr", "--workers", "0"], "--workers: expected a positive integer"),
-    (["synth", "sift", "--n", "100", "--out", "s.zarr", "--chunk-rows", "0"], "--chunk-rows: expected a positive integer"),
+    (
+        ["synth", "sift", "--n", "100", "--out", "s.zarr", "--chunk-rows", "0"],
+        "--chunk-rows: expected a positive integer",
+    ),
     (["synth", "sift", "--n", "-5", "--out", "s.zarr"], "--n: expected a positive integer"),
     (["synth", "sift", "--n", "100", "--out", "s.zarr", "--threads", "-1"], "--threads: expected a positive integer"),
-    (["evaluate", "--dataset", "d.zarr", "--ks", "0,-5", "--out", "rep"], "--ks: expected a comma-separated list of positive"),
+    (
+        ["evaluate", "--dataset", "d.zarr", "--ks", "0,-5", "--out", "rep"],
+        "--ks: expected a comma-separated list of positive",
+    ),
     (["evaluate", "--dataset", "d.zarr", "--bits", "", "--out", "rep"], "--bits: expected a comma-separated list"),
     (["split", "--dataset", "d.zarr", "--queries", "0"], "--queries: expected a positive integer"),
-    (["train", "--dataset", "d.zarr", "--method", "dish", "--rho", "-1", "--out", "m"], "--rho: expected a positive number"),
-    (["train", "--dataset", "d.zarr", "--method", "itq", "--out", "m", "--storage-options", "[1]"],
-     "--storage-options: expected a JSON object"),
+    (
+        ["train", "--dataset", "d.zarr", "--method", "dish", "--rho", "-1", "--out", "m"],
+        "--rho: expected a positive number",
+    ),
+    (
+        ["train", "--dataset", "d.zarr", "--method", "itq", "--out", "m", "--storage-options", "[1]"],
+        "--storage-options: expected a JSON object",
+    ),
     (["train", "--dataset", "d.zarr", "--method", "itq", "--out", "m", "--bogus"], "unrecognized arguments: --bogus"),
     (["train", "--dataset", "d.zarr", "--out", "m"], "--method is required"),
 ]
 
 CONFIG_CASES = [
-    ('[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\noverwrite = "false"\n', "overwrite must be true or false, got 'false'"),
-    ('[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\nbits = 12.7\n', "[train]: bits must be an integer, got 12.7; write bits = 12"),
+    (
+        '[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\noverwrite = "false"\n',
+        "overwrite must be true or false, got 'false'",
+    ),
+    (
+        '[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\nbits = 12.7\n',
+        "[train]: bits must be an integer, got 12.7; write bits = 12",
+    ),
     ('[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\nbits = "12"\n', "bits must be an integer, got '12'"),
-    ('[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\nworkers = 0\n', "bad value for workers (expected a positive integer, got 0)"),
+    (
+        '[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\nworkers = 0\n',
+        "bad value for workers (expected a positive integer, got 0)",
+    ),
     ('[trian]\ndataset = "d.zarr"\n', "unknown table(s) [trian]"),
     ('[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\nbitz = 3\n', "unknown key 'bitz'"),
-    ('[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\nkernel-cache = "disk"\n', "kernel-cache must be one of auto, memory"),
-    ('storage-options = 5\n[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\n', "storage-options must be a table or a string"),
+    (
+        '[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\nkernel-cache = "disk"\n',
+        "kernel-cache must be one of auto, memory",
+    ),
+    (
+        'storage-options = 5\n[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\n',
+        "storage-options must be a table or a string",
+    ),
 ]
 
 PIPELINE_CASES = [
-    ('command = "train"\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\nbits = 12.7\n', "step 1 (train): bits must be an integer"),
-    ('command = "train"\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\noverwrite = "false"\n', "step 1 (train): overwrite must be true or false"),
-    ('command = "search"\ndataset = "d.zarr"\nmodel = "m"\ncodes = "c"\nout = "r"\nk = 0\n', "step 1 (search): bad value for k"),
+    (
+        'command = "train"\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\nbits = 12.7\n',
+        "step 1 (train): bits must be an integer",
+    ),
+    (
+        'command = "train"\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\noverwrite = "false"\n',
+        "step 1 (train): overwrite must be true or false",
+    ),
+    (
+        'command = "search"\ndataset = "d.zarr"\nmodel = "m"\ncodes = "c"\nout = "r"\nk = 0\n',
+        "step 1 (search): bad value for k",
+    ),
 ]
 
 
@@ -79,8 +137,11 @@ def test_bad_pipeline_steps(tmp_path, capsys, step, fragment):
 
 def test_good_config_values_are_typed(tmp_path):
     from jobs.cli import parse_args
-    (tmp_path / "c.toml").write_text('[evaluate]\ndataset = "d.zarr"\nbits = [16, 32]\nks = "1,10"\nquiet = true\n'
-                                     '[storage-options]\nanon = true\n[train]\nbits = 99\n')
+
+    (tmp_path / "c.toml").write_text(
+        '[evaluate]\ndataset = "d.zarr"\nbits = [16, 32]\nks = "1,10"\nquiet = true\n'
+        "[storage-options]\nanon = true\n[train]\nbits = 99\n"
+    )
     command, values = parse_args(["evaluate", "--config", str(tmp_path / "c.toml"), "--out", "rep"])
     assert command == "evaluate"
     assert values["bits"] == [16, 32] and values["ks"] == [1, 10] and values["quiet"] is True

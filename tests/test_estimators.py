@@ -6,18 +6,26 @@ needs fewer kernel bases than rows, SPLH fewer labeled points, USPLH smaller reg
 No check is expected to fail. Fits run on the session's multi-process cluster (DisH's
 ADMM nodes are pinned to its workers).
 """
+
 import numpy as np
 import pytest
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from pipeline import DisH, InputError, ITQ, LSH, PCAH, SGH, SPLH, USPLH, make_hasher
+from pipeline import ITQ, LSH, PCAH, SGH, SPLH, USPLH, DisH, InputError, make_hasher
 from pipeline.hashing import HASHERS
 
-SMALL = [LSH(n_bits=3), PCAH(n_bits=1), ITQ(n_bits=1, n_iter=3), DisH(n_bits=1, nodes=2, max_iter=3),
-         DisH(n_bits=1, consensus="allreduce", max_iter=3), SGH(n_bits=3, n_bases=5), SPLH(n_bits=3, n_labeled=5),
-         USPLH(n_bits=1, region_size=3)]
+SMALL = [
+    LSH(n_bits=3),
+    PCAH(n_bits=1),
+    ITQ(n_bits=1, n_iter=3),
+    DisH(n_bits=1, nodes=2, max_iter=3),
+    DisH(n_bits=1, consensus="allreduce", max_iter=3),
+    SGH(n_bits=3, n_bases=5),
+    SPLH(n_bits=3, n_labeled=5),
+    USPLH(n_bits=1, region_size=3),
+]
 
 
 def test_every_registered_method_is_checked():
@@ -41,11 +49,11 @@ def test_a_failed_refit_leaves_the_fitted_state_intact():
     rng = np.random.default_rng(1)
     model = ITQ(n_bits=8, n_iter=5).fit(rng.standard_normal((300, 20)))
     before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in vars(model).items()}
-    bad = rng.standard_normal((300, 4))              # 4 features < 8 bits: refused
+    bad = rng.standard_normal((300, 4))  # 4 features < 8 bits: refused
     with pytest.raises(InputError, match="n_features = 4"):
         model.fit(bad)
     bad = rng.standard_normal((300, 20))
-    bad[7, 3] = np.nan                               # refused inside the fit
+    bad[7, 3] = np.nan  # refused inside the fit
     with pytest.raises(InputError, match="row 7"):
         model.fit(bad)
     assert vars(model).keys() == before.keys()

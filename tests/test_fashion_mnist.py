@@ -1,12 +1,13 @@
 """Acceptance on real data: the evaluate job on Fashion-MNIST, and its invariance to the
 cluster shape and to the chunking."""
+
 import json
 
 import pytest
 from distributed import Client, LocalCluster
 
 from jobs.cli import main
-from pipeline.evaluation.evaluate import run_evaluation
+from pipeline import workflows
 from pipeline.storage.datasets import open_dataset
 
 pytestmark = pytest.mark.slow
@@ -15,8 +16,24 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cli_report(fmnist_paths, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "fmnist"
-    code = main(["evaluate", "--dataset", str(fmnist_paths[20000]), "--methods", "lsh,pcah,itq", "--bits", "32",
-                 "--queries", "1000", "--seed", "0", "--out", str(out), "--quiet"])
+    code = main(
+        [
+            "evaluate",
+            "--dataset",
+            str(fmnist_paths[20000]),
+            "--methods",
+            "lsh,pcah,itq",
+            "--bits",
+            "32",
+            "--queries",
+            "1000",
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
     return out
 
@@ -30,6 +47,7 @@ def test_evaluate_job_quality_on_fashion_mnist(cli_report):
     assert report["split"]["n_query"] == 1000 and report["split"]["n_database"] == 69000
     assert report["ground_truth"]["kind"] == "labels"
     from tests.schemas import validate
+
     validate(report, "report.schema.json")
     for name in ("report.md", "precision_at_k.png", "pr_curve.png"):
         assert (cli_report / name).stat().st_size > 0
@@ -46,9 +64,13 @@ def _metric_rows(report):
 
 
 def _evaluate_on(path, n_workers):
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=40) as cluster, Client(cluster):
-        return run_evaluation(open_dataset(path), methods=["lsh", "pcah", "itq"], bits=[32], n_queries=1000, seed=0)
+    with (
+        LocalCluster(
+            n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+        ) as cluster,
+        Client(cluster),
+    ):
+        return workflows.evaluate(open_dataset(path), methods=["lsh", "pcah", "itq"], bits=[32], queries=1000, seed=0)
 
 
 def test_same_numbers_whatever_workers_and_chunking(cli_report, fmnist_paths):
@@ -63,6 +85,7 @@ def test_same_numbers_whatever_workers_and_chunking(cli_report, fmnist_paths):
 
 # ---------------------------------------------------------------- DisH acceptance ----
 
+
 def _rows_by_label(report):
     return {(r.get("label", r["method"]), r["n_bits"]): r for r in report["results"]}
 
@@ -74,11 +97,24 @@ def dish_reports(fmnist_paths, tmp_path_factory, cluster):
     out = tmp_path_factory.mktemp("dish")
     with Client(cluster):
         ds = open_dataset(fmnist_paths[20000])
-        iid = run_evaluation(ds, methods=["itq", "dish", "dish-allreduce"], bits=[16, 32, 64], n_queries=1000,
-                             seed=0, params={"nodes": 10, "topology": "random"}, out=out / "iid")
-        by_label = run_evaluation(ds, methods=["dish"], bits=[16, 32, 64], n_queries=1000, seed=0,
-                                  params={"nodes": 10, "topology": "random", "partition": "by-label"},
-                                  out=out / "by-label")
+        iid = workflows.evaluate(
+            ds,
+            methods=["itq", "dish", "dish-allreduce"],
+            bits=[16, 32, 64],
+            queries=1000,
+            seed=0,
+            params={"nodes": 10, "topology": "random"},
+            out=out / "iid",
+        )
+        by_label = workflows.evaluate(
+            ds,
+            methods=["dish"],
+            bits=[16, 32, 64],
+            queries=1000,
+            seed=0,
+            params={"nodes": 10, "topology": "random", "partition": "by-label"},
+            out=out / "by-label",
+        )
     return out, _rows_by_label(iid), _rows_by_label(by_label)
 
 
@@ -105,4 +141,5 @@ def test_dish_allreduce_reaches_itq(dish_reports):
     assert iid[("dish-allreduce", 32)]["metrics"]["map"] >= iid[("itq", 32)]["metrics"]["map"] - 0.005
     assert (out / "iid" / "training.png").stat().st_size > 0 and (out / "by-label" / "training.png").exists()
     from tests.schemas import validate
+
     validate(json.loads((out / "iid" / "report.json").read_text()), "report.schema.json")

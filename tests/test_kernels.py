@@ -1,4 +1,5 @@
 """Numeric kernels against brute-force references (plain numpy, no Dask)."""
+
 import numpy as np
 import pytest
 
@@ -27,7 +28,7 @@ def test_padding_bits_are_zero_and_never_count():
 
 def test_sign_of_zero_is_plus_one():
     assert codes.pack_signs(np.zeros((1, 8)))[0, 0] == 255
-    assert codes.pack_signs(np.array([[0.0, -0.0, -1, 2, 0, 0, 0, 0]]))[0, 0] == 0b11111011   # -0.0 >= 0 too
+    assert codes.pack_signs(np.array([[0.0, -0.0, -1, 2, 0, 0, 0, 0]]))[0, 0] == 0b11111011  # -0.0 >= 0 too
 
 
 @pytest.mark.parametrize("k", [1, 5, 40, 60])
@@ -37,8 +38,8 @@ def test_topk_and_merge_equal_bruteforce_with_ties_by_id(k):
     ids = np.arange(50) * 3 + 7
     want_d, want_i = ref.topk_bruteforce(ref.popcount_distances(q, c), ids, min(k, 50))
     got_d, got_i = hamming.hamming_topk(c, ids, queries=q, k=k)
-    np.testing.assert_array_equal(got_d[:, :min(k, 50)], want_d)
-    np.testing.assert_array_equal(got_i[:, :min(k, 50)], want_i)
+    np.testing.assert_array_equal(got_d[:, : min(k, 50)], want_d)
+    np.testing.assert_array_equal(got_i[:, : min(k, 50)], want_i)
     if k > 50:
         assert (got_i[:, 50:] == -1).all() and (got_d[:, 50:] == -1).all()
     # shard then merge, shards in scrambled order, gives the same answer
@@ -122,8 +123,7 @@ def test_topk_metrics_equal_bruteforce():
 def test_relevance_from_neighbours_and_multilabel():
     nb = np.array([[3, 8, -1], [1, 2, 9]])
     ids = np.array([1, 3, 5, 8])
-    np.testing.assert_array_equal(ranking.relevance_from_neighbours(nb, ids),
-                                  [[0, 1, 0, 1], [1, 0, 0, 0]])
+    np.testing.assert_array_equal(ranking.relevance_from_neighbours(nb, ids), [[0, 1, 0, 1], [1, 0, 0, 0]])
     ql = np.array([[1, 0, 1], [0, 1, 0]], np.uint8)
     dl = np.array([[0, 0, 1], [1, 1, 0], [0, 0, 0]], np.uint8)
     np.testing.assert_array_equal(ranking.relevance_from_labels(ql, dl), [[1, 1, 0], [0, 1, 0]])
@@ -131,6 +131,7 @@ def test_relevance_from_neighbours_and_multilabel():
 
 def test_l2_topk_and_merge_equal_bruteforce_with_ties():
     from pipeline.kernels import l2
+
     rng = np.random.default_rng(5)
     X = rng.integers(0, 3, (120, 4)).astype(np.uint8)  # tiny integer grid: many exact ties
     Q = rng.integers(0, 3, (6, 4)).astype(np.uint8)
@@ -151,23 +152,25 @@ def test_fused_metric_passes_equal_generic_passes(kind):
     the generic (matrix) path, over chunks longer than a tile and with ties."""
     from pipeline.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
     from pipeline.evaluation.truth import Truth
+
     rng = np.random.default_rng(8)
-    n, m, n_bits = 9000, 7, 12                      # 12 bits: many ties; 9000 > 2 tiles
+    n, m, n_bits = 9000, 7, 12  # 12 bits: many ties; 9000 > 2 tiles
     q, c = random_codes(rng, m, n_bits), random_codes(rng, n, n_bits)
-    ids = np.arange(n) * 3 + 5                      # ascending, not row numbers
+    ids = np.arange(n) * 3 + 5  # ascending, not row numbers
     labels = rng.integers(0, 4, n)
     if kind == "labels":
         truth = Truth("labels", query_labels=rng.integers(0, 4, m))
     else:
         nb = np.stack([np.sort(rng.choice(ids, 50, replace=False)) for _ in range(m)])
-        nb[:, -3:] = -1                             # padded lists
+        nb[:, -3:] = -1  # padded lists
         truth = Truth("euclidean", neighbours=rng.permuted(nb, axis=1))
     dist = hamming.hamming_distances(q, c)
     rel = truth.chunk_relevance(ids, labels)
     bounds = [(0, 4100), (4100, 4101), (4101, n)]
     want_h = [ranking.distance_histograms(dist[:, a:b], rel[:, a:b], n_bits) for a, b in bounds]
-    got_h = [chunk_histograms(c[a:b], ids[a:b], labels[a:b], None, queries=q, truth=truth, n_bits=n_bits)
-             for a, b in bounds]
+    got_h = [
+        chunk_histograms(c[a:b], ids[a:b], labels[a:b], None, queries=q, truth=truth, n_bits=n_bits) for a, b in bounds
+    ]
     for g, w in zip(got_h, want_h):
         np.testing.assert_array_equal(g[0], w[0])
         np.testing.assert_array_equal(g[1], w[1])
@@ -180,9 +183,15 @@ def test_fused_metric_passes_equal_generic_passes(kind):
 
 
 INTEGER_EXTREMES = [
-    (np.int8, -128, 127), (np.uint8, 0, 255), (np.int16, -32768, 32767), (np.uint16, 0, 65535),
-    (np.int32, -2**31, 2**31 - 1), (np.uint32, 0, 2**32 - 1), (np.int64, -2**62, 2**62),
-    (np.uint64, 0, 2**64 - 1), (np.int64, 10_000_000, 400_000_000),
+    (np.int8, -128, 127),
+    (np.uint8, 0, 255),
+    (np.int16, -32768, 32767),
+    (np.uint16, 0, 65535),
+    (np.int32, -(2**31), 2**31 - 1),
+    (np.uint32, 0, 2**32 - 1),
+    (np.int64, -(2**62), 2**62),
+    (np.uint64, 0, 2**64 - 1),
+    (np.int64, 10_000_000, 400_000_000),
 ]
 
 
@@ -191,19 +200,21 @@ def test_gram_of_integer_features_is_exact_at_the_dtype_extremes(dtype, low, hig
     """Integer Gram terms equal the float64 computation on the same values: no int32
     accumulator overflows, whatever the dtype and value range (6000 rows: several slabs)."""
     from pipeline.kernels.dish import gram_chunk
+
     rng = np.random.default_rng(3)
     X = rng.integers(low, high, (6000, 12), dtype=dtype, endpoint=True)
     X[:50] = high
-    X[50:100] = low                   # rows at both extremes, in the same accumulation run
+    X[50:100] = low  # rows at both extremes, in the same accumulation run
     mean = X.astype(np.float64).mean(axis=0)
     C = np.linalg.qr(rng.standard_normal((12, 16)))[0]
     got = gram_chunk(X, mean, C)
-    want = gram_chunk(X.astype(np.float64), mean, C)       # float64 accumulation, same signs
+    want = gram_chunk(X.astype(np.float64), mean, C)  # float64 accumulation, same signs
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
 
 
 def test_itq_codes_of_int64_features_equal_those_of_the_float64_copy():
     from pipeline.hashing import ITQ
+
     X = np.random.default_rng(4).integers(10_000_000, 400_000_000, (5000, 20), dtype=np.int64)
     as_int = ITQ(16, n_iter=10, random_state=0).fit(X)
     as_float = ITQ(16, n_iter=10, random_state=0).fit(X.astype(np.float64))

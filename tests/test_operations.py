@@ -1,5 +1,6 @@
 """Operations (issue 6, first part): what a user watching the dashboard sees, and Dask's
 performance report of a job."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,10 @@ def run(*argv):
 def fresh_cluster():
     """A cluster of its own, so the scheduler's task prefixes are only this module's jobs."""
     from distributed import LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=40) as cluster:
+
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+    ) as cluster:
         yield cluster
 
 
@@ -28,25 +31,84 @@ def _task_prefixes(dask_scheduler):
 
 def test_jobs_show_readable_task_names_and_save_a_performance_report(fresh_cluster, tmp_path):
     from distributed import Client
+
     sched = ["--scheduler", fresh_cluster.scheduler_address, "--quiet"]
     ds, model, codes = tmp_path / "sift.zarr", tmp_path / "itq", tmp_path / "codes.zarr"
     report = tmp_path / "reports" / "train.html"
     assert run("synth", "sift", "--n", 20000, "--out", ds, "--chunk-rows", 5000, *sched) == 0
     assert run("split", "--dataset", ds, "--queries", 20, *sched) == 0
-    assert run("train", "--dataset", ds, "--method", "itq", "--bits", 16, "--split", "default", "--out", model,
-               "--performance-report", report, *sched) == 0
-    assert run("train", "--dataset", ds, "--method", "dish", "--bits", 16, "--nodes", 3, "--max-iter", 2,
-               "--out", tmp_path / "dish", *sched) == 0
+    assert (
+        run(
+            "train",
+            "--dataset",
+            ds,
+            "--method",
+            "itq",
+            "--bits",
+            16,
+            "--split",
+            "default",
+            "--out",
+            model,
+            "--performance-report",
+            report,
+            *sched,
+        )
+        == 0
+    )
+    assert (
+        run(
+            "train",
+            "--dataset",
+            ds,
+            "--method",
+            "dish",
+            "--bits",
+            16,
+            "--nodes",
+            3,
+            "--max-iter",
+            2,
+            "--out",
+            tmp_path / "dish",
+            *sched,
+        )
+        == 0
+    )
     assert run("encode", "--dataset", ds, "--model", model, "--out", codes, *sched) == 0
-    assert run("search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 5, "--out", tmp_path / "r.parquet",
-               *sched) == 0
+    assert (
+        run(
+            "search",
+            "--dataset",
+            ds,
+            "--model",
+            model,
+            "--codes",
+            codes,
+            "--k",
+            5,
+            "--out",
+            tmp_path / "r.parquet",
+            *sched,
+        )
+        == 0
+    )
     html = report.read_text()
     assert "Dask Performance Report" in html and "itq-gram" in html
-    assert [p.name for p in report.parent.iterdir()] == ["train.html"]   # written atomically, no temporary left
+    assert [p.name for p in report.parent.iterdir()] == ["train.html"]  # written atomically, no temporary left
     with Client(fresh_cluster) as client:
         prefixes = set(client.run_on_scheduler(_task_prefixes))
-    for name in ("sift-synth", "itq-covariance", "itq-gram", "dish-mean", "dish-gram", "dish-admm", "itq-encode",
-                 "hamming-topk", "hamming-topk-merge"):
+    for name in (
+        "sift-synth",
+        "itq-covariance",
+        "itq-gram",
+        "dish-mean",
+        "dish-gram",
+        "dish-admm",
+        "itq-encode",
+        "hamming-topk",
+        "hamming-topk-merge",
+    ):
         assert name in prefixes, (name, sorted(prefixes))
     # nothing anonymous: every prefix is a named step, none is a bare function name
     anonymous = {p for p in prefixes if p in {"run", "_combine_all", "finalize", "getitem"}}
@@ -55,8 +117,23 @@ def test_jobs_show_readable_task_names_and_save_a_performance_report(fresh_clust
 
 def test_failed_job_leaves_no_performance_report(fresh_cluster, tmp_path, capsys):
     report = tmp_path / "r.html"
-    assert run("train", "--dataset", tmp_path / "missing.zarr", "--method", "itq", "--out", tmp_path / "m",
-               "--performance-report", report, "--scheduler", fresh_cluster.scheduler_address, "--quiet") == 2
+    assert (
+        run(
+            "train",
+            "--dataset",
+            tmp_path / "missing.zarr",
+            "--method",
+            "itq",
+            "--out",
+            tmp_path / "m",
+            "--performance-report",
+            report,
+            "--scheduler",
+            fresh_cluster.scheduler_address,
+            "--quiet",
+        )
+        == 2
+    )
     assert "not a dataset" in capsys.readouterr().err
     assert not report.exists() and list(tmp_path.iterdir()) == []
 
@@ -77,23 +154,60 @@ def process_cluster(tmp_path_factory):
     import time
 
     from distributed import Client
+
     tmp = tmp_path_factory.mktemp("processes")
     scheduler_file = tmp / "scheduler.json"
     dask_cli = str(__import__("pathlib").Path(sys.executable).parent / "dask")
     env = {**os.environ, "DASK_CONFIG": str(REPO / "deploy" / "dask-worker.yaml")}
     env.pop("DASK_SCHEDULER_ADDRESS", None)
     log = open(tmp / "cluster.log", "w")  # noqa: SIM115 - the processes write to it until teardown
-    procs = [subprocess.Popen([dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                               "--scheduler-file", str(scheduler_file)], stdout=log, stderr=log, env=env)]
+    procs = [
+        subprocess.Popen(
+            [
+                dask_cli,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(scheduler_file),
+            ],
+            stdout=log,
+            stderr=log,
+            env=env,
+        )
+    ]
     try:
         for _ in range(300):
             if scheduler_file.exists() and scheduler_file.stat().st_size:
                 break
             time.sleep(0.1)
-        procs += [subprocess.Popen([dask_cli, "worker", "--scheduler-file", str(scheduler_file), "--nthreads", "1",
-                                    "--no-dashboard", "--memory-limit", "4GiB", "--name", f"host-{i}",
-                                    "--local-directory", str(tmp / f"worker-{i}")],
-                                   stdout=log, stderr=log, env=env, cwd="/") for i in range(2)]
+        procs += [
+            subprocess.Popen(
+                [
+                    dask_cli,
+                    "worker",
+                    "--scheduler-file",
+                    str(scheduler_file),
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                    "--memory-limit",
+                    "4GiB",
+                    "--name",
+                    f"host-{i}",
+                    "--local-directory",
+                    str(tmp / f"worker-{i}"),
+                ],
+                stdout=log,
+                stderr=log,
+                env=env,
+                cwd="/",
+            )
+            for i in range(2)
+        ]
         with Client(scheduler_file=str(scheduler_file), timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
             address = client.scheduler.address
@@ -111,10 +225,15 @@ def process_cluster(tmp_path_factory):
 
 def _metrics(report_dir):
     import json
+
     report = json.loads((report_dir / "report.json").read_text())
-    return {(r.get("label", r["method"]), r["n_bits"]): (r["model_id"], {k: v for k, v in r["metrics"].items()
-                                                                        if isinstance(v, float)})
-            for r in report["results"]}
+    return {
+        (r.get("label", r["method"]), r["n_bits"]): (
+            r["model_id"],
+            {k: v for k, v in r["metrics"].items() if isinstance(v, float)},
+        )
+        for r in report["results"]
+    }
 
 
 def test_pipeline_on_separate_scheduler_and_worker_processes_equals_local_cluster(process_cluster, tmp_path):
@@ -122,16 +241,37 @@ def test_pipeline_on_separate_scheduler_and_worker_processes_equals_local_cluste
     gives the same models (content ids) and every metric identical to the embedded
     LocalCluster run."""
     from pipeline.data.synth import write_sift_synth
+
     ds = write_sift_synth(tmp_path / "sift.zarr", 20000, seed=4, chunk_rows=5000).path
-    job = ["evaluate", "--dataset", ds, "--methods", "itq,dish,sgh", "--bits", 16, "--queries", 50,
-           "--ground-truth", "euclidean", "--top-k", 20, "--nodes", 3, "--max-iter", 3, "--n-bases", 64, "--quiet"]
+    job = [
+        "evaluate",
+        "--dataset",
+        ds,
+        "--methods",
+        "itq,dish,sgh",
+        "--bits",
+        16,
+        "--queries",
+        50,
+        "--ground-truth",
+        "euclidean",
+        "--top-k",
+        20,
+        "--nodes",
+        3,
+        "--max-iter",
+        3,
+        "--n-bases",
+        64,
+        "--quiet",
+    ]
     assert process_cluster.startswith("tcp://127.0.0.1:")
     assert run(*job, "--scheduler", process_cluster, "--out", tmp_path / "hosts") == 0
     assert run(*job, "--workers", 2, "--out", tmp_path / "local") == 0
     hosts, local = _metrics(tmp_path / "hosts"), _metrics(tmp_path / "local")
-    assert hosts.keys() == local.keys() and len(hosts) == 4   # dish gives DisH2 and DisH1 rows
+    assert hosts.keys() == local.keys() and len(hosts) == 4  # dish gives DisH2 and DisH1 rows
     for key in local:
-        assert hosts[key][0] == local[key][0], key          # identical learned arrays
+        assert hosts[key][0] == local[key][0], key  # identical learned arrays
         assert hosts[key][1] == pytest.approx(local[key][1], abs=1e-12), key
 
 
@@ -143,17 +283,33 @@ def test_relative_paths_reach_workers_started_in_another_directory(process_clust
     hosts = ["--scheduler", process_cluster, "--quiet"]
     assert run("synth", "sift", "--n", 20000, "--chunk-rows", 5000, "--out", "data/s.zarr", *hosts) == 0
     assert run("train", "--dataset", "data/s.zarr", "--method", "itq", "--bits", 32, "--out", "m", *hosts) == 0
-    assert run("train", "--dataset", "data/s.zarr", "--method", "itq", "--bits", 32, "--out", "m-local",
-               "--workers", 2, "--quiet") == 0
+    assert (
+        run(
+            "train",
+            "--dataset",
+            "data/s.zarr",
+            "--method",
+            "itq",
+            "--bits",
+            32,
+            "--out",
+            "m-local",
+            "--workers",
+            2,
+            "--quiet",
+        )
+        == 0
+    )
     remote, local = (json.loads((tmp_path / name / "model.json").read_text()) for name in ("m", "m-local"))
     assert remote["model_id"] == local["model_id"]
-    assert remote["training"]["quantization_loss"][-1] != 20000 * 32     # n x r: every projection zero
+    assert remote["training"]["quantization_loss"][-1] != 20000 * 32  # n x r: every projection zero
     assert remote["dataset"]["path"] == str(tmp_path / "data" / "s.zarr")
 
 
 # ---------------------------------------------------------------- checkpoint / resume -
 
-@pytest.mark.parametrize("method, extra", [("dish", ["--nodes", 3, "--max-iter", 12])])   # itq: same code path
+
+@pytest.mark.parametrize("method, extra", [("dish", ["--nodes", 3, "--max-iter", 12])])  # itq: same code path
 def test_train_killed_mid_run_resumes_to_the_same_model(tmp_path, capsys, method, extra):
     """`dhash train` is killed (SIGKILL to the client with its scheduler and workers) once
     its checkpoint holds iteration 3 or later; the model is not there, a plain rerun refuses
@@ -163,9 +319,21 @@ def test_train_killed_mid_run_resumes_to_the_same_model(tmp_path, capsys, method
 
     from pipeline.data.synth import write_sift_synth
     from tests.killing import kill_after_checkpoint
+
     ds = write_sift_synth(tmp_path / "sift.zarr", 60000, seed=5, chunk_rows=8192).path
-    job = ["train", "--dataset", str(ds), "--method", method, "--bits", "16", "--workers", "2", "--quiet",
-           *map(str, extra)]
+    job = [
+        "train",
+        "--dataset",
+        str(ds),
+        "--method",
+        method,
+        "--bits",
+        "16",
+        "--workers",
+        "2",
+        "--quiet",
+        *map(str, extra),
+    ]
     assert run(*job, "--out", tmp_path / "reference") == 0
     out = tmp_path / "model"
     state = tmp_path / "model.checkpoint" / "state.json"
@@ -186,6 +354,7 @@ def test_train_killed_mid_run_resumes_to_the_same_model(tmp_path, capsys, method
 
 # ---------------------------------------------------------------- worker killed -------
 
+
 class KillWorkerOnce:
     """Worker plugin: the first worker to finish ``after`` tasks of ``prefix`` SIGKILLs
     itself (a real crash: no cleanup, no goodbye to the scheduler). Creating the marker file
@@ -203,6 +372,7 @@ class KillWorkerOnce:
         import signal
 
         from dask.utils import key_split
+
         if finish != "memory" or key_split(key) != self.prefix:
             return
         self.done += 1
@@ -222,12 +392,13 @@ def test_worker_killed_during_training_and_encoding_changes_no_output(process_cl
 
     import cloudpickle
     import numpy as np
-    from pipeline.storage.codes import open_codes
     from distributed import Client
     from distributed.diagnostics.plugin import WorkerPlugin
 
     from pipeline.data.synth import write_sift_synth
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])   # workers cannot import this test module
+    from pipeline.storage.codes import open_codes
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
     plugin_type = type("KillWorkerOncePlugin", (KillWorkerOnce, WorkerPlugin), {})
     ds = write_sift_synth(tmp_path / "sift.zarr", 60000, seed=6, chunk_rows=4096).path
     sched = ["--scheduler", process_cluster, "--quiet"]
@@ -251,13 +422,23 @@ def test_worker_killed_during_training_and_encoding_changes_no_output(process_cl
     disturbed = json.loads((tmp_path / "disturbed" / "model.json").read_text())
     assert disturbed["model_id"] == reference["model_id"]
     assert disturbed["training"]["objective"] == reference["training"]["objective"]
-    assert disturbed["training"]["worker_changes"] >= 1      # the kill fell inside training
-    assert disturbed["training"]["redone_steps"] >= 1        # ... while a step was pending: it was redone
-    (a, a_attrs), (b, b_attrs) = (open_codes(tmp_path / name) for name in ("reference-codes.zarr", "disturbed-codes.zarr"))
+    assert disturbed["training"]["worker_changes"] >= 1  # the kill fell inside training
+    assert disturbed["training"]["redone_steps"] >= 1  # ... while a step was pending: it was redone
+    (a, a_attrs), (b, b_attrs) = (
+        open_codes(tmp_path / name) for name in ("reference-codes.zarr", "disturbed-codes.zarr")
+    )
     assert np.array_equal(a[:], b[:]) and a_attrs == b_attrs
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["sift.zarr", "reference", "reference-codes.zarr", "disturbed", "disturbed-codes.zarr", "killed-training",
-         "killed-encoding"])
+        [
+            "sift.zarr",
+            "reference",
+            "reference-codes.zarr",
+            "disturbed",
+            "disturbed-codes.zarr",
+            "killed-training",
+            "killed-encoding",
+        ]
+    )
 
 
 # ---------------------------------------------------------------- scheduled pipelines --
@@ -279,19 +460,45 @@ def test_scheduled_pipelines_run_skip_and_never_overlap(fresh_cluster, tmp_path,
     import time
 
     import numpy as np
-    from pipeline.storage.codes import open_codes
 
     from pipeline.data.synth import write_sift_synth
     from pipeline.data.texmex import write_vecs
+    from pipeline.storage.codes import open_codes
     from pipeline.storage.datasets import open_dataset
+
     rows = open_dataset(write_sift_synth(tmp_path / "src.zarr", 12000, seed=7, chunk_rows=4096).path).features_dask()
     work = tmp_path / "work"
     (work / "inbox").mkdir(parents=True)
     write_vecs(work / "inbox" / "base.bvecs", np.asarray(rows.compute()))
-    common = ["--workdir", work, "--date", "2026-11-20", "--set", "inbox=inbox/base.bvecs", "--set", "queries=40",
-              "--scheduler", fresh_cluster.scheduler_address, "--quiet"]
-    assert run("run", CONFIGS / "weekly.toml", *common, "--set", "bits=16", "--set", "nodes=3",
-               "--set", "methods=lsh,itq,dish", "--set", "top_k=20") == 0
+    common = [
+        "--workdir",
+        work,
+        "--date",
+        "2026-11-20",
+        "--set",
+        "inbox=inbox/base.bvecs",
+        "--set",
+        "queries=40",
+        "--scheduler",
+        fresh_cluster.scheduler_address,
+        "--quiet",
+    ]
+    assert (
+        run(
+            "run",
+            CONFIGS / "weekly.toml",
+            *common,
+            "--set",
+            "bits=16",
+            "--set",
+            "nodes=3",
+            "--set",
+            "methods=lsh,itq,dish",
+            "--set",
+            "top_k=20",
+        )
+        == 0
+    )
     assert (work / "reports" / "2026-11-20" / "report.json").exists() and (work / "models" / "current").exists()
     assert [s["status"] for s in _last_record(work, "weekly")["steps"]] == ["ok"] * 4
     report = json.loads((work / "reports" / "2026-11-20" / "report.json").read_text())
@@ -302,12 +509,17 @@ def test_scheduled_pipelines_run_skip_and_never_overlap(fresh_cluster, tmp_path,
     assert run(*nightly) == 0
     assert [s["status"] for s in _last_record(work, "nightly")["steps"]] == ["skipped", "skipped", "ok", "ok"]
     assert (work / "results" / "2026-11-20.parquet").exists()
-    assert run(*nightly) == 0          # nothing changed: every step is skipped
+    assert run(*nightly) == 0  # nothing changed: every step is skipped
     assert [s["status"] for s in _last_record(work, "nightly")["steps"]] == ["skipped"] * 4
     codes = open_codes(work / "index" / "codes.zarr")[0][:]
 
-    first = subprocess.Popen([sys.executable, "-m", "jobs", *map(str, nightly[:]), "--force"], cwd=REPO,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "jobs", *map(str, nightly[:]), "--force"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lock = work / ".dhash-run" / "lock"
     deadline = time.time() + 60
     while time.time() < deadline and first.poll() is None:
@@ -324,7 +536,7 @@ def test_scheduled_pipelines_run_skip_and_never_overlap(fresh_cluster, tmp_path,
     _, first_err = first.communicate(timeout=120)
     assert first.returncode == 0, first_err
     assert np.array_equal(open_codes(work / "index" / "codes.zarr")[0][:], codes)
-    assert not [p for p in (work / "index").iterdir() if p.name.startswith(".")]   # no temporaries left
+    assert not [p for p in (work / "index").iterdir() if p.name.startswith(".")]  # no temporaries left
 
 
 def test_bad_pipeline_file_is_one_line_error_and_runs_nothing(tmp_path, capsys):

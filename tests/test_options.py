@@ -1,4 +1,5 @@
 """Flags, --help, --config keys and the config schema all come from the one option table."""
+
 import contextlib
 import io
 import json
@@ -16,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(autouse=True)
 def _wide_help(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "2000")     # argparse wraps help at hyphens otherwise
+    monkeypatch.setenv("COLUMNS", "2000")  # argparse wraps help at hyphens otherwise
 
 
 def _help(argv) -> str:
@@ -57,7 +58,7 @@ def test_shipped_configs_follow_the_schema(path):
     if "steps" not in data:
         jsonschema.validate(data, schema)
         return
-    for step in data["steps"]:     # a pipeline: each step is a command's table (+ `command`)
+    for step in data["steps"]:  # a pipeline: each step is a command's table (+ `command`)
         # "{var}" placeholders are substituted at run time, so their type is checked then
         options = {k: v for k, v in step.items() if k != "command" and not (isinstance(v, str) and "{" in v)}
         jsonschema.validate(options, schema["properties"][step["command"]])

@@ -1,4 +1,5 @@
-"""Streaming readers (fvecs/bvecs/ivecs, IDX, npy, parquet) and ingest_file."""
+"""Streaming readers (fvecs/bvecs/ivecs, IDX, npy, parquet) and ingest."""
+
 from __future__ import annotations
 
 import gzip
@@ -10,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.data.idx import read_idx_labels, write_idx
-from pipeline.data.ingest import ingest_file
 from pipeline.data.formats import open_reader
+from pipeline.data.idx import read_idx_labels, write_idx
+from pipeline.data.ingest import ingest as ingest_file
 from pipeline.data.readers import READ_BLOCK_BYTES, block_rows_for
 from pipeline.data.texmex import write_vecs
 from pipeline.errors import InputError
@@ -22,6 +23,7 @@ FASHION = Path("/usr/share/datasets/fashion-mnist")
 
 
 # ---- helpers ---------------------------------------------------------------------------
+
 
 def make_array(dtype, n=50, d=6, seed=0) -> np.ndarray:
     rng = np.random.default_rng(seed)
@@ -84,6 +86,7 @@ def ingest_fails(tmp_path, path, match, **kw):
 
 
 # ---- roundtrips ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("fmt", list(WRITERS))
 def test_roundtrip(tmp_path, fmt):
@@ -163,6 +166,7 @@ def test_parquet_explicit_column(tmp_path):
 
 # ---- bounded memory --------------------------------------------------------------------
 
+
 def traced_peak(fn) -> int:
     """Peak bytes allocated while running fn (numpy reports its buffers to tracemalloc)."""
     tracemalloc.start()
@@ -211,6 +215,7 @@ def test_ingest_memory_does_not_grow_with_the_file(tmp_path):
 
 # ---- IDX -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("suffix", ["", ".gz"])
 def test_idx_images_and_labels(tmp_path, suffix):
     images = make_array(np.uint8, n=12, d=28 * 28).reshape(12, 28, 28)
@@ -222,8 +227,11 @@ def test_idx_images_and_labels(tmp_path, suffix):
     reader = open_reader(tmp_path / f"train-images-idx3-ubyte{suffix}")
     assert (reader.n, reader.d, reader.dtype) == (12, 784, np.uint8)
     np.testing.assert_array_equal(read_idx_labels(tmp_path / f"train-labels-idx1-ubyte{suffix}"), labels)
-    ds = ingest_file(tmp_path / f"train-images-idx3-ubyte{suffix}", tmp_path / "out.zarr",
-                     labels=tmp_path / f"train-labels-idx1-ubyte{suffix}")
+    ds = ingest_file(
+        tmp_path / f"train-images-idx3-ubyte{suffix}",
+        tmp_path / "out.zarr",
+        labels=tmp_path / f"train-labels-idx1-ubyte{suffix}",
+    )
     np.testing.assert_array_equal(ds.features[...], images.reshape(12, 784))
     np.testing.assert_array_equal(ds.labels, labels)
 
@@ -273,6 +281,7 @@ def test_fashion_mnist_header_and_first_block():
 
 # ---- errors ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fmt", ["fvecs", "bvecs"])
 def test_truncated_vecs(tmp_path, fmt):
     path, X = write_format(tmp_path, fmt, n=10, d=8)
@@ -284,7 +293,7 @@ def test_inconsistent_record_header(tmp_path):
     path, X = write_format(tmp_path, "fvecs", n=10, d=8)
     raw = bytearray(path.read_bytes())
     record_bytes = 4 + 8 * 4
-    raw[7 * record_bytes:7 * record_bytes + 4] = np.int32(9).tobytes()
+    raw[7 * record_bytes : 7 * record_bytes + 4] = np.int32(9).tobytes()
     path.write_bytes(bytes(raw))
     ingest_fails(tmp_path, path, "record 7 has dimension header 9")
     reader = open_reader(path)
@@ -305,12 +314,15 @@ def test_nan_row(tmp_path, fmt):
     ingest_fails(tmp_path, path, "row 23 contains NaN")
 
 
-@pytest.mark.parametrize("array, match", [
-    (np.array([[1, "a"]], dtype=object), "Python objects"),
-    (np.array([["a", "b"]]), "not numeric"),
-    (np.arange(6.0), "1-D array"),
-    (np.zeros((2, 3, 4)), "3-D array"),
-])
+@pytest.mark.parametrize(
+    "array, match",
+    [
+        (np.array([[1, "a"]], dtype=object), "Python objects"),
+        (np.array([["a", "b"]]), "not numeric"),
+        (np.arange(6.0), "1-D array"),
+        (np.zeros((2, 3, 4)), "3-D array"),
+    ],
+)
 def test_bad_npy(tmp_path, array, match):
     np.save(tmp_path / "x.npy", array, allow_pickle=True)
     ingest_fails(tmp_path, tmp_path / "x.npy", match)
@@ -349,8 +361,7 @@ def test_parquet_column_not_vectors(tmp_path):
 
 def test_parquet_ragged_lists(tmp_path):
     rows = [[1.0, 2.0, 3.0]] * 20 + [[1.0, 2.0]] + [[4.0, 5.0, 6.0]] * 5
-    pq.write_table(pa.table({"emb": pa.array(rows, pa.list_(pa.float32()))}), tmp_path / "x.parquet",
-                   row_group_size=8)
+    pq.write_table(pa.table({"emb": pa.array(rows, pa.list_(pa.float32()))}), tmp_path / "x.parquet", row_group_size=8)
     ingest_fails(tmp_path, tmp_path / "x.parquet", "row 20 holds 2 values")
 
 

@@ -9,6 +9,7 @@ changes a single bit or a metric's last digit fails here.
 Re-record only for an intended change of outputs:
 ``python -m tests.test_reference_outputs DATASET.zarr`` (a Fashion-MNIST dataset).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,8 +39,10 @@ def compute_outputs(dataset_path) -> dict:
         model.fit(view.features, model.labels_for_fit(view.labels))
         codes = model.encode(ds.features_dask()).compute()
         metrics, _ = score_codes(codes, split.query, truth, BITS)
-        out[method] = {"codes_sha256": hashlib.sha256(codes.tobytes()).hexdigest(),
-                       "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
+        out[method] = {
+            "codes_sha256": hashlib.sha256(codes.tobytes()).hexdigest(),
+            "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
+        }
     return out
 
 
@@ -56,8 +59,12 @@ def test_outputs_equal_the_recorded_reference(client, fmnist_paths):
 if __name__ == "__main__":
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=40) as cluster, Client(cluster):
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+        ) as cluster,
+        Client(cluster),
+    ):
         result = compute_outputs(sys.argv[1])
     REFERENCE.parent.mkdir(exist_ok=True)
     REFERENCE.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")

@@ -1,6 +1,7 @@
 """`dhash run` as a scheduled job that is killed: the next run resumes the train step from
 its checkpoint (or, with --force, restarts it) and ends with the model an uninterrupted run
 gives; an output the pipeline did not write is never replaced."""
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ import pytest
 
 from jobs.cli import main
 from tests.killing import kill_after_checkpoint
+
 PIPELINE = """
 [pipeline]
 name = "resume"

@@ -1,8 +1,9 @@
 """Search on a real cluster vs brute force and FAISS; estimators numpy vs dask; models on disk."""
+
+import dask.array as da
 import faiss
 import numpy as np
 import pytest
-import dask.array as da
 
 from pipeline import ITQ, LSH, PCAH, InputError, knn_search, load_model, radius_search
 from pipeline.kernels.codes import pack_signs
@@ -77,23 +78,32 @@ def test_itq_loss_decreases_and_beats_pca_quantisation():
     assert loss[-1] < loss[0]
 
 
-@pytest.mark.parametrize("bad, match", [
-    (np.array([[1.0, np.nan], [0.0, 1.0]] * 10), "row 0 contains NaN"),
-    (np.array([[1.0, 2.0], [np.inf, 1.0]] * 10), "row 1 contains NaN or Inf"),
-    (np.array([["a", "b"]] * 5), "not numeric"),
-    (np.zeros((0, 5)), "0 sample"),
-    (np.zeros(5), "Expected 2D array"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.array([[1.0, np.nan], [0.0, 1.0]] * 10), "row 0 contains NaN"),
+        (np.array([[1.0, 2.0], [np.inf, 1.0]] * 10), "row 1 contains NaN or Inf"),
+        (np.array([["a", "b"]] * 5), "not numeric"),
+        (np.zeros((0, 5)), "0 sample"),
+        (np.zeros(5), "Expected 2D array"),
+    ],
+)
 def test_bad_training_data_gives_one_line_errors(bad, match):
     with pytest.raises(InputError, match=match) as info:
         LSH(n_bits=4).fit(bad)
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("cls, n_bits, match", [
-    (PCAH, 0, "must be an int in the range"), (ITQ, 11, "at most the number of features"),
-    (ITQ, -3, "range"), (LSH, 0, "range"), (PCAH, 2.5, "must be an int"),
-])
+@pytest.mark.parametrize(
+    "cls, n_bits, match",
+    [
+        (PCAH, 0, "must be an int in the range"),
+        (ITQ, 11, "at most the number of features"),
+        (ITQ, -3, "range"),
+        (LSH, 0, "range"),
+        (PCAH, 2.5, "must be an int"),
+    ],
+)
 def test_bad_n_bits(cls, n_bits, match):
     with pytest.raises(InputError, match=match):
         cls(n_bits=n_bits).fit(np.random.default_rng(0).standard_normal((50, 10)))
@@ -121,9 +131,10 @@ def test_search_rejects_non_uint8_and_mismatched_codes():
 def test_encode_to_zarr_equals_encode_for_regular_and_irregular_chunks(client, tmp_path):
     """`dhash encode`'s one-task-per-chunk writer gives the same codes as model.encode, and
     irregular row chunks (where two tasks could share a codes chunk) take the da.store path."""
-    from pipeline.distributed.graph import drop_rows
     from pipeline.distributed.encode import encode_to_zarr
+    from pipeline.distributed.graph import drop_rows
     from pipeline.storage.codes import open_codes
+
     X = da.from_array(np.random.default_rng(4).integers(0, 256, (5000, 30)).astype(np.uint8), chunks=(1200, 30))
     model = ITQ(24, n_iter=3).fit(X)
     for name, data in (("regular", X), ("irregular", drop_rows(X, np.array([5, 1300, 2401])))):

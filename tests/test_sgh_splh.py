@@ -1,5 +1,6 @@
 """SGH, S3PLH, USPLH and label-adjusted PCAH: kernels against brute-force n x n references,
 invariance to chunking and cluster shape, bounded memory, bad parameters."""
+
 from __future__ import annotations
 
 import math
@@ -14,12 +15,13 @@ from pipeline.kernels import splh as splh_k
 
 # ---------------------------------------------------------------- SGH references -----
 
+
 def _explicit_P_Q(Xc, rho):
     """P(X), Q(X) of the paper, eq. (3), row per point."""
-    norms = (Xc ** 2).sum(1)
+    norms = (Xc**2).sum(1)
     damp = np.exp(-norms / rho)
-    a = math.sqrt(2 * (math.e ** 2 - 1) / (math.e * rho))
-    b = math.sqrt((math.e ** 2 + 1) / math.e)
+    a = math.sqrt(2 * (math.e**2 - 1) / (math.e * rho))
+    b = math.sqrt((math.e**2 + 1) / math.e)
     head = np.hstack([a * damp[:, None] * Xc, b * damp[:, None]])
     ones = np.ones((len(Xc), 1))
     return np.hstack([head, ones]), np.hstack([head, -ones])
@@ -29,7 +31,7 @@ def _sgh_dense_reference(X, n_bits, bases, bandwidth, rho, gamma, order):
     """Algorithm 1 with the explicit n x n residual R_t = c S~ - sum sgn sgn^T (small n only)."""
     Xc = X - X.mean(0)
     d2 = ((X[:, None, :].astype(np.float64) - bases[None].astype(np.float64)) ** 2).sum(-1)
-    phi = np.exp(-d2 / (2 * bandwidth ** 2)).astype(np.float32).astype(np.float64)  # stored as float32
+    phi = np.exp(-d2 / (2 * bandwidth**2)).astype(np.float32).astype(np.float64)  # stored as float32
     K = phi - phi.mean(0)
     P, Q = _explicit_P_Q(Xc, rho)
     S_tilde = P @ Q.T
@@ -57,13 +59,13 @@ def test_feature_transformation_is_the_papers_chord_approximation():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((200, 12))
     Xc = X - X.mean(0)
-    sq = (Xc ** 2).sum(1)
+    sq = (Xc**2).sum(1)
     rho = 2 * sq.max()
     P, Q = _explicit_P_Q(Xc, rho)
     inner = 2 * Xc @ Xc.T / rho
     assert np.abs(inner).max() <= 1 + 1e-12
     damp = np.exp(-(sq[:, None] + sq[None, :]) / rho)
-    chord = (math.e ** 2 - 1) / (2 * math.e) * inner + (math.e ** 2 + 1) / (2 * math.e)
+    chord = (math.e**2 - 1) / (2 * math.e) * inner + (math.e**2 + 1) / (2 * math.e)
     np.testing.assert_allclose(P @ Q.T, 2 * chord * damp - 1, atol=1e-12)
     exact = 2 * np.exp(-((Xc[:, None] - Xc[None]) ** 2).sum(-1) / rho) - 1
     assert (np.abs(P @ Q.T - exact) <= 2 * 0.5577 * damp + 1e-12).all()
@@ -74,23 +76,27 @@ def test_sgh_fit_equals_dense_algorithm_1_with_explicit_similarity_matrix(client
     """The distributed fit (3 chunks) learns the same W as Algorithm 1 run with the n x n
     matrices written out: A_1 = c K^T S~ K, R_t updated with sgn(K w) sgn(K w)^T."""
     import dask.array as da
+
     rng = np.random.default_rng(3)
     X = rng.standard_normal((600, 10)) + rng.integers(0, 3, (600, 1))
     model = SGH(8, n_bases=40, kernel_cache="memory", random_state=5).fit(da.from_array(X, chunks=(250, 10)))
-    W, _ = _sgh_dense_reference(X, 8, model.bases_.astype(np.float64), model.bandwidth_, model.rho_, 1e-6,
-                                      model.training_stats_["refine_order"])
+    W, _ = _sgh_dense_reference(
+        X, 8, model.bases_.astype(np.float64), model.bandwidth_, model.rho_, 1e-6, model.training_stats_["refine_order"]
+    )
     assert model.training_stats_["passes"] == 3 + 8 + 8
     np.testing.assert_allclose(model.components_, W, rtol=1e-6, atol=1e-8)
     Xc = X - X.mean(0)
-    assert model.rho_ == pytest.approx(0.5 * 2 * (Xc ** 2).sum(1).max())     # default rho_scale 0.5
+    assert model.rho_ == pytest.approx(0.5 * 2 * (Xc**2).sum(1).max())  # default rho_scale 0.5
     # bandwidth = bandwidth_scale (default 0.5) x RMS distance between training points and bases
     d2 = ((X[:, None] - model.bases_[None]) ** 2).sum(-1)
     assert model.bandwidth_ == pytest.approx(0.5 * math.sqrt(d2.mean()))
     codes = model.encode(X)
-    ref = np.packbits((np.exp(-d2 / (2 * model.bandwidth_ ** 2)) - model.kernel_mean_) @ W >= 0, axis=1,
-                      bitorder="little")
+    ref = np.packbits(
+        (np.exp(-d2 / (2 * model.bandwidth_**2)) - model.kernel_mean_) @ W >= 0, axis=1, bitorder="little"
+    )
     np.testing.assert_array_equal(codes, ref)
     from pipeline.hashing import load_model
+
     loaded = load_model(model.save(tmp_path / "sgh"))
     np.testing.assert_array_equal(loaded.encode(X), codes)
     # recomputing the kernel features in every pass gives the same model
@@ -99,6 +105,7 @@ def test_sgh_fit_equals_dense_algorithm_1_with_explicit_similarity_matrix(client
 
 
 # ---------------------------------------------------------------- SPLH references ----
+
 
 def test_splh_kernels_equal_their_definitions():
     rng = np.random.default_rng(1)
@@ -122,8 +129,9 @@ def test_splh_kernels_equal_their_definitions():
                 expected -= 0.5 * p[i] * p[j]
             assert new[i, j] == pytest.approx(expected)
     multi = np.array([[1, 0, 1], [0, 1, 1], [1, 0, 0], [0, 1, 0]], dtype=np.uint8)
-    np.testing.assert_array_equal(splh_k.pair_labels(multi), [[0, 1, 1, -1], [1, 0, -1, 1], [1, -1, 0, -1],
-                                                               [-1, 1, -1, 0]])
+    np.testing.assert_array_equal(
+        splh_k.pair_labels(multi), [[0, 1, 1, -1], [1, 0, -1, 1], [1, -1, 0, -1], [-1, 1, -1, 0]]
+    )
 
 
 def test_pseudo_label_term_equals_explicit_pair_matrix():
@@ -171,17 +179,21 @@ def test_pseudo_label_term_equals_explicit_pair_matrix():
 
 def test_boundary_regions_merge_equals_a_full_sort():
     rng = np.random.default_rng(4)
-    X = rng.integers(0, 4, (500, 3)).astype(np.uint8)   # many equal projections: ties by id
+    X = rng.integers(0, 4, (500, 3)).astype(np.uint8)  # many equal projections: ties by id
     ids = np.arange(500)
     mean, w = X.mean(0), np.array([1.0, -0.5, 0.25])
-    parts = [splh_k.boundary_regions(X[s:s + 130], ids[s:s + 130], mean, w, 20) for s in range(0, 500, 130)]
+    parts = [splh_k.boundary_regions(X[s : s + 130], ids[s : s + 130], mean, w, 20) for s in range(0, 500, 130)]
     merged = parts[0]
     for part in parts[1:]:
         merged = splh_k.merge_regions(merged, part, 20)
     p = (X - mean) @ w
     neg, pos = np.flatnonzero(p < 0), np.flatnonzero(p >= 0)
-    expected = [neg[np.lexsort((neg, -p[neg]))][:20], pos[np.lexsort((pos, p[pos]))][:20],
-                neg[np.lexsort((neg, p[neg]))][:20], pos[np.lexsort((pos, -p[pos]))][:20]]
+    expected = [
+        neg[np.lexsort((neg, -p[neg]))][:20],
+        pos[np.lexsort((pos, p[pos]))][:20],
+        neg[np.lexsort((neg, p[neg]))][:20],
+        pos[np.lexsort((pos, -p[pos]))][:20],
+    ]
     for (_, got_ids, rows), want in zip(merged, expected):
         np.testing.assert_array_equal(got_ids, want)
         np.testing.assert_array_equal(rows, X[want])
@@ -189,6 +201,7 @@ def test_boundary_regions_merge_equals_a_full_sort():
 
 def test_splh_fit_equals_sequential_numpy_run(client, tmp_path):
     import dask.array as da
+
     rng = np.random.default_rng(6)
     X = rng.standard_normal((900, 8)) * np.arange(1, 9)
     y = rng.integers(0, 4, 900)
@@ -200,27 +213,31 @@ def test_splh_fit_equals_sequential_numpy_run(client, tmp_path):
     C = Xc.T @ Xc / 900
     Xl = Xc[rows]
     S = splh_k.pair_labels(y[rows])
-    alpha = 1 / (Xl ** 2).sum(1).max()
+    alpha = 1 / (Xl**2).sum(1).max()
     for k in range(6):
         w = splh_k.top_direction(C + 0.7 * Xl.T @ S @ Xl / 120)
         np.testing.assert_allclose(model.components_[:, k], w, atol=1e-9)
         S = splh_k.truncated_label_update(S, Xl @ w, alpha)
-        R = Xc - np.outer(Xc @ w, w)   # the paper's residual X - w w^T X
+        R = Xc - np.outer(Xc @ w, w)  # the paper's residual X - w w^T X
         C = R.T @ R / 900
         Xc = R
     from pipeline.hashing import load_model
+
     np.testing.assert_array_equal(load_model(model.save(tmp_path / "splh")).encode(X), model.encode(X))
     adjusted = make_hasher("pcah-adjusted", 4, random_state=2, eta=0.7, n_labeled=120).fit(
-        da.from_array(X, chunks=(400, 8)), y)
+        da.from_array(X, chunks=(400, 8)), y
+    )
     top = np.linalg.eigh(X.T @ X / 900 - np.outer(mean, mean) + 0.7 * Xl.T @ splh_k.pair_labels(y[rows]) @ Xl / 120)[1]
     np.testing.assert_allclose(np.abs(adjusted.components_), np.abs(top[:, ::-1][:, :4]), atol=1e-8)
 
 
 # ---------------------------------------------------------------- invariance ---------
 
+
 @pytest.fixture(scope="module")
 def small_sift(tmp_path_factory):
     from pipeline.data.synth import write_sift_synth
+
     path = tmp_path_factory.mktemp("sgh") / "sift.zarr"
     return write_sift_synth(path, 16_000, seed=2, chunk_rows=4096)
 
@@ -229,8 +246,9 @@ def _fit_codes(ds, method, chunk_rows, y=None):
     X = ds.features_dask()
     if chunk_rows:
         X = X.rechunk((chunk_rows, X.shape[1]))
-    model = make_hasher(method, 16, random_state=0,
-                        **method_params(method, {"n_bases": 100, "n_labeled": 300, "region_size": 300}))
+    model = make_hasher(
+        method, 16, random_state=0, **method_params(method, {"n_bases": 100, "n_labeled": 300, "region_size": 300})
+    )
     model.fit(X, y) if y is not None else model.fit(X)
     return np.asarray(model.encode(X).compute())
 
@@ -238,15 +256,18 @@ def _fit_codes(ds, method, chunk_rows, y=None):
 @pytest.fixture(scope="module")
 def one_worker_cluster():
     from distributed import LocalCluster
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=40) as one:
+
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+    ) as one:
         yield one
 
 
 @pytest.mark.parametrize("method", ["sgh", "usplh", "splh"])
 def test_same_codes_for_1_and_2_workers_and_two_chunkings(small_sift, cluster, one_worker_cluster, method):
     from distributed import Client
-    y = (np.arange(small_sift.n) * 7919 % 10) if method == "splh" else None   # synthetic labels
+
+    y = (np.arange(small_sift.n) * 7919 % 10) if method == "splh" else None  # synthetic labels
     with Client(cluster):
         reference = _fit_codes(small_sift, method, None, y)
         other_chunks = _fit_codes(small_sift, method, 3000, y)
@@ -257,6 +278,7 @@ def test_same_codes_for_1_and_2_workers_and_two_chunkings(small_sift, cluster, o
 
 
 # ---------------------------------------------------------------- memory -------------
+
 
 def _worker_peak_rss_mb():
     """Peak RSS of this process's own address space (VmHWM). Not getrusage's ru_maxrss: on
@@ -275,9 +297,12 @@ def test_200k_point_fits_never_build_an_n_by_n_array(tmp_path):
     from distributed import Client, LocalCluster
 
     from pipeline.data.synth import write_sift_synth
+
     ds = write_sift_synth(tmp_path / "sift.zarr", 200_000, seed=3, chunk_rows=32768)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=40) as cl, Client(cl) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40) as cl,
+        Client(cl) as client,
+    ):
         X = ds.features_dask()
         SGH(4, kernel_cache="recompute", refine=False).fit(X)
         USPLH(4).fit(X)
@@ -287,12 +312,22 @@ def test_200k_point_fits_never_build_an_n_by_n_array(tmp_path):
 
 # ---------------------------------------------------------------- bad input ----------
 
-@pytest.mark.parametrize("model, match", [
-    (SGH(4, n_bases=0), "n_bases"), (SGH(4, n_bases=10_000), "n_bases"), (SGH(4, bandwidth_scale=-1), "bandwidth_scale"),
-    (SGH(4, rho=0.0), "rho"), (SGH(4, kernel_cache="disk"), "kernel_cache"),
-    (USPLH(4, region_size=0), "region_size"), (USPLH(4, region_size=50, decay=1.5), "decay"), (USPLH(4, region_size=50, eta=-1), "eta"),
-    (SPLH(4, n_labeled=1), "n_labeled"), (SPLH(4, eta=0), "eta"),
-])
+
+@pytest.mark.parametrize(
+    "model, match",
+    [
+        (SGH(4, n_bases=0), "n_bases"),
+        (SGH(4, n_bases=10_000), "n_bases"),
+        (SGH(4, bandwidth_scale=-1), "bandwidth_scale"),
+        (SGH(4, rho=0.0), "rho"),
+        (SGH(4, kernel_cache="disk"), "kernel_cache"),
+        (USPLH(4, region_size=0), "region_size"),
+        (USPLH(4, region_size=50, decay=1.5), "decay"),
+        (USPLH(4, region_size=50, eta=-1), "eta"),
+        (SPLH(4, n_labeled=1), "n_labeled"),
+        (SPLH(4, eta=0), "eta"),
+    ],
+)
 def test_bad_parameters(model, match):
     X = np.random.default_rng(0).standard_normal((400, 10))
     with pytest.raises(InputError, match=match):

@@ -1,11 +1,12 @@
 """Acceptance of SGH, S3PLH and USPLH on real data (Fashion-MNIST) and on sift-synth, with
 the papers' protocols: each method must beat its baselines on the test split."""
+
 from __future__ import annotations
 
 import pytest
 from distributed import Client
 
-from pipeline.evaluation.evaluate import run_evaluation
+from pipeline import workflows
 from pipeline.storage.datasets import open_dataset
 
 
@@ -17,13 +18,15 @@ def _by_method(report):
 def sgh_euclidean(fmnist_paths, cluster):
     """The SGH paper's protocol: ground truth = exact top 2% neighbours, 1000 queries."""
     ds = open_dataset(fmnist_paths[20000])
-    protocol = {"n_queries": 1000, "seed": 0, "ground_truth": "euclidean", "top_percent": 2.0, "ks": [1000]}
+    protocol = {"queries": 1000, "seed": 0, "ground_truth": "euclidean", "top_percent": 2.0, "ks": [1000]}
     with Client(cluster):
-        return {**_by_method(run_evaluation(ds, methods=["lsh", "pcah", "sgh"], bits=[32, 64], **protocol)),
-                **_by_method(run_evaluation(ds, methods=["pcah", "usplh"], bits=[32, 48], **protocol))}
+        return {
+            **_by_method(workflows.evaluate(ds, methods=["lsh", "pcah", "sgh"], bits=[32, 64], **protocol)),
+            **_by_method(workflows.evaluate(ds, methods=["pcah", "usplh"], bits=[32, 48], **protocol)),
+        }
 
 
-@pytest.mark.parametrize("bits", [32, 64])   # 128 bits: benchmarks/results/quality_issue5.md (suite time)
+@pytest.mark.parametrize("bits", [32, 64])  # 128 bits: benchmarks/results/quality_issue5.md (suite time)
 def test_sgh_top1000_precision_above_lsh_and_pcah_on_fashion_mnist(sgh_euclidean, bits):
     sgh = sgh_euclidean[("sgh", bits)]["precision@1000"]
     assert sgh > sgh_euclidean[("lsh", bits)]["precision@1000"] + 0.02
@@ -39,10 +42,21 @@ def test_sgh_above_lsh_and_pcah_on_sift_synth(tmp_path, cluster):
     """50k points at 32 and 64 bits here; 100k at 32/64/128 bits is in
     benchmarks/results/quality_issue5.md (128: 0.661 vs LSH 0.559, PCAH 0.405)."""
     from pipeline.data.synth import write_sift_synth
+
     ds = write_sift_synth(tmp_path / "sift.zarr", 50_000, seed=0)
     with Client(cluster):
-        got = _by_method(run_evaluation(ds, methods=["lsh", "pcah", "sgh"], bits=[32, 64], n_queries=1000,
-                                        seed=0, ground_truth="euclidean", top_percent=2.0, ks=[1000]))
+        got = _by_method(
+            workflows.evaluate(
+                ds,
+                methods=["lsh", "pcah", "sgh"],
+                bits=[32, 64],
+                queries=1000,
+                seed=0,
+                ground_truth="euclidean",
+                top_percent=2.0,
+                ks=[1000],
+            )
+        )
     for bits in (32, 64):
         sgh = got[("sgh", bits)]["precision@1000"]
         assert sgh > got[("lsh", bits)]["precision@1000"], bits
@@ -53,9 +67,17 @@ def test_s3plh_map_above_pcah_adjusted_pcah_and_lsh_with_1000_labels(fmnist_path
     """The SPLH paper's MNIST protocol on Fashion-MNIST: 1000 labeled training points,
     label ground truth, Hamming-ranking map."""
     with Client(cluster):
-        got = _by_method(run_evaluation(open_dataset(fmnist_paths[20000]),
-                                        methods=["lsh", "pcah", "pcah-adjusted", "splh"], bits=[24, 48],
-                                        n_queries=1000, seed=0, params={"n_labeled": 1000}, ks=[100]))
+        got = _by_method(
+            workflows.evaluate(
+                open_dataset(fmnist_paths[20000]),
+                methods=["lsh", "pcah", "pcah-adjusted", "splh"],
+                bits=[24, 48],
+                queries=1000,
+                seed=0,
+                params={"n_labeled": 1000},
+                ks=[100],
+            )
+        )
     for bits in (24, 48):
         splh = got[("splh", bits)]["map"]
         for baseline in ("lsh", "pcah", "pcah-adjusted"):

@@ -10,6 +10,7 @@ verified chunks, outputs that never destroy or hide anything.
 * ``--overwrite`` replaces only our own artifact of the same kind; stale temporaries of
   killed writers are removed by the next writer; SIGTERM removes the temporary (exit 143).
 """
+
 from __future__ import annotations
 
 import json
@@ -42,12 +43,14 @@ def _no_temporaries(folder: Path) -> bool:
 
 # ------------------------------------------------------------------ S3 round trip ----
 
+
 @pytest.fixture(scope="module")
 def s3_server():
     """moto's S3 server on a free loopback port; yields fsspec storage options for it."""
     pytest.importorskip("moto.server")
     s3fs = pytest.importorskip("s3fs")
     from moto.server import ThreadedMotoServer
+
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -61,14 +64,33 @@ def _pipeline(cluster, src: str, base: str, labels: str | None = None, extra=())
     """Every step of the pipeline from ``src`` into ``base`` (a folder path or URL prefix)."""
     sched = ["--scheduler", cluster.scheduler_address, "--quiet", *extra]
     ds, model, codes = f"{base}/ds.zarr", f"{base}/itq16", f"{base}/codes.zarr"
-    steps = [["ingest", src, "--out", ds, "--chunk-rows", 700],
-             ["split", "--dataset", ds, "--queries", 40, "--seed", 3],
-             ["groundtruth", "--dataset", ds, "--top-k", 25],
-             ["train", "--dataset", ds, "--split", "default", "--method", "itq", "--bits", 16, "--out", model],
-             ["encode", "--dataset", ds, "--model", model, "--out", codes],
-             ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10, "--out", f"{base}/res.parquet"],
-             ["evaluate", "--dataset", ds, "--methods", "lsh,itq", "--bits", 16, "--queries", 40, "--seed", 3,
-              "--ground-truth", "euclidean", "--top-k", 25, "--out", f"{base}/report"]]
+    steps = [
+        ["ingest", src, "--out", ds, "--chunk-rows", 700],
+        ["split", "--dataset", ds, "--queries", 40, "--seed", 3],
+        ["groundtruth", "--dataset", ds, "--top-k", 25],
+        ["train", "--dataset", ds, "--split", "default", "--method", "itq", "--bits", 16, "--out", model],
+        ["encode", "--dataset", ds, "--model", model, "--out", codes],
+        ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10, "--out", f"{base}/res.parquet"],
+        [
+            "evaluate",
+            "--dataset",
+            ds,
+            "--methods",
+            "lsh,itq",
+            "--bits",
+            16,
+            "--queries",
+            40,
+            "--seed",
+            3,
+            "--ground-truth",
+            "euclidean",
+            "--top-k",
+            25,
+            "--out",
+            f"{base}/report",
+        ],
+    ]
     for step in steps:
         assert run(*step, *sched) == 0, step
     return {"ds": ds, "model": model, "codes": codes, "results": f"{base}/res.parquet", "report": f"{base}/report"}
@@ -76,11 +98,13 @@ def _pipeline(cluster, src: str, base: str, labels: str | None = None, extra=())
 
 def _s3_bytes(options, url: str) -> bytes:
     import s3fs
+
     return s3fs.S3FileSystem(**options).cat_file(url)
 
 
 def test_pipeline_from_and_to_s3_equals_local_disk(s3_server, cluster, tmp_path, monkeypatch):
     import s3fs
+
     X = np.random.default_rng(7).integers(0, 200, (3000, 24)).astype(np.float32)
     write_vecs(tmp_path / "base.fvecs", X)
     local = _pipeline(cluster, tmp_path / "base.fvecs", str(tmp_path / "local"))
@@ -92,13 +116,14 @@ def test_pipeline_from_and_to_s3_equals_local_disk(s3_server, cluster, tmp_path,
     remote = _pipeline(cluster, "s3://dhash-test/inbox/base.fvecs", "s3://dhash-test/run")
 
     from pipeline.storage.location import set_storage_options
+
     set_storage_options(s3_server)
     try:
         (l_codes, l_attrs), (r_codes, r_attrs) = open_codes(local["codes"]), open_codes(remote["codes"])
-        assert l_codes[:].tobytes() == r_codes[:].tobytes()            # byte-identical codes
+        assert l_codes[:].tobytes() == r_codes[:].tobytes()  # byte-identical codes
         assert l_attrs["model_id"] == r_attrs["model_id"] and l_attrs["dataset_id"] == r_attrs["dataset_id"]
         assert r_attrs["dataset"] == "s3://dhash-test/run/ds.zarr"
-        assert not any("dhash-test\"" in json.dumps(v) or "secret" in json.dumps(v) for v in r_attrs.values())
+        assert not any('dhash-test"' in json.dumps(v) or "secret" in json.dumps(v) for v in r_attrs.values())
     finally:
         set_storage_options(None)
     local_table = pq.read_table(local["results"])
@@ -109,9 +134,10 @@ def test_pipeline_from_and_to_s3_equals_local_disk(s3_server, cluster, tmp_path,
     remote_report = json.loads(_s3_bytes(s3_server, "dhash-test/run/report/report.json"))
     for a, b in zip(local_report["results"], remote_report["results"]):
         assert a["model_id"] == b["model_id"]
-        assert {k: v for k, v in a["metrics"].items() if isinstance(v, float)} == \
-               {k: v for k, v in b["metrics"].items() if isinstance(v, float)}
-    assert "secret" not in json.dumps(remote_report) and "dhash-test\"" not in json.dumps(remote_report)
+        assert {k: v for k, v in a["metrics"].items() if isinstance(v, float)} == {
+            k: v for k, v in b["metrics"].items() if isinstance(v, float)
+        }
+    assert "secret" not in json.dumps(remote_report) and 'dhash-test"' not in json.dumps(remote_report)
     # every artifact on S3 is committed; nothing uncommitted is left behind
     names = fs.find("dhash-test/run")
     assert not [n for n in names if n.endswith(".dhash-writer.json")]
@@ -121,6 +147,7 @@ def test_pipeline_from_and_to_s3_equals_local_disk(s3_server, cluster, tmp_path,
 
 def test_uncommitted_prefix_on_s3_is_refused(s3_server, monkeypatch, capsys):
     import s3fs
+
     fs = s3fs.S3FileSystem(**s3_server)
     fs.pipe_file("dhash-test/half/ds.zarr/zarr.json", b'{"zarr_format": 3, "node_type": "group"}')
     monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
@@ -131,12 +158,14 @@ def test_uncommitted_prefix_on_s3_is_refused(s3_server, monkeypatch, capsys):
 
 # ------------------------------------------------------------------ damaged chunks ---
 
+
 @pytest.fixture(scope="module")
 def pristine(cluster, tmp_path_factory):
     """A small pipeline on local disk: dataset with split, listed and bit ground truth, model, codes."""
     from pipeline.data.synth import write_sift_synth
     from pipeline.evaluation import truth as T
     from pipeline.storage.datasets import open_dataset
+
     base = tmp_path_factory.mktemp("pristine")
     write_sift_synth(base / "ds.zarr", 6000, seed=2, chunk_rows=1500)
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
@@ -144,14 +173,19 @@ def pristine(cluster, tmp_path_factory):
     assert run("split", "--dataset", base / "ds.zarr", "--queries", 20, "--name", "q20-s0", *sched) == 0
     assert run("groundtruth", "--dataset", base / "ds.zarr", "--split", "q20-s0", "--top-k", 30, *sched) == 0
     from distributed import Client
-    with Client(cluster) as client:   # the same truth as relevance bits (the form used for large K)
+
+    with Client(cluster) as client:  # the same truth as relevance bits (the form used for large K)
         ds = open_dataset(base / "ds.zarr")
         T.relevance_groundtruth(ds, ds.get_split("q20-s0"), top_k=30)
         del client
-    assert run("train", "--dataset", base / "ds.zarr", "--method", "itq", "--bits", 16, "--out", base / "model",
-               *sched) == 0
-    assert run("encode", "--dataset", base / "ds.zarr", "--model", base / "model", "--out", base / "codes.zarr",
-               *sched) == 0
+    assert (
+        run("train", "--dataset", base / "ds.zarr", "--method", "itq", "--bits", 16, "--out", base / "model", *sched)
+        == 0
+    )
+    assert (
+        run("encode", "--dataset", base / "ds.zarr", "--model", base / "model", "--out", base / "codes.zarr", *sched)
+        == 0
+    )
     return base
 
 
@@ -163,21 +197,56 @@ def _damage(root: Path, how: str) -> Path:
         chunk.unlink()
     else:
         middle = len(raw) // 2
-        chunk.write_bytes(raw[:middle] + bytes([raw[middle] ^ 0x40]) + raw[middle + 1:])
+        chunk.write_bytes(raw[:middle] + bytes([raw[middle] ^ 0x40]) + raw[middle + 1 :])
     return chunk
 
 
-EVALUATE = ["evaluate", "--dataset", "{ds}", "--methods", "lsh", "--bits", 16, "--queries", 20,
-            "--ground-truth", "euclidean", "--top-k", 30, "--out", "{work}/report"]
-CASES = {   # array -> (folder inside the work copy, command that reads it)
-    "features-train": ("ds.zarr/features", ["train", "--dataset", "{ds}", "--method", "itq", "--bits", 16,
-                                            "--out", "{work}/m2"]),
-    "features-encode": ("ds.zarr/features", ["encode", "--dataset", "{ds}", "--model", "{work}/model",
-                                             "--out", "{work}/c2.zarr"]),
-    "features-groundtruth": ("ds.zarr/features", ["groundtruth", "--dataset", "{ds}", "--split", "q20-s0",
-                                                  "--top-k", 7]),
-    "codes-search": ("codes.zarr/codes", ["search", "--dataset", "{ds}", "--model", "{work}/model", "--split",
-                                          "q20-s0", "--codes", "{work}/codes.zarr", "--out", "{work}/r.parquet"]),
+EVALUATE = [
+    "evaluate",
+    "--dataset",
+    "{ds}",
+    "--methods",
+    "lsh",
+    "--bits",
+    16,
+    "--queries",
+    20,
+    "--ground-truth",
+    "euclidean",
+    "--top-k",
+    30,
+    "--out",
+    "{work}/report",
+]
+CASES = {  # array -> (folder inside the work copy, command that reads it)
+    "features-train": (
+        "ds.zarr/features",
+        ["train", "--dataset", "{ds}", "--method", "itq", "--bits", 16, "--out", "{work}/m2"],
+    ),
+    "features-encode": (
+        "ds.zarr/features",
+        ["encode", "--dataset", "{ds}", "--model", "{work}/model", "--out", "{work}/c2.zarr"],
+    ),
+    "features-groundtruth": (
+        "ds.zarr/features",
+        ["groundtruth", "--dataset", "{ds}", "--split", "q20-s0", "--top-k", 7],
+    ),
+    "codes-search": (
+        "codes.zarr/codes",
+        [
+            "search",
+            "--dataset",
+            "{ds}",
+            "--model",
+            "{work}/model",
+            "--split",
+            "q20-s0",
+            "--codes",
+            "{work}/codes.zarr",
+            "--out",
+            "{work}/r.parquet",
+        ],
+    ),
     "groundtruth-lists": ("ds.zarr/groundtruth/q20-s0-l2-top30/ids", EVALUATE),
     "relevance-bits": ("ds.zarr/groundtruth/q20-s0-l2-top30-bits/relevance", EVALUATE),
     "split": ("ds.zarr/splits/q20-s0/query", ["groundtruth", "--dataset", "{ds}", "--split", "q20-s0", "--top-k", 7]),
@@ -192,7 +261,8 @@ def test_damaged_chunk_makes_the_reader_exit_2_naming_it(pristine, cluster, tmp_
     shutil.copytree(pristine, work)
     if case == "relevance-bits":
         from pipeline.evaluation import truth as T
-        monkeypatch.setattr(T, "MAX_LISTED_NEIGHBOURS", 10)     # K = 30 is then read from the bits
+
+        monkeypatch.setattr(T, "MAX_LISTED_NEIGHBOURS", 10)  # K = 30 is then read from the bits
         shutil.rmtree(work / "ds.zarr" / "groundtruth" / "q20-s0-l2-top30")
     chunk = _damage(work / folder, how)
     before = sorted(p.relative_to(work) for p in work.rglob("*") if p.exists())
@@ -205,22 +275,56 @@ def test_damaged_chunk_makes_the_reader_exit_2_naming_it(pristine, cluster, tmp_
     assert f"chunk {chunk_no} is {problem}" in err and str(chunk) in err and "re-" in err, err
     assert err.startswith("error: ") and err.count("\n") == 0 and "Traceback" not in err
     after = sorted(p.relative_to(work) for p in work.rglob("*") if p.exists())
-    assert after == [p for p in before if p != chunk.relative_to(work)] or after == before   # no output left
+    assert after == [p for p in before if p != chunk.relative_to(work)] or after == before  # no output left
 
 
-@pytest.mark.parametrize("target, damage, command, message", [
-    ("model/arrays.npz", "truncate", ["encode", "--dataset", "{ds}", "--model", "{work}/model", "--out",
-                                      "{work}/c2.zarr"], "arrays.npz is damaged"),
-    ("model/model.json", "truncate", ["encode", "--dataset", "{ds}", "--model", "{work}/model", "--out",
-                                      "{work}/c2.zarr"], "is not valid JSON"),
-    ("ds.zarr/features/zarr.json", "truncate", ["train", "--dataset", "{ds}", "--method", "lsh", "--out",
-                                                "{work}/m2"], "damaged metadata"),
-    ("ds.zarr/.dhash-commit.json", "truncate", ["train", "--dataset", "{ds}", "--method", "lsh", "--out",
-                                                "{work}/m2"], "damaged commit record"),
-    ("codes.zarr/.dhash-commit.json", "remove", ["search", "--dataset", "{ds}", "--model", "{work}/model",
-                                                 "--split", "q20-s0", "--codes", "{work}/codes.zarr", "--out",
-                                                 "{work}/r.parquet"], "is not a complete dhash codes"),
-])
+@pytest.mark.parametrize(
+    "target, damage, command, message",
+    [
+        (
+            "model/arrays.npz",
+            "truncate",
+            ["encode", "--dataset", "{ds}", "--model", "{work}/model", "--out", "{work}/c2.zarr"],
+            "arrays.npz is damaged",
+        ),
+        (
+            "model/model.json",
+            "truncate",
+            ["encode", "--dataset", "{ds}", "--model", "{work}/model", "--out", "{work}/c2.zarr"],
+            "is not valid JSON",
+        ),
+        (
+            "ds.zarr/features/zarr.json",
+            "truncate",
+            ["train", "--dataset", "{ds}", "--method", "lsh", "--out", "{work}/m2"],
+            "damaged metadata",
+        ),
+        (
+            "ds.zarr/.dhash-commit.json",
+            "truncate",
+            ["train", "--dataset", "{ds}", "--method", "lsh", "--out", "{work}/m2"],
+            "damaged commit record",
+        ),
+        (
+            "codes.zarr/.dhash-commit.json",
+            "remove",
+            [
+                "search",
+                "--dataset",
+                "{ds}",
+                "--model",
+                "{work}/model",
+                "--split",
+                "q20-s0",
+                "--codes",
+                "{work}/codes.zarr",
+                "--out",
+                "{work}/r.parquet",
+            ],
+            "is not a complete dhash codes",
+        ),
+    ],
+)
 def test_damaged_metadata_is_a_one_line_error(pristine, tmp_path, capsys, target, damage, command, message):
     work = tmp_path / "work"
     shutil.copytree(pristine, work)
@@ -239,19 +343,35 @@ def test_damaged_metadata_is_a_one_line_error(pristine, tmp_path, capsys, target
 
 def test_codes_of_another_dataset_are_refused(pristine, cluster, tmp_path, capsys):
     from pipeline.data.synth import write_sift_synth
+
     other = write_sift_synth(tmp_path / "other.zarr", 6000, seed=3, chunk_rows=1500).path
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
     assert run("split", "--dataset", other, "--queries", 20, *sched) == 0
     capsys.readouterr()
-    assert run("search", "--dataset", other, "--model", pristine / "model", "--codes", pristine / "codes.zarr",
-               "--split", "default",
-               "--out", tmp_path / "r.parquet", *sched) == 2
+    assert (
+        run(
+            "search",
+            "--dataset",
+            other,
+            "--model",
+            pristine / "model",
+            "--codes",
+            pristine / "codes.zarr",
+            "--split",
+            "default",
+            "--out",
+            tmp_path / "r.parquet",
+            *sched,
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "were encoded from another dataset" in err and "dhash encode --dataset" in err
     assert not (tmp_path / "r.parquet").exists()
 
 
 # ------------------------------------------------------------------ outputs ----------
+
 
 def test_overwrite_replaces_only_our_own_artifact_of_the_same_kind(pristine, tmp_path, capsys):
     src = tmp_path / "good.npy"
@@ -263,10 +383,10 @@ def test_overwrite_replaces_only_our_own_artifact_of_the_same_kind(pristine, tmp
     assert "is not a dhash artifact" in capsys.readouterr().err and (foreign / "important").is_dir()
     work = tmp_path / "work"
     shutil.copytree(pristine, work)
-    assert run("ingest", src, "--out", work / "model", "--overwrite", "--quiet") == 2    # a model, not a dataset
+    assert run("ingest", src, "--out", work / "model", "--overwrite", "--quiet") == 2  # a model, not a dataset
     assert "is a dhash model" in capsys.readouterr().err and (work / "model" / "model.json").exists()
     assert run("ingest", src, "--out", tmp_path / "d.zarr", "--quiet") == 0
-    assert run("ingest", src, "--out", tmp_path / "d.zarr", "--quiet") == 2               # exists, no --overwrite
+    assert run("ingest", src, "--out", tmp_path / "d.zarr", "--quiet") == 2  # exists, no --overwrite
     assert run("ingest", src, "--out", tmp_path / "d.zarr", "--overwrite", "--quiet") == 0
     assert _no_temporaries(tmp_path)
 
@@ -277,11 +397,12 @@ def test_unwritable_out_is_refused_before_any_work(tmp_path, capsys):
     started = time.perf_counter()
     assert run("synth", "sift", "--n", 1000, "--out", blocker / "s.zarr", "--quiet") == 2
     assert "is not a writable directory" in capsys.readouterr().err
-    assert time.perf_counter() - started < 5     # no cluster was started, nothing computed
+    assert time.perf_counter() - started < 5  # no cluster was started, nothing computed
 
 
 def test_next_writer_removes_temporaries_of_killed_writers(tmp_path):
     from pipeline.storage.atomic import WRITER_FILE, atomic_output
+
     final = tmp_path / "out"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = tmp_path / ".out.tmp-deadbeef"
@@ -299,9 +420,29 @@ def test_next_writer_removes_temporaries_of_killed_writers(tmp_path):
 def test_sigterm_removes_the_temporary_and_exits_143(tmp_path):
     """A synth killed with SIGTERM mid-write exits 143 and leaves no `.OUT.tmp-*` behind."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "jobs", "synth", "sift", "--n", "3000000", "--chunk-rows", "50000",
-                             "--workers", "1", "--out", str(tmp_path / "s.zarr"), "--quiet"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jobs",
+            "synth",
+            "sift",
+            "--n",
+            "3000000",
+            "--chunk-rows",
+            "50000",
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "s.zarr"),
+            "--quiet",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not list(tmp_path.glob(".s.zarr.tmp-*/features/c/*")):
         time.sleep(0.05)
@@ -316,16 +457,17 @@ def test_sigterm_removes_the_temporary_and_exits_143(tmp_path):
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])
 def test_damaged_npz_of_models_and_checkpoints_is_a_one_line_error(tmp_path, damage):
     from pipeline.errors import InputError
-    from pipeline.storage.npz import load_npz, npz_bytes
     from pipeline.hashing.checkpoint import Checkpoint
     from pipeline.storage.location import resolve
+    from pipeline.storage.npz import load_npz, npz_bytes
+
     ckpt = Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"})
     ckpt.save(3, {"rotation": np.eye(8)}, {"quantization_loss": [1.0]})
     assert ckpt.load()[0] == 3
     path = tmp_path / "m.checkpoint" / "arrays.npz"
     raw = path.read_bytes()
     assert raw == npz_bytes({"rotation": np.eye(8)})
-    damaged = {"truncate": raw[:len(raw) // 2], "flip": raw[:200] + bytes([raw[200] ^ 1]) + raw[201:], "empty": b""}
+    damaged = {"truncate": raw[: len(raw) // 2], "flip": raw[:200] + bytes([raw[200] ^ 1]) + raw[201:], "empty": b""}
     path.write_bytes(damaged[damage])
     with pytest.raises(InputError, match="arrays.npz is damaged") as info:
         ckpt.load()
@@ -339,14 +481,19 @@ def test_killed_writer_on_s3_does_not_block_the_next_run(s3_server, monkeypatch,
     the next writer replaces it: at once when the writer was on this host and is gone, with
     --overwrite when it may still be running elsewhere."""
     import s3fs
+
     from pipeline.storage.atomic import WRITER_FILE
+
     fs = s3fs.S3FileSystem(**s3_server)
     monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
     src = tmp_path / "good.npy"
     np.save(src, np.arange(60, dtype=np.float32).reshape(20, 3))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    for host, pid, argv, status in ((os.uname().nodename, int(dead.stdout), [], 0), ("elsewhere", 1, [], 2),
-                                    ("elsewhere", 1, ["--overwrite"], 0)):
+    for host, pid, argv, status in (
+        (os.uname().nodename, int(dead.stdout), [], 0),
+        ("elsewhere", 1, [], 2),
+        ("elsewhere", 1, ["--overwrite"], 0),
+    ):
         fs.rm("dhash-test/killed", recursive=True) if fs.exists("dhash-test/killed") else None
         fs.pipe_file("dhash-test/killed/ds.zarr/features/c/0/0", b"half")
         fs.pipe_file(f"dhash-test/killed/ds.zarr/{WRITER_FILE}", json.dumps({"host": host, "pid": pid}).encode())
@@ -365,14 +512,29 @@ def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine
     """Two `dhash train --out X` at once: the second is refused while the first runs; the
     checkpoint a killed run left is discarded by --overwrite (or continued by --resume)."""
     from pipeline.hashing.checkpoint import Checkpoint
+
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    train = ["train", "--dataset", pristine / "ds.zarr", "--method", "itq", "--bits", 16, "--out", tmp_path / "m",
-             "--workers", 1, "--quiet"]
+    train = [
+        "train",
+        "--dataset",
+        pristine / "ds.zarr",
+        "--method",
+        "itq",
+        "--bits",
+        16,
+        "--out",
+        tmp_path / "m",
+        "--workers",
+        1,
+        "--quiet",
+    ]
     try:
-        for pid, extra, status, message in ((sleeper.pid, ["--overwrite"], 2, "another training run"),
-                                            (int(dead.stdout), [], 2, "pass --resume to continue it, or --overwrite"),
-                                            (int(dead.stdout), ["--overwrite"], 0, "removed the interrupted run")):
+        for pid, extra, status, message in (
+            (sleeper.pid, ["--overwrite"], 2, "another training run"),
+            (int(dead.stdout), [], 2, "pass --resume to continue it, or --overwrite"),
+            (int(dead.stdout), ["--overwrite"], 0, "removed the interrupted run"),
+        ):
             Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"}).save(2, {"rotation": np.eye(16)}, {})
             state = tmp_path / "m.checkpoint" / "state.json"
             record = json.loads(state.read_text())
@@ -389,9 +551,26 @@ def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine
 def test_a_successful_job_prints_no_error_lines(tmp_path):
     """`dhash synth` with progress bars: no scheduler CancelledError traceback on shutdown."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "jobs", "synth", "sift", "--n", "20000", "--workers", "1",
-                           "--out", str(tmp_path / "s.zarr")], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jobs",
+            "synth",
+            "sift",
+            "--n",
+            "20000",
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "s.zarr"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "ERROR" not in done.stderr and "Traceback" not in done.stderr, done.stderr
 
@@ -401,15 +580,18 @@ def test_writer_record_survives_the_zarr_group_creation(tmp_path):
     not delete it (zarr's mode "w" clears the directory)."""
     from pipeline.storage.atomic import WRITER_FILE, atomic_output
     from pipeline.storage.chunkread import new_group
+
     with atomic_output(tmp_path / "c.zarr", kind="codes") as tmp:
         new_group(tmp).attrs["x"] = 1
         assert tmp.child(WRITER_FILE).exists()
     assert not (tmp_path / "c.zarr" / WRITER_FILE).exists() and (tmp_path / "c.zarr" / ".dhash-commit.json").exists()
 
 
-def test_scheduled_pipeline_on_s3_skips_unchanged_steps_and_reruns_changed_ones(s3_server, cluster, tmp_path,
-                                                                              monkeypatch, capsys):
+def test_scheduled_pipeline_on_s3_skips_unchanged_steps_and_reruns_changed_ones(
+    s3_server, cluster, tmp_path, monkeypatch, capsys
+):
     import s3fs
+
     fs = s3fs.S3FileSystem(**s3_server)
     monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
     X = np.random.default_rng(8).integers(0, 200, (2000, 16)).astype(np.float32)
@@ -419,7 +601,8 @@ def test_scheduled_pipeline_on_s3_skips_unchanged_steps_and_reruns_changed_ones(
         '[pipeline]\nname = "s3"\nworkdir = "work"\n\n'
         '[[steps]]\ncommand = "ingest"\nsource = "s3://dhash-test/nightly/inbox/base.fvecs"\n'
         'out = "s3://dhash-test/nightly/ds.zarr"\n\n'
-        '[[steps]]\ncommand = "split"\ndataset = "s3://dhash-test/nightly/ds.zarr"\nqueries = 10\n')
+        '[[steps]]\ncommand = "split"\ndataset = "s3://dhash-test/nightly/ds.zarr"\nqueries = 10\n'
+    )
     job = ["run", tmp_path / "p.toml", "--scheduler", cluster.scheduler_address, "--quiet"]
 
     def statuses():
@@ -427,7 +610,7 @@ def test_scheduled_pipeline_on_s3_skips_unchanged_steps_and_reruns_changed_ones(
         return [s["status"] for s in json.loads(log.read_text())["steps"]]
 
     assert run(*job) == 0 and statuses() == ["ok", "ok"]
-    time.sleep(1.1)                                     # log names carry the second
+    time.sleep(1.1)  # log names carry the second
     assert run(*job) == 0 and statuses() == ["skipped", "skipped"]
     write_vecs(tmp_path / "base.fvecs", X[:1500])
     fs.put_file(str(tmp_path / "base.fvecs"), "dhash-test/nightly/inbox/base.fvecs")

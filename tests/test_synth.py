@@ -1,4 +1,5 @@
 """sift-synth: slicing-, chunking- and cluster-independent output, SIFT-like statistics."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,6 +17,7 @@ def features(ds) -> np.ndarray:
 
 # ---- the kernel ----------------------------------------------------------------------------
 
+
 def test_rows_do_not_depend_on_slicing():
     whole = sift_rows(0, 0, 200_000)
     assert whole.shape == (200_000, 128) and whole.dtype == np.uint8
@@ -24,8 +26,9 @@ def test_rows_do_not_depend_on_slicing():
         np.testing.assert_array_equal(np.concatenate(parts), whole)
     # a range inside one block and one straddling a block edge
     np.testing.assert_array_equal(sift_rows(0, 123, 456), whole[123:456])
-    np.testing.assert_array_equal(sift_rows(0, GEN_BLOCK_ROWS - 5, GEN_BLOCK_ROWS + 5),
-                                  whole[GEN_BLOCK_ROWS - 5:GEN_BLOCK_ROWS + 5])
+    np.testing.assert_array_equal(
+        sift_rows(0, GEN_BLOCK_ROWS - 5, GEN_BLOCK_ROWS + 5), whole[GEN_BLOCK_ROWS - 5 : GEN_BLOCK_ROWS + 5]
+    )
     assert sift_rows(0, 10, 10).shape == (0, 128)
 
 
@@ -41,13 +44,13 @@ def test_statistics_are_sift_like():
     xf = x.astype(np.float64)
     mean_norm = np.linalg.norm(xf, axis=1).mean()
     assert 400 <= mean_norm <= 560
-    assert (x == 0).mean() > 0.1                       # sparse-ish
+    assert (x == 0).mean() > 0.1  # sparse-ish
     assert 15 <= xf.mean() <= 35
     assert 100 <= x.max() <= 255
 
     centred = xf - xf.mean(axis=0)
     excess_kurtosis = (centred**4).mean(axis=0) / centred.var(axis=0) ** 2 - 3
-    assert excess_kurtosis.mean() > 1                  # heavy tailed per dimension
+    assert excess_kurtosis.mean() > 1  # heavy tailed per dimension
 
     # clustered: nearest neighbours are much closer than random pairs
     sample = xf[:20_000]
@@ -62,6 +65,7 @@ def test_statistics_are_sift_like():
 
 # ---- writing a dataset -----------------------------------------------------------------------
 
+
 def test_write_does_not_depend_on_chunking(tmp_path):
     a = write_sift_synth(tmp_path / "a.zarr", N_WRITE, seed=5, chunk_rows=50_000)
     b = write_sift_synth(tmp_path / "b.zarr", N_WRITE, seed=5, chunk_rows=GEN_BLOCK_ROWS)
@@ -75,6 +79,7 @@ def test_write_does_not_depend_on_chunking(tmp_path):
 
 def test_progress_runner_computes_the_tasks(tmp_path):
     import dask
+
     seen = []
 
     def runner(tasks):
@@ -89,10 +94,15 @@ def test_progress_runner_computes_the_tasks(tmp_path):
 @pytest.mark.slow
 def test_write_does_not_depend_on_worker_count(tmp_path):
     from distributed import Client, LocalCluster
+
     written = {}
     for workers in (2, 1):
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                          dashboard_address=":0", silence_logs=40) as cluster, Client(cluster):
+        with (
+            LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=40
+            ) as cluster,
+            Client(cluster),
+        ):
             ds = write_sift_synth(tmp_path / f"w{workers}.zarr", N_WRITE, seed=7, chunk_rows=50_000)
             written[workers] = features(ds)
     np.testing.assert_array_equal(written[2], written[1])

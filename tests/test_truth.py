@@ -1,5 +1,6 @@
 """Large-K Euclidean ground truth (relevance bits from exact K-th-neighbour thresholds)
 against brute force and against the neighbour-list form, on real zarr datasets."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,8 +46,7 @@ def test_relevance_bits_equal_brute_force(sift, k):
     X = ds.features[...].astype(np.float64)
     kth = thresholds["threshold_id"]
     assert want[np.arange(split.n_query), kth].all()
-    np.testing.assert_array_equal(thresholds["threshold_distance"],
-                                  ((X[split.query] - X[kth]) ** 2).sum(axis=1))
+    np.testing.assert_array_equal(thresholds["threshold_distance"], ((X[split.query] - X[kth]) ** 2).sum(axis=1))
 
 
 def test_bad_sample_and_ties_take_more_passes_and_stay_exact(tmp_path, monkeypatch):
@@ -67,13 +67,21 @@ def test_bad_sample_and_ties_take_more_passes_and_stay_exact(tmp_path, monkeypat
 
 def test_evaluation_is_the_same_with_lists_and_bits(sift, monkeypatch):
     """Every metric of an evaluation is identical whichever form holds the ground truth."""
-    from pipeline.evaluation.evaluate import run_evaluation
+    from pipeline import workflows
+
     ds, _ = sift
-    args = {"methods": ["lsh"], "bits": [16], "n_queries": 30, "seed": 2, "ground_truth": "euclidean",
-            "top_k": 300, "ks": [1, 50, 300, 1000]}
-    as_lists = run_evaluation(ds, **args)
+    args = {
+        "methods": ["lsh"],
+        "bits": [16],
+        "queries": 30,
+        "seed": 2,
+        "ground_truth": "euclidean",
+        "top_k": 300,
+        "ks": [1, 50, 300, 1000],
+    }
+    as_lists = workflows.evaluate(ds, **args)
     monkeypatch.setattr(T, "MAX_LISTED_NEIGHBOURS", 100)
-    as_bits = run_evaluation(ds, **args)
+    as_bits = workflows.evaluate(ds, **args)
     assert as_lists["ground_truth"]["form"] == "neighbour lists" and as_bits["ground_truth"]["form"] == "relevance bits"
     assert as_lists["results"][0]["metrics"] == as_bits["results"][0]["metrics"]
 
@@ -82,14 +90,14 @@ def test_positions_from_bits_match_unpacked_bits():
     rng = np.random.default_rng(5)
     for m in (1, 8, 13):
         rel = rng.random((m, 300)) < 0.1
-        rel[0] = False                               # a query with nothing relevant
+        rel[0] = False  # a query with nothing relevant
         bits = np.packbits(rel.T, axis=1, bitorder="little")
         np.testing.assert_array_equal(unpack_relevance(bits, m), rel)
         pos = relevant_positions(bits, m)
         for q in range(m):
             got = pos[q][pos[q] < 300]
             np.testing.assert_array_equal(got, np.flatnonzero(rel[q]))
-            assert (pos[q][len(got):] == 300).all()
+            assert (pos[q][len(got) :] == 300).all()
 
 
 def test_unpacking_a_query_slice_reads_only_its_bytes():
@@ -107,13 +115,21 @@ def test_stored_neighbour_lists_stay_out_of_the_evaluation_graphs(client, tmp_pa
     warning, and the metrics equal those computed with the lists in memory."""
     import warnings
 
-    from pipeline.evaluation.evaluate import run_evaluation
+    from pipeline import workflows
+
     ds = write_sift_synth(tmp_path / "sift.zarr", 8000, seed=6, chunk_rows=2000)
-    args = {"methods": ["lsh"], "bits": [64], "n_queries": 1300, "seed": 1, "ground_truth": "euclidean",
-            "top_k": 1000, "ks": [10, 1000]}
+    args = {
+        "methods": ["lsh"],
+        "bits": [64],
+        "queries": 1300,
+        "seed": 1,
+        "ground_truth": "euclidean",
+        "top_k": 1000,
+        "ks": [10, 1000],
+    }
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        stored = run_evaluation(ds, **args)
+        stored = workflows.evaluate(ds, **args)
     assert not [w for w in caught if "large graph" in str(w.message)], [str(w.message)[:80] for w in caught]
     split = ds.get_split("q1300-s1")
     truth = T.build_truth(ds, split, ground_truth="euclidean", top_k=1000)

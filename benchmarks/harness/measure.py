@@ -1,5 +1,6 @@
 """Measuring a run: peak memory of a process tree (psutil polling plus the kernel's
 high-water marks), the machine, disk use. Shared by ``dhash bench`` and benchmarks/."""
+
 from __future__ import annotations
 
 import os
@@ -90,9 +91,14 @@ class TreeWatcher:
                 continue
             info = self.procs.get(proc.pid)
             if info is None:
-                info = self.procs[proc.pid] = {"pid": proc.pid, "role": _role(proc, self.pid, self.root_role),
-                                               "peak_rss_kb": 0, "hwm_kb": 0, "peak_anon_kb": 0,
-                                               "peak_file_kb": 0}
+                info = self.procs[proc.pid] = {
+                    "pid": proc.pid,
+                    "role": _role(proc, self.pid, self.root_role),
+                    "peak_rss_kb": 0,
+                    "hwm_kb": 0,
+                    "peak_anon_kb": 0,
+                    "peak_file_kb": 0,
+                }
             info["peak_rss_kb"] = max(info["peak_rss_kb"], st["VmRSS"])
             info["hwm_kb"] = max(info["hwm_kb"], st.get("VmHWM", 0))
             info["peak_anon_kb"] = max(info["peak_anon_kb"], st.get("RssAnon", 0))
@@ -114,13 +120,18 @@ class TreeWatcher:
             self._stop.wait(self.interval)
 
 
-def tree_memory(watch: "TreeWatcher") -> dict:
+def tree_memory(watch: TreeWatcher) -> dict:
     """Summary of a finished watch: the largest process and the summed peaks, in MB."""
     procs = sorted(watch.procs.values(), key=lambda p: -max(p["peak_rss_kb"], p["hwm_kb"]))
-    per_process = [{"pid": p["pid"], "role": p["role"], "peak_rss_mb": round(max(p["peak_rss_kb"], p["hwm_kb"]) / 1024, 1)}
-                   for p in procs]
-    return {"max_process_peak_rss_mb": max((p["peak_rss_mb"] for p in per_process), default=0.0),
-            "peak_sum_rss_mb": round(watch.peak_sum_rss_kb / 1024, 1), "per_process": per_process}
+    per_process = [
+        {"pid": p["pid"], "role": p["role"], "peak_rss_mb": round(max(p["peak_rss_kb"], p["hwm_kb"]) / 1024, 1)}
+        for p in procs
+    ]
+    return {
+        "max_process_peak_rss_mb": max((p["peak_rss_mb"] for p in per_process), default=0.0),
+        "peak_sum_rss_mb": round(watch.peak_sum_rss_kb / 1024, 1),
+        "per_process": per_process,
+    }
 
 
 def disk_usage(path: Path) -> dict:
@@ -147,7 +158,16 @@ def machine_info() -> dict:
     import dask
     import distributed
     import zarr
-    return {"cores": os.cpu_count(), "physical_cores": psutil.cpu_count(logical=False), "cpu_model": model,
-            "ram_total_gb": round(psutil.virtual_memory().total / 2**30, 1), "platform": platform.platform(),
-            "python": platform.python_version(), "numpy": np.__version__, "zarr": zarr.__version__,
-            "dask": dask.__version__, "distributed": distributed.__version__}
+
+    return {
+        "cores": os.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "cpu_model": model,
+        "ram_total_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "zarr": zarr.__version__,
+        "dask": dask.__version__,
+        "distributed": distributed.__version__,
+    }

@@ -12,6 +12,7 @@ reading the zarr dataset, exactly as ``dhash train``/``dhash encode`` do.
 Peak memory: in-process phases reset the kernel's high-water mark (/proc/self/clear_refs)
 before each phase and read VmHWM after it; cluster phases poll every process of the tree.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,13 +35,15 @@ def _faiss():
     try:
         import faiss
     except ImportError:
-        raise InputError("dhash bench needs faiss-cpu and psutil; install them with pip install -e '.[bench]'") from None
+        raise InputError(
+            "dhash bench needs faiss-cpu and psutil; install them with pip install -e '.[bench]'"
+        ) from None
     return faiss
 
 
 def _reset_peak_rss() -> None:
     try:
-        Path("/proc/self/clear_refs").write_text("5")   # Linux: reset VmHWM to the current RSS
+        Path("/proc/self/clear_refs").write_text("5")  # Linux: reset VmHWM to the current RSS
     except OSError:
         pass
 
@@ -86,25 +89,34 @@ def _timed_on_cluster(fn):
 
 
 def _result(kind: str, params: dict, ours: dict, peer: dict, **extra) -> dict:
-    return {"benchmark": kind, "command": "dhash " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("dhash") else
-            " ".join(sys.argv), "machine": machine_info(), "params": params, "ours": ours, "peer": peer,
-            "ratio_ours_over_peer_seconds": round(ours["seconds"] / peer["seconds"], 4), **extra}
+    return {
+        "benchmark": kind,
+        "command": "dhash " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("dhash") else " ".join(sys.argv),
+        "machine": machine_info(),
+        "params": params,
+        "ours": ours,
+        "peer": peer,
+        "ratio_ours_over_peer_seconds": round(ours["seconds"] / peer["seconds"], 4),
+        **extra,
+    }
 
 
 # ------------------------------------------------------------------------- search ----
+
 
 def random_codes(n: int, n_bits: int, seed: int) -> np.ndarray:
     """Uniform random packed codes (the standard Hamming-search workload), made in blocks."""
     rng = np.random.default_rng(seed)
     out = np.empty((n, (n_bits + 7) // 8), np.uint8)
     for start in range(0, n, 1 << 22):
-        out[start:start + (1 << 22)] = rng.integers(0, 256, out[start:start + (1 << 22)].shape, np.uint8)
+        out[start : start + (1 << 22)] = rng.integers(0, 256, out[start : start + (1 << 22)].shape, np.uint8)
     return out
 
 
 def _true_hamming(queries, codes, ids):
     from pipeline.kernels.hamming import hamming_distances
-    return np.stack([hamming_distances(queries[q:q + 1], codes[ids[q]])[0] for q in range(len(queries))])
+
+    return np.stack([hamming_distances(queries[q : q + 1], codes[ids[q]])[0] for q in range(len(queries))])
 
 
 def topk_agreement(D_peer, I_peer, D_ours, I_ours, true_distances) -> dict:
@@ -114,17 +126,23 @@ def topk_agreement(D_peer, I_peer, D_ours, I_ours, true_distances) -> dict:
     kth = np.asarray(D_ours)[:, -1:]
     strict = [set(I_peer[q][D_peer[q] < kth[q]]) == set(I_ours[q][D_ours[q] < kth[q]]) for q in range(len(D_ours))]
     ours_true = bool(np.array_equal(np.asarray(true_distances, np.float64), np.asarray(D_ours, np.float64)))
-    return {"identical_distances": same_d, "ids_equal_up_to_ties": bool(all(strict) and ours_true),
-            "same_id_same_rank_fraction": round(float(np.mean(I_peer == I_ours)), 6),
-            "our_ids_at_reported_distance": ours_true}
+    return {
+        "identical_distances": same_d,
+        "ids_equal_up_to_ties": bool(all(strict) and ours_true),
+        "same_id_same_rank_fraction": round(float(np.mean(I_peer == I_ours)), 6),
+        "our_ids_at_reported_distance": ours_true,
+    }
 
 
-def bench_search(n: int, bits: int, queries: int = 1000, k: int = 100, threads: int | None = None, seed: int = 0) -> dict:
+def bench_search(
+    n: int, bits: int, queries: int = 1000, k: int = 100, threads: int | None = None, seed: int = 0
+) -> dict:
     from pipeline.search.hamming import knn_search
+
     faiss = _faiss()
     threads = threads or os.cpu_count()
     codes, query_codes = random_codes(n, bits, seed), random_codes(queries, bits, seed + 1)
-    knn_search(query_codes[:2], codes[:10_000], k)     # compile the numba kernels outside the timing
+    knn_search(query_codes[:2], codes[:10_000], k)  # compile the numba kernels outside the timing
     array = da.from_array(codes, chunks=(SEARCH_CHUNK_ROWS, codes.shape[1]))
     with dask.config.set(scheduler="threads", num_workers=threads):
         (d_ours, i_ours), ours_s, ours_mb = _timed_in_process(lambda: knn_search(query_codes, array, k))
@@ -132,43 +150,70 @@ def bench_search(n: int, bits: int, queries: int = 1000, k: int = 100, threads: 
     index = faiss.IndexBinaryFlat(bits)
     index.add(codes)
     (d_peer, i_peer), peer_s, peer_mb = _timed_in_process(lambda: index.search(query_codes, k))
-    index = None      # free FAISS's copy of the data before the checks
+    index = None  # free FAISS's copy of the data before the checks
     pairs = n * queries
     agreement = topk_agreement(d_peer, i_peer, d_ours, i_ours, _true_hamming(query_codes, codes, i_ours))
-    return _result("search", {"n": n, "bits": bits, "queries": queries, "k": k, "threads": threads, "seed": seed,
-                              "data": "uniform random codes", "chunk_rows": SEARCH_CHUNK_ROWS},
-                   {"name": "dhash knn_search (tiled numba kernel, dask threads)", "seconds": round(ours_s, 6),
-                    "pairs_per_second": round(pairs / ours_s), "peak_rss_mb": ours_mb},
-                   {"name": "faiss.IndexBinaryFlat.search", "seconds": round(peer_s, 6),
-                    "pairs_per_second": round(pairs / peer_s), "peak_rss_mb": peer_mb},
-                   speedup_pairs_per_second=round(peer_s / ours_s, 3), agreement=agreement,
-                   acceptance={"target": "pairs/s >= 1.2x faiss.IndexBinaryFlat, identical distance lists",
-                               "met": bool(peer_s / ours_s >= 1.2 and agreement["identical_distances"])})
+    return _result(
+        "search",
+        {
+            "n": n,
+            "bits": bits,
+            "queries": queries,
+            "k": k,
+            "threads": threads,
+            "seed": seed,
+            "data": "uniform random codes",
+            "chunk_rows": SEARCH_CHUNK_ROWS,
+        },
+        {
+            "name": "dhash knn_search (tiled numba kernel, dask threads)",
+            "seconds": round(ours_s, 6),
+            "pairs_per_second": round(pairs / ours_s),
+            "peak_rss_mb": ours_mb,
+        },
+        {
+            "name": "faiss.IndexBinaryFlat.search",
+            "seconds": round(peer_s, 6),
+            "pairs_per_second": round(pairs / peer_s),
+            "peak_rss_mb": peer_mb,
+        },
+        speedup_pairs_per_second=round(peer_s / ours_s, 3),
+        agreement=agreement,
+        acceptance={
+            "target": "pairs/s >= 1.2x faiss.IndexBinaryFlat, identical distance lists",
+            "met": bool(peer_s / ours_s >= 1.2 and agreement["identical_distances"]),
+        },
+    )
 
 
 # ------------------------------------------------------------------ ground truth ----
 
+
 def _sift_rows(n: int, seed: int, data: str | None) -> np.ndarray:
     if data:
         from pipeline.storage.datasets import open_dataset
+
         ds = open_dataset(data)
         if n > ds.n:
             raise InputError(f"--n {n} exceeds the {ds.n} rows of {data}; lower --n")
         return ds.features[:n]
     from pipeline.data.synth import sift_rows
+
     return sift_rows(seed, 0, n)
 
 
-def bench_groundtruth(n: int, queries: int = 1000, k: int = 100, threads: int | None = None, seed: int = 0,
-                      data: str | None = None) -> dict:
+def bench_groundtruth(
+    n: int, queries: int = 1000, k: int = 100, threads: int | None = None, seed: int = 0, data: str | None = None
+) -> dict:
     from pipeline.data.synth import sift_rows
     from pipeline.evaluation.truth import euclidean_neighbours
     from pipeline.kernels.l2 import squared_distances
+
     faiss = _faiss()
     threads = threads or os.cpu_count()
     X = _sift_rows(n, seed, data)
-    Q = sift_rows(seed + 1, 0, queries)        # another generator stream: not database rows
-    euclidean_neighbours(da.from_array(X[:5000], chunks=(2500, X.shape[1])), Q[:2], 10)   # compile
+    Q = sift_rows(seed + 1, 0, queries)  # another generator stream: not database rows
+    euclidean_neighbours(da.from_array(X[:5000], chunks=(2500, X.shape[1])), Q[:2], 10)  # compile
     array = da.from_array(X, chunks=(131072, X.shape[1]))
     with dask.config.set(scheduler="threads", num_workers=threads):
         (i_ours, d_ours), ours_s, ours_mb = _timed_in_process(lambda: euclidean_neighbours(array, Q, k))
@@ -176,25 +221,46 @@ def bench_groundtruth(n: int, queries: int = 1000, k: int = 100, threads: int | 
     index = faiss.IndexFlatL2(X.shape[1])
     index.add(X.astype(np.float32))
     (d_peer, i_peer), peer_s, peer_mb = _timed_in_process(lambda: index.search(Q.astype(np.float32), k))
-    index = None      # free FAISS's copy of the data before the checks
-    true_d = np.stack([squared_distances(Q[q:q + 1], X[i_ours[q]])[0] for q in range(len(Q))])
+    index = None  # free FAISS's copy of the data before the checks
+    true_d = np.stack([squared_distances(Q[q : q + 1], X[i_ours[q]])[0] for q in range(len(Q))])
     agreement = topk_agreement(d_peer, i_peer, d_ours, i_ours, true_d)
-    return _result("groundtruth", {"n": n, "d": X.shape[1], "dtype": str(X.dtype), "queries": queries, "k": k,
-                                   "threads": threads, "seed": seed, "data": data or "sift_rows(seed)"},
-                   {"name": "dhash euclidean_neighbours (float32-exact GEMM + numba heap, dask threads)",
-                    "seconds": round(ours_s, 3), "peak_rss_mb": ours_mb},
-                   {"name": "faiss.IndexFlatL2.search (float32 copy of the data)", "seconds": round(peer_s, 3),
-                    "peak_rss_mb": peer_mb},
-                   agreement=agreement,
-                   acceptance={"target": "time <= 1.2x faiss.IndexFlatL2, identical neighbours up to ties",
-                               "met": bool(ours_s <= 1.2 * peer_s and agreement["ids_equal_up_to_ties"])})
+    return _result(
+        "groundtruth",
+        {
+            "n": n,
+            "d": X.shape[1],
+            "dtype": str(X.dtype),
+            "queries": queries,
+            "k": k,
+            "threads": threads,
+            "seed": seed,
+            "data": data or "sift_rows(seed)",
+        },
+        {
+            "name": "dhash euclidean_neighbours (float32-exact GEMM + numba heap, dask threads)",
+            "seconds": round(ours_s, 3),
+            "peak_rss_mb": ours_mb,
+        },
+        {
+            "name": "faiss.IndexFlatL2.search (float32 copy of the data)",
+            "seconds": round(peer_s, 3),
+            "peak_rss_mb": peer_mb,
+        },
+        agreement=agreement,
+        acceptance={
+            "target": "time <= 1.2x faiss.IndexFlatL2, identical neighbours up to ties",
+            "met": bool(ours_s <= 1.2 * peer_s and agreement["ids_equal_up_to_ties"]),
+        },
+    )
 
 
 # --------------------------------------------------------------- training/encode ----
 
+
 def _project_only(block, mean, C):
     """The floor of a pass: read the chunk (done by the task's input) and project it."""
     from pipeline.kernels.codes import project_slabs
+
     total = 0.0
     for _, projected in project_slabs(block, mean, C):
         total += float(projected[0, 0])
@@ -203,6 +269,7 @@ def _project_only(block, mean, C):
 
 def floor_passes(X, mean, C, passes: int) -> float:
     from pipeline.distributed.graph import chunk_reads, map_reduce
+
     started = time.perf_counter()
     for _ in range(passes):
         dask.compute(map_reduce("floor-pass", _project_only, add, chunk_reads(X), mean, C))
@@ -213,6 +280,7 @@ def _warm_kernels() -> None:
     """Load every numba kernel a pass uses (from the on-disk cache) before anything is timed."""
     from pipeline.kernels.codes import encode_linear
     from pipeline.kernels.dish import gram_chunk, row_sums
+
     block = np.zeros((8, 4), np.uint8)
     C = np.eye(4, 2)
     gram_chunk(block, np.zeros(4), C)
@@ -222,12 +290,14 @@ def _warm_kernels() -> None:
 
 def _warm_cluster() -> None:
     from distributed import get_client
+
     _warm_kernels()
     get_client().run(_warm_kernels)
 
 
 def _training_rows(n: int, data: str | None, seed: int):
     from pipeline.data.sources import resolve_dataset
+
     ds = resolve_dataset(data or "sift-synth", n=n, seed=seed)
     if n > ds.n:
         raise InputError(f"--n {n} exceeds the {ds.n} rows of {ds.path}; lower --n or give a larger --data")
@@ -236,9 +306,11 @@ def _training_rows(n: int, data: str | None, seed: int):
 
 def _train_model(method: str, bits: int, iterations: int, nodes: int, seed: int):
     from pipeline.hashing import ITQ, DisH
+
     if method == "dish":
-        return DisH(bits, consensus="admm", nodes=nodes, max_iter=iterations, tol=0.0, consensus_tol=0.0,
-                    random_state=seed)
+        return DisH(
+            bits, consensus="admm", nodes=nodes, max_iter=iterations, tol=0.0, consensus_tol=0.0, random_state=seed
+        )
     if method == "dish-allreduce":
         return DisH(bits, consensus="allreduce", max_iter=iterations, tol=0.0, random_state=seed)
     if method == "itq":
@@ -246,10 +318,19 @@ def _train_model(method: str, bits: int, iterations: int, nodes: int, seed: int)
     raise InputError(f"unknown --method {method!r} for dhash bench train; use dish, dish-allreduce or itq")
 
 
-def bench_train(n: int, bits: int, method: str = "dish", iterations: int = 10, nodes: int = 10, seed: int = 0,
-                data: str | None = None, floor_repeats: int = 2) -> dict:
+def bench_train(
+    n: int,
+    bits: int,
+    method: str = "dish",
+    iterations: int = 10,
+    nodes: int = 10,
+    seed: int = 0,
+    data: str | None = None,
+    floor_repeats: int = 2,
+) -> dict:
     from pipeline.distributed.cluster import cluster_shape
     from pipeline.kernels.dish import random_orthonormal
+
     ds, X = _training_rows(n, data, seed)
     model = _train_model(method, bits, iterations, nodes, seed)
     C = random_orthonormal(X.shape[1], bits, np.random.default_rng(seed))
@@ -264,8 +345,12 @@ def bench_train(n: int, bits: int, method: str = "dish", iterations: int = 10, n
         floor_mem["cpu_steal_fraction_after"] = floor_mem_after["cpu_steal_fraction"]
     floor_s = (floor_before + floor_after) / 2
     stats = model.training_stats_
-    ours = {"name": f"dhash {method} fit ({iterations} iterations, all passes included)", "seconds": round(ours_s, 2),
-            "passes": stats.get("passes"), "memory": ours_mem}
+    ours = {
+        "name": f"dhash {method} fit ({iterations} iterations, all passes included)",
+        "seconds": round(ours_s, 2),
+        "passes": stats.get("passes"),
+        "memory": ours_mem,
+    }
     for key in ("pass_seconds", "admm_seconds", "objective", "consensus_residual", "quantization_loss"):
         if key in stats:
             ours[key] = stats[key]
@@ -273,16 +358,33 @@ def bench_train(n: int, bits: int, method: str = "dish", iterations: int = 10, n
         ours["seconds_in_iteration_passes"] = round(sum(stats["pass_seconds"]), 2)
         ours["seconds_in_admm"] = round(sum(stats["admm_seconds"]), 2)
     ratio = ours_s / floor_s
-    out = _result("train", {"n": n, "d": int(X.shape[1]), "bits": bits, "method": method, "iterations": iterations,
-                            "nodes": nodes if method == "dish" else None, "seed": seed, "data": str(ds.path),
-                            "cluster": cluster_shape()},
-                  ours, {"name": f"floor: {iterations} plain passes (read chunk + slabbed float32 (X - mean) C)",
-                         "seconds": round(floor_s, 2), "seconds_before_and_after": [round(floor_before, 2), round(floor_after, 2)],
-                         "memory": floor_mem},
-                  dataset_disk=disk_usage(Path(ds.path)))
+    out = _result(
+        "train",
+        {
+            "n": n,
+            "d": int(X.shape[1]),
+            "bits": bits,
+            "method": method,
+            "iterations": iterations,
+            "nodes": nodes if method == "dish" else None,
+            "seed": seed,
+            "data": str(ds.path),
+            "cluster": cluster_shape(),
+        },
+        ours,
+        {
+            "name": f"floor: {iterations} plain passes (read chunk + slabbed float32 (X - mean) C)",
+            "seconds": round(floor_s, 2),
+            "seconds_before_and_after": [round(floor_before, 2), round(floor_after, 2)],
+            "memory": floor_mem,
+        },
+        dataset_disk=disk_usage(Path(ds.path)),
+    )
     if method == "dish":
-        out["acceptance"] = {"target": "<= 391 s wall (paper, 10 nodes) at 100M and <= 1.5x the floor",
-                             "met": bool(ours_s <= 391 and ratio <= 1.5)}
+        out["acceptance"] = {
+            "target": "<= 391 s wall (paper, 10 nodes) at 100M and <= 1.5x the floor",
+            "met": bool(ours_s <= 391 and ratio <= 1.5),
+        }
     return out
 
 
@@ -291,18 +393,26 @@ def bench_encode(n: int, bits: int, seed: int = 0, data: str | None = None, out_
     import tempfile
 
     from pipeline.distributed.cluster import cluster_shape
+    from pipeline.distributed.encode import encode_to_zarr
     from pipeline.distributed.progress import compute_with_progress
     from pipeline.hashing import LSH
-    from pipeline.distributed.encode import encode_to_zarr
+
     ds, X = _training_rows(n, data, seed)
-    model = LSH(bits, random_state=seed).fit(X)       # encoding cost is the same for every linear model
+    model = LSH(bits, random_state=seed).fit(X)  # encoding cost is the same for every linear model
     _warm_cluster()
     _, floor_before, floor_mem = _timed_on_cluster(lambda: floor_passes(X, model.mean_, model.components_, 1))
     target = Path(out_codes or tempfile.mkdtemp(prefix="dhash-bench-codes-", dir=Path(ds.path).parent)) / "codes.zarr"
     try:
         _, ours_s, ours_mem = _timed_on_cluster(
-            lambda: encode_to_zarr(target, X, model, dataset=ds, overwrite=True,
-                                   progress=lambda done: compute_with_progress(done, show=False)))
+            lambda: encode_to_zarr(
+                target,
+                X,
+                model,
+                dataset=ds,
+                overwrite=True,
+                progress=lambda done: compute_with_progress(done, show=False),
+            )
+        )
         codes_disk = disk_usage(target)
     finally:
         if out_codes is None:
@@ -310,27 +420,47 @@ def bench_encode(n: int, bits: int, seed: int = 0, data: str | None = None, out_
     _, floor_after, _ = _timed_on_cluster(lambda: floor_passes(X, model.mean_, model.components_, 1))
     floor_s = (floor_before + floor_after) / 2
     ratio = ours_s / floor_s
-    return _result("encode", {"n": n, "bits": bits, "seed": seed, "data": str(ds.path), "cluster": cluster_shape()},
-                   {"name": "dhash encode (read, project, sign, pack, write codes zarr)", "seconds": round(ours_s, 2),
-                    "rows_per_second": round(n / ours_s), "memory": ours_mem, "codes_disk": codes_disk},
-                   {"name": "floor: one plain pass (read chunk + slabbed float32 (X - mean) W)",
-                    "seconds": round(floor_s, 2), "seconds_before_and_after": [round(floor_before, 2), round(floor_after, 2)],
-                    "memory": floor_mem},
-                   dataset_disk=disk_usage(Path(ds.path)),
-                   acceptance={"target": "<= 1.3x one floor pass", "met": bool(ratio <= 1.3)})
+    return _result(
+        "encode",
+        {"n": n, "bits": bits, "seed": seed, "data": str(ds.path), "cluster": cluster_shape()},
+        {
+            "name": "dhash encode (read, project, sign, pack, write codes zarr)",
+            "seconds": round(ours_s, 2),
+            "rows_per_second": round(n / ours_s),
+            "memory": ours_mem,
+            "codes_disk": codes_disk,
+        },
+        {
+            "name": "floor: one plain pass (read chunk + slabbed float32 (X - mean) W)",
+            "seconds": round(floor_s, 2),
+            "seconds_before_and_after": [round(floor_before, 2), round(floor_after, 2)],
+            "memory": floor_mem,
+        },
+        dataset_disk=disk_usage(Path(ds.path)),
+        acceptance={"target": "<= 1.3x one floor pass", "met": bool(ratio <= 1.3)},
+    )
 
 
 # ------------------------------------------------------------------------ output ----
 
+
 def markdown(result: dict) -> str:
     m = result["machine"]
     ours, peer = result["ours"], result["peer"]
-    lines = [f"# dhash bench {result['benchmark']}", "", f"Command: `{result['command']}`", "",
-             f"Machine: {m['cores']} cores, {m['cpu_model']}, {m['ram_total_gb']} GB RAM", "",
-             "| | seconds | notes |", "|---|---|---|"]
+    lines = [
+        f"# dhash bench {result['benchmark']}",
+        "",
+        f"Command: `{result['command']}`",
+        "",
+        f"Machine: {m['cores']} cores, {m['cpu_model']}, {m['ram_total_gb']} GB RAM",
+        "",
+        "| | seconds | notes |",
+        "|---|---|---|",
+    ]
     for who in (ours, peer):
-        notes = ", ".join(f"{k} {v}" for k, v in who.items() if k in ("pairs_per_second", "rows_per_second", "passes",
-                                                                       "peak_rss_mb"))
+        notes = ", ".join(
+            f"{k} {v}" for k, v in who.items() if k in ("pairs_per_second", "rows_per_second", "passes", "peak_rss_mb")
+        )
         if "memory" in who:
             notes += f"{', ' if notes else ''}max process RSS {who['memory']['max_process_peak_rss_mb']} MB"
         lines.append(f"| {who['name']} | {who['seconds']} | {notes} |")
@@ -340,15 +470,20 @@ def markdown(result: dict) -> str:
     if "agreement" in result:
         lines.append(f"Agreement: {result['agreement']}")
     if "acceptance" in result:
-        lines.append(f"Acceptance: {result['acceptance']['target']} -> {'met' if result['acceptance']['met'] else 'NOT met'}")
+        lines.append(
+            f"Acceptance: {result['acceptance']['target']} -> {'met' if result['acceptance']['met'] else 'NOT met'}"
+        )
     lines.append(f"Params: {result['params']}")
     if "cpu_steal_fraction_during_run" in result:
-        lines.append(f"CPU time stolen by the hypervisor during the run: {100 * result['cpu_steal_fraction_during_run']:.1f}%")
+        lines.append(
+            f"CPU time stolen by the hypervisor during the run: {100 * result['cpu_steal_fraction_during_run']:.1f}%"
+        )
     return "\n".join(lines) + "\n"
 
 
 def write_result(result: dict, out) -> Path:
     from pipeline.storage.jsonio import write_json
+
     out = Path(out)
     write_json(out, result)
     md = out.with_suffix(".md")
@@ -357,6 +492,7 @@ def write_result(result: dict, out) -> Path:
 
 
 # ----------------------------------------------------------- ITQ vs faiss.ITQTransform ----
+
 
 def _faiss_itq(X: np.ndarray, bits: int, threads: int):
     """Train faiss.ITQTransform (PCA + 50 ITQ iterations) on every row of X (its default
@@ -371,9 +507,10 @@ def _faiss_itq(X: np.ndarray, bits: int, threads: int):
 
 def _faiss_itq_codes(transform, X: np.ndarray) -> np.ndarray:
     from pipeline.kernels.codes import pack_signs
+
     out = []
     for start in range(0, len(X), 1 << 16):
-        out.append(pack_signs(transform.apply(np.ascontiguousarray(X[start:start + (1 << 16)], dtype=np.float32))))
+        out.append(pack_signs(transform.apply(np.ascontiguousarray(X[start : start + (1 << 16)], dtype=np.float32))))
     return np.concatenate(out)
 
 
@@ -385,6 +522,7 @@ def bench_itq_vs_faiss(n: int, bits: int, seed: int = 0, data: str | None = None
     from pipeline.evaluation.evaluate import _database_views, code_metrics, evaluate_method
     from pipeline.evaluation.truth import build_truth
     from pipeline.hashing import ITQ
+
     threads = threads or os.cpu_count()
     _, X = _training_rows(n, data, seed)
     _warm_cluster()
@@ -402,13 +540,37 @@ def bench_itq_vs_faiss(n: int, bits: int, seed: int = 0, data: str | None = None
     transform = _faiss_itq(database, bits, threads)
     all_codes = _faiss_itq_codes(transform, fm.features[:])
     db_ids, db_truth_rows = _database_views(features, split.query, truth)
-    peer_metrics, _ = code_metrics(all_codes[split.query], drop_rows(da.from_array(all_codes, chunks=(features.chunks[0],
-                                   all_codes.shape[1])), split.query), db_ids, db_truth_rows, truth, bits)
-    return _result("train-itq-vs-faiss", {"n": n, "bits": bits, "seed": seed, "iterations": 50, "threads": threads,
-                                          "time_data": str(data or "sift-synth"), "map_data": "fashion-mnist, 1000 queries, labels"},
-                   {"name": "dhash ITQ fit (cluster, zarr chunks)", "seconds": round(ours_s, 2), "memory": ours_mem,
-                    "fashion_mnist_map": round(ours_row["metrics"]["map"], 4),
-                    "fashion_mnist_precision@1000": round(ours_row["metrics"]["precision@1000"], 4)},
-                   {"name": "faiss.ITQTransform.train (in memory, all rows)", "seconds": round(peer_s, 2),
-                    "peak_rss_mb": peer_mb, "fashion_mnist_map": round(peer_metrics["map"], 4),
-                    "fashion_mnist_precision@1000": round(peer_metrics["precision@1000"], 4)})
+    peer_metrics, _ = code_metrics(
+        all_codes[split.query],
+        drop_rows(da.from_array(all_codes, chunks=(features.chunks[0], all_codes.shape[1])), split.query),
+        db_ids,
+        db_truth_rows,
+        truth,
+        bits,
+    )
+    return _result(
+        "train-itq-vs-faiss",
+        {
+            "n": n,
+            "bits": bits,
+            "seed": seed,
+            "iterations": 50,
+            "threads": threads,
+            "time_data": str(data or "sift-synth"),
+            "map_data": "fashion-mnist, 1000 queries, labels",
+        },
+        {
+            "name": "dhash ITQ fit (cluster, zarr chunks)",
+            "seconds": round(ours_s, 2),
+            "memory": ours_mem,
+            "fashion_mnist_map": round(ours_row["metrics"]["map"], 4),
+            "fashion_mnist_precision@1000": round(ours_row["metrics"]["precision@1000"], 4),
+        },
+        {
+            "name": "faiss.ITQTransform.train (in memory, all rows)",
+            "seconds": round(peer_s, 2),
+            "peak_rss_mb": peer_mb,
+            "fashion_mnist_map": round(peer_metrics["map"], 4),
+            "fashion_mnist_precision@1000": round(peer_metrics["precision@1000"], 4),
+        },
+    )

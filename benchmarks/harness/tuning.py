@@ -5,6 +5,7 @@ dataset of their own; a sweep then draws its validation queries from those rows 
 another seed and scores every configuration with the full evaluation protocol there. The
 test queries take no part in choosing parameters.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -27,9 +28,17 @@ def holdout_dataset(ds: Dataset, n_test_queries: int, test_seed: int, out) -> Da
     features = ds.features_dask()[keep]
     labels = None if ds.labels is None else ds.labels[keep]
     blocks = (np.asarray(features.blocks[i].compute()) for i in range(features.numblocks[0]))
-    return write_dataset(out, blocks, n=len(keep), d=ds.d, dtype=ds.dtype, source=f"holdout of {ds.source}",
-                         labels=labels, attrs={"holdout_of": {"path": str(ds.path), **split.manifest}},
-                         overwrite=True)
+    return write_dataset(
+        out,
+        blocks,
+        n=len(keep),
+        d=ds.d,
+        dtype=ds.dtype,
+        source=f"holdout of {ds.source}",
+        labels=labels,
+        attrs={"holdout_of": {"path": str(ds.path), **split.manifest}},
+        overwrite=True,
+    )
 
 
 def grid(**axes) -> list[dict]:
@@ -38,19 +47,44 @@ def grid(**axes) -> list[dict]:
     return [dict(zip(names, values)) for values in itertools.product(*(axes[n] for n in names))]
 
 
-def sweep(holdout: Dataset, method: str, bits: list[int], configs: list[dict], *, n_queries: int = 1000,
-          seed: int = 1, progress=None, **protocol) -> list[dict]:
+def sweep(
+    holdout: Dataset,
+    method: str,
+    bits: list[int],
+    configs: list[dict],
+    *,
+    n_queries: int = 1000,
+    seed: int = 1,
+    progress=None,
+    **protocol,
+) -> list[dict]:
     """Score ``method`` with each parameter set on validation queries drawn from ``holdout``
     (seed ``seed``): one row per (config, bits) with every metric of the report."""
-    from pipeline.evaluation.evaluate import run_evaluation
+    from pipeline import workflows
+
     rows = []
     for config in configs:
-        report = run_evaluation(holdout, methods=[method], bits=bits, n_queries=n_queries, seed=seed,
-                                split_name=f"validation-q{n_queries}-s{seed}", params={method: config}, **protocol)
+        report = workflows.evaluate(
+            holdout,
+            methods=[method],
+            bits=bits,
+            queries=n_queries,
+            seed=seed,
+            split_name=f"validation-q{n_queries}-s{seed}",
+            params={method: config},
+            **protocol,
+        )
         for r in report["results"]:
             metrics = {k: v for k, v in r["metrics"].items() if isinstance(v, float)}
-            rows.append({"method": method, "params": config, "n_bits": r["n_bits"], "metrics": metrics,
-                         "train_seconds": r["timing"]["train_seconds"]})
+            rows.append(
+                {
+                    "method": method,
+                    "params": config,
+                    "n_bits": r["n_bits"],
+                    "metrics": metrics,
+                    "train_seconds": r["timing"]["train_seconds"],
+                }
+            )
             if progress is not None:
                 progress(rows[-1])
     return rows

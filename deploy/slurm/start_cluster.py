@@ -18,6 +18,7 @@ written to --address-file; pass it on:
 
 dask-jobqueue is not a dependency of dhash: `pip install dask-jobqueue` where this runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,10 +38,18 @@ ROLES = ("scheduler", "worker", "client")
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", type=int, default=2, help="Dask workers to start (SLURM jobs x processes; default 2)")
-    p.add_argument("--tls-dir", required=True, type=Path,
-                   help="directory with ca.pem and {scheduler,worker,client}[-key].pem (deploy/tls/make-certs.sh)")
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="dask-jobqueue YAML (default: jobqueue.yaml here)")
-    p.add_argument("--host", help="scheduler listen host/IP (default: the jobqueue interface, else this host's address)")
+    p.add_argument(
+        "--tls-dir",
+        required=True,
+        type=Path,
+        help="directory with ca.pem and {scheduler,worker,client}[-key].pem (deploy/tls/make-certs.sh)",
+    )
+    p.add_argument(
+        "--config", type=Path, default=DEFAULT_CONFIG, help="dask-jobqueue YAML (default: jobqueue.yaml here)"
+    )
+    p.add_argument(
+        "--host", help="scheduler listen host/IP (default: the jobqueue interface, else this host's address)"
+    )
     p.add_argument("--port", type=int, default=8786, help="scheduler port (default 8786; 0 = any free port)")
     p.add_argument("--dashboard-address", help="scheduler dashboard (default from the config: 127.0.0.1:8787)")
     p.add_argument("--interface", help="network interface for workers and scheduler (overrides the config)")
@@ -56,6 +65,7 @@ def load_jobqueue_config(path: Path) -> None:
     """Merge the jobqueue YAML into dask's configuration (like a file in ~/.config/dask)."""
     import dask
     import yaml
+
     with open(path) as f:
         data = yaml.safe_load(f) or {}
     dask.config.update(dask.config.config, data, priority="new")
@@ -64,6 +74,7 @@ def load_jobqueue_config(path: Path) -> None:
 def make_security(tls_dir: Path):
     """Mutual-TLS Security from make-certs.sh's files; plaintext refused."""
     from distributed.security import Security
+
     tls_dir = Path(tls_dir).resolve()
     files = {"tls_ca_file": tls_dir / "ca.pem"}
     for role in ROLES:
@@ -93,8 +104,9 @@ def make_cluster(args: argparse.Namespace):
         scheduler_options["host"] = args.host
     if args.dashboard_address:
         scheduler_options["dashboard_address"] = args.dashboard_address
-    return SLURMCluster(protocol="tls://", security=make_security(args.tls_dir),
-                        scheduler_options=scheduler_options, **kwargs)
+    return SLURMCluster(
+        protocol="tls://", security=make_security(args.tls_dir), scheduler_options=scheduler_options, **kwargs
+    )
 
 
 def main(argv=None) -> int:
@@ -107,15 +119,19 @@ def main(argv=None) -> int:
         address = cluster.scheduler_address
         if not address.startswith("tls://"):
             raise SystemExit(f"start_cluster.py: scheduler came up on {address}, not tls://")
-        if args.address_file:   # atomically: a batch script may be polling for it
+        if args.address_file:  # atomically: a batch script may be polling for it
             tmp = args.address_file.with_name(args.address_file.name + ".tmp")
             tmp.write_text(address + "\n")
             os.chmod(tmp, 0o600)
             os.replace(tmp, args.address_file)
         cluster.scale(args.workers)
         print(address, flush=True)
-        print(f"dashboard: {cluster.dashboard_link} (loopback of this host); {args.workers} workers requested; "
-              "Ctrl-C / SIGTERM stops the cluster and cancels the worker jobs", file=sys.stderr, flush=True)
+        print(
+            f"dashboard: {cluster.dashboard_link} (loopback of this host); {args.workers} workers requested; "
+            "Ctrl-C / SIGTERM stops the cluster and cancels the worker jobs",
+            file=sys.stderr,
+            flush=True,
+        )
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())

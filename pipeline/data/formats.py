@@ -1,5 +1,6 @@
 """Which reader opens a file: the format from its name (or ``--format``), then the
 format's streaming reader (readers.py holds the protocol and the shared helpers)."""
+
 from __future__ import annotations
 
 import re
@@ -14,8 +15,14 @@ from pipeline.errors import InputError
 FORMATS = ("fvecs", "bvecs", "ivecs", "npy", "idx", "parquet")
 # MNIST-style names: train-images-idx3-ubyte, t10k-labels.idx1-ubyte (optionally .gz)
 _IDX_NAME = re.compile(r"idx\d+-ubyte$")
-_SUFFIX_FORMATS = {".fvecs": "fvecs", ".bvecs": "bvecs", ".ivecs": "ivecs", ".npy": "npy",
-                   ".parquet": "parquet", ".pq": "parquet"}
+_SUFFIX_FORMATS = {
+    ".fvecs": "fvecs",
+    ".bvecs": "bvecs",
+    ".ivecs": "ivecs",
+    ".npy": "npy",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
 
 
 def detect_format(path) -> str:
@@ -54,4 +61,5 @@ def open_reader(path, format: str = "auto", column: str | None = None) -> Vector
     if fmt == "idx":
         return IdxReader(path)
     from pipeline.data.parquetfile import ParquetReader
+
     return ParquetReader(path, column=column)

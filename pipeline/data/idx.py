@@ -4,20 +4,27 @@ Header: two zero bytes, a dtype code, the number of dimensions, then one big-end
 uint32 per dimension. The data follow, big-endian, row-major. An ``(n, 28, 28)`` image
 file is read as ``(n, 784)`` vectors; an ``(n,)`` label file as ``(n, 1)``.
 """
+
 from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
 from pipeline.data.readers import check_not_empty, existing_file, row_ranges
 from pipeline.errors import InputError
 
-IDX_DTYPES = {0x08: np.dtype("u1"), 0x09: np.dtype("i1"), 0x0B: np.dtype(">i2"),
-              0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+IDX_DTYPES = {
+    0x08: np.dtype("u1"),
+    0x09: np.dtype("i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
 IDX_CODES = {dtype: code for code, dtype in IDX_DTYPES.items()}
 _CORRUPT = (EOFError, OSError, zlib.error)  # what gzip raises on cut or damaged streams
 
@@ -68,16 +75,17 @@ class IdxReader:
             size = self.path.stat().st_size
             if size != expected:
                 problem = "is truncated" if size < expected else "has trailing bytes"
-                raise InputError(f"{self.path} {problem}: {size} bytes, but its header announces {self.shape} "
-                                 f"{self.dtype} values ({expected} bytes); re-download it")
+                raise InputError(
+                    f"{self.path} {problem}: {size} bytes, but its header announces {self.shape} "
+                    f"{self.dtype} values ({expected} bytes); re-download it"
+                )
 
     def __repr__(self):
         return f"IdxReader({self.source!r}, shape={self.shape}, dtype={self.dtype})"
 
     def iter_blocks(self, block_rows: int) -> Iterator[np.ndarray]:
         if not self.gzipped:
-            data = np.memmap(self.path, dtype=self.file_dtype, mode="r", offset=self.offset,
-                             shape=(self.n, self.d))
+            data = np.memmap(self.path, dtype=self.file_dtype, mode="r", offset=self.offset, shape=(self.n, self.d))
             for start, stop in row_ranges(self.n, block_rows):
                 yield np.array(data[start:stop], dtype=self.dtype)  # plain copy, native byte order
             return
@@ -89,16 +97,19 @@ class IdxReader:
                 yield np.frombuffer(raw, dtype=self.file_dtype).reshape(stop - start, self.d).astype(self.dtype)
             # reading on to the end also makes gzip verify its checksum
             if _read(f, 1, self.path):
-                raise InputError(f"{self.path} has trailing bytes after the {self.shape} values its header "
-                                 f"announces; the file is corrupt, re-download it")
+                raise InputError(
+                    f"{self.path} has trailing bytes after the {self.shape} values its header "
+                    f"announces; the file is corrupt, re-download it"
+                )
 
 
 def read_idx_labels(path) -> np.ndarray:
     """A 1-D IDX label file (``*-idx1-ubyte[.gz]``) as a 1-D array in native byte order."""
     reader = IdxReader(path)
     if len(reader.shape) != 1:
-        raise InputError(f"{reader.path} holds an array of shape {reader.shape}, not labels; "
-                         f"pass the *-idx1-ubyte labels file")
+        raise InputError(
+            f"{reader.path} holds an array of shape {reader.shape}, not labels; pass the *-idx1-ubyte labels file"
+        )
     return np.concatenate(list(reader.iter_blocks(reader.n))).ravel()
 
 

@@ -1,4 +1,5 @@
 """Ingest a vector file into a dataset: stream blocks from a reader into write_dataset."""
+
 from __future__ import annotations
 
 import contextlib
@@ -11,7 +12,7 @@ import numpy as np
 from pipeline.data.formats import detect_format, open_reader
 from pipeline.data.readers import VectorReader, block_rows_for, existing_file
 from pipeline.errors import InputError
-from pipeline.storage.datasets import Dataset, write_dataset
+from pipeline.storage.datasets import Dataset, write_dataset_like
 
 
 def read_labels_file(path) -> np.ndarray:
@@ -23,18 +24,23 @@ def read_labels_file(path) -> np.ndarray:
     fmt = detect_format(path)
     if fmt == "idx":
         from pipeline.data.idx import read_idx_labels
+
         return read_idx_labels(path)
     if fmt == "ivecs":
         from pipeline.data.texmex import VecsReader
+
         reader = VecsReader(path, kind="ivecs")
         blocks = reader.iter_blocks(block_rows_for(reader.d, reader.dtype.itemsize))
         return np.concatenate([block[:, 0] for block in blocks])
     if fmt == "npy":
         from pipeline.data.npyfile import read_npy_header
+
         shape, dtype = read_npy_header(path)
         if len(shape) not in (1, 2) or dtype.kind not in "iu":
-            raise InputError(f"labels file {path} holds {dtype} of shape {shape}; give (n,) integer class ids "
-                             f"or an (n, L) integer multi-hot matrix")
+            raise InputError(
+                f"labels file {path} holds {dtype} of shape {shape}; give (n,) integer class ids "
+                f"or an (n, L) integer multi-hot matrix"
+            )
         return np.load(path, allow_pickle=False)
     raise InputError(f"labels file {path} is {fmt}; give IDX labels (*-idx1-ubyte), .ivecs or .npy")
 
@@ -45,6 +51,7 @@ def _labels_for(reader: VectorReader, labels, label_column: str | None) -> np.nd
     if label_column is None:
         return None if labels is None else read_labels_file(labels)
     from pipeline.data.parquetfile import ParquetReader
+
     if not isinstance(reader, ParquetReader):
         raise InputError(f"--label-column only applies to parquet input; for {reader.source} pass --labels FILE")
     return reader.read_labels(label_column)
@@ -56,6 +63,7 @@ def local_file(where):
     temporary directory under the same name (the readers need random access and the name
     tells the format), removed afterwards."""
     from pipeline.storage.location import resolve
+
     if where is None:
         yield None, None
         return
@@ -71,25 +79,42 @@ def local_file(where):
         yield local, loc.url
 
 
-def ingest_file(path, out, *, format: str = "auto", column: str | None = None, labels=None,
-                label_column: str | None = None, chunk_rows: int | None = None,
-                overwrite: bool = False, progress=None) -> Dataset:
-    """Copy the vectors in ``path`` (and optional labels) into a new dataset at ``out``.
-    Either may be a local path or a URL; ``out`` too.
+def ingest(
+    source,
+    out,
+    *,
+    format: str = "auto",
+    column: str | None = None,
+    labels=None,
+    label_column: str | None = None,
+    chunk_rows: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> Dataset:
+    """Copy the vectors in file ``source`` (fvecs/bvecs/ivecs, IDX, npy, parquet; and optional
+    ``labels``) into a new dataset at ``out``, or materialise the built-in ``fashion-mnist``
+    there. Each may be a local path or a URL. ``progress``: a bar of rows on stderr.
 
     The file is streamed about 8 MiB at a time, so memory stays bounded whatever its
     size. On any InputError nothing is left at ``out`` (write_dataset is atomic).
     """
-    with local_file(path) as (vectors, url), local_file(labels) as (label_file, _):
+    from pipeline.data.sources import SOURCES, write_fashion_mnist
+    from pipeline.distributed.progress import rows_bar
+
+    if source == "fashion-mnist":
+        return write_fashion_mnist(out, chunk_rows=chunk_rows, overwrite=overwrite)
+    if source in SOURCES:
+        raise InputError(f"{source} is generated, not ingested; use `dhash synth sift --out {out}`")
+    with local_file(source) as (vectors, url), local_file(labels) as (label_file, _):
         reader = open_reader(vectors, format=format, column=column)
-        if url is not None:   # the dataset names where the data came from, not the temporary copy
+        if url is not None:  # the dataset names where the data came from, not the temporary copy
             reader.source = reader.source.replace(str(Path(vectors).resolve()), url)
-        return _ingest(reader, out, label_file, label_column, chunk_rows, overwrite, progress)
+        with rows_bar(reader.n, "ingest", show=progress) as bar:
+            return _ingest(reader, out, label_file, label_column, chunk_rows, overwrite, bar)
 
 
 def _ingest(reader, out, labels, label_column, chunk_rows, overwrite, progress) -> Dataset:
     label_array = _labels_for(reader, labels, label_column)
     block_rows = block_rows_for(reader.d, reader.dtype.itemsize)
-    return write_dataset(out, reader.iter_blocks(block_rows), n=reader.n, d=reader.d, dtype=reader.dtype,
-                         source=reader.source, labels=label_array, chunk_rows=chunk_rows,
-                         overwrite=overwrite, progress=progress)
+    options = {"labels": label_array, "chunk_rows": chunk_rows, "overwrite": overwrite, "progress": progress}
+    return write_dataset_like(reader, out, reader.iter_blocks(block_rows), **options)

@@ -1,7 +1,8 @@
 """``.npy`` files, memory-mapped so that only the block being read is in memory."""
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -21,8 +22,10 @@ def read_npy_header(path) -> tuple[tuple[int, ...], np.dtype]:
             elif version == (2, 0):
                 shape, _, dtype = fmt.read_array_header_2_0(f)
             else:
-                raise InputError(f"{path} uses .npy format version {version}, which only structured arrays "
-                                 f"need; save a plain 2-D numeric array with np.save")
+                raise InputError(
+                    f"{path} uses .npy format version {version}, which only structured arrays "
+                    f"need; save a plain 2-D numeric array with np.save"
+                )
         except ValueError as exc:
             raise InputError(f"{path} is not a valid .npy file ({exc}); save it with np.save") from None
     return shape, dtype
@@ -33,11 +36,15 @@ class NpyReader:
         self.path = existing_file(path)
         shape, dtype = read_npy_header(self.path)
         if dtype.hasobject:
-            raise InputError(f"{self.path} holds Python objects (dtype {dtype}), which cannot be read safely; "
-                             f"save a numeric array, e.g. np.save(path, np.asarray(x, dtype=np.float32))")
+            raise InputError(
+                f"{self.path} holds Python objects (dtype {dtype}), which cannot be read safely; "
+                f"save a numeric array, e.g. np.save(path, np.asarray(x, dtype=np.float32))"
+            )
         if len(shape) != 2:
-            raise InputError(f"{self.path} holds a {len(shape)}-D array of shape {shape}; vectors must be 2-D "
-                             f"(n_points, n_features), save x.reshape(len(x), -1) instead")
+            raise InputError(
+                f"{self.path} holds a {len(shape)}-D array of shape {shape}; vectors must be 2-D "
+                f"(n_points, n_features), save x.reshape(len(x), -1) instead"
+            )
         self.dtype = check_numeric_dtype(dtype, what=f"vectors in {self.path}").newbyteorder("=")
         self.n, self.d = shape
         self.source = f"npy:{self.path.resolve()}"

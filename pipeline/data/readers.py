@@ -6,10 +6,12 @@ order), ``source`` (``"FORMAT:/abs/path"``, recorded in the dataset) and
 rows. Readers only hold file metadata; each ``iter_blocks`` call opens the file afresh,
 so memory stays bounded by one block however large the file is.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Protocol
 
 import numpy as np
 

@@ -8,6 +8,7 @@
 A named source is materialised once into the data directory ($DHASH_DATA_DIR, default
 ~/.cache/dhash) and reused.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,43 +37,64 @@ def write_fashion_mnist(out, *, chunk_rows=None, overwrite=False, progress=None)
     """Ingest Fashion-MNIST (70k x 784 uint8 + labels) from the Debian package."""
     from pipeline.data.idx import IdxReader, read_idx_labels
     from pipeline.storage.datasets import write_dataset
+
     if not fashion_mnist_available():
-        raise InputError(f"Fashion-MNIST not found in {FASHION_MNIST_DIR}; install it with "
-                         f"`apt-get install dataset-fashion-mnist` (or set DHASH_FASHION_MNIST_DIR)")
+        raise InputError(
+            f"Fashion-MNIST not found in {FASHION_MNIST_DIR}; install it with "
+            f"`apt-get install dataset-fashion-mnist` (or set DHASH_FASHION_MNIST_DIR)"
+        )
     readers = [IdxReader(FASHION_MNIST_DIR / f"{p}-images-idx3-ubyte.gz") for p in FASHION_MNIST_PARTS]
-    labels = np.concatenate([read_idx_labels(FASHION_MNIST_DIR / f"{p}-labels-idx1-ubyte.gz") for p in FASHION_MNIST_PARTS])
+    labels = np.concatenate(
+        [read_idx_labels(FASHION_MNIST_DIR / f"{p}-labels-idx1-ubyte.gz") for p in FASHION_MNIST_PARTS]
+    )
     blocks = chain.from_iterable(r.iter_blocks(10_000) for r in readers)
-    return write_dataset(out, blocks, n=sum(r.n for r in readers), d=readers[0].d, dtype=np.uint8,
-                         source="fashion-mnist", labels=labels, chunk_rows=chunk_rows, overwrite=overwrite,
-                         attrs={"origin": str(FASHION_MNIST_DIR), "rows": "train (60000) then t10k (10000)"},
-                         progress=progress)
+    return write_dataset(
+        out,
+        blocks,
+        n=sum(r.n for r in readers),
+        d=readers[0].d,
+        dtype=np.uint8,
+        source="fashion-mnist",
+        labels=labels,
+        chunk_rows=chunk_rows,
+        overwrite=overwrite,
+        attrs={"origin": str(FASHION_MNIST_DIR), "rows": "train (60000) then t10k (10000)"},
+        progress=progress,
+    )
 
 
 def default_path(name: str, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None) -> Path:
     from pipeline.storage.datasets import STORAGE_FORMAT
+
     # the storage format is in the name: a cache written before chunk verification is not reused
     suffix = (f"-c{chunk_rows}" if chunk_rows else "") + f"-f{STORAGE_FORMAT}"
     if name == "sift-synth":
         # the generator version is in the name: a cached set from an older generator is not reused
         from pipeline.data.synth import GENERATOR_VERSION
+
         return data_dir() / f"sift-synth-v{GENERATOR_VERSION}-n{n or DEFAULT_SYNTH_N}-s{seed}{suffix}.zarr"
     return data_dir() / f"{name}{suffix}.zarr"
 
 
-def resolve_dataset(name_or_path: str, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None,
-                    progress=None):
+def resolve_dataset(
+    name_or_path: str, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None, progress=None
+):
     """Open a dataset path, or materialise a named source once and open it."""
     from pipeline.storage.datasets import open_dataset
     from pipeline.storage.location import resolve
+
     if name_or_path not in SOURCES or resolve(name_or_path).exists():
         if resolve(name_or_path).exists():
             return open_dataset(name_or_path)
-        raise InputError(f"unknown dataset {name_or_path!r}: not a dataset directory and not a built-in source; "
-                         f"use one of {', '.join(SOURCES)} or a path made by `dhash ingest`/`dhash synth`")
+        raise InputError(
+            f"unknown dataset {name_or_path!r}: not a dataset directory and not a built-in source; "
+            f"use one of {', '.join(SOURCES)} or a path made by `dhash ingest`/`dhash synth`"
+        )
     target = default_path(name_or_path, n=n, seed=seed, chunk_rows=chunk_rows)
     if (target / ".dhash-commit.json").exists():
         return open_dataset(target)
     if name_or_path == "fashion-mnist":
         return write_fashion_mnist(target, chunk_rows=chunk_rows)
     from pipeline.data.synth import write_sift_synth
+
     return write_sift_synth(target, n or DEFAULT_SYNTH_N, seed=seed, chunk_rows=chunk_rows, progress=progress)

@@ -58,6 +58,7 @@ the same whatever chunking, task order or number of workers produced it. (Bit-id
 across machines also needs the same numpy version; float32 sums may round differently
 with other SIMD code paths, which could move a rare entry by one.)
 """
+
 from __future__ import annotations
 
 import functools
@@ -67,19 +68,19 @@ import numpy as np
 from pipeline.errors import InputError
 
 D = 128
-CELLS = 4            # 4 x 4 spatial cells
-ORIENTATIONS = 8     # orientation bins per cell
+CELLS = 4  # 4 x 4 spatial cells
+ORIENTATIONS = 8  # orientation bins per cell
 GEN_BLOCK_ROWS = 65536
-GENERATOR_VERSION = 2        # 1: 2048 centres, Zipf exponent 0.8 (see the module docstring)
+GENERATOR_VERSION = 2  # 1: 2048 centres, Zipf exponent 0.8 (see the module docstring)
 
 N_CENTRES = 16384
-ZIPF_EXPONENT = 0.5          # centre popularity ~ 1 / rank ** ZIPF_EXPONENT
-CENTRE_KEY = 2**31           # rng key of the centres; a block number reaches it only past 1e14 rows
-KAPPA_RANGE = (1.5, 6.0)     # orientation peak sharpness per centre (von Mises kappa)
-LOGNORMAL_SIGMA = 0.6        # multiplicative noise per entry (mean 1)
-GAMMA_SHAPE = 0.2            # additive noise per entry; shape < 1 keeps most empty bins near 0
-GAMMA_SCALE = 4.0            # in centre-byte units (a centre entry is 0..255)
-NOISE_LEVELS = 256           # quantiles per table row: one random byte per entry
+ZIPF_EXPONENT = 0.5  # centre popularity ~ 1 / rank ** ZIPF_EXPONENT
+CENTRE_KEY = 2**31  # rng key of the centres; a block number reaches it only past 1e14 rows
+KAPPA_RANGE = (1.5, 6.0)  # orientation peak sharpness per centre (von Mises kappa)
+LOGNORMAL_SIGMA = 0.6  # multiplicative noise per entry (mean 1)
+GAMMA_SHAPE = 0.2  # additive noise per entry; shape < 1 keeps most empty bins near 0
+GAMMA_SCALE = 4.0  # in centre-byte units (a centre entry is 0..255)
+NOISE_LEVELS = 256  # quantiles per table row: one random byte per entry
 
 # SIFT's own normalisation constants
 SIFT_CLIP = 0.2
@@ -120,10 +121,10 @@ def noise_table() -> np.ndarray:
     """
     rng = np.random.default_rng([0x5157, GENERATOR_VERSION])
     samples = 1 << 14
-    lognormal = rng.lognormal(-LOGNORMAL_SIGMA**2 / 2, LOGNORMAL_SIGMA, samples)  # mean 1
+    lognormal = rng.lognormal(-(LOGNORMAL_SIGMA**2) / 2, LOGNORMAL_SIGMA, samples)  # mean 1
     gamma = rng.gamma(GAMMA_SHAPE, GAMMA_SCALE, samples)
     levels = np.arange(256, dtype=np.float64)[:, None]
-    values = np.sort(levels * lognormal + gamma, axis=1)              # (256, samples)
+    values = np.sort(levels * lognormal + gamma, axis=1)  # (256, samples)
     pick = ((np.arange(NOISE_LEVELS) + 0.5) / NOISE_LEVELS * samples).astype(np.int64)
     return np.ascontiguousarray(values[:, pick], dtype=np.float32).ravel()
 
@@ -144,7 +145,7 @@ def centres(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """
     rng = np.random.default_rng([seed, CENTRE_KEY])
     k = N_CENTRES
-    grid = np.arange(CELLS) - (CELLS - 1) / 2                       # cell centres, in cells
+    grid = np.arange(CELLS) - (CELLS - 1) / 2  # cell centres, in cells
     window = np.exp(-(grid[:, None] ** 2 + grid[None, :] ** 2) / (2 * 2.0**2)).ravel()
     energy = window * rng.gamma(1.5, 1.0, (k, CELLS * CELLS))
 
@@ -152,8 +153,7 @@ def centres(seed: int) -> tuple[np.ndarray, np.ndarray]:
     theta = main[:, None] + rng.normal(0, 1.0, (k, CELLS * CELLS))
     kappa = np.broadcast_to(rng.uniform(*KAPPA_RANGE, k)[:, None], theta.shape)
     opposite = rng.uniform(0, 0.7, theta.shape) * (rng.random(theta.shape) < 0.5)
-    hist = (_von_mises_bins(theta, kappa)
-            + opposite[..., None] * _von_mises_bins(theta + ORIENTATIONS / 2, kappa))
+    hist = _von_mises_bins(theta, kappa) + opposite[..., None] * _von_mises_bins(theta + ORIENTATIONS / 2, kappa)
     descriptors = (energy[..., None] * hist).reshape(k, D).astype(np.float32)
     levels = sift_normalise(descriptors).astype(np.uint16)
 
@@ -197,11 +197,12 @@ def sift_rows(seed: int, start: int, stop: int) -> np.ndarray:
     for block in range(first, last + 1) if stop > start else ():
         block_start = block * GEN_BLOCK_ROWS
         lo, hi = max(start, block_start), min(stop, block_start + GEN_BLOCK_ROWS)
-        out[lo - start:hi - start] = _generation_block(seed, block)[lo - block_start:hi - block_start]
+        out[lo - start : hi - start] = _generation_block(seed, block)[lo - block_start : hi - block_start]
     return out
 
 
 # ---------------------------------------------------------------- dask wiring ---------
+
 
 def _write_rows(features, seed: int, start: int, stop: int) -> int:
     """Task body: generate rows [start, stop) and write them into the zarr array in place.
@@ -210,6 +211,7 @@ def _write_rows(features, seed: int, start: int, stop: int) -> int:
     file and the rows never travel back to the client.
     """
     from pipeline.storage.chunkread import open_for_write
+
     open_for_write(features)[start:stop] = sift_rows(seed, start, stop)
     return stop - start
 
@@ -218,14 +220,19 @@ def write_tasks(features, n: int, seed: int, chunk_rows: int) -> list:
     """One named Delayed per zarr chunk of the array at Location ``features`` (each returns its row count)."""
     from dask import delayed
     from dask.base import tokenize
+
     token = tokenize(features, n, seed, chunk_rows, GENERATOR_VERSION)
-    return [delayed(_write_rows, pure=True)(features, seed, start, min(n, start + chunk_rows),
-                                            dask_key_name=f"sift-synth-{token}-{i}")
-            for i, start in enumerate(range(0, n, chunk_rows))]
+    return [
+        delayed(_write_rows, pure=True)(
+            features, seed, start, min(n, start + chunk_rows), dask_key_name=f"sift-synth-{token}-{i}"
+        )
+        for i, start in enumerate(range(0, n, chunk_rows))
+    ]
 
 
-def write_sift_synth(path, n: int, *, seed: int = 0, chunk_rows: int | None = None,
-                     overwrite: bool = False, progress=None):
+def write_sift_synth(
+    path, n: int, *, seed: int = 0, chunk_rows: int | None = None, overwrite: bool = False, progress=None
+):
     """Write ``n`` rows of ``sift-synth`` (seed ``seed``) as a dataset at ``path``.
 
     Rows are generated and written by one task per zarr chunk on the active Dask scheduler
@@ -247,11 +254,17 @@ def write_sift_synth(path, n: int, *, seed: int = 0, chunk_rows: int | None = No
         raise InputError(f"chunk_rows must be >= 1; got {chunk_rows}")
     n, seed = int(n), int(seed)
     chunk_rows = min(int(chunk_rows or default_chunk_rows(D, 1)), n)
-    generator = {"name": "sift-synth", "seed": seed, "gen_block_rows": GEN_BLOCK_ROWS,
-                 "version": GENERATOR_VERSION}
+    generator = {"name": "sift-synth", "seed": seed, "gen_block_rows": GEN_BLOCK_ROWS, "version": GENERATOR_VERSION}
     with dataset_output(path, overwrite=overwrite) as tmp:
-        create_dataset_group(tmp, n=n, d=D, dtype=np.uint8, chunk_rows=chunk_rows,
-                             source=f"sift-synth:seed={seed}", attrs={"generator": generator})
+        create_dataset_group(
+            tmp,
+            n=n,
+            d=D,
+            dtype=np.uint8,
+            chunk_rows=chunk_rows,
+            source=f"sift-synth:seed={seed}",
+            attrs={"generator": generator},
+        )
         # a resolved Location (absolute path or URL): workers in any directory find the array
         tasks = write_tasks(tmp.child("features"), n, seed, chunk_rows)
         counts = progress(tasks) if progress is not None else dask.compute(tasks)[0]

@@ -4,10 +4,11 @@ Each record is a little-endian int32 dimension ``d`` followed by ``d`` values (f
 uint8 or int32). There is no file header, so the record count comes from the file size,
 and every record repeats ``d``: we check those headers block by block while reading.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -41,17 +42,23 @@ class VecsReader:
         self.source = f"{self.kind}:{self.path.resolve()}"
         size = self.path.stat().st_size
         if size < HEADER_BYTES:
-            raise InputError(f"{self.path} is truncated: {size} bytes is shorter than one record header; "
-                             f"re-download or regenerate it")
+            raise InputError(
+                f"{self.path} is truncated: {size} bytes is shorter than one record header; "
+                f"re-download or regenerate it"
+            )
         d = int(np.fromfile(self.path, dtype="<i4", count=1)[0])
         if not 0 < d <= MAX_DIM:
-            raise InputError(f"{self.path} starts with dimension {d}, which is not a plausible vector length; "
-                             f"is it really a .{self.kind} file? check the file or pass --format")
+            raise InputError(
+                f"{self.path} starts with dimension {d}, which is not a plausible vector length; "
+                f"is it really a .{self.kind} file? check the file or pass --format"
+            )
         self.d = d
         self.record = record_dtype(self.kind, d)
         if size % self.record.itemsize:
-            raise InputError(f"{self.path} is truncated: {size} bytes is not a whole number of {d}-dim records; "
-                             f"re-download or regenerate it")
+            raise InputError(
+                f"{self.path} is truncated: {size} bytes is not a whole number of {d}-dim records; "
+                f"re-download or regenerate it"
+            )
         self.n = size // self.record.itemsize
 
     def __repr__(self):
@@ -69,8 +76,10 @@ class VecsReader:
             bad = np.flatnonzero(block["dim"] != self.d)
             if bad.size:
                 i = start + int(bad[0])
-                raise InputError(f"{self.path} record {i} has dimension header {int(block['dim'][bad[0]])}, "
-                                 f"but the first record has {self.d}; the file is corrupt, re-download or regenerate it")
+                raise InputError(
+                    f"{self.path} record {i} has dimension header {int(block['dim'][bad[0]])}, "
+                    f"but the first record has {self.d}; the file is corrupt, re-download or regenerate it"
+                )
             # np.array copies the strided field out of the map into a plain (rows, d) array
             yield np.array(block["vec"], dtype=self.dtype)
 
@@ -95,8 +104,10 @@ def write_vecs(path, array, block_rows: int | None = None) -> Path:
             converted = values.astype(target)
             # float -> float32 may round; integer targets must hold the values exactly
             if target.kind in "iu" and not np.array_equal(converted, values):
-                raise InputError(f"rows {start}..{stop - 1} do not fit {target} exactly; "
-                                 f"convert or scale them before writing .{kind}")
+                raise InputError(
+                    f"rows {start}..{stop - 1} do not fit {target} exactly; "
+                    f"convert or scale them before writing .{kind}"
+                )
             records = np.empty(stop - start, dtype=record)
             records["dim"] = d
             records["vec"] = converted

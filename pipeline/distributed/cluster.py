@@ -1,8 +1,8 @@
 """Cluster bootstrap: --scheduler ADDRESS, then $DASK_SCHEDULER_ADDRESS, then a LocalCluster."""
+
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import os
 import sys
@@ -23,13 +23,20 @@ def worker_environ() -> dict:
     the same few chunk-sized buffers over and over, so glibc's default reuse is what we
     want; the BLAS/OpenMP thread caps (1 thread per worker thread) stay."""
     import dask
+
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     return environ
 
 
-def connect(scheduler: str | None = None, *, workers: int | None = None, threads: int | None = None,
-            quiet: bool = False, memory_limit: str = "auto"):
+def connect(
+    scheduler: str | None = None,
+    *,
+    workers: int | None = None,
+    threads: int | None = None,
+    quiet: bool = False,
+    memory_limit: str = "auto",
+):
     """Return a distributed Client (and make it the default scheduler for dask).
 
     ``scheduler`` wins, then the DASK_SCHEDULER_ADDRESS environment variable, else an
@@ -43,14 +50,22 @@ def connect(scheduler: str | None = None, *, workers: int | None = None, threads
         try:
             client = Client(address, timeout="20s")
         except OSError as exc:
-            raise InputError(f"cannot reach the Dask scheduler at {address} ({exc}); check the address or drop --scheduler to run a local cluster") from None
+            raise InputError(
+                f"cannot reach the Dask scheduler at {address} ({exc}); check the address or drop --scheduler to run a local cluster"
+            ) from None
         where = f"scheduler {address}"
     else:
         import dask
+
         with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
-            cluster = LocalCluster(n_workers=workers or DEFAULT_WORKERS, threads_per_worker=threads or DEFAULT_THREADS,
-                                   processes=True, dashboard_address="127.0.0.1:0", memory_limit=memory_limit,
-                                   silence_logs=40)
+            cluster = LocalCluster(
+                n_workers=workers or DEFAULT_WORKERS,
+                threads_per_worker=threads or DEFAULT_THREADS,
+                processes=True,
+                dashboard_address="127.0.0.1:0",
+                memory_limit=memory_limit,
+                silence_logs=40,
+            )
         client = Client(cluster)
         client.register_plugin(QuietInputErrors())
         where = f"local cluster {workers or DEFAULT_WORKERS} workers x {threads or DEFAULT_THREADS} threads"
@@ -69,7 +84,7 @@ class _DropRecords(logging.Filter):
     def filter(self, record) -> bool:
         try:
             return not self.test(record)
-        except Exception:   # noqa: BLE001 - a filter must never break logging
+        except Exception:  # noqa: BLE001 - a filter must never break logging
             return True
 
 
@@ -80,11 +95,13 @@ def _is_input_error_report(record) -> bool:
 
 def _is_cancelled_feed(record) -> bool:
     import asyncio
+
     return bool(record.exc_info) and isinstance(record.exc_info[1], asyncio.CancelledError)
 
 
 def _worker_plugin_base():
     from distributed.diagnostics.plugin import WorkerPlugin
+
     return WorkerPlugin
 
 
@@ -123,6 +140,7 @@ def cluster_shape(client=None) -> dict:
     if client is None:
         try:
             from distributed import get_client
+
             client = get_client()
         except (ImportError, ValueError):
             return {"workers": 0, "threads": 0, "scheduler": "local-threads"}
@@ -142,6 +160,7 @@ def cluster_memory_bytes() -> int:
     """Total memory limit of the distributed workers (else this machine's RAM)."""
     try:
         from distributed import get_client
+
         client = get_client()
         limits = [w.get("memory_limit") or 0 for w in worker_info(client).values()]
         if limits and all(limits):
@@ -161,5 +180,6 @@ def performance_report(path):
     from distributed import performance_report as dask_report
 
     from pipeline.storage.atomic import atomic_output
+
     with atomic_output(path, kind="file", overwrite=True, file=True) as tmp, dask_report(filename=str(tmp)):
         yield

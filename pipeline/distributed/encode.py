@@ -1,5 +1,6 @@
 """Encoding into a codes store: the Dask side of ``dhash encode`` (the layout and the
 checks live in storage/codes.py)."""
+
 from __future__ import annotations
 
 import dask.array as da
@@ -31,7 +32,7 @@ def write_codes(path, codes, model, *, dataset=None, overwrite: bool = False, pr
 
 def _encode_chunk_into(block, start, *, model, target):
     """One task: encode a feature chunk and write its rows of the codes array."""
-    open_for_write(target)[start:start + block.shape[0]] = model._encode_block(block)
+    open_for_write(target)[start : start + block.shape[0]] = model._encode_block(block)
     return block.shape[0]
 
 
@@ -44,12 +45,16 @@ def encode_to_zarr(path, X, model, *, dataset=None, overwrite: bool = False, pro
     X = model._check_encode_input(X)
     rows = X.chunks[0]
     if not regular_rows(rows):
-        return write_codes(path, model.encode(X), model, dataset=dataset, overwrite=overwrite,
-                           progress=progress)
+        return write_codes(path, model.encode(X), model, dataset=dataset, overwrite=overwrite, progress=progress)
     with codes_output(path, overwrite) as tmp:
         create_codes_array(tmp, X.shape[0], rows[0], model, dataset)
-        parts = map_chunks(f"{model.method}-encode", _encode_chunk_into, list(zip(chunk_reads(X), row_bounds(X)[:-1].tolist())),
-                           model=delayed(model, pure=True, traverse=False), target=tmp.child("codes"))
+        parts = map_chunks(
+            f"{model.method}-encode",
+            _encode_chunk_into,
+            list(zip(chunk_reads(X), row_bounds(X)[:-1].tolist())),
+            model=delayed(model, pure=True, traverse=False),
+            target=tmp.child("codes"),
+        )
         done = tree_reduce(f"{model.method}-encode-rows", parts, add)
         written = progress(done) if progress is not None else done.compute()
         if written is not None and written != X.shape[0]:

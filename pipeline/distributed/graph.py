@@ -4,6 +4,7 @@ Kernels are plain numpy functions; these helpers only decide which task runs the
 which chunk and how partial results meet. Task keys carry a readable prefix
 (``itq-rotation``, ``hamming-topk``...) so the dashboard shows what is running.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,9 +37,10 @@ class InlineRead:
 
     def load(self) -> np.ndarray:
         from dask.local import get_sync
+
         return take_rows(get_sync(self.graph, self.key), self.local_rows)
 
-    def with_rows(self, local_rows) -> "InlineRead":
+    def with_rows(self, local_rows) -> InlineRead:
         return InlineRead(self.graph, self.key, local_rows)
 
 
@@ -71,6 +73,7 @@ def take_rows(block: np.ndarray, rows) -> np.ndarray:
 def _chunk_graph(x, c: int):
     from dask.core import flatten
     from dask.optimization import cull
+
     piece = x.blocks[c]
     key = next(iter(flatten(piece.__dask_keys__())))
     graph, _ = cull(dict(piece.__dask_graph__()), [key])
@@ -81,6 +84,7 @@ def _inlinable(graph: dict) -> bool:
     """Small, self-contained read graphs only: not in-memory arrays (the whole array would
     ride along) and not persisted data (futures live on a worker already)."""
     import pickle
+
     try:
         from distributed import Future
     except ImportError:  # pragma: no cover
@@ -104,8 +108,10 @@ def chunk_reads(x) -> list:
 
 def _with_loaded_chunks(fn):
     """``fn`` taking arrays -> a task function that first loads any InlineRead argument."""
+
     def run(*args, **kwargs):
         return fn(*(a.load() if isinstance(a, InlineRead) else a for a in args), **kwargs)
+
     run.__name__ = getattr(fn, "__name__", "run")
     return run
 
@@ -141,6 +147,7 @@ def _shared(value):
     """Large constant arguments (query codes, ground truth) become one graph key that every
     chunk task references, instead of a copy embedded in each task."""
     from dask.delayed import Delayed
+
     if isinstance(value, Delayed):
         return value
     size = getattr(value, "nbytes", None)
@@ -162,9 +169,12 @@ def tree_reduce(name: str, parts: list, combine):
     level = 0
     token = tokenize(parts, combine)
     while len(parts) > 1:
-        parts = [delayed(_combine_all, pure=True)(combine, *parts[i:i + FAN_IN],
-                                                  dask_key_name=f"{name}-{token}-{level}-{i}")
-                 for i in range(0, len(parts), FAN_IN)]
+        parts = [
+            delayed(_combine_all, pure=True)(
+                combine, *parts[i : i + FAN_IN], dask_key_name=f"{name}-{token}-{level}-{i}"
+            )
+            for i in range(0, len(parts), FAN_IN)
+        ]
         level += 1
     return parts[0]
 
@@ -193,11 +203,14 @@ def select_rows(x, rows: np.ndarray, *, keep: bool):
     """
     import dask.array as da
     from dask.highlevelgraph import HighLevelGraph
+
     rows = np.asarray(rows, dtype=np.int64)
     bounds = row_bounds(x)
     cut = np.searchsorted(rows, bounds)
-    local = [rows[cut[i]:cut[i + 1]] - bounds[i] for i in range(len(bounds) - 1)]
-    new_rows = tuple(int(len(loc)) if keep else int(bounds[i + 1] - bounds[i] - len(loc)) for i, loc in enumerate(local))
+    local = [rows[cut[i] : cut[i + 1]] - bounds[i] for i in range(len(bounds) - 1)]
+    new_rows = tuple(
+        int(len(loc)) if keep else int(bounds[i + 1] - bounds[i] - len(loc)) for i, loc in enumerate(local)
+    )
     name = f"{'take' if keep else 'drop'}-rows-{tokenize(x, rows)}"
     dsk = {}
     for i, key in enumerate(x.__dask_keys__()):
@@ -215,21 +228,25 @@ def drop_rows(x, rows: np.ndarray):
 def row_numbers(x):
     """int64 dask array of row numbers aligned with the row chunks of ``x``."""
     import dask.array as da
+
     return da.arange(x.shape[0], chunks=(x.chunks[0],), dtype=np.int64)
 
 
 def is_dask_array(X) -> bool:
     import dask.array as da
+
     return isinstance(X, da.Array)
 
 
 def as_dask(X, chunk_rows: int | None = None):
     """numpy -> dask (one chunk per ~16 MiB of rows); dask arrays pass through."""
     import dask.array as da
+
     if isinstance(X, da.Array):
         return X
     X = np.asarray(X)
     if chunk_rows is None:
         from pipeline.storage.datasets import default_chunk_rows
+
         chunk_rows = default_chunk_rows(X.shape[1] if X.ndim == 2 else 1, X.dtype.itemsize)
     return da.from_array(X, chunks=(chunk_rows,) + X.shape[1:])

@@ -6,6 +6,7 @@ travel. With at least as many workers as nodes every node has a
 worker of its own; otherwise nodes are placed round-robin. Without a distributed client
 the same calls run in-process (useful for numpy input and tests).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -42,7 +43,9 @@ def partition_rows(X, n_nodes: int, partition: str, seed: int, y=None) -> list[n
             raise InputError(f"by-label partition needs one class label per row ({n}); got shape {y.shape}")
         classes = np.unique(y)
         if len(classes) < n_nodes:
-            raise InputError(f"by-label partition of {len(classes)} classes over {n_nodes} nodes leaves nodes empty; use at most {len(classes)} nodes")
+            raise InputError(
+                f"by-label partition of {len(classes)} classes over {n_nodes} nodes leaves nodes empty; use at most {len(classes)} nodes"
+            )
         return [np.flatnonzero(np.isin(y, g)).astype(np.int64) for g in np.array_split(classes, n_nodes)]
     if partition not in ("contiguous", "random"):
         raise InputError(f"unknown partition {partition!r}; use one of {', '.join(PARTITIONS)}")
@@ -52,12 +55,17 @@ def partition_rows(X, n_nodes: int, partition: str, seed: int, y=None) -> list[n
         return [np.arange(r[0], r[-1] + 1, dtype=np.int64) for r in np.array_split(np.arange(n), n_nodes)]
     n_blocks = -(-n // RANDOM_BLOCK_ROWS)
     if n_blocks < n_nodes:
-        raise InputError(f"random partition deals blocks of {RANDOM_BLOCK_ROWS} rows but {n} rows make only "
-                         f"{n_blocks} blocks for {n_nodes} nodes; use partition='contiguous' or fewer nodes")
+        raise InputError(
+            f"random partition deals blocks of {RANDOM_BLOCK_ROWS} rows but {n} rows make only "
+            f"{n_blocks} blocks for {n_nodes} nodes; use partition='contiguous' or fewer nodes"
+        )
     order = np.random.default_rng(seed).permutation(n_blocks)
-    return [np.sort(np.concatenate([np.arange(b * RANDOM_BLOCK_ROWS, min(n, (b + 1) * RANDOM_BLOCK_ROWS))
-                                    for b in blocks])).astype(np.int64)
-            for blocks in np.array_split(order, n_nodes)]
+    return [
+        np.sort(
+            np.concatenate([np.arange(b * RANDOM_BLOCK_ROWS, min(n, (b + 1) * RANDOM_BLOCK_ROWS)) for b in blocks])
+        ).astype(np.int64)
+        for blocks in np.array_split(order, n_nodes)
+    ]
 
 
 def _groups_from_runs(positions, *, run_starts, run_nodes):
@@ -71,6 +79,7 @@ def node_groups(node_rows: list[np.ndarray], row_chunks: tuple):
     rebuilt from them in its own task; the 8-byte-per-row array (80 MB at 10M rows) only
     goes into the graph when the runs are not fewer (by-label partitions)."""
     import dask.array as da
+
     n = sum(map(len, node_rows))
     runs = [compact_rows(rows) for rows in node_rows]
     if any(r.ndim != 2 for r in runs):
@@ -94,6 +103,7 @@ def node_pieces(X, node_rows: list[np.ndarray]) -> list[list]:
     in the graph; its pieces select rows from the shared chunks instead.
     """
     from dask import delayed
+
     bounds = row_bounds(X)
     reads = chunk_reads(X)
     token = tokenize(X)
@@ -104,14 +114,16 @@ def node_pieces(X, node_rows: list[np.ndarray]) -> list[list]:
         pieces = []
         cut = np.searchsorted(rows, bounds)
         for c in range(len(bounds) - 1):
-            local = rows[cut[c]:cut[c + 1]] - bounds[c]
+            local = rows[cut[c] : cut[c + 1]] - bounds[c]
             if len(local) == 0:
                 continue
             local = None if len(local) == bounds[c + 1] - bounds[c] else compact_rows(local)
             if isinstance(reads[c], InlineRead):
                 pieces.append(reads[c].with_rows(local))
             else:
-                pieces.append(delayed(_select, pure=True)(reads[c], local, dask_key_name=f"dish-rows-{token}-{node}-{c}"))
+                pieces.append(
+                    delayed(_select, pure=True)(reads[c], local, dask_key_name=f"dish-rows-{token}-{node}-{c}")
+                )
         out.append(pieces)
     return out
 
@@ -124,8 +136,8 @@ class WorkerLost(RuntimeError):
     """A worker holding nodes left the cluster while their tasks were pending."""
 
 
-MAX_REPLACEMENTS = 5     # worker losses one step survives before the error is raised
-WATCH_SECONDS = 0.5      # how often a waiting gather checks that the nodes' workers are alive
+MAX_REPLACEMENTS = 5  # worker losses one step survives before the error is raised
+WATCH_SECONDS = 0.5  # how often a waiting gather checks that the nodes' workers are alive
 
 
 class NodeRunner:
@@ -143,15 +155,16 @@ class NodeRunner:
     def __init__(self, n_nodes: int):
         try:
             from distributed import get_client
+
             self.client = get_client()
         except (ImportError, ValueError):
             self.client = None
         self.n_nodes = n_nodes
         self.workers: list[str] = []
         self.placement: list[str | None] = [None] * n_nodes
-        self.replacements = 0   # how often a change of workers moved the nodes
-        self.attempt = 0        # > 0 after a worker loss: redone steps salt their keys with it (the
-                                # scheduler may still hold the cancelled tasks, pinned to the dead worker)
+        self.replacements = 0  # how often a change of workers moved the nodes
+        self.attempt = 0  # > 0 after a worker loss: redone steps salt their keys with it (the
+        # scheduler may still hold the cancelled tasks, pinned to the dead worker)
         self._task_ids = itertools.count()  # every submitted step is a new task, even with equal inputs
         self.place()
 
@@ -162,6 +175,7 @@ class NodeRunner:
 
     def _alive(self) -> list[str]:
         from pipeline.distributed.cluster import worker_info
+
         return sorted(worker_info(self.client))
 
     def place(self) -> None:
@@ -172,8 +186,11 @@ class NodeRunner:
         if workers == self.workers:
             return
         if self.workers:
-            log.warning("workers changed (%d -> %d alive); nodes placed on the workers alive now",
-                        len(self.workers), len(workers))
+            log.warning(
+                "workers changed (%d -> %d alive); nodes placed on the workers alive now",
+                len(self.workers),
+                len(workers),
+            )
             self.replacements += 1
         self.workers = workers
         self.placement = [workers[i % len(workers)] for i in range(self.n_nodes)] if workers else [None] * self.n_nodes
@@ -196,6 +213,7 @@ class NodeRunner:
         """Compute a dask collection/Delayed entirely on the node's worker."""
         if self.client is None:
             import dask
+
             return dask.compute(obj)[0]
         return self.client.compute(obj, **self._where(node))
 
@@ -203,11 +221,12 @@ class NodeRunner:
         """One small task (an ADMM step) on the node's worker; args may hold futures."""
         if self.client is None:
             return fn(*args)
-        return self.client.submit(fn, *args, **self._where(node),
-                                  key=f"{name}-{tokenize(fn, args, next(self._task_ids))}-{node}")
+        return self.client.submit(
+            fn, *args, **self._where(node), key=f"{name}-{tokenize(fn, args, next(self._task_ids))}-{node}"
+        )
 
     def _where(self, node: int) -> dict:
-        if self.placement[node] is None:    # no worker known yet: anywhere
+        if self.placement[node] is None:  # no worker known yet: anywhere
             return {}
         return {"workers": [self.placement[node]], "allow_other_workers": False}
 
@@ -216,6 +235,7 @@ class NodeRunner:
         if self.client is None:
             return values
         from distributed import futures_of, wait
+
         futures = futures_of(values)
         while True:
             try:
@@ -225,5 +245,7 @@ class NodeRunner:
                 gone = {w for w in self.placement if w is not None} - set(self._alive())
                 if gone:
                     self.client.cancel(futures)
-                    raise WorkerLost(f"worker(s) {', '.join(sorted(gone))} left the cluster during a DisH step") from None
+                    raise WorkerLost(
+                        f"worker(s) {', '.join(sorted(gone))} left the cluster during a DisH step"
+                    ) from None
         return self.client.gather(values)

@@ -1,4 +1,5 @@
 """Progress bars on stderr for long steps (job logs keep stdout for results)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,6 +11,7 @@ import dask
 def _active_client():
     try:
         from distributed import get_client
+
         return get_client()
     except (ImportError, ValueError):
         return None
@@ -21,6 +23,7 @@ def compute_with_progress(obj, *, show: bool = True):
     if client is None or not show:
         return dask.compute(obj)[0]
     from distributed.diagnostics.progressbar import progress
+
     futures = client.compute(obj)  # a future, or a list of futures for a list
     with contextlib.redirect_stdout(sys.stderr):
         progress(futures, interval="0.5s")
@@ -31,5 +34,7 @@ def compute_with_progress(obj, *, show: bool = True):
 def rows_bar(total: int, desc: str, show: bool = True):
     """tqdm bar counting rows (ingest streams on the client)."""
     from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit="rows", unit_scale=True, file=sys.stderr, disable=not show,
-                mininterval=1.0)
+
+    return tqdm(
+        total=total, desc=desc, unit="rows", unit_scale=True, file=sys.stderr, disable=not show, mininterval=1.0
+    )

@@ -3,6 +3,7 @@
 Named graphs are built from the node count and a seed; an explicit edge list is accepted
 as well. A disconnected graph is rejected: consensus cannot reach every node.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,7 +46,9 @@ def build_topology(topology, n_nodes: int, seed: int = 0) -> list[list[int]]:
             raise InputError("topology edge list must be pairs of node numbers, e.g. [[0, 1], [1, 2]]") from None
         bad = [e for e in edges if e[0] == e[1] or min(e) < 0 or max(e) >= n_nodes]
         if bad:
-            raise InputError(f"topology edge {bad[0]} is not an edge between two of the {n_nodes} nodes 0..{n_nodes - 1}")
+            raise InputError(
+                f"topology edge {bad[0]} is not an edge between two of the {n_nodes} nodes 0..{n_nodes - 1}"
+            )
     neighbours = [[] for _ in range(n_nodes)]
     for i, j in sorted(edges):
         neighbours[i].append(j)
@@ -63,8 +66,10 @@ def _check_connected(neighbours: list[list[int]]) -> None:
                 stack.append(j)
     if len(seen) != len(neighbours):
         missing = sorted(set(range(len(neighbours))) - seen)
-        raise InputError(f"the topology is disconnected (nodes {missing[:5]} cannot reach node 0); consensus needs a "
-                         f"connected graph, add edges or use ring/star/complete")
+        raise InputError(
+            f"the topology is disconnected (nodes {missing[:5]} cannot reach node 0); consensus needs a "
+            f"connected graph, add edges or use ring/star/complete"
+        )
 
 
 def edges(neighbours: list[list[int]]) -> list[tuple[int, int]]:

@@ -5,6 +5,7 @@ Single-label and Euclidean relevance with ungrouped queries take the fused kerne
 (kernels.fused_metrics: no distance or relevance matrix at all); the generic path processes
 queries in batches so the (queries x chunk) temporaries stay bounded whatever the chunk size.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Report directory: report.json (data_schemas/report.schema.json), report.md, PNG plots."""
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -13,50 +14,87 @@ REPORT_SCHEMA = "dhash.report/1"
 TABLE_KS = (100, 1000)
 
 
-def build_report(*, dataset: dict, split: dict, truth: dict, results: list[dict], cluster: dict,
-                 protocol: dict) -> dict:
+def build_report(
+    *, dataset: dict, split: dict, truth: dict, results: list[dict], cluster: dict, protocol: dict
+) -> dict:
     from pipeline import __version__
-    return {"schema": REPORT_SCHEMA, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "library_version": __version__, "dataset": dataset, "split": split, "ground_truth": truth,
-            "protocol": protocol, "cluster": cluster, "results": results}
+
+    return {
+        "schema": REPORT_SCHEMA,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "library_version": __version__,
+        "dataset": dataset,
+        "split": split,
+        "ground_truth": truth,
+        "protocol": protocol,
+        "cluster": cluster,
+        "results": results,
+    }
 
 
 def quality_table(report: dict) -> str:
     """Markdown table: one row per (method, bits)."""
     ks = [k for k in TABLE_KS if any(f"precision@{k}" in r["metrics"] for r in report["results"])]
-    head = ["method", "bits", "map", "map_tie"] + [f"P@{k}" for k in ks] + ["P@r2", "failed@r2", "train s", "encode s", "search s"]
+    head = (
+        ["method", "bits", "map", "map_tie"]
+        + [f"P@{k}" for k in ks]
+        + ["P@r2", "failed@r2", "train s", "encode s", "search s"]
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in report["results"]:
         m, t = r["metrics"], r["timing"]
         std = r.get("metrics_std", {}).get("map")
-        cells = [r.get("label", r["method"]), str(r["n_bits"]),
-                 f"{m['map']:.4f}" + (f" ± {std:.4f}" if std is not None else ""), f"{m['map_tie']:.4f}"]
+        cells = [
+            r.get("label", r["method"]),
+            str(r["n_bits"]),
+            f"{m['map']:.4f}" + (f" ± {std:.4f}" if std is not None else ""),
+            f"{m['map_tie']:.4f}",
+        ]
         cells += [f"{m[f'precision@{k}']:.4f}" for k in ks]
-        cells += [f"{m['precision@radius2']:.4f}", f"{m['failed_queries@radius2']:.3f}",
-                  f"{t['train_seconds']:.1f}", f"{t['encode_seconds']:.1f}", f"{t['search_seconds']:.1f}"]
+        cells += [
+            f"{m['precision@radius2']:.4f}",
+            f"{m['failed_queries@radius2']:.3f}",
+            f"{t['train_seconds']:.1f}",
+            f"{t['encode_seconds']:.1f}",
+            f"{t['search_seconds']:.1f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def render_markdown(report: dict) -> str:
-    ds, sp, gt, pr, cl = report["dataset"], report["split"], report["ground_truth"], report["protocol"], report["cluster"]
-    return "\n".join([
-        f"# Retrieval report: {ds['source']} ({ds['n']} x {ds['d']} {ds['dtype']})", "",
-        f"- dataset: `{ds['path']}`",
-        f"- split `{sp['name']}`: {sp['n_query']} queries, {sp['n_database']} database points (training set = database), "
-        f"seed {sp['seed']}, query sha256 `{sp['query_sha256'][:16]}…`",
-        f"- ground truth: {gt['rule']}" + (f" (K = {gt['k']})" if gt.get("k") else ""),
-        "- ranking: full Hamming ranking, ties broken by database id ascending (`map`); `map_tie` = expected AP over "
-        "random orderings within equal distances; `map@K` normalised by relevant items retrieved in the top K; "
-        "precision@radius2 counts a query retrieving nothing as precision 0",
-        f"- cluster: {cl.get('workers')} workers, {cl.get('threads')} threads; seed {pr.get('seed')}", "",
-        quality_table(report), "",
-        "Plots: `precision_at_k.png`, `pr_curve.png`" + (", `training.png`" if pr.get("has_training_plot") else ""), ""])
+    ds, sp, gt, pr, cl = (
+        report["dataset"],
+        report["split"],
+        report["ground_truth"],
+        report["protocol"],
+        report["cluster"],
+    )
+    return "\n".join(
+        [
+            f"# Retrieval report: {ds['source']} ({ds['n']} x {ds['d']} {ds['dtype']})",
+            "",
+            f"- dataset: `{ds['path']}`",
+            f"- split `{sp['name']}`: {sp['n_query']} queries, {sp['n_database']} database points (training set = database), "
+            f"seed {sp['seed']}, query sha256 `{sp['query_sha256'][:16]}…`",
+            f"- ground truth: {gt['rule']}" + (f" (K = {gt['k']})" if gt.get("k") else ""),
+            "- ranking: full Hamming ranking, ties broken by database id ascending (`map`); `map_tie` = expected AP over "
+            "random orderings within equal distances; `map@K` normalised by relevant items retrieved in the top K; "
+            "precision@radius2 counts a query retrieving nothing as precision 0",
+            f"- cluster: {cl.get('workers')} workers, {cl.get('threads')} threads; seed {pr.get('seed')}",
+            "",
+            quality_table(report),
+            "",
+            "Plots: `precision_at_k.png`, `pr_curve.png`" + (", `training.png`" if pr.get("has_training_plot") else ""),
+            "",
+        ]
+    )
 
 
 def _plot(report: dict, out: Location) -> list[str]:
     # Figure objects, not pyplot: no global backend switch (inline plots in Jupyter keep working)
     from matplotlib.figure import Figure
+
     bits = sorted({r["n_bits"] for r in report["results"]})
     files = []
     for kind in ("precision_at_k", "pr_curve"):
@@ -67,7 +105,9 @@ def _plot(report: dict, out: Location) -> list[str]:
                 m = r["metrics"]
                 label = r.get("label", r["method"])
                 if kind == "precision_at_k":
-                    ks = sorted(int(k.split("@")[1]) for k in m if k.startswith("precision@") and k != "precision@radius2")
+                    ks = sorted(
+                        int(k.split("@")[1]) for k in m if k.startswith("precision@") and k != "precision@radius2"
+                    )
                     ax.plot(ks, [m[f"precision@{k}"] for k in ks], marker="o", label=label)
                     ax.set_xscale("log")
                     ax.set_xlabel("K (retrieved)")
@@ -92,9 +132,13 @@ def _plot(report: dict, out: Location) -> list[str]:
             obj = np.asarray(r["training"]["objective"])
             axes[0].plot(np.arange(1, len(obj) + 1), obj / obj[0], marker=".", label=label)
             if "consensus_residual" in r["training"]:
-                axes[1].semilogy(np.arange(1, len(obj) + 1), r["training"]["consensus_residual"], marker=".", label=label)
+                axes[1].semilogy(
+                    np.arange(1, len(obj) + 1), r["training"]["consensus_residual"], marker=".", label=label
+                )
         axes[0].set(xlabel="outer iteration", ylabel="objective (3) / first value", title="DisH objective")
-        axes[1].set(xlabel="outer iteration", ylabel="max over edges ||C_i - C_j|| / ||C_i||", title="consensus residual")
+        axes[1].set(
+            xlabel="outer iteration", ylabel="max over edges ||C_i - C_j|| / ||C_i||", title="consensus residual"
+        )
         for ax in axes:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
@@ -115,6 +159,7 @@ def write_report(out, report: dict, *, overwrite: bool = True) -> Location:
 
 def _save(fig, out: Location, name: str) -> None:
     import io
+
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     out.child(name).write_bytes(buffer.getvalue())

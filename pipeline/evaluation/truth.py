@@ -28,6 +28,7 @@ Finding the K-th neighbour exactly, without sorting n distances per query:
 
 The sample only decides how fast this is, never the answer.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,30 +39,40 @@ import numpy as np
 
 from pipeline.distributed.graph import chunk_reads, map_chunks, row_numbers, tree_reduce
 from pipeline.errors import InputError
-from pipeline.kernels.l2 import (l2_topk, merge_l2_topk, partial_distances, query_norms, relevance_bits,
-                                 select_threshold, unpack_relevance, window_counts, window_members)
+from pipeline.kernels.l2 import (
+    l2_topk,
+    merge_l2_topk,
+    partial_distances,
+    query_norms,
+    relevance_bits,
+    select_threshold,
+    unpack_relevance,
+    window_counts,
+    window_members,
+)
 from pipeline.kernels.ranking import relevance_from_labels, relevance_from_neighbours
 from pipeline.views import database_view, view_of
 
 MAX_LISTED_NEIGHBOURS = 10_000  # above: a K-th-neighbour threshold and relevance bits
-SAMPLE_ROWS = 131_072           # database rows that place the first windows
-WINDOW_SIGMAS = 6.0             # window half-width, in binomial std devs of the sample rank
+SAMPLE_ROWS = 131_072  # database rows that place the first windows
+WINDOW_SIGMAS = 6.0  # window half-width, in binomial std devs of the sample rank
 WINDOW_BINS = 4096
-MAX_WINDOW_MEMBERS = 4096       # rows per query collected to the client in the final window
+MAX_WINDOW_MEMBERS = 4096  # rows per query collected to the client in the final window
 MAX_COUNTING_PASSES = 8
 
 
 @dataclass
 class Truth:
     """Relevance rule for one split: ``kind`` "labels" or "euclidean"."""
+
     kind: str
-    query_labels: np.ndarray | None = None   # (m,) or (m, L)
-    labels: np.ndarray | None = None         # labels of every dataset row (for top-k lists)
-    neighbours: np.ndarray | None = None     # (m, K) ids
+    query_labels: np.ndarray | None = None  # (m,) or (m, L)
+    labels: np.ndarray | None = None  # labels of every dataset row (for top-k lists)
+    neighbours: np.ndarray | None = None  # (m, K) ids
     description: dict | None = None
-    relevance: object = None                 # ChunkReader of (n, ceil(m / 8)) relevance bits (large K)
-    n_queries: int | None = None             # with ``relevance``
-    stored: tuple | None = None              # (dataset Location, ground-truth name, fingerprint) of ``neighbours``
+    relevance: object = None  # ChunkReader of (n, ceil(m / 8)) relevance bits (large K)
+    n_queries: int | None = None  # with ``relevance``
+    stored: tuple | None = None  # (dataset Location, ground-truth name, fingerprint) of ``neighbours``
 
     @property
     def as_bits(self) -> bool:
@@ -115,26 +126,32 @@ class Truth:
             rel[q] = np.isin(ids[q], self.neighbours[q]) & valid[q]
         return rel
 
-    def for_chunks(self) -> "Truth":
+    def for_chunks(self) -> Truth:
         """A copy without the all-rows arrays: what per-chunk tasks need (small). Stored
         neighbour lists (1000 x 1000 ids: 8 MB) are read by the tasks themselves, so they do
         not ride in every evaluation graph."""
         neighbours = None if self.stored is not None else self.neighbours
-        return Truth(self.kind, query_labels=self.query_labels, neighbours=neighbours, n_queries=self.n_queries,
-                     stored=self.stored)
+        return Truth(
+            self.kind,
+            query_labels=self.query_labels,
+            neighbours=neighbours,
+            n_queries=self.n_queries,
+            stored=self.stored,
+        )
 
 
-_NEIGHBOUR_CACHE: dict = {}   # per process: the stored neighbour lists last read
+_NEIGHBOUR_CACHE: dict = {}  # per process: the stored neighbour lists last read
 
 
 def _stored_neighbours(location, name: str, fingerprint: str) -> np.ndarray:
     key = (str(location), name, fingerprint)
     if key not in _NEIGHBOUR_CACHE:
         from pipeline.storage.datasets import open_dataset
+
         ds = open_dataset(location)
         if ds.groundtruth_fingerprint(name) != fingerprint:
             raise InputError(f"ground truth {name} of {location} changed during the evaluation; run it again")
-        _NEIGHBOUR_CACHE.clear()   # one evaluation's lists at a time
+        _NEIGHBOUR_CACHE.clear()  # one evaluation's lists at a time
         _NEIGHBOUR_CACHE[key] = ds.get_groundtruth(name)[0]
     return _NEIGHBOUR_CACHE[key]
 
@@ -142,8 +159,10 @@ def _stored_neighbours(location, name: str, fingerprint: str) -> np.ndarray:
 def _dask_rows(rows):
     from pipeline.distributed.graph import as_dask
     from pipeline.storage.chunkread import ChunkReader, dask_from_reader
+
     if isinstance(rows, ChunkReader):
         from dask.base import tokenize
+
         return dask_from_reader(rows, f"relevance-{tokenize(rows)}")
     return as_dask(rows)
 
@@ -177,6 +196,7 @@ def neighbours_to_k(n_database: int, top_k: int | None, top_percent: float | Non
 def _merge_pair(k):
     def merge(a, b):
         return merge_l2_topk(a, b, k)
+
     return merge
 
 
@@ -184,8 +204,13 @@ def euclidean_neighbours(features, query_vectors: np.ndarray, k: int, ids=None):
     """Exact top-k squared-L2 neighbours over a chunked dask array: per-chunk GEMM top-k,
     tree merge. Returns (ids int64 (m, k), squared distances float64 (m, k))."""
     ids = row_numbers(features) if ids is None else ids
-    parts = map_chunks("l2-topk", l2_topk, list(zip(chunk_reads(features), chunk_reads(ids))),
-                       queries=np.asarray(query_vectors), k=int(k))
+    parts = map_chunks(
+        "l2-topk",
+        l2_topk,
+        list(zip(chunk_reads(features), chunk_reads(ids))),
+        queries=np.asarray(query_vectors),
+        k=int(k),
+    )
     dist, nn = dask.compute(tree_reduce("l2-topk-merge", parts, _merge_pair(int(k))))[0]
     return nn, dist
 
@@ -200,8 +225,10 @@ def euclidean_groundtruth(ds, split, *, top_k=None, top_percent=None, progress=N
     use ``relevance_groundtruth``."""
     k = neighbours_to_k(split.n_database, top_k, top_percent)
     if k > MAX_LISTED_NEIGHBOURS:
-        raise InputError(f"{k} neighbours per query is over the {MAX_LISTED_NEIGHBOURS} kept as lists; "
-                         "the evaluation stores it as relevance bits (relevance_groundtruth)")
+        raise InputError(
+            f"{k} neighbours per query is over the {MAX_LISTED_NEIGHBOURS} kept as lists; "
+            "the evaluation stores it as relevance bits (relevance_groundtruth)"
+        )
     name = groundtruth_name(split, k)
     cached = ds.get_groundtruth(name)
     if cached is not None and cached[2].get("query_sha256") == split.manifest["query_sha256"]:
@@ -217,12 +244,20 @@ def groundtruth_name(split, k: int) -> str:
 
 
 def _attrs(split, k, top_percent, form) -> dict:
-    return {"split": split.name, "query_sha256": split.manifest["query_sha256"], "metric": "squared_l2",
-            "k": k, "top_percent": top_percent, "tie_break": "database id ascending", "n_queries": split.n_query,
-            "form": form}
+    return {
+        "split": split.name,
+        "query_sha256": split.manifest["query_sha256"],
+        "metric": "squared_l2",
+        "k": k,
+        "top_percent": top_percent,
+        "tie_break": "database id ascending",
+        "n_queries": split.n_query,
+        "form": form,
+    }
 
 
 # ---------------------------------------------------------------- large K: thresholds ---
+
 
 def _sum_counts(a, b):
     return a[0] + b[0], np.minimum(a[1], b[1]), np.maximum(a[2], b[2])
@@ -247,9 +282,11 @@ def _members_task(X, ids, *, excluded, queries, lo, hi):
 def _mark_task(X, ids, *, excluded, queries, threshold, threshold_id, out):
     """Write the relevance bits of one dataset chunk (its own zarr chunk: no overlap)."""
     from pipeline.storage.chunkread import open_for_write
-    bits, per_query = relevance_bits(X, ids, _keep_rows(ids, excluded), queries=queries,
-                                     threshold=threshold, threshold_id=threshold_id)
-    open_for_write(out)[int(ids[0]):int(ids[0]) + len(ids)] = bits
+
+    bits, per_query = relevance_bits(
+        X, ids, _keep_rows(ids, excluded), queries=queries, threshold=threshold, threshold_id=threshold_id
+    )
+    open_for_write(out)[int(ids[0]) : int(ids[0]) + len(ids)] = bits
     return per_query
 
 
@@ -264,9 +301,9 @@ def sample_windows(sample: np.ndarray, queries: np.ndarray, k: int, n_database: 
     r_lo, r_hi = max(int(np.floor(rank - half)), 0), min(int(np.ceil(rank + half)), s - 1)
     lo, hi = np.empty(len(queries)), np.empty(len(queries))
     for start in range(0, len(queries), 64):
-        part = np.partition(partial_distances(sample, queries[start:start + 64]), [r_lo, r_hi], axis=1)
-        lo[start:start + 64] = part[:, r_lo]
-        hi[start:start + 64] = part[:, r_hi]
+        part = np.partition(partial_distances(sample, queries[start : start + 64]), [r_lo, r_hi], axis=1)
+        lo[start : start + 64] = part[:, r_lo]
+        hi[start : start + 64] = part[:, r_hi]
     return lo, np.maximum(hi, np.nextafter(lo, np.inf))
 
 
@@ -276,8 +313,9 @@ def bin_edges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(edges, axis=1)  # rounding never makes an edge decrease
 
 
-def kth_neighbour_thresholds(X, row_ids, excluded: np.ndarray, queries: np.ndarray, k: int, *,
-                             sample: np.ndarray, n_database: int):
+def kth_neighbour_thresholds(
+    X, row_ids, excluded: np.ndarray, queries: np.ndarray, k: int, *, sample: np.ndarray, n_database: int
+):
     """Exact (partial distance, id) of every query's k-th nearest non-excluded row, and the
     number of counting passes used. ``X``/``row_ids``: dask arrays of the rows and their ids."""
     chunks = list(zip(chunk_reads(X), chunk_reads(row_ids)))
@@ -293,7 +331,7 @@ def kth_neighbour_thresholds(X, row_ids, excluded: np.ndarray, queries: np.ndarr
         counts, lowest, highest = dask.compute(tree_reduce("l2-window-counts-sum", parts, _sum_counts))[0]
         for q in np.flatnonzero(~done):
             cum = np.cumsum(counts[q])
-            b = int(np.searchsorted(cum, k))               # first bin where the count reaches k
+            b = int(np.searchsorted(cum, k))  # first bin where the count reaches k
             if b == 0:
                 new_lo, new_hi = lowest[q], edges[q, 0]
             elif b == WINDOW_BINS + 1:
@@ -319,6 +357,7 @@ def relevance_groundtruth(ds, split, *, top_k=None, top_percent=None):
     bits over the dataset's rows, cached in the dataset: (relevance ChunkReader, thresholds,
     attrs). Any K works; the evaluation uses it for K > MAX_LISTED_NEIGHBOURS."""
     import time
+
     k = neighbours_to_k(split.n_database, top_k, top_percent)
     name = groundtruth_name(split, k) + "-bits"
     cached = ds.get_relevance_groundtruth(name)
@@ -332,23 +371,34 @@ def relevance_groundtruth(ds, split, *, top_k=None, top_percent=None):
     picked = np.sort(rng.choice(ds.n, size=min(ds.n, SAMPLE_ROWS + split.n_query), replace=False))
     picked = np.setdiff1d(picked, split.query)[:SAMPLE_ROWS]
     sample = X[picked].compute()
-    threshold, threshold_id, passes = kth_neighbour_thresholds(X, ids, split.query, queries, k, sample=sample,
-                                                               n_database=split.n_database)
+    threshold, threshold_id, passes = kth_neighbour_thresholds(
+        X, ids, split.query, queries, k, sample=sample, n_database=split.n_database
+    )
 
     def fill(location):
-        parts = map_chunks("l2-relevance-bits", _mark_task, list(zip(chunk_reads(X), chunk_reads(ids))),
-                           excluded=split.query, queries=queries, threshold=threshold, threshold_id=threshold_id,
-                           out=location)
+        parts = map_chunks(
+            "l2-relevance-bits",
+            _mark_task,
+            list(zip(chunk_reads(X), chunk_reads(ids))),
+            excluded=split.query,
+            queries=queries,
+            threshold=threshold,
+            threshold_id=threshold_id,
+            out=location,
+        )
         per_query = dask.compute(tree_reduce("l2-relevance-bits-count", parts, np.add))[0]
         if not np.all(per_query == k):  # a self-check: exactly k rows per query at or below the threshold
-            raise RuntimeError(f"relevance bits hold {per_query.min()}..{per_query.max()} neighbours per query, not {k}")
+            raise RuntimeError(
+                f"relevance bits hold {per_query.min()}..{per_query.max()} neighbours per query, not {k}"
+            )
 
     thresholds = {"threshold_distance": threshold + query_norms(queries), "threshold_id": threshold_id.astype(np.int64)}
     attrs = _attrs(split, k, top_percent, "relevance bits") | {
-        "counting_passes": passes, "sample_rows": len(sample),
-        "threshold_seconds": round(time.perf_counter() - started, 2)}
-    ds.put_relevance_groundtruth(name, n_queries=split.n_query, fill=fill,
-                                 thresholds=thresholds, attrs=attrs)
+        "counting_passes": passes,
+        "sample_rows": len(sample),
+        "threshold_seconds": round(time.perf_counter() - started, 2),
+    }
+    ds.put_relevance_groundtruth(name, n_queries=split.n_query, fill=fill, thresholds=thresholds, attrs=attrs)
     return ds.get_relevance_groundtruth(name)
 
 
@@ -357,24 +407,42 @@ def build_truth(ds, split, *, ground_truth: str | None = None, top_k=None, top_p
     ground_truth = ground_truth or ("labels" if ds.has_labels else "euclidean")
     if ground_truth == "labels":
         if not ds.has_labels:
-            raise InputError(f"dataset {ds.path} has no labels; use --ground-truth euclidean with --top-k K or --top-percent P")
+            raise InputError(
+                f"dataset {ds.path} has no labels; use --ground-truth euclidean with --top-k K or --top-percent P"
+            )
         if top_k is not None or top_percent is not None:
             raise InputError("--top-k/--top-percent apply to --ground-truth euclidean only")
         labels = ds.labels
-        return Truth("labels", query_labels=labels[split.query], labels=labels,
-                     description={"kind": "labels", "rule": "relevant iff query and item share at least one label"})
+        return Truth(
+            "labels",
+            query_labels=labels[split.query],
+            labels=labels,
+            description={"kind": "labels", "rule": "relevant iff query and item share at least one label"},
+        )
     if ground_truth == "euclidean":
         if top_k is None and top_percent is None:
             top_percent = 2.0  # the seeds' protocol for unlabeled data: top 2 percentile
         k = neighbours_to_k(split.n_database, top_k, top_percent)
-        description = {"kind": "euclidean", "rule": "relevant iff among the exact top-K squared-L2 neighbours (ties by id)",
-                       "k": k, "top_percent": top_percent}
+        description = {
+            "kind": "euclidean",
+            "rule": "relevant iff among the exact top-K squared-L2 neighbours (ties by id)",
+            "k": k,
+            "top_percent": top_percent,
+        }
         if k > MAX_LISTED_NEIGHBOURS:
             relevance, _, attrs = relevance_groundtruth(ds, split, top_k=top_k, top_percent=top_percent)
-            return Truth("euclidean", relevance=relevance, n_queries=split.n_query,
-                         description=description | {"form": attrs["form"]})
+            return Truth(
+                "euclidean",
+                relevance=relevance,
+                n_queries=split.n_query,
+                description=description | {"form": attrs["form"]},
+            )
         nn, _, attrs = euclidean_groundtruth(ds, split, top_k=top_k, top_percent=top_percent)
         name = groundtruth_name(split, k)
-        return Truth("euclidean", neighbours=nn, description=description | {"form": attrs["form"]},
-                     stored=(ds.location, name, ds.groundtruth_fingerprint(name)))
+        return Truth(
+            "euclidean",
+            neighbours=nn,
+            description=description | {"form": attrs["form"]},
+            stored=(ds.location, name, ds.groundtruth_fingerprint(name)),
+        )
     raise InputError(f"unknown --ground-truth {ground_truth!r}; use labels or euclidean")

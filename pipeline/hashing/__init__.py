@@ -1,4 +1,5 @@
 """Hash-function learners (one module per method family) and the method registry."""
+
 from pipeline.hashing.base import Hasher
 from pipeline.hashing.dish import DisH
 from pipeline.hashing.linear import ITQ, LSH, PCAH
@@ -15,5 +16,21 @@ from pipeline.hashing.registry import (
 from pipeline.hashing.sgh import SGH
 from pipeline.hashing.splh import SPLH, USPLH
 
-__all__ = ["HASHERS", "ITQ", "LSH", "METHOD_NAMES", "METHOD_VARIANTS", "PCAH", "SGH", "SPLH", "USPLH", "DisH", "Hasher",
-           "check_params_used", "load_model", "make_hasher", "method_class", "method_params"]
+__all__ = [
+    "HASHERS",
+    "ITQ",
+    "LSH",
+    "METHOD_NAMES",
+    "METHOD_VARIANTS",
+    "PCAH",
+    "SGH",
+    "SPLH",
+    "USPLH",
+    "DisH",
+    "Hasher",
+    "check_params_used",
+    "load_model",
+    "make_hasher",
+    "method_class",
+    "method_params",
+]

@@ -11,6 +11,7 @@ j = 1 where projection j is >= 0), so hashers compose with scikit-learn pipeline
 ``encode(X)`` gives the same bits packed 8 per byte (FAISS's layout), what is stored and
 searched.
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,8 @@ from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.utils._param_validation import Interval, InvalidParameterError
 from sklearn.exceptions import NotFittedError
+from sklearn.utils._param_validation import Interval, InvalidParameterError
 from sklearn.utils.validation import validate_data
 
 from pipeline.errors import InputError
@@ -34,7 +35,7 @@ MODEL_SCHEMA = "dhash.model/1"
 ARRAYS_FILE = "arrays.npz"
 MODEL_FILE = "model.json"
 
-SEED = [Interval(Integral, 0, None, closed="left"), None]   # random_state: a seed, or None for fresh entropy
+SEED = [Interval(Integral, 0, None, closed="left"), None]  # random_state: a seed, or None for fresh entropy
 BITS = [Interval(Integral, 1, None, closed="left")]
 
 
@@ -60,7 +61,7 @@ def _validated(estimator, X, what: str, **kwargs):
     feature names), then our checks; its errors become one-line InputErrors."""
     dtype = getattr(X, "dtype", None)
     if dtype is not None and dtype.kind in "USV":
-        check_features_array(X, what)   # names the dtype and the fix
+        check_features_array(X, what)  # names the dtype and the fix
     try:
         X = validate_data(estimator, X, dtype="numeric", ensure_all_finite=False, **kwargs)
     except ValueError as exc:
@@ -71,15 +72,15 @@ def _validated(estimator, X, what: str, **kwargs):
 class Hasher(TransformerMixin, BaseEstimator):
     """Base class of every hash-function learner."""
 
-    method: str = ""          # registry name, e.g. "itq"
+    method: str = ""  # registry name, e.g. "itq"
     linear_pca_based = False  # n_bits <= n_features for PCA-based methods
-    uses_labels = False       # semi-supervised: fit(X, y) with one label per training row
+    uses_labels = False  # semi-supervised: fit(X, y) with one label per training row
     supports_checkpoint = False  # iterative fits that save their state after every iteration
     _parameter_constraints: dict = {"n_bits": BITS}
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.transformer_tags.preserves_dtype = []      # bits, whatever the input dtype
+        tags.transformer_tags.preserves_dtype = []  # bits, whatever the input dtype
         tags.target_tags.required = self.uses_labels
         return tags
 
@@ -91,6 +92,7 @@ class Hasher(TransformerMixin, BaseEstimator):
         per-iteration state of iterative methods (``supports_checkpoint``); a checkpoint of
         the same run there is resumed."""
         from pipeline.distributed.graph import is_dask_array
+
         started = time.perf_counter()
         try:
             self._validate_params()
@@ -127,6 +129,7 @@ class Hasher(TransformerMixin, BaseEstimator):
     def _training_input(self, X):
         """Checked training features as a dask array; sets ``n_features_in_``."""
         from pipeline.distributed.graph import as_dask, is_dask_array
+
         if is_dask_array(X):
             X = check_features_array(X, "training features")
             self.n_features_in_ = int(X.shape[1])
@@ -135,9 +138,11 @@ class Hasher(TransformerMixin, BaseEstimator):
             check_finite_block(X, what="training features")
         d = X.shape[1]
         if self.linear_pca_based and self.n_bits > d:
-            raise InputError(f"The 'n_bits' parameter of {type(self).__name__} must be at most the number of features "
-                             f"(n_features = {d}) because its bits are principal directions. Got {self.n_bits} instead; "
-                             "use lsh for longer codes.")
+            raise InputError(
+                f"The 'n_bits' parameter of {type(self).__name__} must be at most the number of features "
+                f"(n_features = {d}) because its bits are principal directions. Got {self.n_bits} instead; "
+                "use lsh for longer codes."
+            )
         return as_dask(X)
 
     def labels_for_fit(self, y):
@@ -148,6 +153,7 @@ class Hasher(TransformerMixin, BaseEstimator):
     def _checkpoint(self, X, path):
         """(Checkpoint or None, saved state or None) for this fit; call after ``mean_`` is set."""
         from pipeline.hashing.checkpoint import Checkpoint, data_fingerprint
+
         if path is None:
             return None, None
         ckpt = Checkpoint(path, data_fingerprint(self, X, self.mean_))
@@ -167,15 +173,18 @@ class Hasher(TransformerMixin, BaseEstimator):
 
     def _check_encode_input(self, X):
         from pipeline.distributed.graph import is_dask_array
+
         self._check_fitted()
         if is_dask_array(X):
             X = check_features_array(X, "features to encode")
         else:
             X = _validated(self, X, "features to encode", reset=False)
         if X.shape[1] != self.n_features_in_:
-            raise InputError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input; encode data of the training dimensionality "
-                             "or retrain")
+            raise InputError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input; encode data of the training dimensionality "
+                "or retrain"
+            )
         return X
 
     def encode(self, X):
@@ -184,9 +193,14 @@ class Hasher(TransformerMixin, BaseEstimator):
         if isinstance(X, np.ndarray):
             return self._encode_block(X)
         from dask.base import tokenize
-        return X.map_blocks(self._encode_block, dtype=np.uint8,
-                            chunks=(X.chunks[0], (self.code_bytes,)),
-                            token=f"{self.method}-encode", name=f"{self.method}-encode-{tokenize(X, self.model_id)}")
+
+        return X.map_blocks(
+            self._encode_block,
+            dtype=np.uint8,
+            chunks=(X.chunks[0], (self.code_bytes,)),
+            token=f"{self.method}-encode",
+            name=f"{self.method}-encode-{tokenize(X, self.model_id)}",
+        )
 
     def transform(self, X):
         """The bits unpacked: uint8 (n, n_bits) of {0, 1}; lazy dask array for dask input."""
@@ -214,8 +228,9 @@ class Hasher(TransformerMixin, BaseEstimator):
     def model_id(self) -> str:
         """Content hash of method, parameters and learned arrays: names codes' origin."""
         self._check_fitted()
-        h = hashlib.sha256(json.dumps({"method": self.method, "params": self.get_params()},
-                                      sort_keys=True, default=str).encode())
+        h = hashlib.sha256(
+            json.dumps({"method": self.method, "params": self.get_params()}, sort_keys=True, default=str).encode()
+        )
         for name, arr in sorted(self._learned_arrays().items()):
             h.update(name.encode())
             h.update(np.ascontiguousarray(arr).tobytes())
@@ -227,12 +242,20 @@ class Hasher(TransformerMixin, BaseEstimator):
         from pipeline import __version__
         from pipeline.storage.atomic import atomic_output
         from pipeline.storage.jsonio import dumps
+
         self._check_fitted()
-        meta = {"schema": MODEL_SCHEMA, "method": self.method, "params": self.get_params(),
-                "n_bits": int(self.n_bits), "n_features": int(self.n_features_in_),
-                "model_id": self.model_id, "library_version": __version__,
-                "seed": getattr(self, "seed_", None),
-                "training": self.training_stats_, "dataset": self.dataset_ if dataset is None else dataset}
+        meta = {
+            "schema": MODEL_SCHEMA,
+            "method": self.method,
+            "params": self.get_params(),
+            "n_bits": int(self.n_bits),
+            "n_features": int(self.n_features_in_),
+            "model_id": self.model_id,
+            "library_version": __version__,
+            "seed": getattr(self, "seed_", None),
+            "training": self.training_stats_,
+            "dataset": self.dataset_ if dataset is None else dataset,
+        }
         with atomic_output(path, kind="model", overwrite=overwrite) as tmp:
             tmp.child(ARRAYS_FILE).write_bytes(npz_bytes(self._learned_arrays()))
             tmp.child(MODEL_FILE).write_text(dumps(meta) + "\n")
@@ -241,4 +264,5 @@ class Hasher(TransformerMixin, BaseEstimator):
 
 def resolve_location(path):
     from pipeline.storage.location import resolve
+
     return resolve(path)

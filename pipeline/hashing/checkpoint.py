@@ -8,6 +8,7 @@ replaced atomically each iteration, so a crash mid-write leaves the previous one
 and it is loaded with allow_pickle=False. Resuming from it gives the same final model as
 an uninterrupted run: the state holds everything the next iteration reads.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ ARRAYS_FILE = "arrays.npz"
 def checkpoint_path(model_path):
     """The checkpoint Location of a model output (``MODEL.checkpoint`` beside it)."""
     from pipeline.storage.location import resolve
+
     model_path = resolve(model_path)
     return model_path.sibling(f"{model_path.name}.checkpoint")
 
@@ -35,6 +37,7 @@ class Checkpoint:
 
     def __init__(self, path, fingerprint: dict):
         from pipeline.storage.location import resolve
+
         self.path = resolve(path)
         self.fingerprint = json.loads(json.dumps(fingerprint, sort_keys=True, default=_plain))
 
@@ -46,17 +49,27 @@ class Checkpoint:
         try:
             state = json.loads(state_file.read_bytes())
         except (ValueError, UnicodeDecodeError) as exc:
-            raise InputError(f"checkpoint {self.path} is unreadable ({str(exc)[:60]}); delete it to start over") from None
+            raise InputError(
+                f"checkpoint {self.path} is unreadable ({str(exc)[:60]}); delete it to start over"
+            ) from None
         if state.get("schema") != CHECKPOINT_SCHEMA or state.get("fingerprint") != self.fingerprint:
-            raise InputError(f"checkpoint {self.path} was written by another training run (other method, parameters "
-                             "or data); delete it or train into another --out (in `dhash run`: --force restarts the step)")
+            raise InputError(
+                f"checkpoint {self.path} was written by another training run (other method, parameters "
+                "or data); delete it or train into another --out (in `dhash run`: --force restarts the step)"
+            )
         arrays = load_npz(self.path.child(ARRAYS_FILE), "delete the checkpoint to start over (or --force in dhash run)")
         return int(state["iteration"]), arrays, state["meta"]
 
     def save(self, iteration: int, arrays: dict, meta: dict) -> None:
         from pipeline.storage.atomic import atomic_output, writer_record
-        state = {"schema": CHECKPOINT_SCHEMA, "iteration": int(iteration), "fingerprint": self.fingerprint,
-                 "meta": json.loads(json.dumps(meta, default=_plain)), "writer": writer_record()}
+
+        state = {
+            "schema": CHECKPOINT_SCHEMA,
+            "iteration": int(iteration),
+            "fingerprint": self.fingerprint,
+            "meta": json.loads(json.dumps(meta, default=_plain)),
+            "writer": writer_record(),
+        }
         with atomic_output(self.path, kind="checkpoint", overwrite=True) as tmp:
             tmp.child(ARRAYS_FILE).write_bytes(npz_bytes(arrays))
             tmp.child(STATE_FILE).write_text(json.dumps(state) + "\n")
@@ -65,6 +78,7 @@ class Checkpoint:
 def live_writer(path) -> dict | None:
     """The training process still writing the checkpoint at ``path`` (this host, alive), else None."""
     from pipeline.storage.atomic import writer_alive
+
     try:
         writer = json.loads(path.child(STATE_FILE).read_bytes()).get("writer")
     except (OSError, ValueError, AttributeError):
@@ -83,11 +97,16 @@ def _plain(value):
 def data_fingerprint(estimator, X, mean: np.ndarray) -> dict:
     """What a checkpoint must match: method, parameters, data shape and the training mean
     (recomputed on resume: one cheap pass that catches a different dataset or split)."""
-    return {"method": estimator.method, "params": estimator.get_params(), "shape": list(X.shape),
-            "mean_sha": _array_digest(mean)}
+    return {
+        "method": estimator.method,
+        "params": estimator.get_params(),
+        "shape": list(X.shape),
+        "mean_sha": _array_digest(mean),
+    }
 
 
 def _array_digest(a: np.ndarray) -> str:
     import hashlib
+
     # rounded: the mean of the same rows may differ in the last bits with another chunking
     return hashlib.sha256(np.round(np.asarray(a, dtype=np.float64), 6).tobytes()).hexdigest()[:16]

@@ -15,6 +15,7 @@ hardest, non-iid case), relative consensus residual after 10 / 20 outer iteratio
 rho_scale 0.1 -> 0.039 / 0.015; 0.3 -> 0.0096 / 0.0029; 1.0 -> 0.0041 / 0.0012, while the
 objective after 20 iterations is 0.3% / 0.3% / 0.32% below its start (larger rho slows it).
 """
+
 from __future__ import annotations
 
 import logging
@@ -57,22 +58,45 @@ class DisH(LinearHasher):
     """Distributed hashing. Learned: ``dictionaries_`` (P, d, r); ``components_`` = the
     dictionary of node ``dictionary`` (DisH2); ``node_of_row_`` is not stored (DisH1 needs
     the partition, recomputed from the parameters)."""
+
     method = "dish"
     linear_pca_based = True
     supports_checkpoint = True
     _parameter_constraints = {
-        "n_bits": BITS, "consensus": [StrOptions({"admm", "allreduce"})], "nodes": [Interval(Integral, 1, None, closed="left")],
-        "topology": [StrOptions(set(TOPOLOGIES)), list], "partition": [StrOptions(set(PARTITIONS))],
-        "inner_steps": [Interval(Integral, 1, None, closed="left")], "rho": [Interval(Real, 0, None, closed="neither"), None],
-        "rho_scale": [Interval(Real, 0, None, closed="neither")], "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "tol": [Interval(Real, 0, None, closed="left")], "consensus_tol": [Interval(Real, 0, None, closed="left")],
-        "init": [StrOptions({"random", "pca"})], "dictionary": [Interval(Integral, 0, None, closed="left")],
-        "random_state": SEED}
+        "n_bits": BITS,
+        "consensus": [StrOptions({"admm", "allreduce"})],
+        "nodes": [Interval(Integral, 1, None, closed="left")],
+        "topology": [StrOptions(set(TOPOLOGIES)), list],
+        "partition": [StrOptions(set(PARTITIONS))],
+        "inner_steps": [Interval(Integral, 1, None, closed="left")],
+        "rho": [Interval(Real, 0, None, closed="neither"), None],
+        "rho_scale": [Interval(Real, 0, None, closed="neither")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "consensus_tol": [Interval(Real, 0, None, closed="left")],
+        "init": [StrOptions({"random", "pca"})],
+        "dictionary": [Interval(Integral, 0, None, closed="left")],
+        "random_state": SEED,
+    }
 
-    def __init__(self, n_bits: int = 32, *, consensus: str = "admm", nodes: int = 10, topology="random",
-                 partition: str = "contiguous", inner_steps: int = 5, rho: float | None = None,
-                 rho_scale: float = 0.3, max_iter: int = 20, tol: float = 1e-5, consensus_tol: float = 1e-3,
-                 init: str = "random", dictionary: int = 0, random_state: int | None = 0):
+    def __init__(
+        self,
+        n_bits: int = 32,
+        *,
+        consensus: str = "admm",
+        nodes: int = 10,
+        topology="random",
+        partition: str = "contiguous",
+        inner_steps: int = 5,
+        rho: float | None = None,
+        rho_scale: float = 0.3,
+        max_iter: int = 20,
+        tol: float = 1e-5,
+        consensus_tol: float = 1e-3,
+        init: str = "random",
+        dictionary: int = 0,
+        random_state: int | None = 0,
+    ):
         self.n_bits = n_bits
         self.consensus = consensus
         self.nodes = nodes
@@ -94,8 +118,10 @@ class DisH(LinearHasher):
 
     def _fit(self, X, y, checkpoint):
         if self.dictionary >= self.nodes:
-            raise InputError(f"The 'dictionary' parameter of DisH must be a node number in [0, {self.nodes - 1}]. "
-                             f"Got {self.dictionary} instead.")
+            raise InputError(
+                f"The 'dictionary' parameter of DisH must be a node number in [0, {self.nodes - 1}]. "
+                f"Got {self.dictionary} instead."
+            )
         rng = np.random.default_rng(self.seed_)
         d, r = X.shape[1], self.n_bits
         if self.consensus == "allreduce":
@@ -107,19 +133,31 @@ class DisH(LinearHasher):
         chunks = node_pieces(X, node_rows)
 
         # global mean by one O(d) reduction of per-node sums (each computed on its node)
-        sums = runner.retrying(lambda: runner.gather([
-            runner.compute(i, map_reduce("dish-mean", _checked_row_sums, add_partials, chunks[i], salt=runner.attempt))
-            for i in range(P)]))
+        sums = runner.retrying(
+            lambda: runner.gather(
+                [
+                    runner.compute(
+                        i, map_reduce("dish-mean", _checked_row_sums, add_partials, chunks[i], salt=runner.attempt)
+                    )
+                    for i in range(P)
+                ]
+            )
+        )
         n_total = sum(s[0] for s in sums)
         self.mean_ = sum(s[1] for s in sums) / n_total
-        node_sq = [centred_sq_norm(*s, self.mean_) for s in sums]   # ||X_i - mean||^2, for objective (3)
+        node_sq = [centred_sq_norm(*s, self.mean_) for s in sums]  # ||X_i - mean||^2, for objective (3)
         rho = self.rho if self.rho is not None else self.rho_scale * (n_total / P) * np.sqrt(sum(node_sq) / n_total)
 
-        history = {"objective": [], "consensus_residual": [], "bytes_exchanged_per_node": [], "pass_seconds": [],
-                   "admm_seconds": []}
+        history = {
+            "objective": [],
+            "consensus_residual": [],
+            "bytes_exchanged_per_node": [],
+            "pass_seconds": [],
+            "admm_seconds": [],
+        }
         prev, start = None, 0
         ckpt, saved = self._checkpoint(X, checkpoint)
-        if saved is not None:     # resume: the dictionaries and multipliers after iteration `start`
+        if saved is not None:  # resume: the dictionaries and multipliers after iteration `start`
             start, arrays, meta = saved
             C, Lam = list(arrays["dictionaries"]), list(arrays["multipliers"])
             history, prev = meta["history"], meta["objective"]
@@ -133,31 +171,58 @@ class DisH(LinearHasher):
         for it in range(start, self.max_iter):
             # a whole iteration is redone from (C, Lam) if a node's worker dies during it
             objective, C, Lam, pass_seconds, admm_seconds = runner.retrying(
-                self._admm_iteration, runner, chunks, node_sq, sums, C, Lam, neighbours, rho)
+                self._admm_iteration, runner, chunks, node_sq, sums, C, Lam, neighbours, rho
+            )
             C_now = C
             history["pass_seconds"].append(round(pass_seconds, 4))
             history["admm_seconds"].append(round(admm_seconds, 4))
             residual = max(relative_residual(C_now[i], C_now[j]) for i, j in edges(neighbours)) if P > 1 else 0.0
             history["objective"].append(objective)
             history["consensus_residual"].append(residual)
-            history["bytes_exchanged_per_node"].append([self.inner_steps * len(neighbours[i]) * dict_bytes for i in range(P)])
-            log.info("dish %d bits: iteration %d, objective %.6g, consensus residual %.3g, %d bytes of dictionaries "
-                     "received per node (max)", r, it + 1, objective, residual, max(history["bytes_exchanged_per_node"][-1]))
-            if prev is not None and abs(prev - objective) <= self.tol * abs(objective) and residual <= self.consensus_tol:
+            history["bytes_exchanged_per_node"].append(
+                [self.inner_steps * len(neighbours[i]) * dict_bytes for i in range(P)]
+            )
+            log.info(
+                "dish %d bits: iteration %d, objective %.6g, consensus residual %.3g, %d bytes of dictionaries "
+                "received per node (max)",
+                r,
+                it + 1,
+                objective,
+                residual,
+                max(history["bytes_exchanged_per_node"][-1]),
+            )
+            if (
+                prev is not None
+                and abs(prev - objective) <= self.tol * abs(objective)
+                and residual <= self.consensus_tol
+            ):
                 break
             prev = objective
             if ckpt is not None:
-                ckpt.save(it + 1, {"dictionaries": np.stack(C_now), "multipliers": np.stack(Lam)},
-                          {"history": history, "objective": objective})
+                ckpt.save(
+                    it + 1,
+                    {"dictionaries": np.stack(C_now), "multipliers": np.stack(Lam)},
+                    {"history": history, "objective": objective},
+                )
         self.dictionaries_ = np.stack(C_now)
         self.components_ = self.dictionaries_[self.dictionary]
         self.n_iter_ = len(history["objective"])
-        self.training_stats_.update({
-            "consensus": "admm", "nodes": P, "rho": float(rho), "iterations": len(history["objective"]),
-            "passes": 1 + len(history["objective"]), "edges": [list(e) for e in edges(neighbours)],
-            "node_rows": [int(len(rows)) for rows in node_rows], "pinned": runner.pinned,
-            "placement": runner.placement, "worker_changes": runner.replacements,
-            "redone_steps": runner.attempt, **history})
+        self.training_stats_.update(
+            {
+                "consensus": "admm",
+                "nodes": P,
+                "rho": float(rho),
+                "iterations": len(history["objective"]),
+                "passes": 1 + len(history["objective"]),
+                "edges": [list(e) for e in edges(neighbours)],
+                "node_rows": [int(len(rows)) for rows in node_rows],
+                "pinned": runner.pinned,
+                "placement": runner.placement,
+                "worker_changes": runner.replacements,
+                "redone_steps": runner.attempt,
+                **history,
+            }
+        )
 
     def _admm_iteration(self, runner, chunks, node_sq, sums, C, Lam, neighbours, rho):
         """One outer iteration from the client's (C, Lam): one pass over each node's data
@@ -166,16 +231,29 @@ class DisH(LinearHasher):
         iteration. Returns (objective, C, Lam, pass seconds, ADMM seconds)."""
         P = len(chunks)
         started = time.perf_counter()
-        grams, objectives = zip(*[runner.compute(i, _gram_and_objective(chunks[i], self.mean_, C[i], node_sq[i], sums[i][0],
-                                                                      salt=runner.attempt))
-                                  for i in range(P)])
+        grams, objectives = zip(
+            *[
+                runner.compute(
+                    i, _gram_and_objective(chunks[i], self.mean_, C[i], node_sq[i], sums[i][0], salt=runner.attempt)
+                )
+                for i in range(P)
+            ]
+        )
         objective = float(sum(runner.gather(list(objectives))))
         passed = time.perf_counter()
         for _ in range(self.inner_steps):
-            new_C = [runner.submit(i, "dish-admm", admm_dictionary_step, grams[i], Lam[i], C[i],
-                                   [C[j] for j in neighbours[i]], rho) for i in range(P)]
-            Lam = [runner.submit(i, "dish-multiplier", multiplier_step, Lam[i], new_C[i],
-                                 [new_C[j] for j in neighbours[i]], rho) for i in range(P)]
+            new_C = [
+                runner.submit(
+                    i, "dish-admm", admm_dictionary_step, grams[i], Lam[i], C[i], [C[j] for j in neighbours[i]], rho
+                )
+                for i in range(P)
+            ]
+            Lam = [
+                runner.submit(
+                    i, "dish-multiplier", multiplier_step, Lam[i], new_C[i], [new_C[j] for j in neighbours[i]], rho
+                )
+                for i in range(P)
+            ]
             C = new_C
         C, Lam = runner.gather([C, Lam])
         return objective, list(C), list(Lam), passed - started, time.perf_counter() - passed
@@ -188,6 +266,7 @@ class DisH(LinearHasher):
 
     def _fit_allreduce(self, X, rng, checkpoint):
         import dask
+
         d, r = X.shape[1], self.n_bits
         chunks = chunk_reads(X)
         n, col_sum, sq_sum = dask.compute(map_reduce("dish-mean", _checked_row_sums, add_partials, chunks))[0]
@@ -216,13 +295,21 @@ class DisH(LinearHasher):
         self.dictionaries_ = C[None]
         self.components_ = C
         self.n_iter_ = len(history["objective"])
-        self.training_stats_.update({"consensus": "allreduce", "iterations": len(history["objective"]),
-                                     "passes": 1 + len(history["objective"]), "nodes": 1, **history})
+        self.training_stats_.update(
+            {
+                "consensus": "allreduce",
+                "iterations": len(history["objective"]),
+                "passes": 1 + len(history["objective"]),
+                "nodes": 1,
+                **history,
+            }
+        )
 
     # ------------------------------------------------------------------ DisH1/DisH2 ---
-    def with_dictionary(self, i: int) -> "DisH":
+    def with_dictionary(self, i: int) -> DisH:
         """A copy encoding with node i's dictionary (DisH2 with dictionary i)."""
         import copy
+
         other = copy.copy(self)
         other.dictionary = int(i)
         other.components_ = self.dictionaries_[i]
@@ -235,5 +322,6 @@ class DisH(LinearHasher):
 def _gram_and_objective(pieces, mean, C, sq_norm, n, salt=None):
     """Delayed (Gram term, objective (3)) of one node: one pass over its rows."""
     from dask import delayed
+
     gram = map_reduce("dish-gram", gram_chunk, add, pieces, mean, C, salt=salt)
     return [gram, delayed(node_objective, pure=True)(sq_norm, gram, C, n)]

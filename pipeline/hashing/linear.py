@@ -3,18 +3,17 @@
 Distributed fit = per-chunk statistics combined by a tree reduction (means, covariance,
 ITQ's r x r terms); only d x d and r x r matrices travel, never data rows.
 """
+
 from __future__ import annotations
 
 import logging
+from numbers import Integral
 
 import dask
 import numpy as np
-
-from pipeline.distributed.graph import chunk_reads, map_reduce, row_bounds
-from numbers import Integral
-
 from sklearn.utils._param_validation import Interval
 
+from pipeline.distributed.graph import chunk_reads, map_reduce, row_bounds
 from pipeline.hashing.base import BITS, SEED, Hasher
 from pipeline.kernels.codes import encode_linear
 from pipeline.kernels.dish import gram_chunk
@@ -35,9 +34,11 @@ log = logging.getLogger(__name__)
 
 def _checked(kernel):
     """Wrap a chunk kernel so NaN/Inf rows raise InputError naming the global row."""
+
     def run(block, row_offset):
         check_finite_block(block, row_offset, what="training features")
         return kernel(block)
+
     run.__name__ = kernel.__name__
     return run
 
@@ -72,6 +73,7 @@ class LinearHasher(Hasher):
 
 class LSH(LinearHasher):
     """Sign random projections (Charikar) of mean-centred data: W ~ N(0, 1)."""
+
     method = "lsh"
     _parameter_constraints = {"n_bits": BITS, "random_state": SEED}
 
@@ -88,6 +90,7 @@ class LSH(LinearHasher):
 
 class PCAH(LinearHasher):
     """PCA hashing: the top n_bits principal directions of the training data."""
+
     method = "pcah"
     linear_pca_based = True
 
@@ -109,11 +112,15 @@ class ITQ(LinearHasher):
     Each iteration is one pass over the features summing B^T (X - mean) (r x d) over chunks
     (tree reduction); the orthogonal Procrustes problem is solved on the client. ``n_iter`` = 50 as Gong & Lazebnik.
     """
+
     method = "itq"
     linear_pca_based = True
     supports_checkpoint = True
-    _parameter_constraints = {"n_bits": BITS, "n_iter": [Interval(Integral, 0, None, closed="left")],
-                              "random_state": SEED}
+    _parameter_constraints = {
+        "n_bits": BITS,
+        "n_iter": [Interval(Integral, 0, None, closed="left")],
+        "random_state": SEED,
+    }
 
     def __init__(self, n_bits: int = 32, *, n_iter: int = 50, random_state: int | None = 0):
         self.n_bits = n_bits
@@ -126,12 +133,12 @@ class ITQ(LinearHasher):
         self.mean_, cov = training_covariance(X, "itq")
         _, W = top_eigenvectors(cov, self.n_bits)
         n = X.shape[0]
-        projected_sq = n * float(np.trace(W.T @ cov @ W))      # ||V||^2 of V = (X - mean) W
+        projected_sq = n * float(np.trace(W.T @ cov @ W))  # ||V||^2 of V = (X - mean) W
         chunks = chunk_reads(X)
         R = random_rotation(self.n_bits, rng)
         losses, start = [], 0
         ckpt, saved = self._checkpoint(X, checkpoint)
-        if saved is not None:     # resume: the rotation after iteration `start`
+        if saved is not None:  # resume: the rotation after iteration `start`
             start, arrays, meta = saved
             R, losses = arrays["rotation"], meta["quantization_loss"]
             log.info("itq %d bits: resuming after iteration %d from %s", self.n_bits, start, ckpt.path)

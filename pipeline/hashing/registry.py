@@ -1,5 +1,6 @@
 """The method registry: names -> estimators, building them from job options, and loading
 saved models (JSON + .npz, never pickle)."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,10 @@ HASHERS: dict[str, type[Hasher]] = {cls.method: cls for cls in (LSH, PCAH, ITQ, 
 
 
 # names accepted by the jobs that select a variant of a registered estimator
-METHOD_VARIANTS = {"dish-allreduce": ("dish", {"consensus": "allreduce"}),
-                   "pcah-adjusted": ("splh", {"sequential": False})}
+METHOD_VARIANTS = {
+    "dish-allreduce": ("dish", {"consensus": "allreduce"}),
+    "pcah-adjusted": ("splh", {"sequential": False}),
+}
 METHOD_NAMES = (*HASHERS, *METHOD_VARIANTS)
 
 
@@ -64,8 +67,9 @@ def check_params_used(methods, params: dict | None) -> None:
         if key in METHOD_NAMES or value is None:
             continue
         if not any(key in method_class(m)._get_param_names() for m in methods):
-            raise InputError(f"parameter {key} is not taken by {', '.join(methods)}; remove it or add a method "
-                             "that takes it")
+            raise InputError(
+                f"parameter {key} is not taken by {', '.join(methods)}; remove it or add a method that takes it"
+            )
 
 
 def _major(version) -> int:
@@ -79,18 +83,22 @@ def _refuse_newer(meta, meta_file) -> None:
     """A model written by a newer major version of dhash (or a newer model schema) may
     mean something this version cannot read correctly: refuse it rather than guess."""
     from pipeline import __version__
+
     if not isinstance(meta, dict):
         return
     schema = str(meta.get("schema", ""))
     newer_schema = schema.startswith("dhash.model/") and _major(schema.rpartition("/")[2]) > _major(MODEL_SCHEMA[12:])
     if newer_schema or _major(meta.get("library_version", 0)) > _major(__version__):
-        raise InputError(f"{meta_file} was written by dhash {meta.get('library_version')} (schema {schema}), newer than "
-                         f"this dhash {__version__}; upgrade dhash (pip install -U dhash) to load it")
+        raise InputError(
+            f"{meta_file} was written by dhash {meta.get('library_version')} (schema {schema}), newer than "
+            f"this dhash {__version__}; upgrade dhash (pip install -U dhash) to load it"
+        )
 
 
 def load_model(path) -> Hasher:
     """Load a committed model directory written by ``Hasher.save`` (no pickle: JSON + .npz)."""
     from pipeline.storage.atomic import require_committed
+
     loc = resolve_location(path)
     remedy = "re-train it with `dhash train`"
     if not loc.child(MODEL_FILE).exists() and not loc.child(".dhash-commit.json").exists():
@@ -106,7 +114,9 @@ def load_model(path) -> Hasher:
     _refuse_newer(meta, meta_file)
     if not isinstance(meta, dict) or meta.get("schema") != MODEL_SCHEMA or meta.get("method") not in HASHERS:
         got = (meta.get("schema"), meta.get("method")) if isinstance(meta, dict) else (None, None)
-        raise InputError(f"{meta_file} has schema {got[0]!r} / method {got[1]!r}; expected {MODEL_SCHEMA} with one of {', '.join(HASHERS)}")
+        raise InputError(
+            f"{meta_file} has schema {got[0]!r} / method {got[1]!r}; expected {MODEL_SCHEMA} with one of {', '.join(HASHERS)}"
+        )
     try:
         model = HASHERS[meta["method"]](**meta["params"])
         arrays = load_npz(loc.child(ARRAYS_FILE), remedy)
@@ -120,5 +130,7 @@ def load_model(path) -> Hasher:
     if "random_state" in model.get_params():
         model.seed_ = resolve_seed(meta.get("seed", model.random_state if model.random_state is not None else 0))
     if model.model_id != expected_id:
-        raise InputError(f"{loc}: arrays do not match model.json (model id {model.model_id} != {expected_id}); the model directory is corrupt, re-train it")
+        raise InputError(
+            f"{loc}: arrays do not match model.json (model id {model.model_id} != {expected_id}); the model directory is corrupt, re-train it"
+        )
     return model

@@ -18,6 +18,7 @@ memory (1M points x 300 bases = 1.2 GB; 100M points would need 120 GB, so it rec
 Hash function h(x) = sgn((phi(x) - kernel_mean) W): linear in the kernel features, so the
 encoder is the linear family's (kernels/codes.py) applied to phi(x).
 """
+
 from __future__ import annotations
 
 import logging
@@ -52,7 +53,7 @@ from pipeline.kernels.stats import add, add_partials
 from pipeline.validation import check_int_param
 
 log = logging.getLogger(__name__)
-KERNEL_CACHE_FRACTION = 0.25   # of the cluster's worker memory that cached kernel features may take
+KERNEL_CACHE_FRACTION = 0.25  # of the cluster's worker memory that cached kernel features may take
 KERNEL_CACHE_MODES = ("auto", "memory", "recompute")
 
 
@@ -89,16 +90,33 @@ class SGH(Hasher):
     precision at 32 / 64 / 128 bits: 0.572 / 0.653 / 0.712, against 0.570 / 0.645 / 0.680
     with both at 1; rho_scale 2 drops to 0.560 / 0.595 / 0.611; m = 1000 bases instead of
     300 gains at most 0.008 for 4x the training time."""
+
     method = "sgh"
     _parameter_constraints = {
-        "n_bits": BITS, "n_bases": [Interval(Integral, 1, None, closed="left")],
-        "bandwidth_scale": [Interval(Real, 0, None, closed="neither")], "rho": [Interval(Real, 0, None, closed="neither"), None],
-        "rho_scale": [Interval(Real, 0, None, closed="neither")], "gamma": [Interval(Real, 0, None, closed="neither")],
-        "refine": ["boolean"], "kernel_cache": [StrOptions(set(KERNEL_CACHE_MODES))], "random_state": SEED}
+        "n_bits": BITS,
+        "n_bases": [Interval(Integral, 1, None, closed="left")],
+        "bandwidth_scale": [Interval(Real, 0, None, closed="neither")],
+        "rho": [Interval(Real, 0, None, closed="neither"), None],
+        "rho_scale": [Interval(Real, 0, None, closed="neither")],
+        "gamma": [Interval(Real, 0, None, closed="neither")],
+        "refine": ["boolean"],
+        "kernel_cache": [StrOptions(set(KERNEL_CACHE_MODES))],
+        "random_state": SEED,
+    }
 
-    def __init__(self, n_bits: int = 32, *, n_bases: int = 300, bandwidth_scale: float = 0.5,
-                 rho: float | None = None, rho_scale: float = 0.5, gamma: float = 1e-6, refine: bool = True,
-                 kernel_cache: str = "auto", random_state: int | None = 0):
+    def __init__(
+        self,
+        n_bits: int = 32,
+        *,
+        n_bases: int = 300,
+        bandwidth_scale: float = 0.5,
+        rho: float | None = None,
+        rho_scale: float = 0.5,
+        gamma: float = 1e-6,
+        refine: bool = True,
+        kernel_cache: str = "auto",
+        random_state: int | None = 0,
+    ):
         self.n_bits = n_bits
         self.n_bases = n_bases
         self.bandwidth_scale = bandwidth_scale
@@ -116,7 +134,7 @@ class SGH(Hasher):
 
     def _fit(self, X, y, checkpoint):
         n = X.shape[0]
-        check_int_param(self.n_bases, "n_bases", "SGH", 1, n)    # bases are training rows
+        check_int_param(self.n_bases, "n_bases", "SGH", 1, n)  # bases are training rows
         c, m = self.n_bits, self.n_bases
         rng = np.random.default_rng(self.seed_)
         base_rows = np.sort(rng.choice(n, m, replace=False))
@@ -125,31 +143,44 @@ class SGH(Hasher):
         n_rows, col_sum, sq_sum = dask.compute(map_reduce("sgh-mean", _checked_row_sums, add_partials, reads))[0]
         self.mean_ = col_sum / n_rows
         self.bases_ = np.asarray(select_rows(X, base_rows, keep=True).compute())
-        self.bandwidth_ = self.bandwidth_scale * float(np.sqrt(sq_distance_moments(n_rows, col_sum, sq_sum, self.bases_)))
+        self.bandwidth_ = self.bandwidth_scale * float(
+            np.sqrt(sq_distance_moments(n_rows, col_sum, sq_sum, self.bases_))
+        )
         if not self.bandwidth_ > 0:
-            raise InputError("SGH: every training point equals every kernel base (zero distances); the data has no spread to hash")
+            raise InputError(
+                "SGH: every training point equals every kernel base (zero distances); the data has no spread to hash"
+            )
 
         cached = self._cache_kernel(n)
         if cached:
             import dask.array as da
             from dask.base import tokenize
-            phi = da.map_blocks(kernel_features, X, self.bases_, self.bandwidth_, dtype=np.float32,
-                                chunks=(X.chunks[0], (m,)),
-                                name=f"sgh-kernel-{tokenize(X, self.bases_, self.bandwidth_)}").persist()
+
+            phi = da.map_blocks(
+                kernel_features,
+                X,
+                self.bases_,
+                self.bandwidth_,
+                dtype=np.float32,
+                chunks=(X.chunks[0], (m,)),
+                name=f"sgh-kernel-{tokenize(X, self.bases_, self.bandwidth_)}",
+            ).persist()
             pairs = list(zip(reads, chunk_delayeds(phi)))
             phi_only = [(None, p) for p in chunk_delayeds(phi)]
         else:
             pairs = phi_only = [(r, None) for r in reads]
         kernel = (self.bases_, self.bandwidth_)
 
-        max_sq, kernel_sum = dask.compute(map_reduce("sgh-kernel-mean", _norm_and_kernel_sum, combine_max_sum,
-                                                     pairs, self.mean_, *kernel))[0]
+        max_sq, kernel_sum = dask.compute(
+            map_reduce("sgh-kernel-mean", _norm_and_kernel_sum, combine_max_sum, pairs, self.mean_, *kernel)
+        )[0]
         self.kernel_mean_ = kernel_sum / n_rows
         self.rho_ = float(self.rho) if self.rho is not None else self.rho_scale * 2.0 * max_sq
         if not self.rho_ > 0:
             raise InputError("SGH: all training points are equal to their mean; the data has no spread to hash")
-        KtK, KtH, Ks = dask.compute(map_reduce("sgh-gram", _gram_terms, add_partials, pairs, self.mean_, *kernel,
-                                               self.kernel_mean_, self.rho_))[0]
+        KtK, KtH, Ks = dask.compute(
+            map_reduce("sgh-gram", _gram_terms, add_partials, pairs, self.mean_, *kernel, self.kernel_mean_, self.rho_)
+        )[0]
         Z = KtK + self.gamma * np.eye(m)
         A = initial_residual(KtH, Ks, c)
 
@@ -158,13 +189,13 @@ class SGH(Hasher):
 
         W = np.empty((m, c))
         U = np.empty((m, c))
-        for t in range(c):                       # Algorithm 1, first sweep: bit t fits the residual
+        for t in range(c):  # Algorithm 1, first sweep: bit t fits the residual
             W[:, t] = top_generalized_eigenvector(A, Z)
             U[:, t] = sign_gram(W[:, t])
             A -= np.outer(U[:, t], U[:, t])
             log.info("sgh %d bits: bit %d/%d", c, t + 1, c)
         order = rng.permutation(c) if self.refine else np.array([], dtype=np.int64)
-        for step, t in enumerate(order):         # refinement: re-fit each bit against all the others
+        for step, t in enumerate(order):  # refinement: re-fit each bit against all the others
             A += np.outer(U[:, t], U[:, t])
             W[:, t] = top_generalized_eigenvector(A, Z)
             U[:, t] = sign_gram(W[:, t])
@@ -173,16 +204,29 @@ class SGH(Hasher):
         if cached:
             del phi
         self.components_ = W
-        self.training_stats_.update({"passes": 3 + c + len(order), "kernel_cache": "memory" if cached else "recompute",
-                                     "bandwidth": self.bandwidth_, "rho": self.rho_, "n_bases": m,
-                                     "refine_order": order.tolist()})
+        self.training_stats_.update(
+            {
+                "passes": 3 + c + len(order),
+                "kernel_cache": "memory" if cached else "recompute",
+                "bandwidth": self.bandwidth_,
+                "rho": self.rho_,
+                "n_bases": m,
+                "refine_order": order.tolist(),
+            }
+        )
 
     def _encode_kernel(self, block):
         return encode_linear(kernel_features(block, self.bases_, self.bandwidth_), self.kernel_mean_, self.components_)
 
     def _learned_arrays(self):
-        return {"mean_": self.mean_, "bases_": self.bases_, "kernel_mean_": self.kernel_mean_,
-                "components_": self.components_, "bandwidth_": np.float64(self.bandwidth_), "rho_": np.float64(self.rho_)}
+        return {
+            "mean_": self.mean_,
+            "bases_": self.bases_,
+            "kernel_mean_": self.kernel_mean_,
+            "components_": self.components_,
+            "bandwidth_": np.float64(self.bandwidth_),
+            "rho_": np.float64(self.rho_),
+        }
 
     def _set_learned_arrays(self, arrays):
         super()._set_learned_arrays(arrays)

@@ -19,6 +19,7 @@ Everything else is d x d:
 
 Hash function h(x) = sgn((x - mean) w_k), mean thresholding as in the paper.
 """
+
 from __future__ import annotations
 
 import functools
@@ -60,16 +61,31 @@ class SPLH(LinearHasher):
     map at 24 / 48 bits 0.369 / 0.442, against 0.320 / 0.405 at eta 1 and 0.376 / 0.441 at
     30 (the curve is flat and noisy above 3). alpha = 1 / max ||x_l - mean||^2 by default,
     the paper's step that keeps |alpha S~_ij| <= 1."""
+
     method = "splh"
     linear_pca_based = False
     uses_labels = True
     _parameter_constraints = {
-        "n_bits": BITS, "n_labeled": [Interval(Integral, 2, None, closed="left")], "labeled_rows": ["array-like", None],
-        "eta": [Interval(Real, 0, None, closed="neither")], "alpha": [Interval(Real, 0, None, closed="neither"), None],
-        "sequential": ["boolean"], "random_state": SEED}
+        "n_bits": BITS,
+        "n_labeled": [Interval(Integral, 2, None, closed="left")],
+        "labeled_rows": ["array-like", None],
+        "eta": [Interval(Real, 0, None, closed="neither")],
+        "alpha": [Interval(Real, 0, None, closed="neither"), None],
+        "sequential": ["boolean"],
+        "random_state": SEED,
+    }
 
-    def __init__(self, n_bits: int = 32, *, n_labeled: int = 1000, labeled_rows=None, eta: float = 3.0,
-                 alpha: float | None = None, sequential: bool = True, random_state: int | None = 0):
+    def __init__(
+        self,
+        n_bits: int = 32,
+        *,
+        n_labeled: int = 1000,
+        labeled_rows=None,
+        eta: float = 3.0,
+        alpha: float | None = None,
+        sequential: bool = True,
+        random_state: int | None = 0,
+    ):
         self.n_bits = n_bits
         self.n_labeled = n_labeled
         self.labeled_rows = labeled_rows
@@ -82,8 +98,10 @@ class SPLH(LinearHasher):
         if self.labeled_rows is not None:
             rows = np.unique(np.asarray(self.labeled_rows, dtype=np.int64))
             if rows.size < 2 or rows[0] < 0 or rows[-1] >= n:
-                raise InputError(f"labeled_rows must hold at least 2 distinct row numbers in [0, {n}); got {rows.size} rows "
-                                 f"in [{rows[:1]}, {rows[-1:]}]")
+                raise InputError(
+                    f"labeled_rows must hold at least 2 distinct row numbers in [0, {n}); got {rows.size} rows "
+                    f"in [{rows[:1]}, {rows[-1:]}]"
+                )
             return rows
         count = check_int_param(self.n_labeled, "n_labeled", type(self).__name__, 2, n)
         return np.sort(np.random.default_rng(self.seed_).choice(n, count, replace=False))
@@ -92,12 +110,16 @@ class SPLH(LinearHasher):
         name = type(self).__name__
         n, d = X.shape
         if y is None:
-            raise InputError(f"{name} ({self.method}) requires y to be passed, but the target y is None: it is "
-                             "semi-supervised, call fit(X, y) or evaluate a dataset with labels (--labeled N); for "
-                             "unlabeled data use usplh")
+            raise InputError(
+                f"{name} ({self.method}) requires y to be passed, but the target y is None: it is "
+                "semi-supervised, call fit(X, y) or evaluate a dataset with labels (--labeled N); for "
+                "unlabeled data use usplh"
+            )
         y = np.asarray(y)
         if y.shape[0] != n:
-            raise InputError(f"{name}: got {y.shape[0]} labels for {n} training rows; pass one label (or multi-hot row) per row")
+            raise InputError(
+                f"{name}: got {y.shape[0]} labels for {n} training rows; pass one label (or multi-hot row) per row"
+            )
         if not self.sequential:
             check_int_param(self.n_bits, "n_bits", f"{name} (pcah-adjusted, orthogonal directions)", 1, d)
         rows = self._labeled_rows(n)
@@ -119,8 +141,9 @@ class SPLH(LinearHasher):
             C = deflate(C, w)
             log.info("%s %d bits: bit %d, %d labeled pairs violated", self.method, self.n_bits, k + 1, violated[-1])
         self.components_ = W
-        self.training_stats_.update({"passes": 1, "n_labeled": len(rows), "alpha": float(alpha),
-                                     "violated_pairs": violated})
+        self.training_stats_.update(
+            {"passes": 1, "n_labeled": len(rows), "alpha": float(alpha), "violated_pairs": violated}
+        )
 
     def _learned_arrays(self):
         arrays = super()._learned_arrays()
@@ -139,10 +162,14 @@ class USPLH(LinearHasher):
     bits: eta 0.03, lambda 0.5 -> 0.456 / 0.494 (PCAH 0.360 / 0.348); eta 0.1 -> 0.335 /
     0.372; eta 0.3 -> 0.335 / 0.368; lambda 1 (no decay) fell to 0.14-0.22. eta -> 0 is PCAH
     (deflating the covariance yields its principal directions in order)."""
+
     method = "usplh"
     _parameter_constraints = {
-        "n_bits": BITS, "region_size": [Interval(Integral, 1, None, closed="left")],
-        "eta": [Interval(Real, 0, None, closed="neither")], "decay": [Interval(Real, 0, 1, closed="right")]}
+        "n_bits": BITS,
+        "region_size": [Interval(Integral, 1, None, closed="left")],
+        "eta": [Interval(Real, 0, None, closed="neither")],
+        "decay": [Interval(Real, 0, 1, closed="right")],
+    }
 
     def __init__(self, n_bits: int = 32, *, region_size: int = 2000, eta: float = 0.03, decay: float = 0.5):
         self.n_bits = n_bits
@@ -165,9 +192,13 @@ class USPLH(LinearHasher):
             if k == self.n_bits - 1:
                 break
             # pseudo-labels of bit k for the next bits: one pass over every row
-            regions = dask.compute(map_reduce("usplh-regions", boundary_regions, merge, pieces, self.mean_, w, k_region))[0]
+            regions = dask.compute(
+                map_reduce("usplh-regions", boundary_regions, merge, pieces, self.mean_, w, k_region)
+            )[0]
             L = self.decay * L + pseudo_label_term([rows for _, _, rows in regions], self.mean_)
             region_sizes.append([len(ids) for _, ids, _ in regions])
-            log.info("usplh %d bits: bit %d, pseudo-labels from regions of %s rows", self.n_bits, k + 1, region_sizes[-1])
+            log.info(
+                "usplh %d bits: bit %d, pseudo-labels from regions of %s rows", self.n_bits, k + 1, region_sizes[-1]
+            )
         self.components_ = W
         self.training_stats_.update({"passes": 1 + max(0, self.n_bits - 1), "region_sizes": region_sizes})

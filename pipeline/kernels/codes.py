@@ -6,6 +6,7 @@ handed to ``faiss.IndexBinaryFlat`` unchanged. A code length that is not a multi
 is padded with zero bits, which never change a Hamming distance. Sign convention: a
 projection >= 0 gives bit 1 (+1), < 0 gives bit 0 (-1); 0 never produces a third value.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +29,7 @@ def unpack_bits(codes: np.ndarray, n_bits: int) -> np.ndarray:
     return np.unpackbits(codes, axis=1, count=n_bits, bitorder=BIT_ORDER)
 
 
-SLAB_ROWS = 2048   # rows converted to float32 at a time: the slab stays in L2 for the GEMM
+SLAB_ROWS = 2048  # rows converted to float32 at a time: the slab stays in L2 for the GEMM
 
 
 @njit(nogil=True, cache=True)
@@ -52,7 +53,7 @@ def project_slabs(X: np.ndarray, mean: np.ndarray, components: np.ndarray):
     slab = np.empty((min(SLAB_ROWS, X.shape[0]), X.shape[1]), np.float32)
     for start in range(0, X.shape[0], SLAB_ROWS):
         rows = slice(start, min(start + SLAB_ROWS, X.shape[0]))
-        part = slab[:rows.stop - start]
+        part = slab[: rows.stop - start]
         _centre_into(X[rows], mean32, part)
         yield rows, part @ W32
 

@@ -12,10 +12,10 @@ decentralised-consensus step (Mateos et al.); the paper writes 2 rho with its pe
 convention, and both converge. Objective (3): sum_i ||X_i - B_i C_i^T||_F^2
 = sum_i ||X_i||^2 - 2 tr(gram_i C_i) + n_i r, so it needs no extra pass over the data.
 """
+
 from __future__ import annotations
 
 import numpy as np
-
 from numba import njit
 
 from pipeline.kernels.codes import SLAB_ROWS, code_bytes, pack_signs, project_slabs
@@ -27,9 +27,9 @@ def random_orthonormal(d: int, r: int, rng: np.random.Generator) -> np.ndarray:
     return Q * np.sign(np.diag(R))
 
 
-BIT_OF_BYTE = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(np.float64)   # (byte value, bit)
-INT32_MAX = 2 ** 31 - 1
-INT64_MAX = 2 ** 63 - 1
+BIT_OF_BYTE = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(np.float64)  # (byte value, bit)
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 
 @njit(nogil=True, cache=True)

@@ -12,6 +12,7 @@ relevance on the fly instead:
 
 Results equal ``distance_histograms`` / ``ap_precision_sums`` exactly (tests).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,7 +56,7 @@ def _precision_sums(queries, tiles, n, mode, query_labels, db_labels, rel_pos, b
     m = queries.shape[0]
     width = before_total.shape[1]
     dist = np.empty(TILE_CODES, np.int32)
-    seen = np.zeros((m, width), np.int64)        # items of this chunk so far, per distance
+    seen = np.zeros((m, width), np.int64)  # items of this chunk so far, per distance
     seen_rel = np.zeros((m, width), np.int64)
     ptr = np.zeros(m, np.int64)
     for t in range(tiles.shape[0]):
@@ -79,7 +80,7 @@ def _precision_sums(queries, tiles, n, mode, query_labels, db_labels, rel_pos, b
                 p = ptr[q]
                 while p < rel_pos.shape[1] and rel_pos[q, p] < stop:
                     r = rel_pos[q, p] - start
-                    for j in range(j0, r + 1):      # ids ascend: ties at a distance come in id order
+                    for j in range(j0, r + 1):  # ids ascend: ties at a distance come in id order
                         sq[dist[j]] += 1
                     h = dist[r]
                     sr[h] += 1
@@ -100,15 +101,23 @@ def relevance_spec(truth, ids: np.ndarray, truth_rows, query_slice=slice(None)):
     if truth.kind == "labels":
         if truth.query_labels.ndim != 1:
             return None
-        return (BY_LABEL, np.ascontiguousarray(truth.query_labels[query_slice], np.int64),
-                np.ascontiguousarray(truth_rows, np.int64), np.zeros((1, 1), np.int64))
+        return (
+            BY_LABEL,
+            np.ascontiguousarray(truth.query_labels[query_slice], np.int64),
+            np.ascontiguousarray(truth_rows, np.int64),
+            np.zeros((1, 1), np.int64),
+        )
     if truth.as_bits:
-        return (BY_POSITION, np.zeros(1, np.int64), np.zeros(1, np.int64),
-                relevant_positions(truth_rows, truth.n_queries)[query_slice])
+        return (
+            BY_POSITION,
+            np.zeros(1, np.int64),
+            np.zeros(1, np.int64),
+            relevant_positions(truth_rows, truth.n_queries)[query_slice],
+        )
     neighbours = truth.neighbour_lists()[query_slice]
     pos = np.searchsorted(ids, neighbours)
     hit = (pos < n) & (ids[np.minimum(pos, max(n - 1, 0))] == neighbours) & (neighbours >= 0) if n else pos < 0
-    rel_pos = np.sort(np.where(hit, pos, n), axis=1)   # each query's relevant positions, ascending, then sentinels
+    rel_pos = np.sort(np.where(hit, pos, n), axis=1)  # each query's relevant positions, ascending, then sentinels
     return BY_POSITION, np.zeros(1, np.int64), np.zeros(1, np.int64), np.ascontiguousarray(rel_pos, np.int64)
 
 
@@ -124,6 +133,13 @@ def fused_histograms(queries, codes, spec, n_bits: int):
 def fused_precision_sums(queries, codes, spec, before_total, before_rel):
     out = np.zeros(queries.shape[0])
     if len(codes):
-        _precision_sums(as_words(queries), word_major_tiles(codes), len(codes), *spec,
-                        np.ascontiguousarray(before_total), np.ascontiguousarray(before_rel), out)
+        _precision_sums(
+            as_words(queries),
+            word_major_tiles(codes),
+            len(codes),
+            *spec,
+            np.ascontiguousarray(before_total),
+            np.ascontiguousarray(before_rel),
+            out,
+        )
     return out

@@ -13,15 +13,16 @@ in id order, an equal distance can never beat an entry already held, so "strictl
 is exact. Accepted entries go to a 2k buffer that is cut back to the exact top-k by
 counting (distances are small integers) when full.
 """
+
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 from numba.extending import intrinsic
 
-ID_BITS = 40                      # ids < 2**40 (1.1e12 points) fit beside the distance in a key
+ID_BITS = 40  # ids < 2**40 (1.1e12 points) fit beside the distance in a key
 _SENTINEL_KEY = np.iinfo(np.int64).max
-PAIRS_PER_BATCH = 1 << 22         # query x code pairs per temporary (~32 MB of uint64)
+PAIRS_PER_BATCH = 1 << 22  # query x code pairs per temporary (~32 MB of uint64)
 
 
 def as_words(codes: np.ndarray) -> np.ndarray:
@@ -66,15 +67,17 @@ def n_queries(queries: np.ndarray) -> int:
     return queries.shape[0] if queries.ndim == 2 else queries.shape[1]
 
 
-TILE_CODES = 4096                 # codes per tile: 32 KB of 64-bit codes, resident in L1/L2
-SCAN_BLOCK = 64                   # distances tested at once for "any candidate here?"
+TILE_CODES = 4096  # codes per tile: 32 KB of 64-bit codes, resident in L1/L2
+SCAN_BLOCK = 64  # distances tested at once for "any candidate here?"
 
 
 @intrinsic
 def _popcount(typingctx, x):
     """LLVM ctpop: one instruction (vectorised to vpopcntq/vpopcntd where the CPU has it)."""
+
     def codegen(context, builder, signature, args):
         return builder.ctpop(args[0])
+
     return x(x), codegen
 
 
@@ -192,7 +195,7 @@ def _distance_matrix(queries, tiles, n, out):
         stop = min(n, start + TILE_CODES)
         for q in range(queries.shape[0]):
             _tile_distances(queries[q], tiles[t], dist)
-            out[q, start:stop] = dist[:stop - start]
+            out[q, start:stop] = dist[: stop - start]
 
 
 def word_major_tiles(codes: np.ndarray) -> np.ndarray:
@@ -201,7 +204,7 @@ def word_major_tiles(codes: np.ndarray) -> np.ndarray:
     words = as_words(codes)
     n_tiles = -(-len(words) // TILE_CODES)
     padded = np.zeros((n_tiles * TILE_CODES, words.shape[1]), words.dtype)
-    padded[:len(words)] = words
+    padded[: len(words)] = words
     return np.ascontiguousarray(padded.reshape(n_tiles, TILE_CODES, -1).transpose(0, 2, 1))
 
 
@@ -254,8 +257,9 @@ def empty_topk(m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full((m, k), -1, np.int32), np.full((m, k), -1, np.int64)
 
 
-def hamming_topk(codes: np.ndarray, ids: np.ndarray, groups: np.ndarray | None = None, *, queries: np.ndarray,
-                 k: int) -> tuple[np.ndarray, np.ndarray]:
+def hamming_topk(
+    codes: np.ndarray, ids: np.ndarray, groups: np.ndarray | None = None, *, queries: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k of one code block: (distances int32 (m,k), ids int64 (m,k)); -1 padding
     where the block has fewer than k codes. ``ids`` are the global ids of the block rows,
     ascending (rows of a chunk), so scanning in row order breaks ties by id."""
@@ -275,8 +279,8 @@ def hamming_topk(codes: np.ndarray, ids: np.ndarray, groups: np.ndarray | None =
         dist = query_distances(query_rows(queries, slice(start, start + step)), codes, groups)
         block_d, block_i = np.empty((len(dist), kk), np.int32), np.empty((len(dist), kk), np.int64)
         _topk_counting(dist, ids, kk, width, block_d, block_i)
-        out_d[start:start + step, :kk] = block_d
-        out_i[start:start + step, :kk] = block_i
+        out_d[start : start + step, :kk] = block_d
+        out_i[start : start + step, :kk] = block_i
     return out_d, out_i
 
 
@@ -310,5 +314,4 @@ def hamming_radius(queries: np.ndarray, codes: np.ndarray, ids: np.ndarray, radi
 def sort_radius_results(query_index, ids, distances):
     """Order flat radius results by (query, distance, id); used after concatenating blocks."""
     order = np.lexsort((ids, distances, query_index))
-    return (query_index[order].astype(np.int64), ids[order].astype(np.int64),
-            distances[order].astype(np.int32))
+    return (query_index[order].astype(np.int64), ids[order].astype(np.int64), distances[order].astype(np.int32))

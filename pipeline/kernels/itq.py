@@ -1,4 +1,5 @@
 """ITQ (Gong & Lazebnik): the rotation step and loss from the summed r x r term B^T V."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -10,13 +10,14 @@ uint8, d * 255**2 < 2**24) every float32 term is an exact integer, so the float3
 exact and ties are real ties — this is the fast path, the one FAISS uses (FAISS always
 uses float32). Any other data uses float64 (exact below 2**53 for integers).
 """
+
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
 SLAB_ROWS = 2048
-FLOAT32_EXACT = 2 ** 24
+FLOAT32_EXACT = 2**24
 
 
 def exact_dtype(X: np.ndarray, queries: np.ndarray) -> type:
@@ -26,7 +27,7 @@ def exact_dtype(X: np.ndarray, queries: np.ndarray) -> type:
     peak = max(abs(int(np.iinfo(X.dtype).min)), int(np.iinfo(X.dtype).max))
     qpeak = int(np.abs(queries.astype(np.int64)).max(initial=0))
     d = X.shape[1]
-    bound = d * max(peak, qpeak) ** 2 * 2   # ||x||^2 + 2|q.x|, both bounded by d * peak^2
+    bound = d * max(peak, qpeak) ** 2 * 2  # ||x||^2 + 2|q.x|, both bounded by d * peak^2
     return np.float32 if bound < FLOAT32_EXACT else np.float64
 
 
@@ -87,9 +88,9 @@ def l2_topk(X: np.ndarray, ids: np.ndarray, *, queries: np.ndarray, k: int):
     heap_d = np.full((m, k), np.inf, dtype)
     heap_i = np.full((m, k), np.iinfo(np.int64).max, np.int64)
     for start in range(0, len(X), SLAB_ROWS):
-        slab = np.asarray(X[start:start + SLAB_ROWS], dtype=dtype)
+        slab = np.asarray(X[start : start + SLAB_ROWS], dtype=dtype)
         x_norms = np.einsum("ij,ij->i", slab, slab)
-        _push_slab(Q @ slab.T, x_norms, ids[start:start + SLAB_ROWS], heap_d, heap_i)
+        _push_slab(Q @ slab.T, x_norms, ids[start : start + SLAB_ROWS], heap_d, heap_i)
     q_norms = np.einsum("ij,ij->i", queries.astype(np.float64), queries.astype(np.float64))
     dist = heap_d.astype(np.float64) + q_norms[:, None]
     order = np.lexsort((heap_i, dist), axis=-1)
@@ -128,14 +129,19 @@ def gemm_slabs(X: np.ndarray, queries: np.ndarray):
     dtype = exact_dtype(X, queries)
     Q = queries.astype(dtype)
     for start in range(0, len(X), SLAB_ROWS):
-        slab = np.asarray(X[start:start + SLAB_ROWS], dtype=dtype)
+        slab = np.asarray(X[start : start + SLAB_ROWS], dtype=dtype)
         yield start, Q @ slab.T, np.einsum("ij,ij->i", slab, slab)
 
 
 def partial_distances(X: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """(m, n) float64 ||x||^2 - 2 q.x, the same numbers as the kernels below (small inputs)."""
-    return np.concatenate([x_norms[None, :].astype(np.float64) - 2.0 * dots.astype(np.float64)
-                           for _, dots, x_norms in gemm_slabs(X, queries)], axis=1)
+    return np.concatenate(
+        [
+            x_norms[None, :].astype(np.float64) - 2.0 * dots.astype(np.float64)
+            for _, dots, x_norms in gemm_slabs(X, queries)
+        ],
+        axis=1,
+    )
 
 
 def query_norms(queries: np.ndarray) -> np.ndarray:
@@ -189,7 +195,7 @@ def window_counts(X: np.ndarray, keep: np.ndarray, *, queries: np.ndarray, edges
     lowest, highest = np.full(m, np.inf), np.full(m, -np.inf)
     keep = np.ascontiguousarray(keep, dtype=np.bool_)
     for start, dots, x_norms in gemm_slabs(X, queries):
-        _count_slab(dots, x_norms, keep[start:start + len(x_norms)], edges, counts, lowest, highest)
+        _count_slab(dots, x_norms, keep[start : start + len(x_norms)], edges, counts, lowest, highest)
     return counts, lowest, highest
 
 
@@ -207,8 +213,9 @@ def _collect_slab(dots, x_norms, keep, ids, lo, hi, out_q, out_d, out_i, k):
     return k
 
 
-def window_members(X: np.ndarray, ids: np.ndarray, keep: np.ndarray, *, queries: np.ndarray,
-                   lo: np.ndarray, hi: np.ndarray):
+def window_members(
+    X: np.ndarray, ids: np.ndarray, keep: np.ndarray, *, queries: np.ndarray, lo: np.ndarray, hi: np.ndarray
+):
     """(query, partial distance, id) of every kept row with lo[q] <= d < hi[q]."""
     keep = np.ascontiguousarray(keep, dtype=np.bool_)
     ids = np.asarray(ids, dtype=np.int64)
@@ -239,8 +246,15 @@ def _mark_slab(dots, x_norms, keep, ids, threshold, threshold_id, bits, row0, pe
         per_query[q] += marked
 
 
-def relevance_bits(X: np.ndarray, ids: np.ndarray, keep: np.ndarray, *, queries: np.ndarray,
-                   threshold: np.ndarray, threshold_id: np.ndarray):
+def relevance_bits(
+    X: np.ndarray,
+    ids: np.ndarray,
+    keep: np.ndarray,
+    *,
+    queries: np.ndarray,
+    threshold: np.ndarray,
+    threshold_id: np.ndarray,
+):
     """(bits, per_query): bits (rows, ceil(m / 8)) uint8, bit q of row j (little-endian
     within a byte) set iff row j is kept and (d(q, x_j), id_j) <= (threshold[q],
     threshold_id[q]); per_query (m,) int64, how many rows each query marked."""
@@ -304,4 +318,4 @@ def unpack_relevance(bits: np.ndarray, m: int, query_slice=slice(None)) -> np.nd
         return np.unpackbits(bits, axis=1, count=m, bitorder="little")[:, query_slice].T.astype(bool)
     first, last = start // 8, (stop + 7) // 8
     unpacked = np.unpackbits(bits[:, first:last], axis=1, bitorder="little")
-    return unpacked[:, start - 8 * first:stop - 8 * first].T.astype(bool)
+    return unpacked[:, start - 8 * first : stop - 8 * first].T.astype(bool)

@@ -14,6 +14,7 @@ codes live and summed with a tree reduction, for any database size.
 * PR curve by radius and precision@radius2: counts of items with distance <= r.
 Queries without any relevant item get AP 0 (reports say so).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -96,7 +97,7 @@ def _precision_sums(dist, relevant, before_total, before_rel, out):
         seen[:] = 0
         seen_rel[:] = 0
         acc = 0.0
-        for j in range(dist.shape[1]):   # ids ascend along the chunk: ties come in id order
+        for j in range(dist.shape[1]):  # ids ascend along the chunk: ties come in id order
             h = dist[q, j]
             seen[h] += 1
             if relevant[q, j]:
@@ -105,8 +106,9 @@ def _precision_sums(dist, relevant, before_total, before_rel, out):
         out[q] = acc
 
 
-def ap_precision_sums(dist: np.ndarray, relevant: np.ndarray, before_total: np.ndarray,
-                      before_rel: np.ndarray) -> np.ndarray:
+def ap_precision_sums(
+    dist: np.ndarray, relevant: np.ndarray, before_total: np.ndarray, before_rel: np.ndarray
+) -> np.ndarray:
     """Sum, over the chunk's relevant items, of precision at their global rank (per query).
 
     One scan of each row in id order: a running count per distance gives every item's
@@ -115,8 +117,13 @@ def ap_precision_sums(dist: np.ndarray, relevant: np.ndarray, before_total: np.n
     """
     out = np.zeros(dist.shape[0])
     if dist.shape[1]:
-        _precision_sums(np.ascontiguousarray(dist), np.ascontiguousarray(relevant),
-                        np.ascontiguousarray(before_total), np.ascontiguousarray(before_rel), out)
+        _precision_sums(
+            np.ascontiguousarray(dist),
+            np.ascontiguousarray(relevant),
+            np.ascontiguousarray(before_total),
+            np.ascontiguousarray(before_rel),
+            out,
+        )
     return out
 
 
@@ -158,7 +165,7 @@ def radius_precision_recall(total: np.ndarray, rel: np.ndarray):
     n_rel = rel.sum(axis=1, keepdims=True)
     precision = np.where(ret > 0, hit / np.maximum(ret, 1), 0.0)
     recall = np.where(n_rel > 0, hit / np.maximum(n_rel, 1), 0.0)
-    failed = (ret == 0)
+    failed = ret == 0
     return precision.mean(axis=0), recall.mean(axis=0), failed.mean(axis=0)
 
 

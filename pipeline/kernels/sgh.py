@@ -14,6 +14,7 @@ a = sqrt(2 (e^2 - 1) / (e rho)), b = sqrt((e^2 + 1) / e). Their first d + 1 colu
 ("head" below), and the last columns are +1 / -1, so with s = K^T 1:
 K^T P = [H, s], K^T Q = [H, -s] and A_1 / c = H H^T - s s^T (symmetric, as S~ is).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,10 +24,10 @@ import scipy.linalg
 
 from pipeline.kernels.l2 import exact_dtype
 
-SLAB_ROWS = 2048   # rows of kernel features handled at a time: a float64 slab of 300 bases stays ~5 MB
+SLAB_ROWS = 2048  # rows of kernel features handled at a time: a float64 slab of 300 bases stays ~5 MB
 E = math.e
-HEAD_X_SCALE = math.sqrt(2.0 * (E * E - 1.0) / E)   # a * sqrt(rho)
-HEAD_CONST = math.sqrt((E * E + 1.0) / E)           # b
+HEAD_X_SCALE = math.sqrt(2.0 * (E * E - 1.0) / E)  # a * sqrt(rho)
+HEAD_CONST = math.sqrt((E * E + 1.0) / E)  # b
 
 
 def kernel_features(X: np.ndarray, bases: np.ndarray, bandwidth: float) -> np.ndarray:
@@ -43,7 +44,7 @@ def kernel_features(X: np.ndarray, bases: np.ndarray, bandwidth: float) -> np.nd
     scale = -1.0 / (2.0 * float(bandwidth) ** 2)
     out = np.empty((X.shape[0], B.shape[0]), np.float32)
     for start in range(0, X.shape[0], SLAB_ROWS):
-        slab = np.asarray(X[start:start + SLAB_ROWS], dtype=dtype)
+        slab = np.asarray(X[start : start + SLAB_ROWS], dtype=dtype)
         sq = np.einsum("ij,ij->i", slab, slab).astype(np.float64)
         d2 = (slab @ B.T).astype(np.float64)
         d2 *= -2.0
@@ -51,7 +52,7 @@ def kernel_features(X: np.ndarray, bases: np.ndarray, bandwidth: float) -> np.nd
         d2 += base_sq[None, :]
         np.maximum(d2, 0.0, out=d2)
         d2 *= scale
-        out[start:start + len(slab)] = np.exp(d2)
+        out[start : start + len(slab)] = np.exp(d2)
     return out
 
 
@@ -76,7 +77,7 @@ def max_centred_sq_norm_and_kernel_sum(X: np.ndarray, phi: np.ndarray, mean: np.
     """(max ||x - mean||^2 over the chunk, column sums of the kernel features)."""
     best = 0.0
     for start in range(0, X.shape[0], SLAB_ROWS):
-        slab = np.asarray(X[start:start + SLAB_ROWS], dtype=np.float64) - mean
+        slab = np.asarray(X[start : start + SLAB_ROWS], dtype=np.float64) - mean
         best = max(best, float(np.einsum("ij,ij->i", slab, slab).max(initial=0.0)))
     return best, phi.sum(axis=0, dtype=np.float64)
 
@@ -90,8 +91,8 @@ def gram_terms(X: np.ndarray, phi: np.ndarray, mean: np.ndarray, kernel_mean: np
     m = phi.shape[1]
     KtK, KtH, Ks = np.zeros((m, m)), np.zeros((m, X.shape[1] + 1)), np.zeros(m)
     for start in range(0, X.shape[0], SLAB_ROWS):
-        K = phi[start:start + SLAB_ROWS].astype(np.float64) - kernel_mean
-        head = transformed_head(np.asarray(X[start:start + SLAB_ROWS], dtype=np.float64) - mean, rho)
+        K = phi[start : start + SLAB_ROWS].astype(np.float64) - kernel_mean
+        head = transformed_head(np.asarray(X[start : start + SLAB_ROWS], dtype=np.float64) - mean, rho)
         KtK += K.T @ K
         KtH += K.T @ head
         Ks += K.sum(axis=0)
@@ -108,7 +109,7 @@ def kernel_sign_gram(phi: np.ndarray, kernel_mean: np.ndarray, w: np.ndarray) ->
     """u = K^T sgn(K w) of one chunk (m,), K = phi - kernel_mean, sgn(0) = +1."""
     u = np.zeros(phi.shape[1])
     for start in range(0, phi.shape[0], SLAB_ROWS):
-        K = phi[start:start + SLAB_ROWS].astype(np.float64) - kernel_mean
+        K = phi[start : start + SLAB_ROWS].astype(np.float64) - kernel_mean
         u += K.T @ np.where(K @ w >= 0, 1.0, -1.0)
     return u
 

@@ -6,6 +6,7 @@ dimensionless): M = C + eta L, with C the (deflated) data covariance X^T X / n o
 rows and L the label term. The paper writes M = X_l S X_l^T + eta X X^T, the same family up
 to an overall scale (paper eta = 1 / ours).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -73,7 +74,7 @@ def boundary_regions(X: np.ndarray, ids: np.ndarray, mean: np.ndarray, w: np.nda
     out = []
     for mask, key in _region_keys(p):
         idx = np.flatnonzero(mask)
-        if len(idx) > k:   # only the k smallest keys (and their ties) can be kept: sort those
+        if len(idx) > k:  # only the k smallest keys (and their ties) can be kept: sort those
             cut = np.partition(key[idx], k - 1)[k - 1]
             idx = idx[key[idx] <= cut]
         keep = idx[np.lexsort((ids[idx], key[idx]))[:k]]
@@ -96,10 +97,10 @@ def pseudo_label_term(region_rows: list, mean: np.ndarray) -> np.ndarray:
     (same bit but far apart). S_MC is constant on each block of region pairs, so the term
     only needs the region means m: sum_pairs x_i x_j^T / (|A||B|) = m_A m_B^T."""
     # an empty region (every projection on one side) has no pairs: it contributes nothing
-    mu = [np.asarray(r, dtype=np.float64).mean(axis=0) - mean if len(r) else np.zeros_like(mean)
-          for r in region_rows]
+    mu = [np.asarray(r, dtype=np.float64).mean(axis=0) - mean if len(r) else np.zeros_like(mean) for r in region_rows]
     near_neg, near_pos, far_neg, far_pos = mu
 
     def sym(a, b):
         return np.outer(a, b) + np.outer(b, a)
+
     return sym(near_neg, near_pos) - 0.5 * (sym(near_neg, far_neg) + sym(near_pos, far_pos))

@@ -4,6 +4,7 @@ Each chunk gives (count, mean, M2) with M2 = (X - mean)^T (X - mean); two partia
 merge with Chan et al.'s parallel update. Unlike sum/sum-of-squares this does not lose
 precision when the data has a large offset (embeddings, SIFT's mean of ~30 per dimension).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -3,6 +3,7 @@
 Results follow FAISS: distances int32 (m, k), ids int64 (m, k), -1 where fewer than k
 codes exist; ties are broken by the smaller id, so every chunking gives the same answer.
 """
+
 from __future__ import annotations
 
 import dask
@@ -19,11 +20,15 @@ def _check_codes(query_codes, codes):
         _check_codes(query_codes[0], codes)
         return query_codes
     if query_codes.dtype != np.uint8 or getattr(codes, "dtype", None) != np.uint8:
-        raise InputError(f"codes must be packed uint8 arrays (got {query_codes.dtype} queries and "
-                         f"{getattr(codes, 'dtype', None)} database codes); encode with a hasher's encode()")
+        raise InputError(
+            f"codes must be packed uint8 arrays (got {query_codes.dtype} queries and "
+            f"{getattr(codes, 'dtype', None)} database codes); encode with a hasher's encode()"
+        )
     if query_codes.ndim != 2 or codes.ndim != 2 or query_codes.shape[1] != codes.shape[1]:
-        raise InputError(f"query codes {query_codes.shape} and database codes {codes.shape} have different "
-                         f"code lengths; encode both with the same model")
+        raise InputError(
+            f"query codes {query_codes.shape} and database codes {codes.shape} have different "
+            f"code lengths; encode both with the same model"
+        )
     return query_codes
 
 
@@ -36,6 +41,7 @@ def _aligned(codes, ids):
 def _merge_pair(k):
     def merge(a, b):
         return merge_topk([a, b], k)
+
     return merge
 
 
@@ -48,8 +54,13 @@ def knn_search_lazy(query_codes, codes, k: int, ids=None, groups=None):
         raise InputError(f"k must be a positive int; got {k!r}")
     codes, ids = _aligned(codes, ids)
     group_chunks = chunk_delayeds(groups) if groups is not None else [None] * codes.numblocks[0]
-    parts = map_chunks("hamming-topk", hamming_topk,
-                       list(zip(chunk_reads(codes), chunk_reads(ids), group_chunks)), k=int(k), queries=query_codes)
+    parts = map_chunks(
+        "hamming-topk",
+        hamming_topk,
+        list(zip(chunk_reads(codes), chunk_reads(ids), group_chunks)),
+        k=int(k),
+        queries=query_codes,
+    )
     return tree_reduce("hamming-topk-merge", parts, _merge_pair(int(k)))
 
 
@@ -77,6 +88,11 @@ def radius_search(query_codes, codes, radius: int, ids=None):
     if not isinstance(radius, (int, np.integer)) or radius < 0:
         raise InputError(f"radius must be a non-negative int; got {radius!r}")
     codes, ids = _aligned(codes, ids)
-    parts = map_chunks("hamming-radius", _radius_chunk, list(zip(chunk_reads(codes), chunk_reads(ids))),
-                       queries=query_codes, radius=int(radius))
+    parts = map_chunks(
+        "hamming-radius",
+        _radius_chunk,
+        list(zip(chunk_reads(codes), chunk_reads(ids))),
+        queries=query_codes,
+        radius=int(radius),
+    )
     return dask.compute(tree_reduce("hamming-radius-merge", parts, _concat_radius))[0]

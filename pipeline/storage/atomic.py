@@ -20,6 +20,7 @@ any other existing path is refused. The next writer of an output removes tempora
 left by killed writers on this host. SIGTERM is turned into an exception by the CLI, so
 the ``except`` below removes the temporary on ``kill`` too.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,6 +44,7 @@ def _now() -> str:
 
 # ------------------------------------------------------------------ reading markers ---
 
+
 def read_commit(loc: Location) -> dict | None:
     """The commit record of an artifact directory, None when there is none (or it is damaged)."""
     try:
@@ -60,8 +62,10 @@ def require_committed(loc: Location, kind: str, remedy: str) -> dict:
             raise InputError(f"{loc} does not exist; {remedy}")
         if loc.child(COMMIT_FILE).exists():
             raise InputError(f"{loc} has a damaged commit record ({COMMIT_FILE}); {remedy}")
-        raise InputError(f"{loc} is not a complete dhash {kind} (no {COMMIT_FILE}: its writer was killed, is still "
-                         f"running, or it was made by another tool or an older dhash); {remedy}")
+        raise InputError(
+            f"{loc} is not a complete dhash {kind} (no {COMMIT_FILE}: its writer was killed, is still "
+            f"running, or it was made by another tool or an older dhash); {remedy}"
+        )
     if record.get("kind") != kind:
         raise InputError(f"{loc} is a dhash {record.get('kind')}, not a {kind}; {remedy}")
     return record
@@ -81,12 +85,13 @@ def _parquet_kind(loc: Location) -> str | None:
     """The kind of a single-file artifact: our parquet files name it in their schema
     metadata ("dhash.KIND/VERSION"); anything else (or unreadable) is not ours."""
     import pyarrow.parquet as pq
+
     try:
         with loc.open("rb") as f:
             schema = (pq.ParquetFile(f).schema_arrow.metadata or {}).get(b"schema", b"").decode()
-    except Exception:   # noqa: BLE001 - anything unreadable is simply not ours
+    except Exception:  # noqa: BLE001 - anything unreadable is simply not ours
         return None
-    return schema[len("dhash."):].rpartition("/")[0] or None if schema.startswith("dhash.") else None
+    return schema[len("dhash.") :].rpartition("/")[0] or None if schema.startswith("dhash.") else None
 
 
 def check_output(final, *, kind: str, overwrite: bool) -> Location:
@@ -94,15 +99,17 @@ def check_output(final, *, kind: str, overwrite: bool) -> Location:
     ``overwrite`` and it is our own ``kind``; a local parent that cannot be written."""
     final = resolve(final)
     if final.exists() and _uncommitted_write(final, overwrite):
-        return final   # a killed writer's prefix (object stores): atomic_output replaces it
+        return final  # a killed writer's prefix (object stores): atomic_output replaces it
     if final.exists():
         if not overwrite:
             raise InputError(f"output {final} already exists; choose another path or pass --overwrite")
         found = existing_kind(final)
-        if found != kind and kind != "file":   # "file": the library's own small files (stamps, logs)
+        if found != kind and kind != "file":  # "file": the library's own small files (stamps, logs)
             what = f"a dhash {found}" if found else "not a dhash artifact"
-            raise InputError(f"output {final} exists and is {what}; --overwrite only replaces a dhash {kind}. "
-                             "Choose another path or remove it yourself")
+            raise InputError(
+                f"output {final} exists and is {what}; --overwrite only replaces a dhash {kind}. "
+                "Choose another path or remove it yourself"
+            )
     if final.is_local:
         parent = final.parent.url
         while not os.path.exists(parent) and os.path.dirname(parent) != parent:
@@ -142,11 +149,14 @@ def _uncommitted_write(final: Location, overwrite: bool) -> bool:
         return False
     if overwrite or _writer_dead(writer):
         return True
-    raise InputError(f"output {final} is an unfinished write (started {writer.get('started')} by pid {writer.get('pid')} "
-                     f"on {writer.get('host')}, never committed); if that job is gone pass --overwrite to replace it")
+    raise InputError(
+        f"output {final} is an unfinished write (started {writer.get('started')} by pid {writer.get('pid')} "
+        f"on {writer.get('host')}, never committed); if that job is gone pass --overwrite to replace it"
+    )
 
 
 # ------------------------------------------------------------------ writing -----------
+
 
 def writer_record() -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}
@@ -175,7 +185,7 @@ def remove_stale_temporaries(final: Location) -> list[str]:
         writer = _read_writer(tmp)
         if writer is not None:
             stale = _writer_dead(writer)
-        else:   # no writer record: a file temporary, or the writer died before writing it
+        else:  # no writer record: a file temporary, or the writer died before writing it
             stale = time.time() - os.path.getmtime(tmp.url) > 3600
         if stale:
             tmp.remove()
@@ -205,7 +215,7 @@ def atomic_output(final, *, kind: str, overwrite: bool = False, manifest=None, f
         if not file:
             tmp.child(WRITER_FILE).write_text(json.dumps(writer_record()))
     else:
-        if final.exists() and not file:   # an older output, or a killed writer's prefix
+        if final.exists() and not file:  # an older output, or a killed writer's prefix
             _remote_uncommit(final)
         tmp = final
         if not file:
@@ -213,8 +223,12 @@ def atomic_output(final, *, kind: str, overwrite: bool = False, manifest=None, f
     try:
         yield tmp
         if not file:
-            record = {"schema": COMMIT_SCHEMA, "kind": kind, "committed": _now(),
-                      "manifest": manifest(tmp) if manifest is not None else {}}
+            record = {
+                "schema": COMMIT_SCHEMA,
+                "kind": kind,
+                "committed": _now(),
+                "manifest": manifest(tmp) if manifest is not None else {},
+            }
             tmp.child(WRITER_FILE).remove()
             tmp.child(COMMIT_FILE).write_text(json.dumps(record, indent=1) + "\n")
     except BaseException:

@@ -15,6 +15,7 @@ its fill value for a missing chunk, i.e. train, encode or score on zeros. Direct
 are also faster: through ``zarr.Array.__getitem__`` a 16 MiB chunk took 30 ms on this
 machine (event-loop hand-offs and copies around a 14 ms decode), read directly ~17 ms.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,17 +25,23 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.storage.location import Location
 
-ZSTD_LEVEL = 1   # measured 2.7x faster than the default level on SIFT-like chunks, slightly better ratio
+ZSTD_LEVEL = 1  # measured 2.7x faster than the default level on SIFT-like chunks, slightly better ratio
 
 
 def create_array(group, name: str, shape: tuple, chunk_rows: int, dtype):
     """An array of the verified layout in a zarr group opened for writing."""
     import zarr
+
     shape = tuple(int(s) for s in shape)
     chunks = (max(1, min(int(chunk_rows), shape[0])),) + shape[1:]
-    return group.create_array(name, shape=shape, chunks=chunks, dtype=dtype,
-                              compressors=zarr.codecs.ZstdCodec(level=ZSTD_LEVEL, checksum=True),
-                              config={"write_empty_chunks": True})
+    return group.create_array(
+        name,
+        shape=shape,
+        chunks=chunks,
+        dtype=dtype,
+        compressors=zarr.codecs.ZstdCodec(level=ZSTD_LEVEL, checksum=True),
+        config={"write_empty_chunks": True},
+    )
 
 
 def new_group(loc: Location):
@@ -42,6 +49,7 @@ def new_group(loc: Location):
     the location already holds the writer record of storage.atomic, which "w" would delete
     (a killed writer's leftovers would then look foreign instead of ours)."""
     import zarr
+
     return zarr.open_group(loc.zarr_store(), mode="a", zarr_format=3)
 
 
@@ -51,6 +59,7 @@ def open_for_write(loc: Location):
     must ask for it, or an all-zero chunk would be skipped and later read as missing
     (``open_array`` ignores a ``config`` argument; the global setting is read at opening)."""
     import zarr
+
     with zarr.config.set({"array.write_empty_chunks": True}):
         return zarr.open_array(loc.zarr_store(), mode="r+")
 
@@ -73,8 +82,12 @@ def _metadata(loc: Location, what: str, remedy: str) -> dict:
         checksum = meta["codecs"][1]["configuration"].get("checksum")
     except (KeyError, IndexError, TypeError, AttributeError):
         raise InputError(f"{what} has damaged metadata ({loc}/zarr.json); {remedy}") from None
-    if codecs != ["bytes", "zstd"] or not checksum or list(chunk_shape[1:]) != list(shape[1:]) \
-            or meta["codecs"][0].get("configuration", {}).get("endian", "little") != "little":
+    if (
+        codecs != ["bytes", "zstd"]
+        or not checksum
+        or list(chunk_shape[1:]) != list(shape[1:])
+        or meta["codecs"][0].get("configuration", {}).get("endian", "little") != "little"
+    ):
         raise InputError(f"{what} ({loc}) is not in dhash's verified layout (codecs {codecs}); {remedy}")
     return {"shape": tuple(shape), "dtype": dtype.str, "chunk_rows": int(chunk_shape[0])}
 
@@ -130,6 +143,7 @@ class ChunkReader:
 
     def __call__(self, i: int) -> np.ndarray:
         from numcodecs import Zstd
+
         i = int(i)
         rows = min(self.chunk_rows, self.shape[0] - i * self.chunk_rows)
         path = self.loc.child(_chunk_key(len(self.shape), i))
@@ -170,8 +184,11 @@ class ChunkReader:
         """The whole array (small arrays: labels, splits, thresholds, neighbour lists)."""
         if self.n_chunks == 1:
             return self(0)
-        return np.concatenate([self(i) for i in range(self.n_chunks)]) if self.n_chunks else \
-            np.empty(self.shape, self.dtype)
+        return (
+            np.concatenate([self(i) for i in range(self.n_chunks)])
+            if self.n_chunks
+            else np.empty(self.shape, self.dtype)
+        )
 
 
 def open_verified(loc: Location, manifest: dict | None, what: str, remedy: str) -> ChunkReader:
@@ -179,10 +196,15 @@ def open_verified(loc: Location, manifest: dict | None, what: str, remedy: str) 
     if not manifest:
         raise InputError(f"{what} ({loc}) is not listed in its artifact's manifest; {remedy}")
     meta = _metadata(loc, what, remedy)
-    if list(meta["shape"]) != list(manifest["shape"]) or meta["dtype"] != manifest["dtype"] \
-            or meta["chunk_rows"] != manifest["chunk_rows"]:
-        raise InputError(f"{what} ({loc}) has metadata that differs from its manifest (shape {list(meta['shape'])} vs "
-                         f"{manifest['shape']}); {remedy}")
+    if (
+        list(meta["shape"]) != list(manifest["shape"])
+        or meta["dtype"] != manifest["dtype"]
+        or meta["chunk_rows"] != manifest["chunk_rows"]
+    ):
+        raise InputError(
+            f"{what} ({loc}) has metadata that differs from its manifest (shape {list(meta['shape'])} vs "
+            f"{manifest['shape']}); {remedy}"
+        )
     return ChunkReader(loc, manifest, what, remedy)
 
 
@@ -190,6 +212,7 @@ def dask_from_reader(reader: ChunkReader, name: str):
     """Dask array with one verified-read task per stored chunk (rows chunked, other dims whole)."""
     import dask.array as da
     from dask.highlevelgraph import HighLevelGraph
+
     n, rows = reader.shape[0], reader.chunk_rows
     starts = range(0, n, rows)
     chunks = (tuple(min(rows, n - s) for s in starts),) + tuple((s,) for s in reader.shape[1:])
@@ -201,9 +224,12 @@ def dask_from_reader(reader: ChunkReader, name: str):
 def arrays_manifest(*names: str):
     """A ``manifest`` callable for ``atomic_output``: the manifests of the named arrays
     that exist in the artifact (optional ones, such as labels, may be absent)."""
+
     def build(loc: Location) -> dict:
-        return {"arrays": {name: array_manifest(loc.child(name)) for name in names
-                           if loc.child(name, "zarr.json").exists()}}
+        return {
+            "arrays": {name: array_manifest(loc.child(name)) for name in names if loc.child(name, "zarr.json").exists()}
+        }
+
     return build
 
 
@@ -211,6 +237,7 @@ def content_id(manifest: dict, names=None) -> str:
     """Fingerprint of an artifact's arrays (shapes, dtypes, chunk checksums), not of its path:
     a copy of the same data elsewhere has the same id."""
     import hashlib
+
     arrays = manifest.get("arrays", {})
     picked = {k: v for k, v in arrays.items() if names is None or k in names}
     return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]

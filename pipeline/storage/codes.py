@@ -5,13 +5,20 @@ attrs: schema, model_id, method, n_bits, bit_order ("little": FAISS's binary lay
 dataset (its location) and dataset_id (its content id). Search and evaluation refuse codes
 of another model or another dataset.
 """
+
 from __future__ import annotations
 
 from pipeline.errors import InputError
 from pipeline.kernels.codes import BIT_ORDER
 from pipeline.storage.atomic import atomic_output, require_committed
-from pipeline.storage.chunkread import (arrays_manifest, create_array, dask_from_reader, new_group, open_verified,
-                                        read_attrs)
+from pipeline.storage.chunkread import (
+    arrays_manifest,
+    create_array,
+    dask_from_reader,
+    new_group,
+    open_verified,
+    read_attrs,
+)
 from pipeline.storage.location import resolve
 
 CODES_SCHEMA = "dhash.codes/2"
@@ -28,10 +35,17 @@ def codes_output(path, overwrite: bool):
 
 def create_codes_array(tmp, n: int, chunk_rows: int, model, dataset):
     group = new_group(tmp)
-    group.attrs.update({"schema": CODES_SCHEMA, "model_id": model.model_id, "method": model.method,
-                        "n_bits": int(model.n_bits), "bit_order": BIT_ORDER,
-                        "dataset": dataset.path if dataset is not None else "",
-                        "dataset_id": dataset.content_id if dataset is not None else None})
+    group.attrs.update(
+        {
+            "schema": CODES_SCHEMA,
+            "model_id": model.model_id,
+            "method": model.method,
+            "n_bits": int(model.n_bits),
+            "bit_order": BIT_ORDER,
+            "dataset": dataset.path if dataset is not None else "",
+            "dataset_id": dataset.content_id if dataset is not None else None,
+        }
+    )
     return create_array(group, "codes", (n, model.code_bytes), chunk_rows, "uint8")
 
 
@@ -45,17 +59,26 @@ def open_codes(path, model=None, dataset=None):
     if attrs.get("schema") != CODES_SCHEMA:
         raise InputError(f"{loc} is not a dhash codes array (schema {attrs.get('schema')!r}); {remedy}")
     if model is not None and attrs.get("model_id") != model.model_id:
-        raise InputError(f"codes at {loc} were made by model {attrs.get('model_id')} ({attrs.get('method')}, "
-                         f"{attrs.get('n_bits')} bits), not by the given model {model.model_id}; {remedy}")
+        raise InputError(
+            f"codes at {loc} were made by model {attrs.get('model_id')} ({attrs.get('method')}, "
+            f"{attrs.get('n_bits')} bits), not by the given model {model.model_id}; {remedy}"
+        )
     if dataset is not None and attrs.get("dataset_id") != dataset.content_id:
-        raise InputError(f"codes at {loc} were encoded from another dataset ({attrs.get('dataset') or 'unknown'}, id "
-                         f"{attrs.get('dataset_id')}), not from {dataset.path} (id {dataset.content_id}); "
-                         f"encode this dataset with `dhash encode --dataset {dataset.path}`")
-    reader = open_verified(loc.child("codes"), record["manifest"].get("arrays", {}).get("codes"),
-                           f"codes {loc}", f"re-run `dhash encode --out {loc}`")
+        raise InputError(
+            f"codes at {loc} were encoded from another dataset ({attrs.get('dataset') or 'unknown'}, id "
+            f"{attrs.get('dataset_id')}), not from {dataset.path} (id {dataset.content_id}); "
+            f"encode this dataset with `dhash encode --dataset {dataset.path}`"
+        )
+    reader = open_verified(
+        loc.child("codes"),
+        record["manifest"].get("arrays", {}).get("codes"),
+        f"codes {loc}",
+        f"re-run `dhash encode --out {loc}`",
+    )
     return reader, attrs
 
 
 def codes_dask(reader):
     from dask.base import tokenize
+
     return dask_from_reader(reader, f"codes-{tokenize(reader)}")

@@ -22,29 +22,39 @@ of its chunks, and every read is verified against them (storage.chunkread). The 
 ``content_id`` fingerprints its features and labels; splits, ground truth and codes record
 it, so they are never used with other data.
 """
+
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
 import hashlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import numpy as np
 import zarr
 
 from pipeline.errors import InputError
 from pipeline.storage.atomic import atomic_output, require_committed
-from pipeline.storage.chunkread import (ChunkReader, arrays_manifest, content_id, create_array, dask_from_reader,
-                                        new_group, open_for_write, open_verified, read_attrs)
+from pipeline.storage.chunkread import (
+    ChunkReader,
+    arrays_manifest,
+    content_id,
+    create_array,
+    dask_from_reader,
+    new_group,
+    open_for_write,
+    open_verified,
+    read_attrs,
+)
 from pipeline.storage.location import Location, resolve
 from pipeline.validation import check_finite_block, check_numeric_dtype
 
 DATASET_SCHEMA = "dhash.dataset/1"
 SPLIT_SCHEMA = "dhash.split/1"
 GROUNDTRUTH_SCHEMA = "dhash.groundtruth/1"
-STORAGE_FORMAT = 2   # 2: committed artifacts with per-chunk checksums (1: plain zarr)
-DATASET_ARRAYS = ("features", "ids", "labels")   # what the dataset's manifest covers
+STORAGE_FORMAT = 2  # 2: committed artifacts with per-chunk checksums (1: plain zarr)
+DATASET_ARRAYS = ("features", "ids", "labels")  # what the dataset's manifest covers
 TARGET_CHUNK_BYTES = 16 * 2**20  # zarr/dask sweet spot: few tasks, bounded memory per task
 
 
@@ -59,7 +69,7 @@ def sha256_of(array: np.ndarray) -> str:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def rechunk_rows(blocks: Iterable[np.ndarray], rows: int) -> Iterator[np.ndarray]:
@@ -82,8 +92,9 @@ def rechunk_rows(blocks: Iterable[np.ndarray], rows: int) -> Iterator[np.ndarray
         yield np.concatenate(pending)
 
 
-def create_dataset_group(path, *, n: int, d: int, dtype, chunk_rows: int, source: str,
-                         attrs: dict | None = None, with_ids: bool = True) -> zarr.Group:
+def create_dataset_group(
+    path, *, n: int, d: int, dtype, chunk_rows: int, source: str, attrs: dict | None = None, with_ids: bool = True
+) -> zarr.Group:
     """Create the arrays of an empty dataset at ``path`` (normally a temporary location)."""
     dtype = check_numeric_dtype(dtype)
     if n <= 0 or d <= 0:
@@ -93,31 +104,57 @@ def create_dataset_group(path, *, n: int, d: int, dtype, chunk_rows: int, source
     if with_ids:
         ids = create_array(group, "ids", (n,), max(chunk_rows, 2**20), "int64")
         for start in range(0, n, 2**22):
-            ids[start:min(n, start + 2**22)] = np.arange(start, min(n, start + 2**22), dtype=np.int64)
-    group.attrs.update({
-        "schema": DATASET_SCHEMA, "source": source, "n": int(n), "d": int(d),
-        "dtype": dtype.name, "chunk_rows": int(min(chunk_rows, n)),
-        "created_by": _created_by(), "created": _now(), **(attrs or {}),
-    })
+            ids[start : min(n, start + 2**22)] = np.arange(start, min(n, start + 2**22), dtype=np.int64)
+    group.attrs.update(
+        {
+            "schema": DATASET_SCHEMA,
+            "source": source,
+            "n": int(n),
+            "d": int(d),
+            "dtype": dtype.name,
+            "chunk_rows": int(min(chunk_rows, n)),
+            "created_by": _created_by(),
+            "created": _now(),
+            **(attrs or {}),
+        }
+    )
     return group
 
 
 def _created_by() -> str:
     from pipeline import __version__
+
     return f"dhash {__version__}"
 
 
 @contextlib.contextmanager
 def dataset_output(path, *, overwrite: bool = False):
     """Write a dataset atomically (see storage.atomic); its manifest covers features, ids, labels."""
-    with atomic_output(path, kind="dataset", overwrite=overwrite,
-                       manifest=arrays_manifest(*DATASET_ARRAYS)) as tmp:
+    with atomic_output(path, kind="dataset", overwrite=overwrite, manifest=arrays_manifest(*DATASET_ARRAYS)) as tmp:
         yield tmp
 
 
-def write_dataset(path, blocks: Iterable[np.ndarray], *, n: int, d: int, dtype, source: str,
-                  labels: np.ndarray | None = None, chunk_rows: int | None = None,
-                  attrs: dict | None = None, overwrite: bool = False, progress=None) -> "Dataset":
+def write_dataset_like(like, path, blocks: Iterable[np.ndarray], *, n: int | None = None, **options) -> Dataset:
+    """``write_dataset`` of rows shaped like ``like`` (a reader or a Dataset: its d, dtype and
+    source; its n unless ``n`` is given)."""
+    n = like.n if n is None else n
+    return write_dataset(path, blocks, n=n, d=like.d, dtype=like.dtype, source=like.source, **options)
+
+
+def write_dataset(
+    path,
+    blocks: Iterable[np.ndarray],
+    *,
+    n: int,
+    d: int,
+    dtype,
+    source: str,
+    labels: np.ndarray | None = None,
+    chunk_rows: int | None = None,
+    attrs: dict | None = None,
+    overwrite: bool = False,
+    progress=None,
+) -> Dataset:
     """Stream row blocks (any sizes) into a new dataset at ``path``; memory stays ~2 chunks.
 
     Raises InputError (and leaves nothing at ``path``) on NaN/Inf rows, a row count that
@@ -128,22 +165,25 @@ def write_dataset(path, blocks: Iterable[np.ndarray], *, n: int, d: int, dtype, 
     if labels is not None and len(labels) != n:
         raise InputError(f"{source}: {len(labels)} labels for {n} vectors; give one label row per vector")
     with dataset_output(path, overwrite=overwrite) as tmp:
-        group = create_dataset_group(tmp, n=n, d=d, dtype=dtype, chunk_rows=chunk_rows,
-                                     source=source, attrs=attrs)
+        group = create_dataset_group(tmp, n=n, d=d, dtype=dtype, chunk_rows=chunk_rows, source=source, attrs=attrs)
         features = open_for_write(tmp.child("features"))
         written = 0
         for block in rechunk_rows(blocks, chunk_rows):
             if block.ndim != 2 or block.shape[1] != d:
-                raise InputError(f"{source}: a block has shape {block.shape}, expected (*, {d}); the file is inconsistent")
+                raise InputError(
+                    f"{source}: a block has shape {block.shape}, expected (*, {d}); the file is inconsistent"
+                )
             if written + len(block) > n:
                 raise InputError(f"{source} holds more than the {n} vectors its header announced; the file is corrupt")
             check_finite_block(block, written, what=f"{source} features")
-            features[written:written + len(block)] = block.astype(dtype, copy=False)
+            features[written : written + len(block)] = block.astype(dtype, copy=False)
             written += len(block)
             if progress is not None:
                 progress.update(len(block))
         if written != n:
-            raise InputError(f"{source} ended after {written} of {n} vectors; the file is truncated, re-download or re-export it")
+            raise InputError(
+                f"{source} ended after {written} of {n} vectors; the file is truncated, re-download or re-export it"
+            )
         if labels is not None:
             write_labels(group, labels)
     return open_dataset(path)
@@ -165,6 +205,7 @@ def write_labels(group: zarr.Group, labels: np.ndarray) -> None:
 @dataclass(frozen=True)
 class Split:
     """A seeded query/database split. Database = every row that is not a query."""
+
     name: str
     query: np.ndarray  # sorted int64 row numbers
     manifest: dict
@@ -210,8 +251,12 @@ class Dataset:
         return content_id(self.manifest, ("features", "labels"))
 
     def _array(self, name: str) -> ChunkReader:
-        return open_verified(self.location.child(name), self.manifest.get("arrays", {}).get(name),
-                             f"dataset {self.location} {name}", self._remedy)
+        return open_verified(
+            self.location.child(name),
+            self.manifest.get("arrays", {}).get(name),
+            f"dataset {self.location} {name}",
+            self._remedy,
+        )
 
     def __repr__(self):
         return f"Dataset({self.path!r}, n={self.n}, d={self.d}, dtype={self.dtype}, labels={self.has_labels})"
@@ -240,8 +285,9 @@ class Dataset:
     # ---- parts added later (splits, ground truth): committed sub-artifacts -------------
     def _part_names(self, folder: str, kind: str) -> list[str]:
         base = self.location.child(folder)
-        return sorted(name for name in base.list_names()
-                      if not name.startswith(".") and _committed_kind(base.child(name)) == kind)
+        return sorted(
+            name for name in base.list_names() if not name.startswith(".") and _committed_kind(base.child(name)) == kind
+        )
 
     def _open_part(self, folder: str, name: str, kind: str, remedy: str) -> tuple[dict, dict, Location]:
         loc = self.location.child(folder, name)
@@ -249,8 +295,9 @@ class Dataset:
         return record["manifest"], read_attrs(loc, f"{kind} {loc}", remedy), loc
 
     def _part_array(self, loc: Location, manifest: dict, name: str, remedy: str) -> ChunkReader:
-        return open_verified(loc.child(name), manifest.get("arrays", {}).get(name), f"{loc.name} {name} ({loc.parent.name})",
-                             remedy)
+        return open_verified(
+            loc.child(name), manifest.get("arrays", {}).get(name), f"{loc.name} {name} ({loc.parent.name})", remedy
+        )
 
     # ---- splits -------------------------------------------------------------------
     def split_names(self) -> list[str]:
@@ -258,7 +305,9 @@ class Dataset:
 
     def get_split(self, name: str = "default") -> Split:
         if name not in self.split_names():
-            raise InputError(f"dataset {self.path} has no split {name!r}; create it with `dhash split --dataset {self.path} --name {name}`")
+            raise InputError(
+                f"dataset {self.path} has no split {name!r}; create it with `dhash split --dataset {self.path} --name {name}`"
+            )
         remedy = f"re-create it with `dhash split --dataset {self.path} --name {name} --overwrite`"
         manifest, attrs, loc = self._open_part("splits", name, "split", remedy)
         query = self._part_array(loc, manifest, "query", remedy).read_all()
@@ -269,21 +318,34 @@ class Dataset:
     def make_split(self, n_queries: int, seed: int, name: str = "default", overwrite: bool = False) -> Split:
         """Draw ``n_queries`` distinct rows with ``seed``; the rest is the database."""
         if not 0 < n_queries < self.n:
-            raise InputError(f"--queries must be in [1, {self.n - 1}] for a dataset of {self.n} points; got {n_queries}")
+            raise InputError(
+                f"--queries must be in [1, {self.n - 1}] for a dataset of {self.n} points; got {n_queries}"
+            )
         if name in self.split_names() and not overwrite:
             existing = self.get_split(name)
             if existing.manifest["seed"] == seed and existing.n_query == n_queries:
                 return existing
-            raise InputError(f"dataset {self.path} already has split {name!r} with another seed/size; pick another --name or pass --overwrite")
+            raise InputError(
+                f"dataset {self.path} already has split {name!r} with another seed/size; pick another --name or pass --overwrite"
+            )
         rng = np.random.default_rng(seed)
         query = np.sort(rng.choice(self.n, size=n_queries, replace=False)).astype(np.int64)
-        manifest = {"schema": SPLIT_SCHEMA, "name": name, "seed": int(seed), "n": self.n,
-                    "n_query": int(n_queries), "n_database": int(self.n - n_queries),
-                    "query_sha256": sha256_of(query), "database": "all rows not in query",
-                    "dataset_id": self.content_id, "created": _now()}
+        manifest = {
+            "schema": SPLIT_SCHEMA,
+            "name": name,
+            "seed": int(seed),
+            "n": self.n,
+            "n_query": int(n_queries),
+            "n_database": int(self.n - n_queries),
+            "query_sha256": sha256_of(query),
+            "database": "all rows not in query",
+            "dataset_id": self.content_id,
+            "created": _now(),
+        }
         self._ensure_child_group("splits")
-        with atomic_output(self.location.child("splits", name), kind="split", overwrite=overwrite,
-                           manifest=arrays_manifest("query")) as tmp:
+        with atomic_output(
+            self.location.child("splits", name), kind="split", overwrite=overwrite, manifest=arrays_manifest("query")
+        ) as tmp:
             g = new_group(tmp)
             create_array(g, "query", query.shape, len(query), "int64")[...] = query
             g.attrs.update(manifest)
@@ -297,8 +359,10 @@ class Dataset:
         remedy = f"re-run `dhash groundtruth --dataset {self.path}` (it is recomputed when absent: delete {name})"
         manifest, attrs, loc = self._open_part("groundtruth", name, "groundtruth", remedy)
         if attrs.get("dataset_id") not in (None, self.content_id):
-            raise InputError(f"ground truth {name} of {self.path} was computed on other data (dataset id "
-                             f"{attrs.get('dataset_id')}, this one {self.content_id}); {remedy}")
+            raise InputError(
+                f"ground truth {name} of {self.path} was computed on other data (dataset id "
+                f"{attrs.get('dataset_id')}, this one {self.content_id}); {remedy}"
+            )
         return manifest, attrs, loc, remedy
 
     def get_groundtruth(self, name: str):
@@ -324,14 +388,20 @@ class Dataset:
         manifest, attrs, loc, remedy = self._open_groundtruth(name)
         if "relevance" not in manifest.get("arrays", {}):
             return None
-        thresholds = {key: self._part_array(loc, manifest, key, remedy).read_all()
-                      for key in ("threshold_distance", "threshold_id")}
+        thresholds = {
+            key: self._part_array(loc, manifest, key, remedy).read_all()
+            for key in ("threshold_distance", "threshold_id")
+        }
         return self._part_array(loc, manifest, "relevance", remedy), thresholds, attrs
 
     def _groundtruth_output(self, name: str, names: tuple):
         self._ensure_child_group("groundtruth")
-        return atomic_output(self.location.child("groundtruth", name), kind="groundtruth", overwrite=True,
-                             manifest=arrays_manifest(*names))
+        return atomic_output(
+            self.location.child("groundtruth", name),
+            kind="groundtruth",
+            overwrite=True,
+            manifest=arrays_manifest(*names),
+        )
 
     def put_relevance_groundtruth(self, name: str, *, n_queries: int, fill, thresholds: dict, attrs: dict) -> None:
         """Create the relevance-bits array under a temporary name, let ``fill(array_location)``
@@ -359,6 +429,7 @@ class Dataset:
 
 def _committed_kind(loc: Location) -> str | None:
     from pipeline.storage.atomic import read_commit
+
     record = read_commit(loc)
     return record.get("kind") if record else None
 
@@ -372,5 +443,13 @@ def open_dataset(path) -> Dataset:
 
 
 def dataset_summary(ds: Dataset) -> dict:
-    return {"path": ds.path, "id": ds.content_id, "source": ds.source, "n": ds.n, "d": ds.d,
-            "dtype": str(ds.dtype), "chunk_rows": int(ds.chunk_rows), "labels": ds.has_labels}
+    return {
+        "path": ds.path,
+        "id": ds.content_id,
+        "source": ds.source,
+        "n": ds.n,
+        "d": ds.d,
+        "dtype": str(ds.dtype),
+        "chunk_rows": int(ds.chunk_rows),
+        "labels": ds.has_labels,
+    }

@@ -1,4 +1,5 @@
 """JSON helpers: numpy scalars/arrays and paths serialise; metadata is always JSON, never pickle."""
+
 from __future__ import annotations
 
 import json

@@ -14,6 +14,7 @@ travel with the Location to the workers (inside the pickled task, like any argum
 never into a task key, a report or an artifact's metadata: ``str(location)`` is the URL
 alone and ``__dask_tokenize__`` hashes only the URL.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,16 +27,25 @@ from pipeline.errors import InputError
 STORAGE_OPTIONS_ENV = "DHASH_STORAGE_OPTIONS"
 _default_options: dict | None = None
 # the optional extra that provides each protocol's fsspec filesystem
-EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
-          "abfs": ("adlfs", "azure"), "abfss": ("adlfs", "azure"), "az": ("adlfs", "azure")}
+EXTRAS = {
+    "s3": ("s3fs", "s3"),
+    "s3a": ("s3fs", "s3"),
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
+    "abfs": ("adlfs", "azure"),
+    "abfss": ("adlfs", "azure"),
+    "az": ("adlfs", "azure"),
+}
 
 
 def set_storage_options(options: dict | None) -> None:
     """Storage options for the URLs resolved from now on in this process (None: from the environment)."""
     global _default_options
     if options is not None and not isinstance(options, dict):
-        raise InputError(f"storage options must be a JSON object, got {type(options).__name__}; "
-                         'write e.g. --storage-options \'{"endpoint_url": "http://127.0.0.1:9000"}\'')
+        raise InputError(
+            f"storage options must be a JSON object, got {type(options).__name__}; "
+            'write e.g. --storage-options \'{"endpoint_url": "http://127.0.0.1:9000"}\''
+        )
     _default_options = dict(options) if options is not None else None
 
 
@@ -48,7 +58,9 @@ def storage_options() -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"${STORAGE_OPTIONS_ENV} is not JSON ({exc.msg}); set it to a JSON object or unset it") from None
+        raise InputError(
+            f"${STORAGE_OPTIONS_ENV} is not JSON ({exc.msg}); set it to a JSON object or unset it"
+        ) from None
     if not isinstance(value, dict):
         raise InputError(f"${STORAGE_OPTIONS_ENV} must be a JSON object; got {text[:40]!r}")
     return value
@@ -89,7 +101,7 @@ class Location:
         return hash(self.url)
 
     def __dask_tokenize__(self):
-        return ("dhash-location", self.url)   # never the credentials
+        return ("dhash-location", self.url)  # never the credentials
 
     def __getstate__(self):
         return {"url": self.url, "protocol": self.protocol, "options": self.options}
@@ -103,16 +115,16 @@ class Location:
         return posixpath.basename(self.url.rstrip("/"))
 
     @property
-    def parent(self) -> "Location":
+    def parent(self) -> Location:
         return Location(posixpath.dirname(self.url.rstrip("/")), self.options)
 
-    def child(self, *parts: str) -> "Location":
+    def child(self, *parts: str) -> Location:
         return Location(posixpath.join(self.url, *parts), self.options)
 
-    def sibling(self, name: str) -> "Location":
+    def sibling(self, name: str) -> Location:
         return self.parent.child(name)
 
-    def __truediv__(self, part: str) -> "Location":
+    def __truediv__(self, part: str) -> Location:
         return self.child(part)
 
     # ---------------------------------------------------------------- filesystem ------
@@ -120,15 +132,20 @@ class Location:
     def fs(self):
         """The fsspec filesystem (local: fsspec's LocalFileSystem)."""
         import fsspec
+
         protocol = self.protocol or "file"
         try:
             return fsspec.filesystem(protocol, **(self.options if self.protocol else {}))
         except ImportError:
             package, extra = EXTRAS.get(protocol, (f"the fsspec backend for {protocol}://", None))
             fix = f"pip install 'dhash[{extra}]'" if extra else f"install {package}"
-            raise InputError(f"{self.url}: no filesystem for {protocol}:// ({package} is not installed); {fix}") from None
+            raise InputError(
+                f"{self.url}: no filesystem for {protocol}:// ({package} is not installed); {fix}"
+            ) from None
         except (ValueError, TypeError) as exc:
-            raise InputError(f"{self.url}: bad storage options for {protocol}:// ({exc}); fix --storage-options") from None
+            raise InputError(
+                f"{self.url}: bad storage options for {protocol}:// ({exc}); fix --storage-options"
+            ) from None
 
     @property
     def fs_path(self) -> str:
@@ -182,6 +199,7 @@ class Location:
         """Delete this file or tree (nothing if absent)."""
         if self.is_local:
             import shutil
+
             if os.path.isdir(self.url) and not os.path.islink(self.url):
                 shutil.rmtree(self.url, ignore_errors=True)
             elif os.path.lexists(self.url):
@@ -198,6 +216,7 @@ class Location:
         if self.is_local:
             return self.url
         from zarr.storage import FsspecStore
+
         return FsspecStore.from_url(self.url, storage_options=self.options, read_only=read_only)
 
 
@@ -210,7 +229,7 @@ def resolve(where, options: dict | None = None) -> Location:
         raise InputError("an empty path was given; name a file, directory or URL")
     protocol = _protocol(text)
     if protocol == "file":
-        text, protocol = text[len("file://"):], None
+        text, protocol = text[len("file://") :], None
     if protocol is None:
         return Location(os.path.abspath(os.path.expanduser(text)))
     return Location(text.rstrip("/"), storage_options() if options is None else options)

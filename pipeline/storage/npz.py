@@ -1,4 +1,5 @@
 """Small arrays (models, checkpoints) as .npz bytes, read without ever unpickling."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,6 +10,7 @@ from pipeline.errors import InputError
 def npz_bytes(arrays: dict) -> bytes:
     """Arrays as the bytes of an .npz file (no pickle: plain numeric arrays only)."""
     import io
+
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()
@@ -19,6 +21,7 @@ def load_npz(loc, remedy: str) -> dict[str, np.ndarray]:
     file is a one-line InputError."""
     import io
     import zipfile
+
     try:
         raw = loc.read_bytes()
     except FileNotFoundError:

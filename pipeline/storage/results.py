@@ -1,4 +1,5 @@
 """Search results as parquet: one row per (query, rank) — query_id, rank, id, hamming."""
+
 from __future__ import annotations
 
 import json
@@ -24,22 +25,26 @@ def write_knn_results(path, query_ids: np.ndarray, distances: np.ndarray, ids: n
     """Top-k results; rows with id -1 (fewer than k codes) are left out."""
     m, k = ids.shape
     valid = ids >= 0
-    table = pa.table({
-        "query_id": np.repeat(np.asarray(query_ids, np.int64), k)[valid.ravel()],
-        "rank": np.tile(np.arange(k, dtype=np.int32), m)[valid.ravel()],
-        "id": ids[valid].astype(np.int64),
-        "hamming": distances[valid].astype(np.int32),
-    })
+    table = pa.table(
+        {
+            "query_id": np.repeat(np.asarray(query_ids, np.int64), k)[valid.ravel()],
+            "rank": np.tile(np.arange(k, dtype=np.int32), m)[valid.ravel()],
+            "id": ids[valid].astype(np.int64),
+            "hamming": distances[valid].astype(np.int32),
+        }
+    )
     _write(path, table, {"kind": "knn", "k": int(k)}, overwrite)
 
 
 def write_radius_results(path, query_ids, query_index, ids, distances, *, overwrite=False):
     query_index = np.asarray(query_index, np.int64)
     starts = np.searchsorted(query_index, query_index, side="left")
-    table = pa.table({
-        "query_id": np.asarray(query_ids, np.int64)[query_index],
-        "rank": (np.arange(len(query_index)) - starts).astype(np.int32),
-        "id": np.asarray(ids, np.int64),
-        "hamming": np.asarray(distances, np.int32),
-    })
+    table = pa.table(
+        {
+            "query_id": np.asarray(query_ids, np.int64)[query_index],
+            "rank": (np.arange(len(query_index)) - starts).astype(np.int32),
+            "id": np.asarray(ids, np.int64),
+            "hamming": np.asarray(distances, np.int32),
+        }
+    )
     _write(path, table, {"kind": "radius"}, overwrite)
