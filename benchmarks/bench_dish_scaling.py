@@ -1,4 +1,4 @@
-"""DisH training time vs n and vs workers (issue 3), with a plain-numpy floor in the same run.
+"""DisH training time vs n and vs workers, with a plain-numpy floor in the same run.
 
 For n in --sizes (rows of one sift-synth dataset, 128-d uint8), train DisH (ADMM, --nodes
 nodes, random topology, 32 bits, exactly --iters outer iterations: tol=0) on 1 and 2

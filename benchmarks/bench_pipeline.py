@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The whole 10M pipeline as a user runs it (issue 4): synth -> split + exact ground truth
+"""The whole 10M pipeline as a user runs it: synth -> split + exact ground truth
 -> DisH and LSH training -> encoding -> Hamming ranking -> precision@50..1000 (the DisH
 paper's Fig. 5 protocol on SIFT-10M), each step a `dhash` command, timed end to end.
 
@@ -21,7 +21,7 @@ percentile"). Two neighbours cannot be the reading: precision@1000 could not exc
 top 2% of the database, 199,980 rows per query at 10M (stored as a relevance bitmap, see
 pipeline/evaluation/truth.py). `--ground-truth-top-k 1000` reruns with the top 1000 instead
 (the criterion of the previous version of this benchmark). The paper samples 2000 queries;
-we rank 1000 (the issue's number; `--queries` changes it). Writes JSON + Markdown; deletes
+we rank 1000 (the paper's number; `--queries` changes it). Writes JSON + Markdown; deletes
 WORK unless --keep.
 """
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""SGH training time vs n (issue 5): linear in n, side by side with a plain numpy SGH.
+"""SGH training time vs n: linear in n, side by side with a plain numpy SGH.
 
 For n in --sizes (the first n rows of one sift-synth dataset, 128-d uint8), train SGH
 (--bits bits, m = 300 bases, refinement sweep: 3 + 2c passes) on a LocalCluster of 2 worker

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""One table of every issue-4 result in benchmarks/results/ (search, ground truth,
+"""One table of every performance result in benchmarks/results/ (search, ground truth,
 training, encoding, the 10M pipeline) -> benchmarks/results/performance.md, and the same
 table into the README's "Performance" section (between its performance markers).
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Collect the issue-5 quality reports (benchmarks/run_issue5.sh quality) into one Markdown
+"""Collect the quality reports (benchmarks/run_quality.sh quality) into one Markdown
 file with the acceptance comparisons computed from the numbers.
 
-    .venv/bin/python benchmarks/summarize_quality.py benchmarks/results/issue5 --out benchmarks/results/quality_issue5.md
+    .venv/bin/python benchmarks/summarize_quality.py benchmarks/results/quality --out benchmarks/results/quality.md
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ def main(argv=None) -> int:
     root = Path(args.reports)
     reports = {p.parent.name: json.loads(p.read_text()) for p in sorted(root.glob("*/report.json"))}
     lines = [
-        "# Issue 5: SGH, S3PLH and USPLH on the papers' protocols",
+        "# Quality: SGH, S3PLH and USPLH on the papers' protocols",
         "",
-        "Test split: 1000 queries, seed 0; training set = database. Commands: `benchmarks/run_issue5.sh quality`;",
+        "Test split: 1000 queries, seed 0; training set = database. Commands: `benchmarks/run_quality.sh quality`;",
         "parameters chosen on a validation split beforehand (`sweep_*.md`).",
         "",
         "## Acceptance",

@@ -26,7 +26,7 @@ def sgh_euclidean(fmnist_paths, cluster):
         }
 
 
-@pytest.mark.parametrize("bits", [32, 64])  # 128 bits: benchmarks/results/quality_issue5.md (suite time)
+@pytest.mark.parametrize("bits", [32, 64])  # 128 bits: benchmarks/results/quality.md (suite time)
 def test_sgh_top1000_precision_above_lsh_and_pcah_on_fashion_mnist(sgh_euclidean, bits):
     sgh = sgh_euclidean[("sgh", bits)]["precision@1000"]
     assert sgh > sgh_euclidean[("lsh", bits)]["precision@1000"] + 0.02
@@ -40,7 +40,7 @@ def test_usplh_map_above_pcah_on_the_euclidean_protocol(sgh_euclidean, bits):
 
 def test_sgh_above_lsh_and_pcah_on_sift_synth(tmp_path, cluster):
     """50k points at 32 and 64 bits here; 100k at 32/64/128 bits is in
-    benchmarks/results/quality_issue5.md (128: 0.661 vs LSH 0.559, PCAH 0.405)."""
+    benchmarks/results/quality.md (128: 0.661 vs LSH 0.559, PCAH 0.405)."""
     from pipeline.data.synth import write_sift_synth
 
     ds = write_sift_synth(tmp_path / "sift.zarr", 50_000, seed=0)

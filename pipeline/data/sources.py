@@ -5,13 +5,13 @@
   10 class labels.
 * ``sift-synth``: the deterministic SIFT-like generator (pipeline.data.synth).
 
-A named source is materialised once into the data directory ($DHASH_DATA_DIR, default
-~/.cache/dhash) and reused.
+A named source is materialised once into the data directory (dask config dhash.data-dir or
+$DHASH_DATA_DIR; default: the platform's user cache directory, ~/.cache/dhash on Linux) and
+reused.
 """
 
 from __future__ import annotations
 
-import os
 from itertools import chain
 from pathlib import Path
 
@@ -19,18 +19,28 @@ import numpy as np
 
 from pipeline.errors import InputError
 
-FASHION_MNIST_DIR = Path(os.environ.get("DHASH_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
 FASHION_MNIST_PARTS = ("train", "t10k")
 SOURCES = ("fashion-mnist", "sift-synth")
 DEFAULT_SYNTH_N = 1_000_000
 
 
 def data_dir() -> Path:
-    return Path(os.environ.get("DHASH_DATA_DIR", Path.home() / ".cache" / "dhash"))
+    """dhash.data-dir (or $DHASH_DATA_DIR), else the platform's user cache directory."""
+    import platformdirs
+
+    from pipeline import config
+
+    return Path(config.get("data-dir") or platformdirs.user_cache_dir("dhash"))
+
+
+def fashion_mnist_dir() -> Path:
+    from pipeline import config
+
+    return Path(config.get("fashion-mnist-dir"))
 
 
 def fashion_mnist_available() -> bool:
-    return all((FASHION_MNIST_DIR / f"{p}-images-idx3-ubyte.gz").exists() for p in FASHION_MNIST_PARTS)
+    return all((fashion_mnist_dir() / f"{p}-images-idx3-ubyte.gz").exists() for p in FASHION_MNIST_PARTS)
 
 
 def write_fashion_mnist(out, *, chunk_rows=None, overwrite=False, progress=None):
@@ -38,15 +48,14 @@ def write_fashion_mnist(out, *, chunk_rows=None, overwrite=False, progress=None)
     from pipeline.data.idx import IdxReader, read_idx_labels
     from pipeline.storage.datasets import write_dataset
 
+    where = fashion_mnist_dir()
     if not fashion_mnist_available():
         raise InputError(
-            f"Fashion-MNIST not found in {FASHION_MNIST_DIR}; install it with "
-            f"`apt-get install dataset-fashion-mnist` (or set DHASH_FASHION_MNIST_DIR)"
+            f"Fashion-MNIST not found in {where}; install it with `apt-get install dataset-fashion-mnist` "
+            "(or set dask's dhash.fashion-mnist-dir)"
         )
-    readers = [IdxReader(FASHION_MNIST_DIR / f"{p}-images-idx3-ubyte.gz") for p in FASHION_MNIST_PARTS]
-    labels = np.concatenate(
-        [read_idx_labels(FASHION_MNIST_DIR / f"{p}-labels-idx1-ubyte.gz") for p in FASHION_MNIST_PARTS]
-    )
+    readers = [IdxReader(where / f"{p}-images-idx3-ubyte.gz") for p in FASHION_MNIST_PARTS]
+    labels = np.concatenate([read_idx_labels(where / f"{p}-labels-idx1-ubyte.gz") for p in FASHION_MNIST_PARTS])
     blocks = chain.from_iterable(r.iter_blocks(10_000) for r in readers)
     return write_dataset(
         out,
@@ -58,7 +67,7 @@ def write_fashion_mnist(out, *, chunk_rows=None, overwrite=False, progress=None)
         labels=labels,
         chunk_rows=chunk_rows,
         overwrite=overwrite,
-        attrs={"origin": str(FASHION_MNIST_DIR), "rows": "train (60000) then t10k (10000)"},
+        attrs={"origin": str(where), "rows": "train (60000) then t10k (10000)"},
         progress=progress,
     )
 

@@ -9,8 +9,24 @@ import sys
 
 from pipeline.errors import InputError
 
-DEFAULT_WORKERS = 2
-DEFAULT_THREADS = 1
+MAX_DEFAULT_WORKERS = 8  # beyond this, more threads per worker: memory per worker stays useful
+
+
+def available_cores() -> int:
+    """CPUs this process may run on (its affinity mask: what a container or SLURM grants)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_shape(cores: int | None = None) -> tuple[int, int]:
+    """(worker processes, threads each) of a local cluster: one single-threaded process per
+    core up to 8 (our kernels hold the GIL in parts, so processes scale best), then more
+    threads per process. 2 cores -> 2 x 1; 16 -> 8 x 2; 64 -> 8 x 8."""
+    cores = max(1, cores or available_cores())
+    workers = min(cores, MAX_DEFAULT_WORKERS)
+    return workers, max(1, cores // workers)
 
 
 def worker_environ() -> dict:
@@ -39,13 +55,16 @@ def connect(
 ):
     """Return a distributed Client (and make it the default scheduler for dask).
 
-    ``scheduler`` wins, then the DASK_SCHEDULER_ADDRESS environment variable, else an
-    embedded LocalCluster of ``workers`` processes x ``threads`` threads. The dashboard
+    ``scheduler`` wins, then the DASK_SCHEDULER_ADDRESS environment variable, then dask's
+    ``dhash.scheduler`` setting, else an embedded LocalCluster of ``workers`` processes x
+    ``threads`` threads (default: sized from the cores, see ``default_shape``). The dashboard
     link is printed on stderr so it shows up in job logs and notebooks alike.
     """
     from distributed import Client, LocalCluster
 
-    address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    from pipeline import config
+
+    address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or config.get("scheduler")
     if address:
         try:
             client = Client(address, timeout="20s")
@@ -57,10 +76,12 @@ def connect(
     else:
         import dask
 
+        auto_workers, auto_threads = default_shape()
+        workers, threads = workers or auto_workers, threads or auto_threads
         with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
             cluster = LocalCluster(
-                n_workers=workers or DEFAULT_WORKERS,
-                threads_per_worker=threads or DEFAULT_THREADS,
+                n_workers=workers,
+                threads_per_worker=threads,
                 processes=True,
                 dashboard_address="127.0.0.1:0",
                 memory_limit=memory_limit,
@@ -68,7 +89,7 @@ def connect(
             )
         client = Client(cluster)
         client.register_plugin(QuietInputErrors())
-        where = f"local cluster {workers or DEFAULT_WORKERS} workers x {threads or DEFAULT_THREADS} threads"
+        where = f"local cluster {workers} workers x {threads} threads"
     if not quiet:
         print(f"dask: {where}; dashboard {client.dashboard_link}", file=sys.stderr)
     return client

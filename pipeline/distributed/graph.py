@@ -13,8 +13,6 @@ import numpy as np
 from dask import delayed
 from dask.base import tokenize
 
-FAN_IN = 8  # partial results combined per reduction task: few levels, small messages
-
 
 def chunk_delayeds(x) -> list:
     """One Delayed per row chunk of a dask array (column chunking is rejected upstream)."""
@@ -166,14 +164,17 @@ def tree_reduce(name: str, parts: list, combine):
     """Combine partial results with a tree of ``combine`` (binary, associative) tasks."""
     if not parts:
         raise ValueError("tree_reduce needs at least one part")
+    from pipeline import config
+
+    fan_in = int(config.get("fan-in"))  # partial results per task: few levels, small messages
     level = 0
     token = tokenize(parts, combine)
     while len(parts) > 1:
         parts = [
             delayed(_combine_all, pure=True)(
-                combine, *parts[i : i + FAN_IN], dask_key_name=f"{name}-{token}-{level}-{i}"
+                combine, *parts[i : i + fan_in], dask_key_name=f"{name}-{token}-{level}-{i}"
             )
-            for i in range(0, len(parts), FAN_IN)
+            for i in range(0, len(parts), fan_in)
         ]
         level += 1
     return parts[0]

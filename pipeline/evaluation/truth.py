@@ -1,6 +1,6 @@
 """Ground truth: which database items are relevant to each query.
 
-Two rules (PROTOCOLS.md): labels (relevant iff query and item share >= 1 label) or exact
+Two rules: labels (relevant iff query and item share >= 1 label) or exact
 Euclidean neighbours (the top K, or top p% of the database, by squared L2, ties by id),
 computed distributed and stored in the dataset so it is computed once per split.
 

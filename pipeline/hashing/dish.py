@@ -10,10 +10,10 @@ chunks are summed by a tree reduction and one SVD gives the shared dictionary.
 Penalty rho: the paper's rho = 100 is tied to its data scale. The ADMM step balances
 2 B_i^T X_i (entries grow like n_i x the data scale) against rho * t_i dictionaries (entries
 of order 1), so the default is rho = rho_scale * mean(n_i) * sqrt(mean ||x - mu||^2) with
-rho_scale = 0.3. Measured on Fashion-MNIST, 10 nodes, 32 bits, one class per node (the
-hardest, non-iid case), relative consensus residual after 10 / 20 outer iterations:
-rho_scale 0.1 -> 0.039 / 0.015; 0.3 -> 0.0096 / 0.0029; 1.0 -> 0.0041 / 0.0012, while the
-objective after 20 iterations is 0.3% / 0.3% / 0.32% below its start (larger rho slows it).
+rho_scale = 0.3: a smaller rho leaves the nodes' dictionaries further apart after the same
+iterations, a larger one slows the objective's descent. The trade-off, measured in the
+hardest non-iid case (one class per node), is in benchmarks/results/dish_rho_scale.md
+(benchmarks/bench_dish_rho.py).
 """
 
 from __future__ import annotations

@@ -86,10 +86,9 @@ class SGH(Hasher):
     bandwidth_scale x the RMS distance between training points and bases.
 
     rho_scale = 0.5 and bandwidth_scale = 0.5 were chosen on a Fashion-MNIST validation split
-    (test queries removed; benchmarks/results/sweep_sgh_fashion-mnist*.md), top-1000
-    precision at 32 / 64 / 128 bits: 0.572 / 0.653 / 0.712, against 0.570 / 0.645 / 0.680
-    with both at 1; rho_scale 2 drops to 0.560 / 0.595 / 0.611; m = 1000 bases instead of
-    300 gains at most 0.008 for 4x the training time."""
+    with the test queries removed (the sweeps and their numbers:
+    benchmarks/results/sweep_sgh_fashion-mnist*.md): better than both at 1, while a larger
+    rho_scale loses precision and more bases than 300 buy little for their training time."""
 
     method = "sgh"
     _parameter_constraints = {

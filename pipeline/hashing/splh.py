@@ -57,9 +57,8 @@ class SPLH(LinearHasher):
 
     eta weighs the label term against the covariance (both are normalised, see
     kernels/splh.py); the paper gives no value. eta = 3 was chosen on a Fashion-MNIST
-    validation split with 1000 labeled points (benchmarks/results/sweep_splh_fashion-mnist.md):
-    map at 24 / 48 bits 0.369 / 0.442, against 0.320 / 0.405 at eta 1 and 0.376 / 0.441 at
-    30 (the curve is flat and noisy above 3). alpha = 1 / max ||x_l - mean||^2 by default,
+    validation split with 1000 labeled points (the sweep and its numbers:
+    benchmarks/results/sweep_splh_fashion-mnist.md; the curve is flat above 3). alpha = 1 / max ||x_l - mean||^2 by default,
     the paper's step that keeps |alpha S~_ij| <= 1."""
 
     method = "splh"
@@ -157,11 +156,11 @@ class USPLH(LinearHasher):
     (paper: 2000), ``eta`` weighs the pseudo-label term against the covariance, ``decay``
     (lambda) discounts the pseudo-labels of earlier bits.
 
-    The paper gives no values for eta and lambda. Chosen on a Fashion-MNIST validation split
-    (test queries removed; benchmarks/results/sweep_usplh_fashion-mnist.md), map at 32 / 48
-    bits: eta 0.03, lambda 0.5 -> 0.456 / 0.494 (PCAH 0.360 / 0.348); eta 0.1 -> 0.335 /
-    0.372; eta 0.3 -> 0.335 / 0.368; lambda 1 (no decay) fell to 0.14-0.22. eta -> 0 is PCAH
-    (deflating the covariance yields its principal directions in order)."""
+    The paper gives no values for eta and lambda: eta = 0.03 and lambda = 0.5 were chosen on
+    a Fashion-MNIST validation split with the test queries removed (the sweep and its numbers:
+    benchmarks/results/sweep_usplh_fashion-mnist.md); without decay (lambda = 1) the later
+    bits degrade. eta -> 0 is PCAH (deflating the covariance yields its principal directions
+    in order)."""
 
     method = "usplh"
     _parameter_constraints = {

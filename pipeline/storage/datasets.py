@@ -55,12 +55,14 @@ SPLIT_SCHEMA = "dhash.split/1"
 GROUNDTRUTH_SCHEMA = "dhash.groundtruth/1"
 STORAGE_FORMAT = 2  # 2: committed artifacts with per-chunk checksums (1: plain zarr)
 DATASET_ARRAYS = ("features", "ids", "labels")  # what the dataset's manifest covers
-TARGET_CHUNK_BYTES = 16 * 2**20  # zarr/dask sweet spot: few tasks, bounded memory per task
 
 
 def default_chunk_rows(d: int, itemsize: int) -> int:
-    """Rows per chunk so one chunk holds about 16 MiB, rounded to a multiple of 1024."""
-    rows = max(1024, TARGET_CHUNK_BYTES // max(1, d * itemsize))
+    """Rows per chunk so one chunk holds about dhash.target-chunk-bytes (16 MiB: few tasks,
+    bounded memory per task), rounded to a multiple of 1024."""
+    from pipeline import config
+
+    rows = max(1024, int(config.get("target-chunk-bytes")) // max(1, d * itemsize))
     return int(rows // 1024 * 1024)
 
 

@@ -54,7 +54,10 @@ def storage_options() -> dict:
         return dict(_default_options)
     text = os.environ.get(STORAGE_OPTIONS_ENV, "").strip()
     if not text:
-        return {}
+        from pipeline import config
+
+        configured = config.get("storage-options")
+        return dict(configured) if configured else {}
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The commands that produced the issue-5 results in benchmarks/results/ (SGH, S3PLH, USPLH).
-# Run from the repository root after `bash deploy/setup.sh`. `bash benchmarks/run_issue5.sh STEP`
+# The commands that produced the quality results in benchmarks/results/ (SGH, S3PLH, USPLH).
+# Run from the repository root after `bash deploy/setup.sh`. `bash benchmarks/run_quality.sh STEP`
 # runs one step; no argument runs them all (~1 h on 2 cores).
 #   sweeps   parameter sweeps on a validation split (test queries removed first)
 #   quality  the papers' protocols on the test split (1000 queries, seed 0): report.md per run,
-#            collected into quality_issue5.md
+#            collected into quality.md
 #   scaling  SGH training time at 250k / 500k / 1M sift-synth, against plain numpy
 set -euo pipefail
 R=benchmarks/results
@@ -24,12 +24,12 @@ run sweeps $S --dataset fashion-mnist --method sgh --bits 32,64,128 \
   --ground-truth euclidean --top-percent 2 --out $R/sweep_sgh_fashion-mnist_round2.json
 run sweeps $S --dataset fashion-mnist --method splh --bits 24,48 --grid '{"eta": [0.3, 1, 3, 10, 30]}' \
   --metric map --out $R/sweep_splh_fashion-mnist.json
-Q=$R/issue5
+Q=$R/quality
 run quality $E --dataset fashion-mnist --methods lsh,pcah,itq,sgh,usplh --bits 32,48,64,128 \
   --ground-truth euclidean --top-percent 2 --ks 100,1000 --out $Q/fashion-mnist-euclidean
 run quality $E --dataset fashion-mnist --methods lsh,pcah,pcah-adjusted,itq,splh --bits 24,48 --labeled 1000 \
   --ks 100,1000 --out $Q/fashion-mnist-labels
 run quality $E --dataset sift-synth --n 100000 --methods lsh,pcah,itq,sgh,usplh --bits 32,64,128 \
   --ground-truth euclidean --top-percent 2 --ks 100,1000 --out $Q/sift-synth-100k-euclidean
-run quality .venv/bin/python benchmarks/summarize_quality.py $Q --out $R/quality_issue5.md
+run quality .venv/bin/python benchmarks/summarize_quality.py $Q --out $R/quality.md
 run scaling .venv/bin/python benchmarks/bench_sgh_scaling.py --out $R/sgh_scaling.json

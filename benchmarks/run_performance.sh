@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The commands that produced the issue-4 results in benchmarks/results/ (search_*, groundtruth_*,
+# The commands that produced the performance results in benchmarks/results/ (search_*, groundtruth_*,
 # train_*, encode_*, pipeline_10M). Run from the repository root after `bash deploy/setup.sh`.
 # DATA is a 100M-row sift-synth dataset, made once with
 #   .venv/bin/dhash synth sift --n 100000000 --out $DATA        (217 s, 8.5 GB on disk)
 # (the committed speed results used a sift-synth v1 set; their cost does not depend on the
 # generator version. The pipeline step makes its own v2 data.)
-# `bash benchmarks/run_issue4.sh STEP` runs one step (search, groundtruth, train10, encode,
+# `bash benchmarks/run_performance.sh STEP` runs one step (search, groundtruth, train10, encode,
 # search100, dish100, train100, itqfaiss, pipeline); no argument runs them all (~1.5 h).
 set -euo pipefail
 DATA=${DATA:-/work/bigdata/sift100m.zarr}

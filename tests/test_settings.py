@@ -1,0 +1,48 @@
+"""dhash's tunables live in dask's config (namespace ``dhash``) and take effect when set."""
+
+import os
+import subprocess
+import sys
+
+import dask
+import numpy as np
+
+from pipeline import config
+from pipeline.distributed.cluster import default_shape
+from pipeline.distributed.graph import tree_reduce
+from pipeline.kernels.stats import add
+from pipeline.storage.datasets import default_chunk_rows
+
+
+def test_defaults_come_from_the_packaged_yaml():
+    assert config.get("fan-in") == 8 and config.get("target-chunk-bytes") == 16 * 2**20
+    assert config.get("scheduler") is None and config.get("storage-options") is None
+
+
+def test_settings_take_effect_when_set():
+    parts = [dask.delayed(np.float64)(i) for i in range(64)]
+    levels = {8: 2, 2: 6}
+    for fan_in, depth in levels.items():
+        with dask.config.set({"dhash.fan-in": fan_in}):
+            total = tree_reduce("sum", parts, add)
+            assert total.compute() == sum(range(64))
+            assert total.key.rsplit("-", 2)[-2] == str(depth - 1)  # the top task's level
+    with dask.config.set({"dhash.target-chunk-bytes": 2**20}):
+        assert default_chunk_rows(128, 1) == 8192
+
+
+def test_environment_variables_reach_the_namespace():
+    env = {**os.environ, "DASK_DHASH__FAN_IN": "3"}
+    out = subprocess.run(
+        [sys.executable, "-c", "from pipeline import config; print(config.get('fan-in'))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "3"
+
+
+def test_local_cluster_is_sized_from_the_cores():
+    assert default_shape(1) == (1, 1) and default_shape(2) == (2, 1)
+    assert default_shape(16) == (8, 2) and default_shape(64) == (8, 8)
