@@ -66,3 +66,19 @@ def test_make_hasher_refuses_unknown_parameters_naming_the_valid_ones():
         make_hasher("itq", 8, n_itr=3)
     assert make_hasher("itq", 8, n_iter=3).n_iter == 3
     assert make_hasher("dish-allreduce", 8).consensus == "allreduce"
+
+
+def test_a_model_from_a_newer_major_version_is_refused(tmp_path):
+    import json
+
+    from pipeline import load_model
+
+    X = np.random.default_rng(2).standard_normal((200, 12))
+    ITQ(n_bits=8, n_iter=2).fit(X).save(tmp_path / "m")
+    assert load_model(tmp_path / "m").n_bits == 8
+    meta_file = tmp_path / "m" / "model.json"
+    meta = json.loads(meta_file.read_text())
+    for newer in ({"library_version": "7.0.0"}, {"schema": "dhash.model/2"}):
+        meta_file.write_text(json.dumps({**meta, **newer}))
+        with pytest.raises(InputError, match="newer than this dhash .*upgrade dhash"):
+            load_model(tmp_path / "m")
