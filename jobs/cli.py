@@ -14,7 +14,9 @@ import sys
 
 from jobs import commands
 from jobs.commands import pick
+from jobs.config import load_config
 from jobs.options import COMMANDS, OptionParser, options_of, toml_scalar
+from jobs.run import run_pipeline
 from pipeline.errors import InputError
 
 EXIT_BAD_INPUT = 2
@@ -67,7 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv) -> tuple[str, dict]:
     """(command, dest -> value of every option of the command): flags > --config TOML >
     the table's defaults; required options missing from both are a one-line error."""
-    from jobs.config import load_config
 
     args = vars(build_parser().parse_args(argv))
     command = args.pop("command")
@@ -171,7 +172,6 @@ def _main(argv) -> int:
 
 
 def _run(values) -> int:
-    from jobs.run import run_pipeline
 
     overrides = {}
     for item in values["variables"] or []:

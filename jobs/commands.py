@@ -14,6 +14,9 @@ from jobs.options import method_params
 from pipeline import workflows
 from pipeline.distributed.cluster import performance_report
 from pipeline.errors import InputError
+from pipeline.evaluation.report import quality_table
+from pipeline.storage.atomic import check_output
+from pipeline.storage.location import set_storage_options
 
 EXIT_BAD_INPUT = 2
 # what each command writes at its ``out``: an existing path is replaced only if it is this kind
@@ -40,8 +43,6 @@ def needs_cluster(command: str, values: dict) -> bool:
 def check_before_work(command: str, values: dict) -> None:
     """Checks that need no data, before any cluster starts or any computation runs: option
     combinations, and where this command will write (writable, replaceable when it exists)."""
-    from pipeline.storage.atomic import check_output
-    from pipeline.storage.location import set_storage_options
 
     set_storage_options(values.get("storage_options"))
     if command == "search" and values["radius"] is not None and values["k"] is not None:
@@ -162,7 +163,6 @@ def _evaluate_options(command, values) -> dict:
 
 
 def _print_report(ds_name: str, report: dict, out) -> None:
-    from pipeline.evaluation.report import quality_table
 
     print(
         f"\n## {ds_name}: {report['dataset']['n']} points, {report['split']['n_query']} queries, ground truth "

@@ -62,7 +62,11 @@ from pathlib import Path
 from jobs import commands
 from jobs.config import check_values, read_toml
 from jobs.options import COMMANDS, options_of
+from pipeline.data.sources import SOURCES
 from pipeline.errors import InputError
+from pipeline.hashing.checkpoint import STATE_FILE, checkpoint_path
+from pipeline.storage.atomic import write_text_atomic
+from pipeline.storage.location import resolve
 
 EXIT_OK, EXIT_STEP_CRASHED, EXIT_BAD_INPUT, EXIT_LOCKED = 0, 1, 2, 75
 
@@ -170,7 +174,6 @@ def _substitute(value, variables: dict, where: str):
 def _step(number, command, table, workdir, path) -> Step:
     """A step's typed option values (checked like ``--config`` keys), with relative paths
     made absolute in the workdir and ``overwrite`` on (a pipeline owns its outputs)."""
-    from pipeline.data.sources import SOURCES
 
     where = f"pipeline file {path} step {number} ({command})"
     # `dhash run` connects every step to its one cluster: no scheduler or config per step
@@ -241,7 +244,6 @@ def fingerprint(paths) -> dict:
 
 
 def _remote_fingerprint(url: str):
-    from pipeline.storage.location import resolve
 
     loc = resolve(url)
     try:
@@ -281,7 +283,6 @@ class Stamps:
         return saved == state and all(v is not None for v in state["files"].values())
 
     def record(self, step: Step) -> None:
-        from pipeline.storage.atomic import write_text_atomic
 
         self.dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(self.dir / f"{step.key}.json", json.dumps(self._state(step)))
@@ -302,7 +303,6 @@ class Outputs:
             return set()
 
     def check(self, step: Step) -> None:
-        from pipeline.storage.location import resolve
 
         for out in _step_outputs(step):
             if resolve(out).exists() and out not in self.owned():
@@ -312,7 +312,6 @@ class Outputs:
                 )
 
     def record(self, step: Step) -> None:
-        from pipeline.storage.atomic import write_text_atomic
 
         paths = self.owned() | set(_step_outputs(step))
         self.file.parent.mkdir(parents=True, exist_ok=True)
@@ -327,7 +326,6 @@ def _step_outputs(step: Step) -> list[str]:
 
 def _prepare_checkpoint(pipe: Pipeline, step: Step, values: dict, force: bool) -> dict:
     """A train step whose checkpoint exists resumes it; with --force it starts over."""
-    from pipeline.hashing.checkpoint import STATE_FILE, checkpoint_path
 
     outs = _step_outputs(step)
     if step.command != "train" or not outs:

@@ -20,13 +20,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.data.ingest import ingest
+from pipeline.data.sources import fashion_mnist_available, resolve_dataset
+from pipeline.data.synth import write_sift_synth
 from pipeline.distributed.cluster import cluster_shape
+from pipeline.distributed.encode import encode_to_zarr
+from pipeline.distributed.progress import compute_with_progress
 from pipeline.errors import InputError
 from pipeline.evaluation.evaluate import DEFAULT_KS, evaluate_method
 from pipeline.evaluation.report import build_report, write_report
 from pipeline.evaluation.truth import build_truth
 from pipeline.hashing import METHOD_NAMES, Hasher, check_params_used, load_model, make_hasher, method_params
-from pipeline.storage.datasets import Dataset, dataset_summary
+from pipeline.hashing.checkpoint import checkpoint_path, live_writer
+from pipeline.search.hamming import knn_search_lazy, radius_search
+from pipeline.storage.codes import codes_dask, open_codes
+from pipeline.storage.datasets import Dataset, dataset_summary, write_dataset_like
+from pipeline.storage.results import write_knn_results, write_radius_results
 from pipeline.views import database_view
 
 __all__ = [
@@ -50,7 +58,6 @@ log = logging.getLogger(__name__)
 
 
 def _show(progress: bool):
-    from pipeline.distributed.progress import compute_with_progress
 
     return lambda tasks: compute_with_progress(tasks, show=progress)
 
@@ -63,7 +70,6 @@ def dataset(
     directory and opened."""
     if isinstance(name_or_path, Dataset):
         return name_or_path
-    from pipeline.data.sources import resolve_dataset
 
     return resolve_dataset(str(name_or_path), n=n, seed=seed, chunk_rows=chunk_rows, progress=_show(progress))
 
@@ -83,7 +89,6 @@ def synth(
     progress: bool = False,
 ) -> Dataset:
     """Generate a synthetic dataset chunk-parallel on the cluster (``kind``: ``sift``)."""
-    from pipeline.data.synth import write_sift_synth
 
     if kind != "sift":
         raise InputError(f"unknown synthetic kind {kind!r}; use sift")
@@ -93,7 +98,6 @@ def synth(
 def head(dataset_, n: int, out, *, chunk_rows: int | None = None, overwrite: bool = False) -> Dataset:
     """The first ``n`` rows (and labels) of a dataset as a dataset of their own at ``out``
     (read through memory: meant for subsets of a few hundred MB, e.g. a quick notebook run)."""
-    from pipeline.storage.datasets import write_dataset_like
 
     ds = dataset(dataset_)
     if n >= ds.n:
@@ -121,7 +125,6 @@ def groundtruth(dataset_, *, split: str = "default", top_k: int | None = None, t
 def _check_checkpoint(ckpt, *, resume: bool, overwrite: bool) -> None:
     """A checkpoint beside the model output: another live run's is refused; an interrupted
     run's is resumed with ``resume``, discarded with ``overwrite``, else refused."""
-    from pipeline.hashing.checkpoint import live_writer
 
     writer = live_writer(ckpt)
     if writer is not None:
@@ -154,7 +157,6 @@ def train(
     """Learn ``method``'s hash functions on the dataset's rows (the database rows of
     ``split`` when given) and, with ``out``, save the model there. Iterative methods save a
     checkpoint beside ``out`` after every iteration; ``resume`` continues it."""
-    from pipeline.hashing.checkpoint import checkpoint_path
 
     ds = dataset(dataset_)
     check_params_used([method], params)
@@ -188,7 +190,6 @@ class Encoded:
 def encode(dataset_, model, out, *, overwrite: bool = False, progress: bool = False) -> Encoded:
     """Encode every row of the dataset with ``model`` (object or model location) into a
     codes store at ``out``."""
-    from pipeline.distributed.encode import encode_to_zarr
 
     ds, model = dataset(dataset_), _model(model)
     started = time.perf_counter()
@@ -219,10 +220,6 @@ def search(
 ) -> Searched:
     """Hamming top-``k`` (default 100) or radius search of the split's queries against the
     other rows' codes; results to a parquet file at ``out``."""
-    from pipeline.distributed.progress import compute_with_progress
-    from pipeline.search.hamming import knn_search_lazy, radius_search
-    from pipeline.storage.codes import codes_dask, open_codes
-    from pipeline.storage.results import write_knn_results, write_radius_results
 
     if k is not None and radius is not None:
         raise InputError("give either --k (top-k search) or --radius (radius search), not both")
@@ -328,7 +325,6 @@ def demo(
     """The end-to-end demo: sift-synth of ``n`` points with Euclidean ground truth (top
     1000 unless ``top_k``/``top_percent``), and Fashion-MNIST with label ground truth when it
     is installed. Returns {dataset name: report}."""
-    from pipeline.data.sources import fashion_mnist_available
 
     out = Path(out) if "://" not in str(out) else out
     say = log_lines or (lambda line: None)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pipeline.data.idx import IdxReader
 from pipeline.data.npyfile import NpyReader
+from pipeline.data.parquetfile import ParquetReader
 from pipeline.data.readers import VectorReader, existing_file
 from pipeline.data.texmex import VecsReader
 from pipeline.errors import InputError
@@ -60,6 +61,5 @@ def open_reader(path, format: str = "auto", column: str | None = None) -> Vector
         return NpyReader(path)
     if fmt == "idx":
         return IdxReader(path)
-    from pipeline.data.parquetfile import ParquetReader
 
     return ParquetReader(path, column=column)

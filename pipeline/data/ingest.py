@@ -10,9 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.data.formats import detect_format, open_reader
+from pipeline.data.parquetfile import ParquetReader
 from pipeline.data.readers import VectorReader, block_rows_for, existing_file
+from pipeline.data.sources import SOURCES, write_fashion_mnist
+from pipeline.distributed.progress import rows_bar
 from pipeline.errors import InputError
 from pipeline.storage.datasets import Dataset, write_dataset_like
+from pipeline.storage.location import resolve
 
 
 def read_labels_file(path) -> np.ndarray:
@@ -50,7 +54,6 @@ def _labels_for(reader: VectorReader, labels, label_column: str | None) -> np.nd
         raise InputError("give either --labels FILE or --label-column NAME, not both")
     if label_column is None:
         return None if labels is None else read_labels_file(labels)
-    from pipeline.data.parquetfile import ParquetReader
 
     if not isinstance(reader, ParquetReader):
         raise InputError(f"--label-column only applies to parquet input; for {reader.source} pass --labels FILE")
@@ -62,7 +65,6 @@ def local_file(where):
     """A local path for an input file: itself, or for a URL (s3://, gs://...) a copy in a
     temporary directory under the same name (the readers need random access and the name
     tells the format), removed afterwards."""
-    from pipeline.storage.location import resolve
 
     if where is None:
         yield None, None
@@ -98,8 +100,6 @@ def ingest(
     The file is streamed about 8 MiB at a time, so memory stays bounded whatever its
     size. On any InputError nothing is left at ``out`` (write_dataset is atomic).
     """
-    from pipeline.data.sources import SOURCES, write_fashion_mnist
-    from pipeline.distributed.progress import rows_bar
 
     if source == "fashion-mnist":
         return write_fashion_mnist(out, chunk_rows=chunk_rows, overwrite=overwrite)

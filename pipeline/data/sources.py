@@ -17,7 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline import config
+from pipeline.data.idx import IdxReader, read_idx_labels
+from pipeline.data.synth import write_sift_synth
 from pipeline.errors import InputError
+from pipeline.storage.datasets import STORAGE_FORMAT, open_dataset, write_dataset
+from pipeline.storage.location import resolve
 
 FASHION_MNIST_PARTS = ("train", "t10k")
 SOURCES = ("fashion-mnist", "sift-synth")
@@ -28,13 +33,10 @@ def data_dir() -> Path:
     """dhash.data-dir (or $DHASH_DATA_DIR), else the platform's user cache directory."""
     import platformdirs
 
-    from pipeline import config
-
     return Path(config.get("data-dir") or platformdirs.user_cache_dir("dhash"))
 
 
 def fashion_mnist_dir() -> Path:
-    from pipeline import config
 
     return Path(config.get("fashion-mnist-dir"))
 
@@ -45,8 +47,6 @@ def fashion_mnist_available() -> bool:
 
 def write_fashion_mnist(out, *, chunk_rows=None, overwrite=False, progress=None):
     """Ingest Fashion-MNIST (70k x 784 uint8 + labels) from the Debian package."""
-    from pipeline.data.idx import IdxReader, read_idx_labels
-    from pipeline.storage.datasets import write_dataset
 
     where = fashion_mnist_dir()
     if not fashion_mnist_available():
@@ -73,7 +73,6 @@ def write_fashion_mnist(out, *, chunk_rows=None, overwrite=False, progress=None)
 
 
 def default_path(name: str, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None) -> Path:
-    from pipeline.storage.datasets import STORAGE_FORMAT
 
     # the storage format is in the name: a cache written before chunk verification is not reused
     suffix = (f"-c{chunk_rows}" if chunk_rows else "") + f"-f{STORAGE_FORMAT}"
@@ -89,8 +88,6 @@ def resolve_dataset(
     name_or_path: str, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None, progress=None
 ):
     """Open a dataset path, or materialise a named source once and open it."""
-    from pipeline.storage.datasets import open_dataset
-    from pipeline.storage.location import resolve
 
     if name_or_path not in SOURCES or resolve(name_or_path).exists():
         if resolve(name_or_path).exists():
@@ -104,6 +101,5 @@ def resolve_dataset(
         return open_dataset(target)
     if name_or_path == "fashion-mnist":
         return write_fashion_mnist(target, chunk_rows=chunk_rows)
-    from pipeline.data.synth import write_sift_synth
 
     return write_sift_synth(target, n or DEFAULT_SYNTH_N, seed=seed, chunk_rows=chunk_rows, progress=progress)

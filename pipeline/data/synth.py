@@ -66,6 +66,8 @@ import functools
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.storage.chunkread import open_for_write
+from pipeline.storage.datasets import create_dataset_group, dataset_output, default_chunk_rows, open_dataset
 
 D = 128
 CELLS = 4  # 4 x 4 spatial cells
@@ -210,7 +212,6 @@ def _write_rows(features, seed: int, start: int, stop: int) -> int:
     [start, stop) is exactly one zarr chunk, so concurrent tasks never touch the same chunk
     file and the rows never travel back to the client.
     """
-    from pipeline.storage.chunkread import open_for_write
 
     open_for_write(features)[start:stop] = sift_rows(seed, start, stop)
     return stop - start
@@ -243,8 +244,6 @@ def write_sift_synth(
     """
     # imported here so the numpy kernel above stays importable without dask and zarr
     import dask
-
-    from pipeline.storage.datasets import create_dataset_group, dataset_output, default_chunk_rows, open_dataset
 
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise InputError(f"sift-synth needs n >= 1 points; got n={n!r}")

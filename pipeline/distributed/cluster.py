@@ -7,7 +7,9 @@ import logging
 import os
 import sys
 
+from pipeline import config
 from pipeline.errors import InputError
+from pipeline.storage.atomic import atomic_output
 
 MAX_DEFAULT_WORKERS = 8  # beyond this, more threads per worker: memory per worker stays useful
 
@@ -61,8 +63,6 @@ def connect(
     link is printed on stderr so it shows up in job logs and notebooks alike.
     """
     from distributed import Client, LocalCluster
-
-    from pipeline import config
 
     address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or config.get("scheduler")
     if address:
@@ -199,8 +199,6 @@ def performance_report(path):
         yield
         return
     from distributed import performance_report as dask_report
-
-    from pipeline.storage.atomic import atomic_output
 
     with atomic_output(path, kind="file", overwrite=True, file=True) as tmp, dask_report(filename=str(tmp)):
         yield

@@ -13,6 +13,8 @@ import numpy as np
 from dask import delayed
 from dask.base import tokenize
 
+from pipeline import config
+
 
 def chunk_delayeds(x) -> list:
     """One Delayed per row chunk of a dask array (column chunking is rejected upstream)."""
@@ -164,7 +166,6 @@ def tree_reduce(name: str, parts: list, combine):
     """Combine partial results with a tree of ``combine`` (binary, associative) tasks."""
     if not parts:
         raise ValueError("tree_reduce needs at least one part")
-    from pipeline import config
 
     fan_in = int(config.get("fan-in"))  # partial results per task: few levels, small messages
     level = 0

@@ -15,6 +15,7 @@ import logging
 import numpy as np
 from dask.base import tokenize
 
+from pipeline.distributed.cluster import worker_info
 from pipeline.distributed.graph import InlineRead, chunk_reads, compact_rows, row_bounds, take_rows
 from pipeline.errors import InputError
 
@@ -174,7 +175,6 @@ class NodeRunner:
         return bool(self.workers) and len(self.workers) >= self.n_nodes
 
     def _alive(self) -> list[str]:
-        from pipeline.distributed.cluster import worker_info
 
         return sorted(worker_info(self.client))
 

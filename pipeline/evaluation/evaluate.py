@@ -15,10 +15,12 @@ import numpy as np
 from dask.base import tokenize
 
 from pipeline.distributed.graph import as_dask, chunk_delayeds, map_chunks, tree_reduce
+from pipeline.distributed.nodes import node_groups, partition_rows
 from pipeline.errors import InputError
 from pipeline.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
 from pipeline.evaluation.truth import Truth
-from pipeline.hashing import make_hasher, method_params
+from pipeline.hashing import DisH, make_hasher, method_params
+from pipeline.kernels.codes import encode_linear_grouped
 from pipeline.kernels.ranking import mean_ap, radius_precision_recall, rank_offsets, tie_aware_ap, topk_metrics
 from pipeline.kernels.stats import add
 from pipeline.search.hamming import knn_search_lazy
@@ -112,8 +114,6 @@ def _score_model(model, features, split_query, truth, n_bits, ks) -> tuple[dict,
 
 def _score_dish1(model, view, features, truth, n_bits, ks) -> tuple[dict, dict]:
     """DisH1: each node encodes its own rows and the queries with its own dictionary."""
-    from pipeline.distributed.nodes import node_groups, partition_rows
-    from pipeline.kernels.codes import encode_linear_grouped
 
     db_features, split_query = view.features, view.query
     node_rows = partition_rows(
@@ -181,7 +181,6 @@ def evaluate_method(
     (mean and std over node dictionaries, see ``dish2_dictionaries``) and DisH1 (each node
     its own dictionary).
     """
-    from pipeline.hashing import DisH
 
     features = as_dask(features)
     view = view_of(features, split_query, labels)

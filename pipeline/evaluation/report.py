@@ -6,6 +6,7 @@ import datetime as _dt
 
 import numpy as np
 
+from pipeline import __version__
 from pipeline.storage.atomic import atomic_output
 from pipeline.storage.jsonio import dumps
 from pipeline.storage.location import Location, resolve
@@ -17,7 +18,6 @@ TABLE_KS = (100, 1000)
 def build_report(
     *, dataset: dict, split: dict, truth: dict, results: list[dict], cluster: dict, protocol: dict
 ) -> dict:
-    from pipeline import __version__
 
     return {
         "schema": REPORT_SCHEMA,

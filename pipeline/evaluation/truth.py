@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from pipeline.distributed.graph import chunk_reads, map_chunks, row_numbers, tree_reduce
+from pipeline.distributed.graph import as_dask, chunk_reads, map_chunks, row_numbers, tree_reduce
 from pipeline.errors import InputError
 from pipeline.kernels.l2 import (
     l2_topk,
@@ -51,6 +51,7 @@ from pipeline.kernels.l2 import (
     window_members,
 )
 from pipeline.kernels.ranking import relevance_from_labels, relevance_from_neighbours
+from pipeline.storage.chunkread import ChunkReader, dask_from_reader, open_for_write
 from pipeline.views import database_view, view_of
 
 MAX_LISTED_NEIGHBOURS = 10_000  # above: a K-th-neighbour threshold and relevance bits
@@ -157,8 +158,6 @@ def _stored_neighbours(location, name: str, fingerprint: str) -> np.ndarray:
 
 
 def _dask_rows(rows):
-    from pipeline.distributed.graph import as_dask
-    from pipeline.storage.chunkread import ChunkReader, dask_from_reader
 
     if isinstance(rows, ChunkReader):
         from dask.base import tokenize
@@ -281,7 +280,6 @@ def _members_task(X, ids, *, excluded, queries, lo, hi):
 
 def _mark_task(X, ids, *, excluded, queries, threshold, threshold_id, out):
     """Write the relevance bits of one dataset chunk (its own zarr chunk: no overlap)."""
-    from pipeline.storage.chunkread import open_for_write
 
     bits, per_query = relevance_bits(
         X, ids, _keep_rows(ids, excluded), queries=queries, threshold=threshold, threshold_id=threshold_id

@@ -26,8 +26,14 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, InvalidParameterError
 from sklearn.utils.validation import validate_data
 
+from pipeline import __version__
+from pipeline.distributed.graph import as_dask, is_dask_array
 from pipeline.errors import InputError
+from pipeline.hashing.checkpoint import Checkpoint, data_fingerprint
 from pipeline.kernels.codes import unpack_bits
+from pipeline.storage.atomic import atomic_output
+from pipeline.storage.jsonio import dumps
+from pipeline.storage.location import resolve
 from pipeline.storage.npz import npz_bytes
 from pipeline.validation import check_features_array, check_finite_block
 
@@ -91,7 +97,6 @@ class Hasher(TransformerMixin, BaseEstimator):
         partition, ignored by the others. ``checkpoint``: a directory (path or URL) for the
         per-iteration state of iterative methods (``supports_checkpoint``); a checkpoint of
         the same run there is resumed."""
-        from pipeline.distributed.graph import is_dask_array
 
         started = time.perf_counter()
         try:
@@ -128,7 +133,6 @@ class Hasher(TransformerMixin, BaseEstimator):
 
     def _training_input(self, X):
         """Checked training features as a dask array; sets ``n_features_in_``."""
-        from pipeline.distributed.graph import as_dask, is_dask_array
 
         if is_dask_array(X):
             X = check_features_array(X, "training features")
@@ -152,7 +156,6 @@ class Hasher(TransformerMixin, BaseEstimator):
 
     def _checkpoint(self, X, path):
         """(Checkpoint or None, saved state or None) for this fit; call after ``mean_`` is set."""
-        from pipeline.hashing.checkpoint import Checkpoint, data_fingerprint
 
         if path is None:
             return None, None
@@ -172,7 +175,6 @@ class Hasher(TransformerMixin, BaseEstimator):
         return (self.n_bits + 7) // 8
 
     def _check_encode_input(self, X):
-        from pipeline.distributed.graph import is_dask_array
 
         self._check_fitted()
         if is_dask_array(X):
@@ -239,9 +241,6 @@ class Hasher(TransformerMixin, BaseEstimator):
     def save(self, path, *, dataset: dict | None = None, overwrite: bool = False):
         """Write a model directory (model.json + arrays.npz) atomically; returns its Location.
         ``dataset``: what it was trained on (default ``dataset_``, set by the train workflow)."""
-        from pipeline import __version__
-        from pipeline.storage.atomic import atomic_output
-        from pipeline.storage.jsonio import dumps
 
         self._check_fitted()
         meta = {
@@ -263,6 +262,5 @@ class Hasher(TransformerMixin, BaseEstimator):
 
 
 def resolve_location(path):
-    from pipeline.storage.location import resolve
 
     return resolve(path)

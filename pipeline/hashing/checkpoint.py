@@ -16,6 +16,8 @@ import json
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.storage.atomic import atomic_output, writer_alive, writer_record
+from pipeline.storage.location import resolve
 from pipeline.storage.npz import load_npz, npz_bytes
 
 CHECKPOINT_SCHEMA = "dhash.checkpoint/1"
@@ -25,7 +27,6 @@ ARRAYS_FILE = "arrays.npz"
 
 def checkpoint_path(model_path):
     """The checkpoint Location of a model output (``MODEL.checkpoint`` beside it)."""
-    from pipeline.storage.location import resolve
 
     model_path = resolve(model_path)
     return model_path.sibling(f"{model_path.name}.checkpoint")
@@ -36,7 +37,6 @@ class Checkpoint:
     mean); a checkpoint with another fingerprint is refused, never silently resumed."""
 
     def __init__(self, path, fingerprint: dict):
-        from pipeline.storage.location import resolve
 
         self.path = resolve(path)
         self.fingerprint = json.loads(json.dumps(fingerprint, sort_keys=True, default=_plain))
@@ -61,7 +61,6 @@ class Checkpoint:
         return int(state["iteration"]), arrays, state["meta"]
 
     def save(self, iteration: int, arrays: dict, meta: dict) -> None:
-        from pipeline.storage.atomic import atomic_output, writer_record
 
         state = {
             "schema": CHECKPOINT_SCHEMA,
@@ -77,7 +76,6 @@ class Checkpoint:
 
 def live_writer(path) -> dict | None:
     """The training process still writing the checkpoint at ``path`` (this host, alive), else None."""
-    from pipeline.storage.atomic import writer_alive
 
     try:
         writer = json.loads(path.child(STATE_FILE).read_bytes()).get("writer")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+from pipeline import __version__
 from pipeline.errors import InputError
 from pipeline.hashing.base import ARRAYS_FILE, MODEL_FILE, MODEL_SCHEMA, Hasher, resolve_location, resolve_seed
 from pipeline.hashing.dish import DisH
 from pipeline.hashing.linear import ITQ, LSH, PCAH
 from pipeline.hashing.sgh import SGH
 from pipeline.hashing.splh import SPLH, USPLH
+from pipeline.storage.atomic import require_committed
 from pipeline.storage.npz import load_npz
 
 HASHERS: dict[str, type[Hasher]] = {cls.method: cls for cls in (LSH, PCAH, ITQ, DisH, SGH, SPLH, USPLH)}
@@ -82,7 +84,6 @@ def _major(version) -> int:
 def _refuse_newer(meta, meta_file) -> None:
     """A model written by a newer major version of dhash (or a newer model schema) may
     mean something this version cannot read correctly: refuse it rather than guess."""
-    from pipeline import __version__
 
     if not isinstance(meta, dict):
         return
@@ -97,7 +98,6 @@ def _refuse_newer(meta, meta_file) -> None:
 
 def load_model(path) -> Hasher:
     """Load a committed model directory written by ``Hasher.save`` (no pickle: JSON + .npz)."""
-    from pipeline.storage.atomic import require_committed
 
     loc = resolve_location(path)
     remedy = "re-train it with `dhash train`"

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 import zarr
 
+from pipeline import __version__, config
 from pipeline.errors import InputError
-from pipeline.storage.atomic import atomic_output, require_committed
+from pipeline.storage.atomic import atomic_output, read_commit, require_committed
 from pipeline.storage.chunkread import (
     ChunkReader,
     arrays_manifest,
@@ -60,7 +61,6 @@ DATASET_ARRAYS = ("features", "ids", "labels")  # what the dataset's manifest co
 def default_chunk_rows(d: int, itemsize: int) -> int:
     """Rows per chunk so one chunk holds about dhash.target-chunk-bytes (16 MiB: few tasks,
     bounded memory per task), rounded to a multiple of 1024."""
-    from pipeline import config
 
     rows = max(1024, int(config.get("target-chunk-bytes")) // max(1, d * itemsize))
     return int(rows // 1024 * 1024)
@@ -124,7 +124,6 @@ def create_dataset_group(
 
 
 def _created_by() -> str:
-    from pipeline import __version__
 
     return f"dhash {__version__}"
 
@@ -430,7 +429,6 @@ class Dataset:
 
 
 def _committed_kind(loc: Location) -> str | None:
-    from pipeline.storage.atomic import read_commit
 
     record = read_commit(loc)
     return record.get("kind") if record else None
