@@ -1,4 +1,4 @@
-"""Deployment files under deploy/ (issue "Operations", item 7), checked offline.
+"""Deployment files under deploy/, checked offline.
 
 What runs here: every YAML file parses; docker-compose.yml against the compose-spec schema
 (check-jsonschema's vendored copy) and, when a Docker Compose v2 binary is installed, through

@@ -1,4 +1,4 @@
-"""Operations (issue 6, first part): what a user watching the dashboard sees, and Dask's
+"""Operations: what a user watching the dashboard sees, and Dask's
 performance report of a job."""
 
 from __future__ import annotations
@@ -550,7 +550,7 @@ def test_bad_pipeline_file_is_one_line_error_and_runs_nothing(tmp_path, capsys):
     assert "unknown variable 'nowhere'" in capsys.readouterr().err
     bad.write_text('[[steps]]\ncommand = "encode"\ndataset = "d.zarr"\n')
     assert run("run", bad) == 2
-    assert "the following arguments are required: --model, --out" in capsys.readouterr().err
+    assert "missing model, out" in capsys.readouterr().err
     bad.write_text('pipeline = "nightly"\nsteps = [1]\n')
     assert run("run", bad) == 2
     assert "pipeline must be a table" in capsys.readouterr().err

@@ -6,10 +6,12 @@ import sys
 
 import dask
 import numpy as np
+import pytest
 
 from pipeline import config
 from pipeline.distributed.cluster import default_shape
 from pipeline.distributed.graph import tree_reduce
+from pipeline.errors import InputError
 from pipeline.kernels.stats import add
 from pipeline.storage.datasets import default_chunk_rows
 
@@ -29,6 +31,17 @@ def test_settings_take_effect_when_set():
             assert total.key.rsplit("-", 2)[-2] == str(depth - 1)  # the top task's level
     with dask.config.set({"dhash.target-chunk-bytes": 2**20}):
         assert default_chunk_rows(128, 1) == 8192
+
+
+def test_fan_in_is_part_of_the_task_keys_and_must_reduce():
+    parts = [dask.delayed(np.float64)(i) for i in range(16)]
+    keys = set()
+    for fan_in in (2, 4):
+        with dask.config.set({"dhash.fan-in": fan_in}):
+            keys.add(tree_reduce("sum", parts, add).key)
+    assert len(keys) == 2  # other groupings never share task keys
+    with dask.config.set({"dhash.fan-in": 1}), pytest.raises(InputError, match="at least 2"):
+        tree_reduce("sum", parts, add)
 
 
 def test_environment_variables_reach_the_namespace():

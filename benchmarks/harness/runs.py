@@ -1,7 +1,7 @@
 """``dhash bench search|groundtruth|train|encode``: our stage and its peer, same data, same
 threads, same process, one JSON result (+ a Markdown table beside it).
 
-Peers (issue 4): search -> ``faiss.IndexBinaryFlat``; ground truth -> ``faiss.IndexFlatL2``;
+Peers: search -> ``faiss.IndexBinaryFlat``; ground truth -> ``faiss.IndexFlatL2``;
 training -> the floor = the same number of plain passes that only read each chunk and
 compute (X - mean) C with the same slabbed float32 projection as the encoder (the cheapest
 way we know to touch every row), plus ``faiss.ITQTransform`` for ITQ; encoding -> one

@@ -16,6 +16,7 @@ from itertools import chain
 from pathlib import Path
 
 import numpy as np
+import platformdirs
 
 from pipeline import config
 from pipeline.data.idx import IdxReader, read_idx_labels
@@ -31,13 +32,11 @@ DEFAULT_SYNTH_N = 1_000_000
 
 def data_dir() -> Path:
     """dhash.data-dir (or $DHASH_DATA_DIR), else the platform's user cache directory."""
-    import platformdirs
-
     return Path(config.get("data-dir") or platformdirs.user_cache_dir("dhash"))
 
 
 def fashion_mnist_dir() -> Path:
-
+    """dhash.fashion-mnist-dir (or $DHASH_FASHION_MNIST_DIR): where the IDX files are."""
     return Path(config.get("fashion-mnist-dir"))
 
 

@@ -39,7 +39,8 @@ def _encode_chunk_into(block, start, *, model, target):
 def encode_to_zarr(path, X, model, *, dataset=None, overwrite: bool = False, progress=None):
     """Encode features ``X`` (dask) into a new codes array, atomically. One task per feature
     chunk reads the chunk, encodes it and writes its own codes chunk, so no feature chunk
-    or code block is ever a separate task result (measured 1.43x -> see benchmarks/README.md).
+    or code block is ever a separate task result, stored and released between two tasks
+    (benchmarks/results/encode_*.md: encoding against one plain read-and-project pass).
     Irregular row chunks (where two tasks could share a codes chunk) go through da.store.
     ``dataset``: the Dataset the features come from (its location and content id are recorded)."""
     X = model._check_encode_input(X)

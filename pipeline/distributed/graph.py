@@ -14,6 +14,7 @@ from dask import delayed
 from dask.base import tokenize
 
 from pipeline import config
+from pipeline.errors import InputError
 
 
 def chunk_delayeds(x) -> list:
@@ -29,7 +30,7 @@ class InlineRead:
     that consumes it (``map_chunks`` resolves it). The read then happens in the same task
     as the kernel: no 16 MiB intermediate result is stored, accounted and released by the
     worker between two tasks, and the scheduler cannot place the read and its consumer on
-    different workers (a pass over features measured ~1.4x faster, benchmarks/README.md).
+    different workers (the cost of passes over features: benchmarks/results/train_*.md).
     ``local_rows`` optionally selects rows of the chunk (DisH nodes)."""
 
     def __init__(self, graph: dict, key, local_rows=None):
@@ -168,8 +169,12 @@ def tree_reduce(name: str, parts: list, combine):
         raise ValueError("tree_reduce needs at least one part")
 
     fan_in = int(config.get("fan-in"))  # partial results per task: few levels, small messages
+    if fan_in < 2:  # one part per task would never reduce: the loop below would not end
+        raise InputError(f"dask setting dhash.fan-in must be at least 2, got {fan_in}")
     level = 0
-    token = tokenize(parts, combine)
+    # fan-in is in the token: another fan-in groups other parts (and sums floats in another
+    # order) under what would otherwise be the same task keys
+    token = tokenize(parts, combine, fan_in)
     while len(parts) > 1:
         parts = [
             delayed(_combine_all, pure=True)(

@@ -7,11 +7,11 @@ chunking and whatever merge order.
 The top-k kernel (``hamming_topk``) is the hot loop of search. Codes are stored word-major
 in tiles of TILE_CODES codes (a tile stays in L1/L2 while every query passes over it); per
 (query, tile) the distances are one vectorised xor + popcount loop (LLVM emits AVX-512
-``vpopcntq`` on this machine, see benchmarks/results/search_*.json), then a scan that keeps
-only distances strictly below the query's current k-th distance. Because codes are scanned
-in id order, an equal distance can never beat an entry already held, so "strictly below"
-is exact. Accepted entries go to a 2k buffer that is cut back to the exact top-k by
-counting (distances are small integers) when full.
+``vpopcntq`` where the CPU has it; speeds in benchmarks/results/search_*.md), then a scan
+that keeps only distances strictly below the query's current k-th distance. Because codes
+are scanned in id order, an equal distance can never beat an entry already held, so
+"strictly below" is exact. Accepted entries go to a 2k buffer that is cut back to the
+exact top-k by counting (distances are small integers) when full.
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def _tile_distances(query, tile, out):
 def _hot_blocks(dist, lim, hot):
     """Starts of the SCAN_BLOCK-blocks of dist holding a value < lim, into hot; returns how
     many. Always the whole tile: a data-dependent trip count here makes LLVM drop the
-    vectorisation (7x slower, measured); padding codes past the end are skipped by pass 2."""
+    vectorisation (7x slower, Nov 2026, 2-core Xeon VM); padding codes past the end are skipped
+    by pass 2."""
     n_hot = 0
     for block in range(0, TILE_CODES, SCAN_BLOCK):
         hits = 0

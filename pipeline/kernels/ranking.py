@@ -112,8 +112,8 @@ def ap_precision_sums(
     """Sum, over the chunk's relevant items, of precision at their global rank (per query).
 
     One scan of each row in id order: a running count per distance gives every item's
-    position among the chunk's items at its own distance, so no sort is needed (the
-    earlier sort-based numpy version was ~50x slower on 1000 x 17k distances).
+    position among the chunk's items at its own distance, so no sort is needed (a sort-based
+    numpy version was ~50x slower on 1000 x 17k distances; Nov 2026, 2-core Xeon VM).
     """
     out = np.zeros(dist.shape[0])
     if dist.shape[1]:

@@ -12,8 +12,9 @@ the same checksum). A missing chunk, a checksum that differs, a frame that does 
 decode or decodes to the wrong size raises ``InputError`` naming the array, the chunk and
 the command that re-creates it, on whichever worker reads it. zarr itself would return
 its fill value for a missing chunk, i.e. train, encode or score on zeros. Direct reads
-are also faster: through ``zarr.Array.__getitem__`` a 16 MiB chunk took 30 ms on this
-machine (event-loop hand-offs and copies around a 14 ms decode), read directly ~17 ms.
+are also faster: ``zarr.Array.__getitem__`` adds event-loop hand-offs and copies around
+the decode (a 16 MiB chunk: 30 ms through zarr, ~17 ms direct; Nov 2026, 2-core Xeon VM). The
+cost of a verified read pass is in benchmarks/results/verify_10M.md.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.storage.location import Location
 
-ZSTD_LEVEL = 1  # measured 2.7x faster than the default level on SIFT-like chunks, slightly better ratio
+# level 1: 2.7x faster than zstd's default level on SIFT-like chunks and a slightly
+# better ratio (Nov 2026, 2-core Xeon VM)
+ZSTD_LEVEL = 1
 
 
 def create_array(group, name: str, shape: tuple, chunk_rows: int, dtype):

@@ -61,7 +61,6 @@ DATASET_ARRAYS = ("features", "ids", "labels")  # what the dataset's manifest co
 def default_chunk_rows(d: int, itemsize: int) -> int:
     """Rows per chunk so one chunk holds about dhash.target-chunk-bytes (16 MiB: few tasks,
     bounded memory per task), rounded to a multiple of 1024."""
-
     rows = max(1024, int(config.get("target-chunk-bytes")) // max(1, d * itemsize))
     return int(rows // 1024 * 1024)
 
