@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The commands that produced the quality results in benchmarks/results/ (SGH, S3PLH, USPLH).
+# The commands that produced the quality results in benchmarks/results/ (SGH, S3PLH, USPLH and their baselines).
 # Run from the repository root after `bash deploy/setup.sh`. `bash benchmarks/run_quality.sh STEP`
 # runs one step; no argument runs them all (~1 h on 2 cores).
 #   sweeps   parameter sweeps on a validation split (test queries removed first)
@@ -14,7 +14,12 @@ run() { if [[ $only == all || $only == "$1" ]]; then shift; echo "+ $*" >&2; "$@
 S=".venv/bin/python benchmarks/sweep_params.py"
 run sweeps $S --dataset fashion-mnist --method pcah --bits 32,48 --grid '{}' --ground-truth euclidean \
   --top-percent 2 --metric map --out $R/sweep_pcah_fashion-mnist.json
-run sweeps $S --dataset fashion-mnist --method usplh --bits 32,48 --grid '{"eta": [0.03, 0.1, 0.3], "decay": [0.1, 0.25, 0.5]}' \
+U='{"eta": [0.5, 1, 2, 4], "decay": [0.5]}'  # eta at two sizes of sift-synth and on fashion-mnist
+run sweeps $S --dataset sift-synth --n 100000 --method usplh --bits 32,48 --grid "$U" --ground-truth euclidean \
+  --top-percent 2 --metric map --out $R/sweep_usplh_sift-synth-100k.json
+run sweeps $S --dataset sift-synth --n 400000 --method usplh --bits 32,48 --grid "$U" --ground-truth euclidean \
+  --top-percent 2 --metric map --out $R/sweep_usplh_sift-synth-400k.json
+run sweeps $S --dataset fashion-mnist --method usplh --bits 32,48 --grid "$U" \
   --ground-truth euclidean --top-percent 2 --metric map --out $R/sweep_usplh_fashion-mnist.json
 run sweeps $S --dataset fashion-mnist --method sgh --bits 32,64,128 \
   --grid '[{"n_bases": [300, 1000], "bandwidth_scale": [0.5, 1, 2]}, {"rho_scale": [0.5, 2]}]' \
@@ -22,14 +27,16 @@ run sweeps $S --dataset fashion-mnist --method sgh --bits 32,64,128 \
 run sweeps $S --dataset fashion-mnist --method sgh --bits 32,64,128 \
   --grid '[{"rho_scale": [0.25]}, {"rho_scale": [0.5], "bandwidth_scale": [0.5]}]' \
   --ground-truth euclidean --top-percent 2 --out $R/sweep_sgh_fashion-mnist_round2.json
-run sweeps $S --dataset fashion-mnist --method splh --bits 24,48 --grid '{"eta": [0.3, 1, 3, 10, 30]}' \
+run sweeps $S --dataset fashion-mnist --method splh --bits 24,48 --grid '{"eta": [0.01, 0.03, 0.1, 0.3, 1, 3]}' \
   --metric map --out $R/sweep_splh_fashion-mnist.json
+run sweeps $S --dataset fashion-mnist --method sikh --bits 24,48 --grid '{"bandwidth_scale": [0.25, 0.5, 1, 2, 4]}' \
+  --metric map --out $R/sweep_sikh_fashion-mnist.json
 Q=$R/quality
-run quality $E --dataset fashion-mnist --methods lsh,pcah,itq,sgh,usplh --bits 32,48,64,128 \
+run quality $E --dataset fashion-mnist --methods lsh,sh,sikh,pcah,itq,sgh,usplh --bits 32,48,64,128 \
   --ground-truth euclidean --top-percent 2 --ks 100,1000 --out $Q/fashion-mnist-euclidean
-run quality $E --dataset fashion-mnist --methods lsh,pcah,pcah-adjusted,itq,splh --bits 24,48 --labeled 1000 \
+run quality $E --dataset fashion-mnist --methods lsh,sh,sikh,pcah,pcah-adjusted,itq,splh --bits 24,48 --labeled 1000 \
   --ks 100,1000 --out $Q/fashion-mnist-labels
-run quality $E --dataset sift-synth --n 100000 --methods lsh,pcah,itq,sgh,usplh --bits 32,64,128 \
+run quality $E --dataset sift-synth --n 100000 --methods lsh,sh,sikh,pcah,itq,sgh,usplh --bits 32,48,64,128 \
   --ground-truth euclidean --top-percent 2 --ks 100,1000 --out $Q/sift-synth-100k-euclidean
 run quality .venv/bin/python benchmarks/summarize_quality.py $Q --out $R/quality.md
 run scaling .venv/bin/python benchmarks/bench_sgh_scaling.py --out $R/sgh_scaling.json

@@ -232,7 +232,7 @@ def _opt(name, commands, help_, **kw) -> Option:
 
 
 _DISH = "DisH (methods dish, dish-allreduce)"
-_SGH = "SGH, SPLH, USPLH (methods sgh, splh, usplh, pcah-adjusted)"
+_SGH = "SGH, SPLH, USPLH, SIKH (methods sgh, splh, usplh, pcah-adjusted, sikh)"
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
 
@@ -316,14 +316,16 @@ OPTIONS: tuple[Option, ...] = (
     _opt("n-bases", METHOD_COMMANDS, "sgh: kernel bases m (default 300)", type=positive_int, param="n_bases",
          group=_SGH),
     _opt("bandwidth-scale", METHOD_COMMANDS, "sgh: kernel width = this x RMS distance to the bases (default 0.5)",
-         type=positive_float, param="bandwidth_scale", group=_SGH),
+         type=positive_float, param="bandwidth_scale", method="sgh", group=_SGH),
+    _opt("sikh-bandwidth-scale", METHOD_COMMANDS, "sikh: Gaussian kernel width = this x RMS distance to the mean "
+         "(default 1)", type=positive_float, param="bandwidth_scale", method="sikh", group=_SGH),
     _opt("sgh-rho-scale", METHOD_COMMANDS, "sgh: rho = this x 2 max ||x - mean||^2 (default 0.5)",
          type=positive_float, param="rho_scale", method="sgh", group=_SGH),
     _opt("kernel-cache", METHOD_COMMANDS, "sgh: keep kernel features on the workers between passes (default auto: "
          "when they fit)", choices=("auto", "memory", "recompute"), param="kernel_cache", group=_SGH),
     _opt("labeled", METHOD_COMMANDS, "splh, pcah-adjusted: labeled training points drawn with the seed (default "
          "1000)", type=positive_int, param="n_labeled", group=_SGH),
-    _opt("eta", METHOD_COMMANDS, "splh, usplh: weight of the (pseudo-)label term (default: splh 3, usplh 0.03)",
+    _opt("eta", METHOD_COMMANDS, "splh, usplh: weight of the (pseudo-)label term relative to the covariance (default: splh 0.1, usplh 2)",
          type=positive_float, param="eta", group=_SGH),
     _opt("region-size", METHOD_COMMANDS, "usplh: points per boundary region (default 2000)", type=positive_int,
          param="region_size", group=_SGH),

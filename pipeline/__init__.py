@@ -21,6 +21,8 @@ _EXPORTS = {
     "ITQ": "pipeline.hashing",
     "DisH": "pipeline.hashing",
     "SGH": "pipeline.hashing",
+    "SH": "pipeline.hashing",
+    "SIKH": "pipeline.hashing",
     "SPLH": "pipeline.hashing",
     "USPLH": "pipeline.hashing",
     "load_model": "pipeline.hashing",

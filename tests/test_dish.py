@@ -87,6 +87,50 @@ def test_allreduce_matches_single_machine_numpy_run(client):
     np.testing.assert_allclose(model.components_, want, atol=1e-6)
 
 
+def _admm_reference(X, y, n_bits, outer, inner, nodes, topology, partition, seed, rho_scale):
+    """Algorithm 1 of the DisH paper in one process: the nodes are plain arrays of rows, the
+    same topology, partition and initial dictionary as the distributed run; everything else
+    (centring, rho, eq. 13, the SVD solution 18, the multiplier step, the codes) written out
+    here from the paper's equations."""
+    from pipeline.distributed.nodes import partition_rows
+
+    neighbours = build_topology(topology, nodes, seed=seed)
+    rows = partition_rows(X, nodes, partition, seed, y)
+    Xc = X - X.mean(axis=0)
+    Xs = [Xc[r] for r in rows]
+    n = len(X)
+    rho = rho_scale * (n / nodes) * np.sqrt((Xc**2).sum() / n)
+    C = [K.random_orthonormal(X.shape[1], n_bits, np.random.default_rng(seed))] * nodes
+    Lam = [np.zeros_like(C[0])] * nodes
+    objectives = []
+    for _ in range(outer):
+        B = [np.where(Xi @ Ci > 0, 1.0, -1.0) for Xi, Ci in zip(Xs, C)]  # B_i = sgn(C_i^T X_i)
+        objectives.append(sum(((Xi - Bi @ Ci.T) ** 2).sum() for Xi, Bi, Ci in zip(Xs, B, C)))
+        for _ in range(inner):
+            new = []
+            for i in range(nodes):
+                S = 2 * B[i].T @ Xs[i] - Lam[i].T + rho * sum((C[i] + C[j]).T for j in neighbours[i])
+                G, _, Ht = np.linalg.svd(S, full_matrices=False)
+                new.append(Ht.T @ G.T)  # eq. 18: C_i = H_i G_i^T
+            Lam = [Lam[i] + rho * sum(new[i] - new[j] for j in neighbours[i]) for i in range(nodes)]
+            C = new
+    return np.stack(C), objectives
+
+
+@pytest.mark.parametrize("partition", ["random", "by-label"])
+def test_admm_equals_single_process_algorithm_1(client, partition):
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 6, 6000)
+    X = rng.standard_normal((6000, 24)) @ rng.standard_normal((24, 24)) + 3 * np.eye(24)[y]
+    params = {"nodes": 6, "topology": "random", "partition": partition, "rho_scale": 0.3}
+    want, objectives = _admm_reference(X, y, 8, 5, 5, seed=4, **params)
+    model = DisH(8, **params, inner_steps=5, max_iter=5, tol=0, consensus_tol=0, random_state=4)
+    model.fit(da.from_array(X, chunks=(1100, 24)), y)
+    assert model.training_stats_["iterations"] == 5
+    np.testing.assert_allclose(model.dictionaries_, want, atol=1e-6)
+    np.testing.assert_allclose(model.training_stats_["objective"], objectives, rtol=1e-9)
+
+
 @pytest.fixture(scope="module")
 def sift_dataset(tmp_path_factory):
     from pipeline.data.synth import write_sift_synth
@@ -175,3 +219,19 @@ def test_node_rows_travel_as_runs_and_select_the_same_rows(partition):
     if partition != "by-label":
         assert len(pickle.dumps(dict(groups.dask))) < 10_000
     assert take_rows(block, None) is block
+
+
+@pytest.mark.parametrize("n, nodes", [(69_000, 10), (10, 10), (1_000_003, 3)])
+def test_random_partition_spreads_any_n_over_the_nodes(n, nodes):
+    """Random blocks shrink for small data (never below 8 per node): every row on exactly one
+    node, node sizes within two blocks of each other, the same rows whatever the chunking."""
+    from pipeline.distributed.nodes import partition_rows, random_block_rows
+
+    X = da.zeros((n, 2), chunks=(max(1, n // 3), 2))
+    node_rows = partition_rows(X, nodes, "random", 5)
+    np.testing.assert_array_equal(np.sort(np.concatenate(node_rows)), np.arange(n))
+    sizes = [len(r) for r in node_rows]
+    assert max(sizes) - min(sizes) <= 2 * random_block_rows(n, nodes) and min(sizes) > 0  # + the short last block
+    rechunked = partition_rows(X.rechunk(max(1, n // 7)), nodes, "random", 5)
+    assert all(np.array_equal(a, b) for a, b in zip(node_rows, rechunked))
+    assert partition_rows(X, nodes, "random", 6)[0].tolist() != node_rows[0].tolist()

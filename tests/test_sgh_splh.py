@@ -123,14 +123,14 @@ def test_splh_kernels_equal_their_definitions():
     new = splh_k.truncated_label_update(S, p, 0.5)
     for i in range(40):
         for j in range(40):
-            expected = 0.0 if i == j else (1.0 if labels[i] == labels[j] else -1.0)
+            expected = 1.0 if labels[i] == labels[j] else -1.0  # the diagonal too
             assert S[i, j] == expected
             if S[i, j] * p[i] * p[j] < 0:
                 expected -= 0.5 * p[i] * p[j]
             assert new[i, j] == pytest.approx(expected)
     multi = np.array([[1, 0, 1], [0, 1, 1], [1, 0, 0], [0, 1, 0]], dtype=np.uint8)
     np.testing.assert_array_equal(
-        splh_k.pair_labels(multi), [[0, 1, 1, -1], [1, 0, -1, 1], [1, -1, 0, -1], [-1, 1, -1, 0]]
+        splh_k.pair_labels(multi), [[1, 1, 1, -1], [1, 1, -1, 1], [1, -1, 1, -1], [-1, 1, -1, 1]]
     )
 
 
@@ -214,8 +214,11 @@ def test_splh_fit_equals_sequential_numpy_run(client, tmp_path):
     Xl = Xc[rows]
     S = splh_k.pair_labels(y[rows])
     alpha = 1 / (Xl**2).sum(1).max()
+    # eta is relative: the label term is scaled to the covariance's top eigenvalue at bit 1
+    scale = np.linalg.eigvalsh(C)[-1] / np.abs(np.linalg.eigvalsh(Xl.T @ S @ Xl)).max()
+    assert model.training_stats_["label_scale"] == pytest.approx(scale, rel=1e-9)
     for k in range(6):
-        w = splh_k.top_direction(C + 0.7 * Xl.T @ S @ Xl / 120)
+        w = splh_k.top_direction(C + 0.7 * scale * Xl.T @ S @ Xl)
         np.testing.assert_allclose(model.components_[:, k], w, atol=1e-9)
         S = splh_k.truncated_label_update(S, Xl @ w, alpha)
         R = Xc - np.outer(Xc @ w, w)  # the paper's residual X - w w^T X
@@ -227,7 +230,8 @@ def test_splh_fit_equals_sequential_numpy_run(client, tmp_path):
     adjusted = make_hasher("pcah-adjusted", 4, random_state=2, eta=0.7, n_labeled=120).fit(
         da.from_array(X, chunks=(400, 8)), y
     )
-    top = np.linalg.eigh(X.T @ X / 900 - np.outer(mean, mean) + 0.7 * Xl.T @ splh_k.pair_labels(y[rows]) @ Xl / 120)[1]
+    M = X.T @ X / 900 - np.outer(mean, mean) + 0.7 * scale * Xl.T @ splh_k.pair_labels(y[rows]) @ Xl
+    top = np.linalg.eigh(M)[1]
     np.testing.assert_allclose(np.abs(adjusted.components_), np.abs(top[:, ::-1][:, :4]), atol=1e-8)
 
 
@@ -263,7 +267,7 @@ def one_worker_cluster():
         yield one
 
 
-@pytest.mark.parametrize("method", ["sgh", "usplh", "splh"])
+@pytest.mark.parametrize("method", ["sgh", "usplh", "splh", "sh", "sikh"])
 def test_same_codes_for_1_and_2_workers_and_two_chunkings(small_sift, cluster, one_worker_cluster, method):
     from distributed import Client
 

@@ -35,12 +35,13 @@ def test_sgh_top1000_precision_above_lsh_and_pcah_on_fashion_mnist(sgh_euclidean
 
 @pytest.mark.parametrize("bits", [32, 48])
 def test_usplh_map_above_pcah_on_the_euclidean_protocol(sgh_euclidean, bits):
-    assert sgh_euclidean[("usplh", bits)]["map"] > sgh_euclidean[("pcah", bits)]["map"]
+    assert sgh_euclidean[("usplh", bits)]["map"] > sgh_euclidean[("pcah", bits)]["map"] + 0.01
 
 
-def test_sgh_above_lsh_and_pcah_on_sift_synth(tmp_path, cluster):
+def test_sgh_and_usplh_above_lsh_and_pcah_on_sift_synth(tmp_path, cluster):
     """50k points at 32 and 64 bits here; 100k at 32/64/128 bits is in
-    benchmarks/results/quality.md (128: 0.661 vs LSH 0.559, PCAH 0.405)."""
+    benchmarks/results/quality.md. USPLH is checked at 64 bits only: at 32 bits it is within
+    0.005 of PCAH on this generator, either side (benchmarks/results/quality.md)."""
     from pipeline.data.synth import write_sift_synth
 
     ds = write_sift_synth(tmp_path / "sift.zarr", 50_000, seed=0)
@@ -48,7 +49,7 @@ def test_sgh_above_lsh_and_pcah_on_sift_synth(tmp_path, cluster):
         got = _by_method(
             workflows.evaluate(
                 ds,
-                methods=["lsh", "pcah", "sgh"],
+                methods=["lsh", "pcah", "sgh", "usplh"],
                 bits=[32, 64],
                 queries=1000,
                 seed=0,
@@ -61,16 +62,18 @@ def test_sgh_above_lsh_and_pcah_on_sift_synth(tmp_path, cluster):
         sgh = got[("sgh", bits)]["precision@1000"]
         assert sgh > got[("lsh", bits)]["precision@1000"], bits
         assert sgh > got[("pcah", bits)]["precision@1000"], bits
+    assert got[("usplh", 64)]["map"] > got[("pcah", 64)]["map"] + 0.01
 
 
-def test_s3plh_map_above_pcah_adjusted_pcah_and_lsh_with_1000_labels(fmnist_paths, cluster):
+def test_s3plh_map_above_its_papers_baselines_with_1000_labels(fmnist_paths, cluster):
     """The SPLH paper's MNIST protocol on Fashion-MNIST: 1000 labeled training points,
-    label ground truth, Hamming-ranking map."""
+    label ground truth, Hamming-ranking map; S3PLH above the baselines of its Fig. 3 that
+    we have (LSH, SH, SIKH, PCAH and the label-adjusted PCAH)."""
     with Client(cluster):
         got = _by_method(
             workflows.evaluate(
                 open_dataset(fmnist_paths[20000]),
-                methods=["lsh", "pcah", "pcah-adjusted", "splh"],
+                methods=["lsh", "sh", "sikh", "pcah", "pcah-adjusted", "splh"],
                 bits=[24, 48],
                 queries=1000,
                 seed=0,
@@ -80,6 +83,6 @@ def test_s3plh_map_above_pcah_adjusted_pcah_and_lsh_with_1000_labels(fmnist_path
         )
     for bits in (24, 48):
         splh = got[("splh", bits)]["map"]
-        for baseline in ("lsh", "pcah", "pcah-adjusted"):
+        for baseline in ("lsh", "sh", "sikh", "pcah", "pcah-adjusted"):
             assert splh > got[(baseline, bits)]["map"] + 0.02, (bits, baseline)
         assert 0 <= got[("splh", bits)]["failed_queries@radius2"] < 1

@@ -24,14 +24,24 @@ log = logging.getLogger(__name__)
 PARTITIONS = ("contiguous", "random", "by-label")
 
 
-RANDOM_BLOCK_ROWS = 65536  # unit of the random partition: independent of the storage chunking
+# The random partition deals row blocks, not single rows, so that a node's rows stay a few
+# [start, stop) runs (small tasks, contiguous reads). A block holds 65536 rows when the data
+# is large, fewer when n is small, so that every node gets at least 8 blocks (any n >= nodes
+# works). The size depends on n and the node count only, never on the storage chunking.
+RANDOM_BLOCK_ROWS = 65536
+MIN_BLOCKS_PER_NODE = 8
+
+
+def random_block_rows(n: int, n_nodes: int) -> int:
+    """Rows per block of the random partition of n rows over n_nodes nodes."""
+    return max(1, min(RANDOM_BLOCK_ROWS, n // (n_nodes * MIN_BLOCKS_PER_NODE)))
 
 
 def partition_rows(X, n_nodes: int, partition: str, seed: int, y=None) -> list[np.ndarray]:
     """Sorted row numbers of each node, independent of how the data is chunked.
 
-    contiguous: equal consecutive row ranges; random: blocks of 65536 rows dealt to nodes
-    in a seeded random order (as many blocks per node as possible); by-label: the sorted
+    contiguous: equal consecutive row ranges; random: blocks of ``random_block_rows`` rows
+    dealt to nodes in a seeded random order (equal block counts, +-1); by-label: the sorted
     classes split into ``n_nodes`` groups, node i holding every row of its classes (the
     non-iid case).
     """
@@ -54,17 +64,10 @@ def partition_rows(X, n_nodes: int, partition: str, seed: int, y=None) -> list[n
         raise InputError(f"{n} training rows cannot be spread over {n_nodes} nodes; use fewer nodes")
     if partition == "contiguous":
         return [np.arange(r[0], r[-1] + 1, dtype=np.int64) for r in np.array_split(np.arange(n), n_nodes)]
-    n_blocks = -(-n // RANDOM_BLOCK_ROWS)
-    if n_blocks < n_nodes:
-        raise InputError(
-            f"random partition deals blocks of {RANDOM_BLOCK_ROWS} rows but {n} rows make only "
-            f"{n_blocks} blocks for {n_nodes} nodes; use partition='contiguous' or fewer nodes"
-        )
-    order = np.random.default_rng(seed).permutation(n_blocks)
+    block = random_block_rows(n, n_nodes)
+    order = np.random.default_rng(seed).permutation(-(-n // block))  # at least n_nodes blocks
     return [
-        np.sort(
-            np.concatenate([np.arange(b * RANDOM_BLOCK_ROWS, min(n, (b + 1) * RANDOM_BLOCK_ROWS)) for b in blocks])
-        ).astype(np.int64)
+        np.sort(np.concatenate([np.arange(b * block, min(n, (b + 1) * block)) for b in blocks])).astype(np.int64)
         for blocks in np.array_split(order, n_nodes)
     ]
 

@@ -3,6 +3,7 @@
 from pipeline.hashing.base import Hasher
 from pipeline.hashing.dish import DisH
 from pipeline.hashing.linear import ITQ, LSH, PCAH
+from pipeline.hashing.periodic import SH, SIKH
 from pipeline.hashing.registry import (
     HASHERS,
     METHOD_NAMES,
@@ -24,6 +25,8 @@ __all__ = [
     "METHOD_VARIANTS",
     "PCAH",
     "SGH",
+    "SH",
+    "SIKH",
     "SPLH",
     "USPLH",
     "DisH",

@@ -6,14 +6,15 @@ Everything else is d x d:
 
 * S3PLH (``SPLH``): l labeled rows (drawn from the training set with the seed, or given)
   are gathered to the client (l x d, e.g. 1000 x 784); per bit, w_k = top eigenvector of
-  M_k = C_k + eta X_l^T S_k X_l / l, then the truncated label update S_{k+1} = S_k -
-  alpha T(S~_k, S_k) and the deflation C_{k+1} = (I - w w^T) C_k (I - w w^T). X_l is not
-  deflated: the label term may pull later bits back into earlier directions (paper 2.4).
-* USPLH: w_1 = top principal direction; after each bit, one distributed pass projects
-  every row and keeps the ``region_size`` rows nearest to and farthest from the boundary
-  on each side (exact top-k per chunk, merged by a tree: ties by row id); their
-  pseudo-labels give L_k (kernels/splh.py), accumulated with decay lambda:
-  M_{k+1} = C_{k+1} + eta sum_i lambda^(k-i) L_i.
+  M_k = C_k + eta s X_l^T S_k X_l (s: the label scale of kernels/splh.py), then the
+  truncated label update S_{k+1} = S_k - alpha T(S~_k, S_k) and the deflation
+  C_{k+1} = (I - w w^T) C_k (I - w w^T). X_l is not deflated: the label term may pull
+  later bits back into earlier directions (paper 2.4).
+* USPLH (Algorithm 2): w_1 = top principal direction; after each bit, one distributed
+  pass projects every row and keeps the ``region_size`` rows nearest to and farthest from
+  the boundary on each side (exact top-k per chunk, merged by a tree: ties by row id);
+  their pseudo-labels, on the rows of the current residual, give L_k (kernels/splh.py),
+  accumulated with decay lambda: M_{k+1} = C_{k+1} + eta s sum_i lambda^(k-i) L_i.
 * ``pcah-adjusted`` (SPLH with sequential=False): the top n_bits eigenvectors of M_1, the
   paper's single-shot baseline (the SSH solution with orthogonal projections).
 
@@ -37,6 +38,7 @@ from pipeline.hashing.linear import LinearHasher, training_covariance
 from pipeline.kernels.splh import (
     boundary_regions,
     deflate,
+    label_scale,
     label_term,
     merge_regions,
     pair_labels,
@@ -55,11 +57,18 @@ class SPLH(LinearHasher):
     (or a multi-hot row) per training row; only the ``n_labeled`` rows drawn with the seed
     (or ``labeled_rows``) are used, as in the paper's protocol (1000 labeled MNIST points).
 
-    eta weighs the label term against the covariance (both are normalised, see
-    kernels/splh.py); the paper gives no value. eta = 3 was chosen on a Fashion-MNIST
-    validation split with 1000 labeled points (the sweep and its numbers:
-    benchmarks/results/sweep_splh_fashion-mnist.md; the curve is flat above 3). alpha = 1 / max ||x_l - mean||^2 by default,
-    the paper's step that keeps |alpha S~_ij| <= 1."""
+    eta weighs the label term against the covariance; it is dimensionless (at eta = 1 both
+    terms have the same top eigenvalue at the first bit, see kernels/splh.py). The paper
+    gives no value: eta = 0.1 was chosen on a Fashion-MNIST validation split with 1000
+    labeled points, the best mean map over 24 and 48 bits (the sweep and its numbers:
+    benchmarks/results/sweep_splh_fashion-mnist.md). alpha = 1 / max ||x_l - mean||^2 by
+    default, the paper's step that keeps |alpha S~_ij| <= 1.
+
+    The single-shot ``pcah-adjusted`` does not gain from the labels on Fashion-MNIST: at 24
+    bits its map approaches PCAH's as eta -> 0 and never exceeds it (eta 100 / 3 / 1 / 0.1 / 0.01:
+    0.255 / 0.259 / 0.279 / 0.278 / 0.284, PCAH 0.284). With the labels' classes, X_l^T S
+    X_l is about the between-class scatter, whose directions PCA already ranks first there;
+    the sequential updates, not the adjusted covariance, carry S3PLH's gain."""
 
     method = "splh"
     linear_pca_based = False
@@ -80,7 +89,7 @@ class SPLH(LinearHasher):
         *,
         n_labeled: int = 1000,
         labeled_rows=None,
-        eta: float = 3.0,
+        eta: float = 0.1,
         alpha: float | None = None,
         sequential: bool = True,
         random_state: int | None = 0,
@@ -126,23 +135,23 @@ class SPLH(LinearHasher):
         Xl = np.asarray(select_rows(X, rows, keep=True).compute(), dtype=np.float64) - self.mean_
         S = pair_labels(y[rows])
         alpha = self.alpha if self.alpha is not None else 1.0 / float(np.einsum("ij,ij->i", Xl, Xl).max())
+        scale = label_scale(C, label_term(Xl, S))  # eta is relative to this (kernels/splh.py)
+        self.training_stats_.update({"passes": 1, "n_labeled": len(rows), "label_scale": scale})
         if not self.sequential:
-            self.explained_variance_, self.components_ = top_eigenvectors(C + self.eta * label_term(Xl, S), self.n_bits)
-            self.training_stats_.update({"passes": 1, "n_labeled": len(rows)})
+            M = C + self.eta * scale * label_term(Xl, S)
+            self.explained_variance_, self.components_ = top_eigenvectors(M, self.n_bits)
             return
         W = np.empty((d, self.n_bits))
         violated = []
         for k in range(self.n_bits):
-            W[:, k] = w = top_direction(C + self.eta * label_term(Xl, S))
+            W[:, k] = w = top_direction(C + self.eta * scale * label_term(Xl, S))
             p = Xl @ w
             violated.append(int(((S * np.outer(p, p)) < 0).sum() // 2))
             S = truncated_label_update(S, p, alpha)
             C = deflate(C, w)
             log.info("%s %d bits: bit %d, %d labeled pairs violated", self.method, self.n_bits, k + 1, violated[-1])
         self.components_ = W
-        self.training_stats_.update(
-            {"passes": 1, "n_labeled": len(rows), "alpha": float(alpha), "violated_pairs": violated}
-        )
+        self.training_stats_.update({"alpha": float(alpha), "violated_pairs": violated})
 
     def _learned_arrays(self):
         arrays = super()._learned_arrays()
@@ -156,11 +165,30 @@ class USPLH(LinearHasher):
     (paper: 2000), ``eta`` weighs the pseudo-label term against the covariance, ``decay``
     (lambda) discounts the pseudo-labels of earlier bits.
 
-    The paper gives no values for eta and lambda: eta = 0.03 and lambda = 0.5 were chosen on
-    a Fashion-MNIST validation split with the test queries removed (the sweep and its numbers:
-    benchmarks/results/sweep_usplh_fashion-mnist.md); without decay (lambda = 1) the later
-    bits degrade. eta -> 0 is PCAH (deflating the covariance yields its principal directions
-    in order)."""
+    Choices the paper leaves open, and their measured effect (map, Euclidean top-2% ground
+    truth, 1000 queries, sift-synth 100k rows, 32 bits, against 0.139 with every choice as
+    below; PCAH 0.131. Ablations on the quality protocol's split, not used for tuning):
+
+    * Regions: the paper samples pairs from M (split, |w^T (x_i - x_j)| small) and C (same
+      bit, far apart) without giving the thresholds. Here r-/r+ are the ``region_size`` rows
+      closest to the boundary on each side and R-/R+ the ``region_size`` farthest, by the
+      encoder's projection (the bit's own errors). region_size 2000 as the paper's
+      experiment (500: 0.116, 8000: 0.130).
+    * Pair weights: (r-, r+) pairs weigh 1 in total and each of (r-, R-) and (r+, R+) 1/2,
+      so neighbour and non-neighbour pairs weigh the same. Equal weights per pair block
+      (1 : 1 : 1): 0.132 (0.170 against 0.178 at 48 bits).
+    * Rows: Algorithm 2 samples the current residual X (deflated by the earlier bits); the
+      rows of the original data instead: 0.068 at the same eta.
+    * Scale: the pseudo-label term is scaled, like S3PLH's label term, so that at eta = 1 its
+      norm equals the covariance's top eigenvalue at its first bit (the region means grow
+      with n as the far regions get more extreme, so an unscaled eta meant a different
+      balance at every n).
+    * lambda = 0.5 (0.3: 0.133, 0.8: 0.097) and eta = 2, from validation sweeps (test
+      queries removed) at two sizes: eta = 2 is the best of 0.5 / 1 / 2 / 4 on sift-synth at
+      100k and at 400k rows, 32 and 48 bits; on Fashion-MNIST eta = 4 is better by 0.03 /
+      0.015 map at 32 / 48 bits but loses up to 0.015 on sift-synth
+      (benchmarks/results/sweep_usplh_*.md). eta -> 0 is PCAH (deflating the covariance
+      yields its principal directions in order)."""
 
     method = "usplh"
     _parameter_constraints = {
@@ -170,7 +198,7 @@ class USPLH(LinearHasher):
         "decay": [Interval(Real, 0, 1, closed="right")],
     }
 
-    def __init__(self, n_bits: int = 32, *, region_size: int = 2000, eta: float = 0.03, decay: float = 0.5):
+    def __init__(self, n_bits: int = 32, *, region_size: int = 2000, eta: float = 2.0, decay: float = 0.5):
         self.n_bits = n_bits
         self.region_size = region_size
         self.eta = eta
@@ -184,9 +212,11 @@ class USPLH(LinearHasher):
         merge = functools.partial(merge_regions, k=k_region)
         L = np.zeros((d, d))
         W = np.empty((d, self.n_bits))
+        residual = np.eye(d)  # centred row -> row of the current residual X (Algorithm 2)
+        scale, covariance = None, C
         region_sizes = []
         for k in range(self.n_bits):
-            W[:, k] = w = top_direction(C + self.eta * L)
+            W[:, k] = w = top_direction(C + self.eta * (scale or 0.0) * L)
             C = deflate(C, w)
             if k == self.n_bits - 1:
                 break
@@ -194,10 +224,15 @@ class USPLH(LinearHasher):
             regions = dask.compute(
                 map_reduce("usplh-regions", boundary_regions, merge, pieces, self.mean_, w, k_region)
             )[0]
-            L = self.decay * L + pseudo_label_term([rows for _, _, rows in regions], self.mean_)
+            term = pseudo_label_term([rows for _, _, rows in regions], self.mean_, residual)
+            if scale is None:  # eta relative to the covariance, whatever n and the data's units
+                scale = label_scale(covariance, term)
+            L = self.decay * L + term
+            residual = residual - np.outer(w, w @ residual)  # X <- (I - w w^T) X
             region_sizes.append([len(ids) for _, ids, _ in regions])
             log.info(
                 "usplh %d bits: bit %d, pseudo-labels from regions of %s rows", self.n_bits, k + 1, region_sizes[-1]
             )
         self.components_ = W
+        self.training_stats_["label_scale"] = scale
         self.training_stats_.update({"passes": 1 + max(0, self.n_bits - 1), "region_sizes": region_sizes})

@@ -1,10 +1,16 @@
 """SPLH kernels (Wang, Kumar & Chang, ICML 2010): adjusted covariance, truncated label
 update, deflation, and the boundary regions of USPLH's pseudo-labels. Plain numpy.
 
-Convention (the authors' released code, which normalises both terms so that ``eta`` is
-dimensionless): M = C + eta L, with C the (deflated) data covariance X^T X / n of centred
-rows and L the label term. The paper writes M = X_l S X_l^T + eta X X^T, the same family up
-to an overall scale (paper eta = 1 / ours).
+Convention: M = C + eta s L, with C the (deflated) data covariance X^T X / n of centred
+rows, L = X_l^T S X_l the label term and s = lambda_max(C_1) / ||L_1||_2 fixed at the first
+bit (``label_scale``). The paper writes M = X_l S X_l^T + eta X X^T, the same family up to an
+overall scale (paper eta = 1 / (ours s)). Without s, eta is not dimensionless: L's norm grows
+with the number of labeled pairs (l^2) and with the data's scale while C's does not, so one
+eta meant a different balance for every l (on Fashion-MNIST the ratio of the two top
+eigenvalues is about 35 / 122 / 502 at l = 250 / 1000 / 4000 with L normalised by l only).
+With s, eta = 1 gives both terms the same top eigenvalue at the first bit whatever l, n and
+the data's units; s stays fixed for the later bits so that the label updates keep the weight
+the paper gives them.
 """
 
 from __future__ import annotations
@@ -16,22 +22,28 @@ from pipeline.kernels.stats import top_eigenvectors
 
 
 def pair_labels(labels: np.ndarray) -> np.ndarray:
-    """(l, l) S: +1 for pairs sharing a label (any label, for multi-hot rows), -1 otherwise,
-    0 on the diagonal (a point paired with itself carries no information)."""
+    """(l, l) S of the paper's eq. 3: +1 for pairs sharing a label (any label, for multi-hot
+    rows), -1 otherwise. The diagonal is +1: a point and itself share their label (a 0
+    diagonal would subtract about X_l^T X_l, a covariance, from the label term)."""
     labels = np.asarray(labels)
     if labels.ndim == 1:
         same = labels[:, None] == labels[None, :]
     else:
         hot = labels.astype(np.float64)
         same = hot @ hot.T > 0
-    S = np.where(same, 1.0, -1.0)
-    np.fill_diagonal(S, 0.0)
-    return S
+    return np.where(same, 1.0, -1.0)
 
 
 def label_term(Xl: np.ndarray, S: np.ndarray) -> np.ndarray:
-    """L = X_l^T S X_l / l of centred labeled rows (d, d)."""
-    return Xl.T @ S @ Xl / Xl.shape[0]
+    """L = X_l^T S X_l of centred labeled rows (d, d)."""
+    return Xl.T @ S @ Xl
+
+
+def label_scale(C: np.ndarray, L: np.ndarray) -> float:
+    """s = lambda_max(C) / ||L||_2: the factor that makes eta dimensionless (module docstring)."""
+    top_variance = float(np.linalg.eigvalsh((C + C.T) / 2.0)[-1])
+    label_norm = float(np.abs(np.linalg.eigvalsh((L + L.T) / 2.0)).max())
+    return top_variance / label_norm if label_norm > 0 else 0.0
 
 
 def top_direction(M: np.ndarray) -> np.ndarray:
@@ -91,13 +103,19 @@ def merge_regions(a: list, b: list, k: int) -> list:
     return merged
 
 
-def pseudo_label_term(region_rows: list, mean: np.ndarray) -> np.ndarray:
+def pseudo_label_term(region_rows: list, mean: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
     """L = X_MC^T S_MC X_MC for the pseudo-labels of one bit, each pair set weighted by one
     over its size: +1 for (r-, r+) pairs (close but split), -1 for (r-, R-) and (r+, R+)
     (same bit but far apart). S_MC is constant on each block of region pairs, so the term
-    only needs the region means m: sum_pairs x_i x_j^T / (|A||B|) = m_A m_B^T."""
+    only needs the region means m: sum_pairs x_i x_j^T / (|A||B|) = m_A m_B^T.
+
+    ``residual`` (d x d, optional) maps a centred row to the current residual of Algorithm 2
+    (the product of the deflations (I - w w^T) of the earlier bits): the pseudo-labelled rows
+    are rows of the residual X, not of the original data."""
     # an empty region (every projection on one side) has no pairs: it contributes nothing
     mu = [np.asarray(r, dtype=np.float64).mean(axis=0) - mean if len(r) else np.zeros_like(mean) for r in region_rows]
+    if residual is not None:
+        mu = [residual @ m for m in mu]
     near_neg, near_pos, far_neg, far_pos = mu
 
     def sym(a, b):

@@ -1,0 +1,65 @@
+"""SH and SIKH against their papers' equations, written out densely in numpy."""
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from pipeline import SH, SIKH, load_model
+
+
+def _spectral_hashing_reference(X, n_bits):
+    """Weiss et al.'s algorithm in the most direct form: PCA, the box of the projections,
+    every (direction, mode) pair's eigenvalue (k pi / range)^2 listed, the n_bits smallest
+    (ties: earlier direction, smaller k), bits sgn(sin(pi/2 + k pi (y - lo) / range))."""
+    Xc = X - X.mean(axis=0)
+    vectors = np.linalg.eigh(Xc.T @ Xc / len(X))[1]
+    p = min(n_bits, X.shape[1])
+    pc = vectors[:, ::-1][:, :p]
+    # odd modes flip with a direction's sign: use the library's convention (the entry of
+    # largest magnitude positive) so that the codes can be compared bit for bit
+    pc = pc * np.sign(pc[np.abs(pc).argmax(axis=0), np.arange(p)])
+    Y = Xc @ pc
+    lo, hi = Y.min(axis=0), Y.max(axis=0)
+    candidates = sorted(((k * np.pi / (hi[j] - lo[j])) ** 2, j, k) for j in range(p) for k in range(1, n_bits + 1))
+    bits = [np.sin(np.pi / 2 + k * np.pi * (Y[:, j] - lo[j]) / (hi[j] - lo[j])) >= 0 for _, j, k in candidates[:n_bits]]
+    return np.stack(bits, axis=1).astype(np.uint8)
+
+
+@pytest.mark.parametrize("n_bits, d", [(12, 6), (24, 40)])
+def test_sh_equals_its_dense_reference(client, tmp_path, n_bits, d):
+    rng = np.random.default_rng(n_bits)
+    X = rng.standard_normal((3000, d)) * np.linspace(3, 0.5, d)
+    model = SH(n_bits).fit(da.from_array(X, chunks=(700, d)))
+    bits = model.transform(X)
+    # float32 projections may flip a bit whose value is within rounding of a zero crossing
+    assert (bits == _spectral_hashing_reference(X, n_bits)).mean() > 0.9995
+    if n_bits > d:  # several modes of one direction: SH's codes are not a projection's signs
+        assert len(set(map(tuple, model.components_.T.round(9).tolist()))) == n_bits
+    np.testing.assert_array_equal(load_model(model.save(tmp_path / "sh")).transform(X), bits)
+
+
+def test_sikh_collisions_follow_the_kernel(client, tmp_path):
+    """Raginsky & Lazebnik, Lemma 2: for the Gaussian kernel K, two points at distance D
+    differ in a bit with probability (8 / pi^2) sum_m (1 - K(m D)) / (4 m^2 - 1)."""
+    rng = np.random.default_rng(0)
+    d, sigma, pairs = 16, 2.0, 400
+    model = SIKH(2048, bandwidth=sigma, random_state=3).fit(rng.standard_normal((500, d)))
+    assert model.bandwidth_ == sigma
+    for kernel_value in (0.9, 0.5, 0.1):
+        distance = sigma * np.sqrt(-2 * np.log(kernel_value))
+        x = rng.standard_normal((pairs, d))
+        step = rng.standard_normal((pairs, d))
+        y = x + distance * step / np.linalg.norm(step, axis=1, keepdims=True)
+        got = (model.transform(x) != model.transform(y)).mean()
+        m = np.arange(1, 2000)
+        want = 8 / np.pi**2 * np.sum((1 - kernel_value ** (m**2)) / (4 * m**2 - 1))
+        assert got == pytest.approx(want, abs=0.02), kernel_value
+    X = rng.standard_normal((300, d))
+    np.testing.assert_array_equal(load_model(model.save(tmp_path / "sikh")).transform(X), model.transform(X))
+
+
+def test_sikh_default_bandwidth_is_the_rms_distance_to_the_mean(client):
+    X = np.random.default_rng(1).standard_normal((4000, 9)) * 5 + 100
+    model = SIKH(8, bandwidth_scale=0.5).fit(da.from_array(X, chunks=(1000, 9)))
+    rms = np.sqrt(((X - X.mean(axis=0)) ** 2).sum(axis=1).mean())
+    assert model.bandwidth_ == pytest.approx(0.5 * rms, rel=1e-9)
