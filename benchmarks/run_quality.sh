@@ -8,7 +8,7 @@
 #   scaling  SGH training time at 250k / 500k / 1M sift-synth, against plain numpy
 set -euo pipefail
 R=benchmarks/results
-E=".venv/bin/dhash evaluate --quiet"
+E=".venv/bin/dhash evaluate --quiet"  # replaces its own earlier report
 only=${1:-all}
 run() { if [[ $only == all || $only == "$1" ]]; then shift; echo "+ $*" >&2; "$@"; fi; }
 S=".venv/bin/python benchmarks/sweep_params.py"
@@ -38,5 +38,7 @@ run quality $E --dataset fashion-mnist --methods lsh,sh,sikh,pcah,pcah-adjusted,
   --ks 100,1000 --out $Q/fashion-mnist-labels
 run quality $E --dataset sift-synth --n 100000 --methods lsh,sh,sikh,pcah,itq,sgh,usplh --bits 32,48,64,128 \
   --ground-truth euclidean --top-percent 2 --ks 100,1000 --out $Q/sift-synth-100k-euclidean
+run quality $E --dataset fashion-mnist --methods itq,dish --bits 32 --nodes 10 --partition random \
+  --ks 100,1000 --out $Q/fashion-mnist-dish-random-partition
 run quality .venv/bin/python benchmarks/summarize_quality.py $Q --out $R/quality.md
 run scaling .venv/bin/python benchmarks/bench_sgh_scaling.py --out $R/sgh_scaling.json

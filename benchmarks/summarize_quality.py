@@ -27,6 +27,10 @@ CHECKS = [
     ("fashion-mnist-euclidean", "usplh", "map", [32, 48], ["pcah"], "itq", 0.01),
     ("sift-synth-100k-euclidean", "usplh", "map", [32, 48], ["pcah"], "itq", 0.01),
 ]
+# (report directory, method, metric, bits, reference, largest shortfall as a fraction of it)
+WITHIN = [
+    ("fashion-mnist-dish-random-partition", "dish", "map", [32], "itq", 0.03),
+]
 
 
 def main(argv=None) -> int:
@@ -66,6 +70,20 @@ def main(argv=None) -> int:
             beaten = ", ".join(f"{b} {v:.4f}" for b, v in lower.items()) + (f" (+{margin})" if margin else "")
             lines.append(
                 f"| {run} | {method} | {metric} | {bits} | {value:.4f} | {beaten} | {'yes' if ok else 'NO'} | {ref_cell} |"
+            )
+    for run, method, metric, bits_list, reference, fraction in WITHIN:
+        rows = {(r["method"], r["n_bits"]): r["metrics"] for r in reports.get(run, {"results": []})["results"]}
+        for bits in bits_list:
+            if (method, bits) not in rows or (reference, bits) not in rows:
+                lines.append(f"| {run} | {method} | {metric} | {bits} | missing | | | |")
+                all_ok = False
+                continue
+            value, ref = rows[(method, bits)][metric], rows[(reference, bits)][metric]
+            ok = value >= (1 - fraction) * ref
+            all_ok &= ok
+            lines.append(
+                f"| {run} | {method} | {metric} | {bits} | {value:.4f} | within {fraction:.0%} of {reference} "
+                f"({(1 - fraction) * ref:.4f}) | {'yes' if ok else 'NO'} | {reference} {ref:.4f} |"
             )
     lines += ["", f"All acceptance comparisons hold: **{'yes' if all_ok else 'no'}**", ""]
     for run, report in reports.items():

@@ -22,6 +22,7 @@ _EXPORTS = {
     "DisH": "pipeline.hashing",
     "SGH": "pipeline.hashing",
     "SH": "pipeline.hashing",
+    "IsoHash": "pipeline.hashing",
     "SIKH": "pipeline.hashing",
     "SPLH": "pipeline.hashing",
     "USPLH": "pipeline.hashing",

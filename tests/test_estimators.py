@@ -13,13 +13,14 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from pipeline import ITQ, LSH, PCAH, SGH, SH, SIKH, SPLH, USPLH, DisH, InputError, make_hasher
+from pipeline import ITQ, LSH, PCAH, SGH, SH, SIKH, SPLH, USPLH, DisH, InputError, IsoHash, make_hasher
 from pipeline.hashing import HASHERS
 
 SMALL = [
     LSH(n_bits=3),
     PCAH(n_bits=1),
     ITQ(n_bits=1, n_iter=3),
+    IsoHash(n_bits=1),
     SH(n_bits=3),
     SIKH(n_bits=3),
     DisH(n_bits=1, nodes=2, max_iter=3),

@@ -22,7 +22,20 @@ from pathlib import Path
 import pytest
 
 REFERENCE = Path(__file__).parent / "data" / "reference_outputs.json"
-METHODS = ("lsh", "pcah", "itq", "sh", "sikh", "dish", "dish-allreduce", "sgh", "splh", "usplh", "pcah-adjusted")
+METHODS = (
+    "lsh",
+    "pcah",
+    "itq",
+    "isohash",
+    "sh",
+    "sikh",
+    "dish",
+    "dish-allreduce",
+    "sgh",
+    "splh",
+    "usplh",
+    "pcah-adjusted",
+)
 BITS, QUERIES, SEED = 16, 500, 0
 
 

@@ -2,7 +2,7 @@
 
 from pipeline.hashing.base import Hasher
 from pipeline.hashing.dish import DisH
-from pipeline.hashing.linear import ITQ, LSH, PCAH
+from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
 from pipeline.hashing.periodic import SH, SIKH
 from pipeline.hashing.registry import (
     HASHERS,
@@ -20,6 +20,7 @@ from pipeline.hashing.splh import SPLH, USPLH
 __all__ = [
     "HASHERS",
     "ITQ",
+    "IsoHash",
     "LSH",
     "METHOD_NAMES",
     "METHOD_VARIANTS",

@@ -1,4 +1,4 @@
-"""LSH, PCAH and ITQ: linear hash functions h(x) = sgn((x - mean) W).
+"""LSH, PCAH, ITQ and IsoHash: linear hash functions h(x) = sgn((x - mean) W).
 
 Distributed fit = per-chunk statistics combined by a tree reduction (means, covariance,
 ITQ's r x r terms); only d x d and r x r matrices travel, never data rows.
@@ -17,6 +17,7 @@ from pipeline.distributed.graph import chunk_reads, map_reduce, row_bounds
 from pipeline.hashing.base import BITS, SEED, Hasher
 from pipeline.kernels.codes import encode_linear
 from pipeline.kernels.dish import gram_chunk
+from pipeline.kernels.isohash import isotropic_rotation
 from pipeline.kernels.itq import itq_loss, itq_rotation, random_rotation
 from pipeline.kernels.stats import (
     add,
@@ -156,6 +157,42 @@ class ITQ(LinearHasher):
         self.rotation_ = R
         self.components_ = W @ R
         self.training_stats_.update({"passes": 1 + n_iter, "quantization_loss": [round(v, 6) for v in losses]})
+
+    def _learned_arrays(self):
+        return {**super()._learned_arrays(), "pca_components_": self.pca_components_, "rotation_": self.rotation_}
+
+
+class IsoHash(LinearHasher):
+    """Isotropic hashing (Kong & Li, NIPS 2012): PCA to n_bits, then the orthogonal Q that
+    gives every projected dimension the same variance (the mean of the top n_bits
+    eigenvalues), so that no bit is a low-variance one. Q is found by the paper's lift and
+    projection on n_bits x n_bits matrices, from a random orthogonal start (the seed); the
+    data is read once (the covariance)."""
+
+    method = "isohash"
+    linear_pca_based = True
+    _parameter_constraints = {
+        "n_bits": BITS,
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "random_state": SEED,
+    }
+
+    def __init__(self, n_bits: int = 32, *, max_iter: int = 1000, random_state: int | None = 0):
+        self.n_bits = n_bits
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    def _fit(self, X, y, checkpoint):
+        self.mean_, cov = training_covariance(X, "isohash")
+        variances, W = top_eigenvectors(cov, self.n_bits)
+        Q0 = random_rotation(self.n_bits, np.random.default_rng(self.seed_))
+        Q, iterations = isotropic_rotation(variances, Q0, self.max_iter)
+        self.pca_components_, self.rotation_ = W, Q
+        self.components_ = W @ Q
+        self.n_iter_ = iterations
+        self.training_stats_.update({"passes": 1, "lift_projection_iterations": iterations})
+        if iterations == self.max_iter:
+            log.warning("isohash %d bits: lift and projection stopped at max_iter=%d", self.n_bits, self.max_iter)
 
     def _learned_arrays(self):
         return {**super()._learned_arrays(), "pca_components_": self.pca_components_, "rotation_": self.rotation_}

@@ -9,14 +9,16 @@ from pipeline import __version__
 from pipeline.errors import InputError
 from pipeline.hashing.base import ARRAYS_FILE, MODEL_FILE, MODEL_SCHEMA, Hasher, resolve_location, resolve_seed
 from pipeline.hashing.dish import DisH
-from pipeline.hashing.linear import ITQ, LSH, PCAH
+from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
 from pipeline.hashing.periodic import SH, SIKH
 from pipeline.hashing.sgh import SGH
 from pipeline.hashing.splh import SPLH, USPLH
 from pipeline.storage.atomic import require_committed
 from pipeline.storage.npz import load_npz
 
-HASHERS: dict[str, type[Hasher]] = {cls.method: cls for cls in (LSH, PCAH, ITQ, SH, SIKH, DisH, SGH, SPLH, USPLH)}
+HASHERS: dict[str, type[Hasher]] = {
+    cls.method: cls for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, DisH, SGH, SPLH, USPLH)
+}
 
 
 # names accepted by the jobs that select a variant of a registered estimator

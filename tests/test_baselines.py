@@ -1,10 +1,11 @@
-"""SH and SIKH against their papers' equations, written out densely in numpy."""
+"""The baselines of the seed papers (SH, SIKH, IsoHash) against their papers' equations,
+written out densely in numpy."""
 
 import dask.array as da
 import numpy as np
 import pytest
 
-from pipeline import SH, SIKH, load_model
+from pipeline import SH, SIKH, IsoHash, load_model
 
 
 def _spectral_hashing_reference(X, n_bits):
@@ -63,3 +64,21 @@ def test_sikh_default_bandwidth_is_the_rms_distance_to_the_mean(client):
     model = SIKH(8, bandwidth_scale=0.5).fit(da.from_array(X, chunks=(1000, 9)))
     rms = np.sqrt(((X - X.mean(axis=0)) ** 2).sum(axis=1).mean())
     assert model.bandwidth_ == pytest.approx(0.5 * rms, rel=1e-9)
+
+
+def test_isohash_gives_every_bit_the_same_variance(client, tmp_path):
+    """Kong & Li's problem: W = W_pca Q with Q orthogonal and diag(W^T C W) all equal to the
+    mean of the top r eigenvalues of the covariance C (numpy's eigh, no library code)."""
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((5000, 30)) * np.geomspace(10, 0.1, 30)
+    model = IsoHash(12, random_state=1).fit(da.from_array(X, chunks=(1300, 30)))
+    C = np.cov(X, rowvar=False, bias=True)
+    top = np.linalg.eigh(C)[0][::-1][:12]
+    W = model.components_
+    np.testing.assert_allclose(np.diag(W.T @ C @ W), np.full(12, top.mean()), rtol=1e-8)
+    np.testing.assert_allclose(W.T @ W, np.eye(12), atol=1e-10)
+    # the same subspace as PCA's top 12 directions: W's columns have no other component
+    pca = np.linalg.eigh(C)[1][:, ::-1][:, :12]
+    np.testing.assert_allclose(pca @ (pca.T @ W), W, atol=1e-8)
+    assert model.training_stats_["lift_projection_iterations"] < model.max_iter
+    np.testing.assert_array_equal(load_model(model.save(tmp_path / "iso")).transform(X), model.transform(X))
