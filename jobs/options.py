@@ -232,7 +232,7 @@ def _opt(name, commands, help_, **kw) -> Option:
 
 
 _DISH = "DisH (methods dish, dish-allreduce)"
-_SGH = "SGH, SPLH, USPLH, SIKH (methods sgh, splh, usplh, pcah-adjusted, sikh)"
+_SGH = "SGH, SPLH, USPLH, SIKH, KLSH (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh)"
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
 
@@ -311,7 +311,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("inner-steps", METHOD_COMMANDS, "ADMM steps per outer iteration K (default 5)", type=positive_int,
          param="inner_steps", group=_DISH),
     _opt("max-iter", METHOD_COMMANDS, "outer iterations at most (default 20)", type=positive_int, param="max_iter",
-         group=_DISH),
+         method="dish", group=_DISH),
     _opt("init", METHOD_COMMANDS, "random (default) or pca", param="init", group=_DISH),
     _opt("n-bases", METHOD_COMMANDS, "sgh: kernel bases m (default 300)", type=positive_int, param="n_bases",
          group=_SGH),
@@ -319,6 +319,12 @@ OPTIONS: tuple[Option, ...] = (
          type=positive_float, param="bandwidth_scale", method="sgh", group=_SGH),
     _opt("sikh-bandwidth-scale", METHOD_COMMANDS, "sikh: Gaussian kernel width = this x RMS distance to the mean "
          "(default 1)", type=positive_float, param="bandwidth_scale", method="sikh", group=_SGH),
+    _opt("klsh-anchors", METHOD_COMMANDS, "klsh: anchor rows p drawn with the seed (default 300)",
+         type=positive_int, param="n_anchors", method="klsh", group=_SGH),
+    _opt("klsh-subset-size", METHOD_COMMANDS, "klsh: anchors t averaged per bit (default 30)",
+         type=positive_int, param="subset_size", method="klsh", group=_SGH),
+    _opt("klsh-bandwidth-scale", METHOD_COMMANDS, "klsh: Gaussian kernel width = this x RMS distance between "
+         "anchors (default 1)", type=positive_float, param="bandwidth_scale", method="klsh", group=_SGH),
     _opt("sgh-rho-scale", METHOD_COMMANDS, "sgh: rho = this x 2 max ||x - mean||^2 (default 0.5)",
          type=positive_float, param="rho_scale", method="sgh", group=_SGH),
     _opt("kernel-cache", METHOD_COMMANDS, "sgh: keep kernel features on the workers between passes (default auto: "

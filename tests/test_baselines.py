@@ -1,11 +1,11 @@
-"""The baselines of the seed papers (SH, SIKH, IsoHash) against their papers' equations,
+"""The baselines of the seed papers (SH, SIKH, IsoHash, KLSH) against their papers' equations,
 written out densely in numpy."""
 
 import dask.array as da
 import numpy as np
 import pytest
 
-from pipeline import SH, SIKH, IsoHash, load_model
+from pipeline import KLSH, SH, SIKH, IsoHash, load_model
 
 
 def _spectral_hashing_reference(X, n_bits):
@@ -82,3 +82,34 @@ def test_isohash_gives_every_bit_the_same_variance(client, tmp_path):
     np.testing.assert_allclose(pca @ (pca.T @ W), W, atol=1e-8)
     assert model.training_stats_["lift_projection_iterations"] < model.max_iter
     np.testing.assert_array_equal(load_model(model.save(tmp_path / "iso")).transform(X), model.transform(X))
+
+
+def test_klsh_equals_its_dense_reference(client, tmp_path):
+    """Kulis & Grauman's hash h(x) = sgn(sum_i w_i k_c(x_i, x)), w = K_c^{-1/2} (e_S / t - 1/p),
+    with the test kernel vector centred in full (four terms) in float64, and K_c^{-1/2}
+    written from scipy's eigendecomposition (the same eigenvalue floor as the library)."""
+    import scipy.linalg
+
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((2000, 10)) * np.linspace(2, 0.5, 10)
+    model = KLSH(16, n_anchors=60, subset_size=10, random_state=5).fit(da.from_array(X, chunks=(600, 10)))
+    A, p = model.anchors_, 60
+    assert {tuple(a) for a in A} <= {tuple(x) for x in X} and len(A) == p
+    sq = lambda U, V: ((U[:, None, :] - V[None, :, :]) ** 2).sum(-1)  # noqa: E731
+    rms = np.sqrt(sq(A, A).mean())
+    assert model.bandwidth_ == pytest.approx(rms, rel=1e-9)
+    K = np.exp(-sq(A, A) / (2 * rms**2))
+    H = np.eye(p) - 1 / p
+    values, vectors = scipy.linalg.eigh(H @ K @ H)
+    keep = values > 1e-6 * values.max()
+    inv_sqrt = vectors[:, keep] @ np.diag(values[keep] ** -0.5) @ vectors[:, keep].T
+    E = np.zeros((p, 16))
+    for b, S in enumerate(model.subsets_):
+        assert len(set(S)) == 10
+        E[S, b] = 1 / 10
+    W = inv_sqrt @ (E - 1 / p)
+    kx = np.exp(-sq(X, A) / (2 * rms**2))
+    kx_centred = kx - kx.mean(axis=1, keepdims=True) - K.mean(axis=0) + K.mean()
+    want = (kx_centred @ W >= 0).astype(np.uint8)
+    assert (model.transform(X) == want).mean() > 0.999
+    np.testing.assert_array_equal(load_model(model.save(tmp_path / "klsh")).transform(X), model.transform(X))

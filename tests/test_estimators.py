@@ -13,7 +13,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from pipeline import ITQ, LSH, PCAH, SGH, SH, SIKH, SPLH, USPLH, DisH, InputError, IsoHash, make_hasher
+from pipeline import ITQ, KLSH, LSH, PCAH, SGH, SH, SIKH, SPLH, USPLH, DisH, InputError, IsoHash, make_hasher
 from pipeline.hashing import HASHERS
 
 SMALL = [
@@ -23,6 +23,7 @@ SMALL = [
     IsoHash(n_bits=1),
     SH(n_bits=3),
     SIKH(n_bits=3),
+    KLSH(n_bits=3, n_anchors=5, subset_size=2),
     DisH(n_bits=1, nodes=2, max_iter=3),
     DisH(n_bits=1, consensus="allreduce", max_iter=3),
     SGH(n_bits=3, n_bases=5),

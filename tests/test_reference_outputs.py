@@ -27,6 +27,7 @@ METHODS = (
     "pcah",
     "itq",
     "isohash",
+    "klsh",
     "sh",
     "sikh",
     "dish",

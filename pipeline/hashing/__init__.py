@@ -2,6 +2,7 @@
 
 from pipeline.hashing.base import Hasher
 from pipeline.hashing.dish import DisH
+from pipeline.hashing.kernel import KLSH
 from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
 from pipeline.hashing.periodic import SH, SIKH
 from pipeline.hashing.registry import (
@@ -21,6 +22,7 @@ __all__ = [
     "HASHERS",
     "ITQ",
     "IsoHash",
+    "KLSH",
     "LSH",
     "METHOD_NAMES",
     "METHOD_VARIANTS",

@@ -9,6 +9,7 @@ from pipeline import __version__
 from pipeline.errors import InputError
 from pipeline.hashing.base import ARRAYS_FILE, MODEL_FILE, MODEL_SCHEMA, Hasher, resolve_location, resolve_seed
 from pipeline.hashing.dish import DisH
+from pipeline.hashing.kernel import KLSH
 from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
 from pipeline.hashing.periodic import SH, SIKH
 from pipeline.hashing.sgh import SGH
@@ -17,7 +18,7 @@ from pipeline.storage.atomic import require_committed
 from pipeline.storage.npz import load_npz
 
 HASHERS: dict[str, type[Hasher]] = {
-    cls.method: cls for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, DisH, SGH, SPLH, USPLH)
+    cls.method: cls for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, DisH, SGH, SPLH, USPLH)
 }
 
 
