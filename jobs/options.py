@@ -232,7 +232,7 @@ def _opt(name, commands, help_, **kw) -> Option:
 
 
 _DISH = "DisH (methods dish, dish-allreduce)"
-_SGH = "SGH, SPLH, USPLH, SIKH, KLSH (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh)"
+_SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, agh)"
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
 
@@ -325,6 +325,12 @@ OPTIONS: tuple[Option, ...] = (
          type=positive_int, param="subset_size", method="klsh", group=_SGH),
     _opt("klsh-bandwidth-scale", METHOD_COMMANDS, "klsh: Gaussian kernel width = this x RMS distance between "
          "anchors (default 1)", type=positive_float, param="bandwidth_scale", method="klsh", group=_SGH),
+    _opt("agh-anchors", METHOD_COMMANDS, "agh: k-means anchors m (default 300)",
+         type=positive_int, param="n_anchors", method="agh", group=_SGH),
+    _opt("agh-nearest", METHOD_COMMANDS, "agh: nearest anchors s per point (default 2)",
+         type=positive_int, param="n_nearest", method="agh", group=_SGH),
+    _opt("kmeans-iter", METHOD_COMMANDS, "agh: Lloyd steps of the anchors' k-means (default 5)",
+         type=positive_int, param="kmeans_iter", method="agh", group=_SGH),
     _opt("sgh-rho-scale", METHOD_COMMANDS, "sgh: rho = this x 2 max ||x - mean||^2 (default 0.5)",
          type=positive_float, param="rho_scale", method="sgh", group=_SGH),
     _opt("kernel-cache", METHOD_COMMANDS, "sgh: keep kernel features on the workers between passes (default auto: "

@@ -23,6 +23,7 @@ _EXPORTS = {
     "SGH": "pipeline.hashing",
     "SH": "pipeline.hashing",
     "IsoHash": "pipeline.hashing",
+    "AGH": "pipeline.hashing",
     "KLSH": "pipeline.hashing",
     "SIKH": "pipeline.hashing",
     "SPLH": "pipeline.hashing",

@@ -1,11 +1,11 @@
-"""The baselines of the seed papers (SH, SIKH, IsoHash, KLSH) against their papers' equations,
+"""The baselines of the seed papers (SH, SIKH, IsoHash, KLSH, AGH) against their papers' equations,
 written out densely in numpy."""
 
 import dask.array as da
 import numpy as np
 import pytest
 
-from pipeline import KLSH, SH, SIKH, IsoHash, load_model
+from pipeline import AGH, KLSH, SH, SIKH, IsoHash, load_model
 
 
 def _spectral_hashing_reference(X, n_bits):
@@ -113,3 +113,38 @@ def test_klsh_equals_its_dense_reference(client, tmp_path):
     want = (kx_centred @ W >= 0).astype(np.uint8)
     assert (model.transform(X) == want).mean() > 0.999
     np.testing.assert_array_equal(load_model(model.save(tmp_path / "klsh")).transform(X), model.transform(X))
+
+
+def test_agh_equals_its_dense_reference(client, tmp_path):
+    """Liu et al.'s one-layer AGH written densely: Lloyd's k-means from the same initial rows,
+    the n x m matrix Z, the n x n anchor graph A = Z Lambda^{-1} Z^T, its top non-trivial
+    eigenvectors scaled to Y^T Y = n I, and the out-of-sample extension sgn(z(x) W)."""
+    rng = np.random.default_rng(13)
+    # one connected cloud: separated clusters would make the top eigenvalues (near) equal and
+    # their eigenvectors arbitrary within the eigenspace
+    X = rng.standard_normal((1500, 5)) * np.array([3, 2, 1.5, 1, 0.5])
+    m, s, bits = 40, 2, 6
+    model = AGH(bits, n_anchors=m, n_nearest=s, kmeans_iter=4, random_state=3).fit(da.from_array(X, chunks=(400, 5)))
+    # k-means: the same start (m rows drawn with the seed), four Lloyd steps
+    U = X[np.sort(np.random.default_rng(model.seed_).choice(1500, m, replace=False))]
+    for _ in range(4):
+        nearest = ((X[:, None, :] - U[None]) ** 2).sum(-1).argmin(axis=1)
+        U = np.stack([X[nearest == j].mean(axis=0) if (nearest == j).any() else U[j] for j in range(m)])
+    np.testing.assert_allclose(model.anchors_, U, atol=1e-9)
+    d2 = ((X[:, None, :] - U[None]) ** 2).sum(-1)
+    near = np.argsort(d2, axis=1, kind="stable")[:, :s]
+    sigma = np.sqrt(np.take_along_axis(d2, near, 1)[:, s - 1]).mean()
+    assert model.sigma_ == pytest.approx(sigma, rel=1e-9)
+    Z = np.zeros((1500, m))
+    for i in range(1500):
+        w = np.exp(-d2[i, near[i]] / sigma**2)
+        Z[i, near[i]] = w / w.sum()
+    A = Z @ np.diag(1 / Z.sum(axis=0)) @ Z.T
+    values, vectors = np.linalg.eigh(A)
+    Y = vectors[:, ::-1][:, 1 : bits + 1] * np.sqrt(1500)  # Y^T Y = n I, the trivial vector dropped
+    got = np.einsum("ns,nsr->nr", Z[np.arange(1500)[:, None], near], model.components_[near])
+    # eigenvectors are defined up to sign: compare column by column with the sign matched
+    signs = np.sign((got * Y).sum(axis=0))
+    np.testing.assert_allclose(got * signs, Y, atol=1e-6)
+    assert (model.transform(X) == (got >= 0)).all()
+    np.testing.assert_array_equal(load_model(model.save(tmp_path / "agh")).transform(X), model.transform(X))

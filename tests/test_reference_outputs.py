@@ -28,6 +28,7 @@ METHODS = (
     "itq",
     "isohash",
     "klsh",
+    "agh",
     "sh",
     "sikh",
     "dish",

@@ -1,5 +1,6 @@
 """Hash-function learners (one module per method family) and the method registry."""
 
+from pipeline.hashing.anchor_graph import AGH
 from pipeline.hashing.base import Hasher
 from pipeline.hashing.dish import DisH
 from pipeline.hashing.kernel import KLSH
@@ -19,6 +20,7 @@ from pipeline.hashing.sgh import SGH
 from pipeline.hashing.splh import SPLH, USPLH
 
 __all__ = [
+    "AGH",
     "HASHERS",
     "ITQ",
     "IsoHash",

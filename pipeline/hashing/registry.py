@@ -7,6 +7,7 @@ import json
 
 from pipeline import __version__
 from pipeline.errors import InputError
+from pipeline.hashing.anchor_graph import AGH
 from pipeline.hashing.base import ARRAYS_FILE, MODEL_FILE, MODEL_SCHEMA, Hasher, resolve_location, resolve_seed
 from pipeline.hashing.dish import DisH
 from pipeline.hashing.kernel import KLSH
@@ -18,7 +19,7 @@ from pipeline.storage.atomic import require_committed
 from pipeline.storage.npz import load_npz
 
 HASHERS: dict[str, type[Hasher]] = {
-    cls.method: cls for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, DisH, SGH, SPLH, USPLH)
+    cls.method: cls for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, AGH, DisH, SGH, SPLH, USPLH)
 }
 
 

@@ -1,0 +1,112 @@
+"""Anchor graph hashing (AGH, one layer) as a distributed estimator (kernels/agh.py).
+
+Passes over the data: ``kmeans_iter`` Lloyd steps (per-chunk assignment counts and sums,
+tree-reduced; the m x d centres travel), one for sigma (the mean distance to the s-th
+nearest anchor), one for Z^T Z (m x m). The spectral step is m x m on the client. Encoding
+maps every chunk to its s nearest anchors and sums s rows of W per point.
+"""
+
+from __future__ import annotations
+
+import logging
+from numbers import Integral
+
+import dask
+import numpy as np
+from sklearn.utils._param_validation import Interval
+
+from pipeline.distributed.graph import chunk_reads, map_reduce, select_rows
+from pipeline.errors import InputError
+from pipeline.hashing.base import BITS, SEED, Hasher
+from pipeline.kernels.agh import (
+    agh_projection,
+    anchor_gram,
+    encode_anchor_graph,
+    lloyd_sums,
+    sth_distance_sum,
+    updated_centres,
+)
+from pipeline.kernels.stats import add_partials
+from pipeline.validation import check_int_param
+
+log = logging.getLogger(__name__)
+
+
+def kmeans(X, n_clusters: int, n_iter: int, rng: np.random.Generator, name: str):
+    """Lloyd's k-means on the cluster from ``n_clusters`` distinct training rows drawn with
+    ``rng``: (centres, inertia per iteration). Each step is one pass; only counts, m x d sums
+    and the inertia travel."""
+    n = X.shape[0]
+    rows = np.sort(rng.choice(n, n_clusters, replace=False))
+    centres = np.asarray(select_rows(X, rows, keep=True).compute(), dtype=np.float64)
+    reads, inertia = chunk_reads(X), []
+    for it in range(n_iter):
+        counts, sums, total = dask.compute(map_reduce(f"{name}-kmeans", lloyd_sums, add_partials, reads, centres))[0]
+        centres = updated_centres(centres, counts, sums)
+        inertia.append(total)
+        log.info("%s: k-means step %d/%d, mean squared distance %.6g", name, it + 1, n_iter, total / n)
+    return centres, inertia
+
+
+class AGH(Hasher):
+    """One-layer anchor graph hashing. ``n_anchors`` m = 300 k-means centres after
+    ``kmeans_iter`` = 5 Lloyd steps and ``n_nearest`` s = 2 anchors per point, the paper's
+    settings. Learned: ``anchors_`` (m, d), ``sigma_``, ``components_`` (m, n_bits) = W,
+    ``eigenvalues_``."""
+
+    method = "agh"
+    _parameter_constraints = {
+        "n_bits": BITS,
+        "n_anchors": [Interval(Integral, 2, None, closed="left")],
+        "n_nearest": [Interval(Integral, 1, None, closed="left")],
+        "kmeans_iter": [Interval(Integral, 0, None, closed="left")],
+        "random_state": SEED,
+    }
+
+    def __init__(
+        self,
+        n_bits: int = 32,
+        *,
+        n_anchors: int = 300,
+        n_nearest: int = 2,
+        kmeans_iter: int = 5,
+        random_state: int | None = 0,
+    ):
+        self.n_bits = n_bits
+        self.n_anchors = n_anchors
+        self.n_nearest = n_nearest
+        self.kmeans_iter = kmeans_iter
+        self.random_state = random_state
+
+    def _fit(self, X, y, checkpoint):
+        n = X.shape[0]
+        m = check_int_param(self.n_anchors, "n_anchors", "AGH", 2, n)  # anchors start as training rows
+        s = check_int_param(self.n_nearest, "n_nearest", "AGH", 1, m)
+        check_int_param(self.n_bits, "n_bits", "AGH (one eigenvector per bit, the trivial one excluded)", 1, m - 1)
+        rng = np.random.default_rng(self.seed_)
+        self.anchors_, inertia = kmeans(X, m, self.kmeans_iter, rng, "agh")
+        reads = chunk_reads(X)
+        rows, total = dask.compute(map_reduce("agh-sigma", sth_distance_sum, add_partials, reads, self.anchors_, s))[0]
+        self.sigma_ = total / rows
+        if not self.sigma_ > 0:
+            raise InputError("AGH: every row coincides with its anchors; the data has no spread to hash")
+        gram, column_sums = dask.compute(
+            map_reduce("agh-gram", anchor_gram, add_partials, reads, self.anchors_, s, self.sigma_)
+        )[0]
+        self.components_, self.eigenvalues_ = agh_projection(gram, column_sums, n, self.n_bits)
+        self.training_stats_.update({"passes": self.kmeans_iter + 2, "kmeans_inertia": inertia, "sigma": self.sigma_})
+
+    def _encode_kernel(self, block):
+        return encode_anchor_graph(block, self.anchors_, self.n_nearest, self.sigma_, self.components_)
+
+    def _learned_arrays(self):
+        return {
+            "anchors_": self.anchors_,
+            "components_": self.components_,
+            "eigenvalues_": self.eigenvalues_,
+            "sigma_": np.float64(self.sigma_),
+        }
+
+    def _set_learned_arrays(self, arrays):
+        super()._set_learned_arrays(arrays)
+        self.sigma_ = float(arrays["sigma_"])
