@@ -32,11 +32,11 @@ run sweeps $S --dataset fashion-mnist --method splh --bits 24,48 --grid '{"eta":
 run sweeps $S --dataset fashion-mnist --method sikh --bits 24,48 --grid '{"bandwidth_scale": [0.25, 0.5, 1, 2, 4]}' \
   --metric map --out $R/sweep_sikh_fashion-mnist.json
 Q=$R/quality
-run quality $E --dataset fashion-mnist --methods lsh,sh,sikh,klsh,pcah,isohash,itq,sgh,usplh --bits 32,48,64,128 \
+run quality $E --dataset fashion-mnist --methods lsh,sh,sikh,klsh,agh,pcah,isohash,itq,sgh,usplh --bits 32,48,64,128 \
   --ground-truth euclidean --top-percent 2 --ks 100,1000 --out $Q/fashion-mnist-euclidean
-run quality $E --dataset fashion-mnist --methods lsh,sh,sikh,klsh,pcah,pcah-adjusted,isohash,itq,splh --bits 24,48 --labeled 1000 \
+run quality $E --dataset fashion-mnist --methods lsh,sh,sikh,klsh,agh,pcah,pcah-adjusted,isohash,itq,splh --bits 24,48 --labeled 1000 \
   --ks 100,1000 --out $Q/fashion-mnist-labels
-run quality $E --dataset sift-synth --n 100000 --methods lsh,sh,sikh,klsh,pcah,isohash,itq,sgh,usplh --bits 32,48,64,128 \
+run quality $E --dataset sift-synth --n 100000 --methods lsh,sh,sikh,klsh,agh,pcah,isohash,itq,sgh,usplh --bits 32,48,64,128 \
   --ground-truth euclidean --top-percent 2 --ks 100,1000 --out $Q/sift-synth-100k-euclidean
 run quality $E --dataset fashion-mnist --methods itq,dish --bits 32 --nodes 10 --partition random \
   --ks 100,1000 --out $Q/fashion-mnist-dish-random-partition
