@@ -32,6 +32,22 @@ WITHIN = [
     ("fashion-mnist-dish-random-partition", "dish", "map", [32], "itq", 0.03),
 ]
 
+# What was checked where a comparison fails or our ordering differs from the paper's.
+NOTES = [
+    "pcah-adjusted below PCAH (Fashion-MNIST, labels): the single-shot adjusted covariance approaches PCAH as "
+    "eta -> 0 and is above it for no eta from 0.003 to 100 (SPLH docstring). With class labels, X_l^T S X_l is "
+    "about the between-class scatter, whose directions PCA already ranks first on this set; the gain of S3PLH "
+    "comes from its sequential label updates.",
+    "usplh on sift-synth at 32 bits: +0.007 over PCAH, not +0.01. eta = 2 is the best of 0.5 / 1 / 2 / 4 on the "
+    "validation splits at 100k and 400k rows (sweep_usplh_sift-synth-*.md); region size, pair weights and decay "
+    "were measured too (USPLH docstring). At 48 bits and on Fashion-MNIST the margin holds.",
+    "sh and sikh below lsh on Fashion-MNIST with labels at 24 bits, unlike the SPLH paper's MNIST figure: our LSH "
+    "projects mean-centred data, which makes it strong on images whose pixels are all positive. With Euclidean "
+    "ground truth SH is above LSH up to 64 bits and SIKH rises with the bits, as in the paper.",
+    "agh below lsh on sift-synth (above it on Fashion-MNIST, as in the DisH and SGH papers): not investigated yet "
+    "(anchors, s and sigma are the paper's defaults).",
+]
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -85,7 +101,8 @@ def main(argv=None) -> int:
                 f"| {run} | {method} | {metric} | {bits} | {value:.4f} | within {fraction:.0%} of {reference} "
                 f"({(1 - fraction) * ref:.4f}) | {'yes' if ok else 'NO'} | {reference} {ref:.4f} |"
             )
-    lines += ["", f"All acceptance comparisons hold: **{'yes' if all_ok else 'no'}**", ""]
+    lines += ["", f"All acceptance comparisons hold: **{'yes' if all_ok else 'no'}**", "", "Notes:", ""]
+    lines += [f"- {note}" for note in NOTES] + [""]
     for run, report in reports.items():
         gt = report["ground_truth"]
         lines += [
