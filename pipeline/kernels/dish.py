@@ -33,9 +33,15 @@ INT64_MAX = 2**63 - 1
 
 
 @njit(nogil=True, cache=True)
-def _byte_group_sums(codes, X, sums, counts):
+def _byte_group_sums(codes, X, sums, counts, wide, flush_every):
     """For each code byte b and value v: sums[b, v] += rows of X whose byte b is v.
-    Byte-major order: one byte's 256-row table stays in cache while the slab streams by."""
+    Byte-major order: one byte's 256-row table stays in cache while the slab streams by.
+
+    Narrow accumulators are flushed: with ``flush_every`` > 0 each bin is added into the
+    int64 ``wide`` and cleared every ``flush_every`` rows, before it could wrap. uint8
+    features go into uint16 sums this way: a 64 KiB table per byte at d = 128 stays in L1/L2
+    where int32 sums would not (2.6x faster, Nov 2026, 2-core Xeon VM). (Signing inside this
+    loop instead of np.packbits is slower: the bit loop is not vectorised.)"""
     d = X.shape[1]
     for b in range(codes.shape[1]):
         for i in range(X.shape[0]):
@@ -44,28 +50,14 @@ def _byte_group_sums(codes, X, sums, counts):
             target = sums[b, v]
             for c in range(d):
                 target[c] += X[i, c]
-
-
-@njit(nogil=True, cache=True)
-def _byte_group_sums_u8(codes, X, sums16, wide, counts):
-    """_byte_group_sums for uint8 features with uint16 accumulators: a 64 KiB table per
-    byte at d = 128 stays in L1/L2 where int32 sums would not (2.6x faster,
-    Nov 2026, 2-core Xeon VM). Each bin is flushed into int64 ``wide`` every 256 rows, before
-    256 * 255 could wrap. (Signing inside this loop instead of np.packbits is slower: the
-    bit loop is not vectorised.)"""
-    d = X.shape[1]
-    for b in range(codes.shape[1]):
-        for i in range(X.shape[0]):
-            v = codes[i, b]
-            counts[b, v] += 1
-            target = sums16[b, v]
-            for c in range(d):
-                target[c] += X[i, c]
-            if counts[b, v] % 256 == 0:
+            if flush_every > 0 and counts[b, v] % flush_every == 0:
                 flushed = wide[b, v]
                 for c in range(d):
                     flushed[c] += target[c]
                     target[c] = 0
+
+
+NO_FLUSH = np.zeros((0, 0, 0), np.int64)  # ``wide`` of _byte_group_sums when nothing is flushed
 
 
 def _accumulator(X: np.ndarray) -> tuple[type, int]:
@@ -112,7 +104,7 @@ def gram_chunk(X: np.ndarray, mean: np.ndarray, C: np.ndarray) -> np.ndarray:
         total = np.zeros((code_bytes(r), 256, d), np.int64)
         sums16 = np.zeros((code_bytes(r), 256, d), np.uint16)
         for rows, projected in project_slabs(X, mean, C):
-            _byte_group_sums_u8(pack_signs(projected), X[rows], sums16, total, counts)
+            _byte_group_sums(pack_signs(projected), X[rows], sums16, counts, total, 256)
         total += sums16
         return gram_from_byte_sums(total, counts, n, r, np.asarray(mean, dtype=np.float64))
     acc_dtype, rows_per_acc = _accumulator(X)
@@ -122,7 +114,7 @@ def gram_chunk(X: np.ndarray, mean: np.ndarray, C: np.ndarray) -> np.ndarray:
         if rows.start % rows_per_acc == 0 and rows.start:
             total += sums
             sums[:] = 0
-        _byte_group_sums(pack_signs(projected), X[rows], sums, counts)
+        _byte_group_sums(pack_signs(projected), X[rows], sums, counts, NO_FLUSH, 0)
     total += sums
     return gram_from_byte_sums(total, counts, n, r, np.asarray(mean, dtype=np.float64))
 
