@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The commands that produced the quality results in benchmarks/results/ (SGH, S3PLH, USPLH and their baselines).
+# The commands that produced the quality results in benchmarks/results/ (SGH, S3PLH, USPLH, DisH and their baselines).
 # Run from the repository root after `bash deploy/setup.sh`. `bash benchmarks/run_quality.sh STEP`
 # runs one step; no argument runs them all (~1 h on 2 cores).
 #   sweeps   parameter sweeps on a validation split (test queries removed first)
@@ -31,6 +31,10 @@ run sweeps $S --dataset fashion-mnist --method splh --bits 24,48 --grid '{"eta":
   --metric map --out $R/sweep_splh_fashion-mnist.json
 run sweeps $S --dataset fashion-mnist --method sikh --bits 24,48 --grid '{"bandwidth_scale": [0.25, 0.5, 1, 2, 4]}' \
   --metric map --out $R/sweep_sikh_fashion-mnist.json
+run sweeps $S --dataset debian-minilm --method dish --bits 16,32,64 --grid '{"max_iter": [20, 50, 100]}' \
+  --metric map --out $R/sweep_dish_debian-minilm.json
+run sweeps $S --dataset debian-minilm --method itq --bits 16,32,64 --grid '{}' --metric map \
+  --out $R/sweep_itq_debian-minilm.json
 Q=$R/quality
 run quality $E --dataset fashion-mnist --methods lsh,sh,sikh,klsh,agh,pcah,isohash,itq,sgh,usplh --bits 32,48,64,128 \
   --ground-truth euclidean --top-percent 2 --ks 100,1000 --out $Q/fashion-mnist-euclidean
@@ -40,5 +44,9 @@ run quality $E --dataset sift-synth --n 100000 --methods lsh,sh,sikh,klsh,agh,pc
   --ground-truth euclidean --top-percent 2 --ks 100,1000 --out $Q/sift-synth-100k-euclidean
 run quality $E --dataset fashion-mnist --methods itq,dish --bits 32 --nodes 10 --partition random \
   --ks 100,1000 --out $Q/fashion-mnist-dish-random-partition
+run quality $E --dataset debian-minilm --methods lsh,pcah,agh,itq,dish --bits 16,32,64 --ks 100,1000 \
+  --out $Q/debian-minilm-labels
+run quality $E --dataset debian-minilm --methods lsh,sh,sikh,pcah,pcah-adjusted,itq,splh --bits 24,48 --labeled 1000 \
+  --ks 100,1000 --out $Q/debian-minilm-splh
 run quality .venv/bin/python benchmarks/summarize_quality.py $Q --out $R/quality.md
 run scaling .venv/bin/python benchmarks/bench_sgh_scaling.py --out $R/sgh_scaling.json

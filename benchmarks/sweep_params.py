@@ -25,6 +25,29 @@ sys.path.insert(0, str(REPO))
 from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sys.path entry above
 
 
+def markdown(result: dict, keys: list[str], best: dict) -> str:
+    """The sweep's table: one row per configuration x bits (x DisH2/DisH1), best per bits marked."""
+    lines = [
+        f"# Sweep: {result['method']} on {result['dataset']} (validation split)",
+        "",
+        f"Command: `{result['command']}`",
+        "",
+        f"Selection metric: {result['protocol']['selection_metric']}; test queries removed before tuning.",
+        "",
+        "| bits | row | " + "".join(f"{k} | " for k in keys) + "P@100 | P@1000 | map | train s | best |",
+        "|" + "---|" * (len(keys) + 7),
+    ]
+    for row in result["rows"]:
+        mark = "**best**" if best[row["n_bits"]] is row else ""
+        lines.append(
+            f"| {row['n_bits']} | {row.get('label', row['method'])} | "
+            + "".join(f"{row['params'].get(k, 'default')} | " for k in keys)
+            + f"{row['metrics']['precision@100']:.4f} | {row['metrics']['precision@1000']:.4f}"
+            + f" | {row['metrics']['map']:.4f} | {row['train_seconds']:.1f} | {mark} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", required=True, help="dataset path or built-in source (fashion-mnist, sift-synth)")
@@ -91,27 +114,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    keys = list(dict.fromkeys(k for c in configs for k in c))
-    lines = [
-        f"# Sweep: {args.method} on {args.dataset} (validation split)",
-        "",
-        f"Command: `{result['command']}`",
-        "",
-        f"Selection metric: {args.metric}; test queries removed before tuning.",
-        "",
-        "| bits | " + " | ".join(keys) + " | P@100 | P@1000 | map | train s | best |",
-        "|" + "---|" * (len(keys) + 6),
-    ]
-    for row in rows:
-        mark = "**best**" if best[row["n_bits"]] is row else ""
-        lines.append(
-            f"| {row['n_bits']} | "
-            + " | ".join(str(row["params"].get(k, "default")) for k in keys)
-            + f" | {row['metrics']['precision@100']:.4f} | {row['metrics']['precision@1000']:.4f}"
-            + f" | {row['metrics']['map']:.4f} | {row['train_seconds']:.1f} | {mark} |"
-        )
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    text = markdown(result, list(dict.fromkeys(k for c in configs for k in c)), best)
+    out.with_suffix(".md").write_text(text)
+    print(text, end="")
     return 0
 
 

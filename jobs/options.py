@@ -232,7 +232,7 @@ def _opt(name, commands, help_, **kw) -> Option:
 
 
 _DISH = "DisH (methods dish, dish-allreduce)"
-_SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, agh)"
+_SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, agh, agh2)"
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
 
@@ -263,14 +263,16 @@ OPTIONS: tuple[Option, ...] = (
     _opt("labels", ["ingest"], "labels file (IDX labels, .ivecs or .npy of integers)"),
     _opt("label-column", ["ingest"], "parquet: integer label column"),
     _opt("n", ["synth"], "number of points", type=positive_int, default=1_000_000),
-    _opt("n", _EVAL, "sift-synth: number of points", type=positive_int, default=1_000_000),
+    _opt("n", ["evaluate"], "built-in source rows: sift-synth (default 1000000), debian-minilm (its first N; "
+         "default all)", type=positive_int),
+    _opt("n", ["demo"], "sift-synth: number of points", type=positive_int, default=1_000_000),
     _opt("n", ["bench"], "database rows (search: codes; others: sift-synth rows)", type=positive_int,
          required=("bench",)),
     _opt("chunk-rows", ["ingest", "synth", *_EVAL], "rows per feature chunk (default: ~16 MiB per chunk)",
          type=positive_int),
     # -- datasets, splits
     _opt("dataset", ["split", "groundtruth", "train", "encode", "search", "evaluate"],
-         "dataset location (path or URL), or a built-in source (fashion-mnist, sift-synth)",
+         "dataset location (path or URL), or a built-in source (fashion-mnist, sift-synth, debian-minilm)",
          required=("split", "groundtruth", "train", "encode", "search", "evaluate")),
     _opt("queries", ["split", *_EVAL], "query rows drawn with the seed", type=positive_int, default=1000),
     _opt("queries", ["bench"], "search/groundtruth: queries", type=positive_int, default=1000),
@@ -310,7 +312,7 @@ OPTIONS: tuple[Option, ...] = (
          type=positive_float, param="rho_scale", method="dish", group=_DISH),
     _opt("inner-steps", METHOD_COMMANDS, "ADMM steps per outer iteration K (default 5)", type=positive_int,
          param="inner_steps", group=_DISH),
-    _opt("max-iter", METHOD_COMMANDS, "outer iterations at most (default 20)", type=positive_int, param="max_iter",
+    _opt("max-iter", METHOD_COMMANDS, "outer iterations at most (default 50)", type=positive_int, param="max_iter",
          method="dish", group=_DISH),
     _opt("init", METHOD_COMMANDS, "random (default) or pca", param="init", group=_DISH),
     _opt("n-bases", METHOD_COMMANDS, "sgh: kernel bases m (default 300)", type=positive_int, param="n_bases",
@@ -325,11 +327,11 @@ OPTIONS: tuple[Option, ...] = (
          type=positive_int, param="subset_size", method="klsh", group=_SGH),
     _opt("klsh-bandwidth-scale", METHOD_COMMANDS, "klsh: Gaussian kernel width = this x RMS distance between "
          "anchors (default 1)", type=positive_float, param="bandwidth_scale", method="klsh", group=_SGH),
-    _opt("agh-anchors", METHOD_COMMANDS, "agh: k-means anchors m (default 300)",
+    _opt("agh-anchors", METHOD_COMMANDS, "agh, agh2: k-means anchors m (default 300)",
          type=positive_int, param="n_anchors", method="agh", group=_SGH),
-    _opt("agh-nearest", METHOD_COMMANDS, "agh: nearest anchors s per point (default 2)",
+    _opt("agh-nearest", METHOD_COMMANDS, "agh, agh2: nearest anchors s per point (default 2)",
          type=positive_int, param="n_nearest", method="agh", group=_SGH),
-    _opt("kmeans-iter", METHOD_COMMANDS, "agh: Lloyd steps of the anchors' k-means (default 5)",
+    _opt("kmeans-iter", METHOD_COMMANDS, "agh, agh2: Lloyd steps of the anchors' k-means (default 5)",
          type=positive_int, param="kmeans_iter", method="agh", group=_SGH),
     _opt("sgh-rho-scale", METHOD_COMMANDS, "sgh: rho = this x 2 max ||x - mean||^2 (default 0.5)",
          type=positive_float, param="rho_scale", method="sgh", group=_SGH),
@@ -337,7 +339,7 @@ OPTIONS: tuple[Option, ...] = (
          "when they fit)", choices=("auto", "memory", "recompute"), param="kernel_cache", group=_SGH),
     _opt("labeled", METHOD_COMMANDS, "splh, pcah-adjusted: labeled training points drawn with the seed (default "
          "1000)", type=positive_int, param="n_labeled", group=_SGH),
-    _opt("eta", METHOD_COMMANDS, "splh, usplh: weight of the (pseudo-)label term relative to the covariance (default: splh 0.1, usplh 2)",
+    _opt("eta", METHOD_COMMANDS, "splh, usplh: weight of the (pseudo-)label term relative to the covariance (default: splh 1, usplh 2)",
          type=positive_float, param="eta", group=_SGH),
     _opt("region-size", METHOD_COMMANDS, "usplh: points per boundary region (default 2000)", type=positive_int,
          param="region_size", group=_SGH),

@@ -66,12 +66,13 @@ def dataset(
     name_or_path, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None, progress: bool = False
 ) -> Dataset:
     """A Dataset object as given, a dataset location opened, or a built-in source
-    (``fashion-mnist``, ``sift-synth`` of ``n`` rows) materialised once in the data
+    (``fashion-mnist``, ``sift-synth`` of ``n`` rows, ``debian-minilm``: its first ``n`` rows
+    when ``n`` is given) materialised once in the data
     directory and opened."""
     if isinstance(name_or_path, Dataset):
         return name_or_path
 
-    return resolve_dataset(str(name_or_path), n=n, seed=seed, chunk_rows=chunk_rows, progress=_show(progress))
+    return resolve_dataset(str(name_or_path), n=n, seed=seed, chunk_rows=chunk_rows, progress=progress)
 
 
 # ------------------------------------------------------------------ data ---------------

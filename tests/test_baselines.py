@@ -115,16 +115,16 @@ def test_klsh_equals_its_dense_reference(client, tmp_path):
     np.testing.assert_array_equal(load_model(model.save(tmp_path / "klsh")).transform(X), model.transform(X))
 
 
-def test_agh_equals_its_dense_reference(client, tmp_path):
-    """Liu et al.'s one-layer AGH written densely: Lloyd's k-means from the same initial rows,
-    the n x m matrix Z, the n x n anchor graph A = Z Lambda^{-1} Z^T, its top non-trivial
-    eigenvectors scaled to Y^T Y = n I, and the out-of-sample extension sgn(z(x) W)."""
+def _agh_dense(layers):
+    """A fitted AGH and the dense quantities of its paper's equations: Lloyd's k-means from
+    the same initial rows, the n x m matrix Z, the n x n graph A = Z Lambda^{-1} Z^T."""
     rng = np.random.default_rng(13)
     # one connected cloud: separated clusters would make the top eigenvalues (near) equal and
     # their eigenvectors arbitrary within the eigenspace
     X = rng.standard_normal((1500, 5)) * np.array([3, 2, 1.5, 1, 0.5])
     m, s, bits = 40, 2, 6
-    model = AGH(bits, n_anchors=m, n_nearest=s, kmeans_iter=4, random_state=3).fit(da.from_array(X, chunks=(400, 5)))
+    model = AGH(bits, n_anchors=m, n_nearest=s, kmeans_iter=4, layers=layers, random_state=3)
+    model.fit(da.from_array(X, chunks=(400, 5)))
     # k-means: the same start (m rows drawn with the seed), four Lloyd steps
     U = X[np.sort(np.random.default_rng(model.seed_).choice(1500, m, replace=False))]
     for _ in range(4):
@@ -141,10 +141,38 @@ def test_agh_equals_its_dense_reference(client, tmp_path):
         Z[i, near[i]] = w / w.sum()
     A = Z @ np.diag(1 / Z.sum(axis=0)) @ Z.T
     values, vectors = np.linalg.eigh(A)
-    Y = vectors[:, ::-1][:, 1 : bits + 1] * np.sqrt(1500)  # Y^T Y = n I, the trivial vector dropped
+    Y = vectors[:, ::-1][:, 1 : bits // layers + 1] * np.sqrt(1500)  # Y^T Y = n I, the trivial vector dropped
     got = np.einsum("ns,nsr->nr", Z[np.arange(1500)[:, None], near], model.components_[near])
     # eigenvectors are defined up to sign: compare column by column with the sign matched
     signs = np.sign((got * Y).sum(axis=0))
     np.testing.assert_allclose(got * signs, Y, atol=1e-6)
+    return model, X, A, got
+
+
+def test_agh_equals_its_dense_reference(client, tmp_path):
+    """Liu et al.'s one-layer AGH written densely: the graph's top non-trivial eigenvectors
+    scaled to Y^T Y = n I, and the out-of-sample extension sgn(z(x) W)."""
+    model, X, _, got = _agh_dense(layers=1)
     assert (model.transform(X) == (got >= 0)).all()
     np.testing.assert_array_equal(load_model(model.save(tmp_path / "agh")).transform(X), model.transform(X))
+
+
+def test_two_layer_agh_equals_its_dense_reference(client, tmp_path):
+    """Two-layer AGH: per eigenfunction y (P = rows with y >= 0), the thresholds from the
+    dense graph, s1 = 1_P^T A |y|, s2 = n1 - 1_P^T A 1_P, s3 = sum_P y,
+    b+ = (2 s3 + n2 (s3 - s1) / s2) / n and b- = (n1 (s3 - s1) / s2 - 2 s3) / n; the codes are
+    sgn(y) then sgn(y - b+) on P and sgn(b- - y) off it."""
+    model, X, A, Y = _agh_dense(layers=2)
+    n = len(X)
+    bits = []
+    for k in range(Y.shape[1]):
+        y, P = Y[:, k], (Y[:, k] >= 0).astype(float)
+        n1 = P.sum()
+        s1, s2, s3 = P @ A @ np.abs(y), n1 - P @ A @ P, y @ P
+        b_plus = (2 * s3 + (n - n1) * (s3 - s1) / s2) / n
+        b_minus = (n1 * (s3 - s1) / s2 - 2 * s3) / n
+        np.testing.assert_allclose(model.thresholds_[:, k], [b_plus, b_minus], rtol=1e-8, atol=1e-10)
+        bits.append(np.where(y >= 0, y - b_plus, b_minus - y) >= 0)
+    expected = np.hstack([Y >= 0, np.stack(bits, axis=1)])
+    assert expected.shape[1] == 6 and (model.transform(X) == expected).all()
+    np.testing.assert_array_equal(load_model(model.save(tmp_path / "agh2")).transform(X), model.transform(X))

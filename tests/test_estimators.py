@@ -25,6 +25,7 @@ SMALL = [
     SIKH(n_bits=3),
     KLSH(n_bits=3, n_anchors=5, subset_size=2),
     AGH(n_bits=2, n_anchors=4, kmeans_iter=2),
+    AGH(n_bits=2, n_anchors=4, kmeans_iter=2, layers=2),
     DisH(n_bits=1, nodes=2, max_iter=3),
     DisH(n_bits=1, consensus="allreduce", max_iter=3),
     SGH(n_bits=3, n_bases=5),

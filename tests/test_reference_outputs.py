@@ -29,6 +29,7 @@ METHODS = (
     "isohash",
     "klsh",
     "agh",
+    "agh2",
     "sh",
     "sikh",
     "dish",

@@ -79,6 +79,7 @@ def sweep(
             rows.append(
                 {
                     "method": method,
+                    "label": r.get("label", method),  # DisH gives two rows: DisH2 and DisH1
                     "params": config,
                     "n_bits": r["n_bits"],
                     "metrics": metrics,

@@ -4,6 +4,8 @@
   /usr/share/datasets/fashion-mnist), train (60k) then test (10k) rows, 784-d uint8,
   10 class labels.
 * ``sift-synth``: the deterministic SIFT-like generator (pipeline.data.synth).
+* ``debian-minilm``: MiniLM sentence embeddings (384-d float32, unit norm) of the Debian
+  package descriptions, label = section (pipeline.data.debian_text); ``n`` takes a prefix.
 
 A named source is materialised once into the data directory (dask config dhash.data-dir or
 $DHASH_DATA_DIR; default: the platform's user cache directory, ~/.cache/dhash on Linux) and
@@ -19,14 +21,16 @@ import numpy as np
 import platformdirs
 
 from pipeline import config
+from pipeline.data.debian_text import write_debian_minilm
 from pipeline.data.idx import IdxReader, read_idx_labels
 from pipeline.data.synth import write_sift_synth
+from pipeline.distributed.progress import compute_with_progress
 from pipeline.errors import InputError
 from pipeline.storage.datasets import STORAGE_FORMAT, open_dataset, write_dataset
 from pipeline.storage.location import resolve
 
 FASHION_MNIST_PARTS = ("train", "t10k")
-SOURCES = ("fashion-mnist", "sift-synth")
+SOURCES = ("fashion-mnist", "sift-synth", "debian-minilm")
 DEFAULT_SYNTH_N = 1_000_000
 
 
@@ -80,13 +84,16 @@ def default_path(name: str, *, n: int | None = None, seed: int = 0, chunk_rows: 
         from pipeline.data.synth import GENERATOR_VERSION
 
         return data_dir() / f"sift-synth-v{GENERATOR_VERSION}-n{n or DEFAULT_SYNTH_N}-s{seed}{suffix}.zarr"
+    if name == "debian-minilm" and n:
+        return data_dir() / f"{name}-n{n}{suffix}.zarr"
     return data_dir() / f"{name}{suffix}.zarr"
 
 
 def resolve_dataset(
-    name_or_path: str, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None, progress=None
+    name_or_path: str, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None, progress: bool = False
 ):
-    """Open a dataset path, or materialise a named source once and open it."""
+    """Open a dataset path, or materialise a named source once and open it (``progress``: a
+    bar on stderr while it is built)."""
 
     if name_or_path not in SOURCES or resolve(name_or_path).exists():
         if resolve(name_or_path).exists():
@@ -100,5 +107,8 @@ def resolve_dataset(
         return open_dataset(target)
     if name_or_path == "fashion-mnist":
         return write_fashion_mnist(target, chunk_rows=chunk_rows)
+    if name_or_path == "debian-minilm":
+        return write_debian_minilm(target, n=n, chunk_rows=chunk_rows, progress=progress)
 
-    return write_sift_synth(target, n or DEFAULT_SYNTH_N, seed=seed, chunk_rows=chunk_rows, progress=progress)
+    compute = (lambda tasks: compute_with_progress(tasks, show=True)) if progress else None
+    return write_sift_synth(target, n or DEFAULT_SYNTH_N, seed=seed, chunk_rows=chunk_rows, progress=compute)

@@ -1,9 +1,10 @@
-"""Anchor graph hashing (AGH, one layer) as a distributed estimator (kernels/agh.py).
+"""Anchor graph hashing (AGH, one or two layers) as a distributed estimator (kernels/agh.py).
 
 Passes over the data: ``kmeans_iter`` Lloyd steps (per-chunk assignment counts and sums,
 tree-reduced; the m x d centres travel), one for sigma (the mean distance to the s-th
-nearest anchor), one for Z^T Z (m x m). The spectral step is m x m on the client. Encoding
-maps every chunk to its s nearest anchors and sums s rows of W per point.
+nearest anchor), one for Z^T Z (m x m), and with two layers one for the thresholds' terms
+(2 x r/2 x m). The spectral step is m x m on the client. Encoding maps every chunk to its s
+nearest anchors and sums s rows of W per point.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pipeline.kernels.agh import (
     anchor_gram,
     encode_anchor_graph,
     lloyd_sums,
+    second_layer_sums,
+    second_layer_thresholds,
     sth_distance_sum,
     updated_centres,
 )
@@ -49,10 +52,11 @@ def kmeans(X, n_clusters: int, n_iter: int, rng: np.random.Generator, name: str)
 
 
 class AGH(Hasher):
-    """One-layer anchor graph hashing. ``n_anchors`` m = 300 k-means centres after
-    ``kmeans_iter`` = 5 Lloyd steps and ``n_nearest`` s = 2 anchors per point, the paper's
-    settings. Learned: ``anchors_`` (m, d), ``sigma_``, ``components_`` (m, n_bits) = W,
-    ``eigenvalues_``."""
+    """Anchor graph hashing. ``n_anchors`` m = 300 k-means centres after ``kmeans_iter`` = 5
+    Lloyd steps and ``n_nearest`` s = 2 anchors per point, the paper's settings. ``layers`` = 1:
+    one bit per eigenfunction; 2 (method ``agh2``): n_bits / 2 eigenfunctions, two bits each.
+    Learned: ``anchors_`` (m, d), ``sigma_``, ``components_`` (m, eigenfunctions) = W,
+    ``eigenvalues_``, with two layers ``thresholds_`` (2, n_bits / 2)."""
 
     method = "agh"
     _parameter_constraints = {
@@ -60,6 +64,7 @@ class AGH(Hasher):
         "n_anchors": [Interval(Integral, 2, None, closed="left")],
         "n_nearest": [Interval(Integral, 1, None, closed="left")],
         "kmeans_iter": [Interval(Integral, 0, None, closed="left")],
+        "layers": [Interval(Integral, 1, 2, closed="both")],
         "random_state": SEED,
     }
 
@@ -70,19 +75,24 @@ class AGH(Hasher):
         n_anchors: int = 300,
         n_nearest: int = 2,
         kmeans_iter: int = 5,
+        layers: int = 1,
         random_state: int | None = 0,
     ):
         self.n_bits = n_bits
         self.n_anchors = n_anchors
         self.n_nearest = n_nearest
         self.kmeans_iter = kmeans_iter
+        self.layers = layers
         self.random_state = random_state
 
     def _fit(self, X, y, checkpoint):
         n = X.shape[0]
         m = check_int_param(self.n_anchors, "n_anchors", "AGH", 2, n)  # anchors start as training rows
         s = check_int_param(self.n_nearest, "n_nearest", "AGH", 1, m)
-        check_int_param(self.n_bits, "n_bits", "AGH (one eigenvector per bit, the trivial one excluded)", 1, m - 1)
+        if self.layers == 2 and self.n_bits % 2:
+            raise InputError(f"two-layer AGH gives two bits per eigenfunction; n_bits must be even, got {self.n_bits}")
+        functions = self.n_bits // self.layers
+        check_int_param(functions, "eigenfunctions", "AGH (the trivial eigenvector excluded)", 1, m - 1)
         rng = np.random.default_rng(self.seed_)
         self.anchors_, inertia = kmeans(X, m, self.kmeans_iter, rng, "agh")
         reads = chunk_reads(X)
@@ -93,11 +103,29 @@ class AGH(Hasher):
         gram, column_sums = dask.compute(
             map_reduce("agh-gram", anchor_gram, add_partials, reads, self.anchors_, s, self.sigma_)
         )[0]
-        self.components_, self.eigenvalues_ = agh_projection(gram, column_sums, n, self.n_bits)
-        self.training_stats_.update({"passes": self.kmeans_iter + 2, "kmeans_inertia": inertia, "sigma": self.sigma_})
+        self.components_, self.eigenvalues_ = agh_projection(gram, column_sums, n, functions)
+        self.thresholds_ = None
+        if self.layers == 2:
+            sums = dask.compute(
+                map_reduce(
+                    "agh-thresholds",
+                    second_layer_sums,
+                    add_partials,
+                    reads,
+                    self.anchors_,
+                    s,
+                    self.sigma_,
+                    self.components_,
+                )
+            )[0]
+            self.thresholds_ = second_layer_thresholds(n, *sums, column_sums)
+        passes = self.kmeans_iter + 1 + self.layers
+        self.training_stats_.update({"passes": passes, "kmeans_inertia": inertia, "sigma": self.sigma_})
 
     def _encode_kernel(self, block):
-        return encode_anchor_graph(block, self.anchors_, self.n_nearest, self.sigma_, self.components_)
+        return encode_anchor_graph(
+            block, self.anchors_, self.n_nearest, self.sigma_, self.components_, self.thresholds_
+        )
 
     def _learned_arrays(self):
         return {
@@ -105,8 +133,10 @@ class AGH(Hasher):
             "components_": self.components_,
             "eigenvalues_": self.eigenvalues_,
             "sigma_": np.float64(self.sigma_),
+            **({} if self.thresholds_ is None else {"thresholds_": self.thresholds_}),
         }
 
     def _set_learned_arrays(self, arrays):
         super()._set_learned_arrays(arrays)
         self.sigma_ = float(arrays["sigma_"])
+        self.thresholds_ = arrays.get("thresholds_")

@@ -27,6 +27,7 @@ HASHERS: dict[str, type[Hasher]] = {
 METHOD_VARIANTS = {
     "dish-allreduce": ("dish", {"consensus": "allreduce"}),
     "pcah-adjusted": ("splh", {"sequential": False}),
+    "agh2": ("agh", {"layers": 2}),
 }
 METHOD_NAMES = (*HASHERS, *METHOD_VARIANTS)
 

@@ -8,6 +8,15 @@ A = Z Lambda^{-1} Z^T (Lambda = diag(Z^T 1)) has the eigenvectors of the m x m m
 M = Lambda^{-1/2} Z^T Z Lambda^{-1/2}: with M's eigenpairs (v_k, s_k), k = 2..r+1 (k = 1 is
 the trivial one, s = 1), the embedding is Y = Z W, W = sqrt(n) Lambda^{-1/2} V S^{-1/2}, and
 h(x) = sgn(z(x) W) extends to any x.
+
+Two layers (the paper's hierarchical hashing): r/2 eigenfunctions y_k give 2 bits each: the
+first sgn(y_k), the second thresholds each side again, y_k - b+ on the rows with y_k >= 0 and
+b- - y_k on the others, with (b+, b-) the closed-form minimisers of the paper's cut on the
+anchor graph. Written with P = the rows with y_k >= 0 (n1 of them, n2 = n - n1):
+s1 = 1_P^T A |y_k|, s2 = n1 - 1_P^T A 1_P, s3 = sum_P y_k, and
+b+ = (2 s3 + n2 (s3 - s1) / s2) / n, b- = (n1 (s3 - s1) / s2 - 2 s3) / n (as the authors'
+released code computes them). A = Z Lambda^{-1} Z^T is again never formed: each chunk gives
+|y|^T Z and 1_P^T Z (r/2 x m each), n1 and s3.
 """
 
 from __future__ import annotations
@@ -97,10 +106,54 @@ def agh_projection(gram: np.ndarray, column_sums: np.ndarray, n: int, n_bits: in
     return np.sqrt(n) * inv_sqrt[:, None] * vectors / np.sqrt(values)[None, :], values
 
 
-def encode_anchor_graph(X: np.ndarray, anchors: np.ndarray, s: int, sigma: float, W: np.ndarray) -> np.ndarray:
-    """Packed codes of sgn(z(x) W), slab by slab (each row on its own: chunking-independent)."""
-    out = np.empty((X.shape[0], code_bytes(W.shape[1])), np.uint8)
+def _embedding_slabs(X: np.ndarray, anchors: np.ndarray, s: int, sigma: float, W: np.ndarray):
+    """(rows, anchor indices, weights, Y = z(x) W) slab by slab; Z is never stored."""
     for rows in _slabs(X):
         idx, dist = nearest_anchors(X[rows], anchors, s)
-        out[rows] = pack_signs(np.einsum("ns,nsr->nr", anchor_weights(dist, sigma), W[idx]))
+        w = anchor_weights(dist, sigma)
+        yield rows, idx, w, np.einsum("ns,nsr->nr", w, W[idx])
+
+
+def second_layer_values(Y: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """The second layer's values, whose signs are its bits: y - b+ where y >= 0, b- - y elsewhere."""
+    return np.where(Y >= 0, Y - thresholds[0], thresholds[1] - Y)
+
+
+def encode_anchor_graph(
+    X: np.ndarray, anchors: np.ndarray, s: int, sigma: float, W: np.ndarray, thresholds: np.ndarray | None = None
+) -> np.ndarray:
+    """Packed codes of sgn(z(x) W), followed by the second layer's bits when ``thresholds``
+    (2, r/2) are given; slab by slab (each row on its own: chunking-independent)."""
+    n_bits = W.shape[1] * (1 if thresholds is None else 2)
+    out = np.empty((X.shape[0], code_bytes(n_bits)), np.uint8)
+    for rows, _, _, Y in _embedding_slabs(X, anchors, s, sigma, W):
+        out[rows] = pack_signs(Y if thresholds is None else np.hstack([Y, second_layer_values(Y, thresholds)]))
     return out
+
+
+def second_layer_sums(X: np.ndarray, anchors: np.ndarray, s: int, sigma: float, W: np.ndarray):
+    """A chunk's terms of the second-layer thresholds, per eigenfunction k: (n1 (r,),
+    |y|^T Z (r, m), 1_P^T Z (r, m), s3 (r,)); P = rows with y_k >= 0."""
+    m, r = anchors.shape[0], W.shape[1]
+    n1, s3 = np.zeros(r, np.int64), np.zeros(r)
+    abs_z, pos_z = np.zeros((r, m)), np.zeros((r, m))
+    for _, idx, w, Y in _embedding_slabs(X, anchors, s, sigma, W):
+        positive = Y >= 0
+        n1 += positive.sum(axis=0)
+        s3 += np.where(positive, Y, 0.0).sum(axis=0)
+        for k in range(r):
+            np.add.at(abs_z[k], idx, w * np.abs(Y[:, k : k + 1]))
+            np.add.at(pos_z[k], idx[positive[:, k]], w[positive[:, k]])
+    return n1, abs_z, pos_z, s3
+
+
+def second_layer_thresholds(n: int, n1, abs_z, pos_z, s3, column_sums) -> np.ndarray:
+    """(b+, b-) per eigenfunction, (2, r), from the summed second_layer_sums (module docstring)."""
+    inv = np.zeros_like(column_sums)
+    inv[column_sums > 0] = 1.0 / column_sums[column_sums > 0]  # unused anchors carry no weight
+    s1 = (pos_z * abs_z * inv).sum(axis=1)
+    s2 = n1 - (pos_z * pos_z * inv).sum(axis=1)
+    n2 = n - n1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(s2 > 0, (s3 - s1) / s2, 0.0)  # s2 = 0: one side is empty; no second cut
+    return np.vstack([(2 * s3 + n2 * ratio) / n, (n1 * ratio - 2 * s3) / n])
