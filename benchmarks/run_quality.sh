@@ -29,6 +29,8 @@ run sweeps $S --dataset fashion-mnist --method sgh --bits 32,64,128 \
   --ground-truth euclidean --top-percent 2 --out $R/sweep_sgh_fashion-mnist_round2.json
 run sweeps $S --dataset fashion-mnist --method splh --bits 24,48 --grid '{"eta": [0.01, 0.03, 0.1, 0.3, 1, 3]}' \
   --metric map --out $R/sweep_splh_fashion-mnist.json
+run sweeps $S --dataset debian-minilm --method splh --bits 24,48 --grid '{"eta": [0.03, 0.1, 0.3, 1, 3, 10]}' \
+  --metric map --out $R/sweep_splh_debian-minilm.json
 run sweeps $S --dataset fashion-mnist --method sikh --bits 24,48 --grid '{"bandwidth_scale": [0.25, 0.5, 1, 2, 4]}' \
   --metric map --out $R/sweep_sikh_fashion-mnist.json
 run sweeps $S --dataset debian-minilm --method dish --bits 16,32,64 --grid '{"max_iter": [20, 50, 100]}' \
