@@ -13,6 +13,7 @@ from distributed import Client
 from pipeline import workflows
 from pipeline.data import debian_text
 from pipeline.data.debian_text import parse_dumpavail, select_descriptions
+from pipeline.errors import InputError
 
 
 def _stanza(package, section, description):
@@ -45,6 +46,18 @@ def test_descriptions_become_rows_by_the_documented_rules(monkeypatch):
     # the row order depends on the texts only, not on the package list's order
     again = select_descriptions(parse_dumpavail("\n".join(reversed(stanzas))), "x")
     assert [t.lower() for t in again.texts] == [t.lower() for t in found.texts]
+
+
+def test_bad_requests_are_one_line_errors_before_any_work(monkeypatch, tmp_path):
+    monkeypatch.setattr(debian_text.shutil, "which", lambda name: None)
+    with pytest.raises(InputError, match="needs apt-cache"):
+        debian_text.debian_descriptions()
+    monkeypatch.undo()
+    rows = [(f"p{i}", "net", f"tool number {i}") for i in range(150)]
+    monkeypatch.setattr(debian_text, "debian_descriptions", lambda: select_descriptions(rows, "x"))
+    with pytest.raises(InputError, match="has 150 rows on this machine; give --n between 1 and 150"):
+        debian_text.write_debian_minilm(tmp_path / "out.zarr", n=1000)
+    assert not (tmp_path / "out.zarr").exists()
 
 
 @pytest.fixture(scope="module")
