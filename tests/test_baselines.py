@@ -256,14 +256,16 @@ def test_bre_objective_never_increases():
 
 
 def test_bre_codes_equal_the_dense_kernel_sums(client, tmp_path):
-    """h_p(x) = [sum_q W_pq k(x_pq, x) >= 0] with the linear kernel on unit rows, written
-    densely in float64 over the b x t points; x_pq are unit training rows, the objective
-    recorded per sweep never rises."""
+    """h_p(x) = [sum_q W_pq k(x_pq, x) >= 0] with the linear kernel on unit rows (centred
+    by the training subset's mean), written densely in float64 over the b x t points; x_pq
+    are unit training rows, the objective recorded per sweep never rises."""
     rng = np.random.default_rng(3)
     X = rng.standard_normal((1500, 12)) * np.linspace(2, 0.5, 12) + 0.3
     model = BRE(16, train_size=200, points_per_bit=10, n_iter=4, random_state=5)
     model.fit(da.from_array(X, chunks=(400, 12)))
-    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    sample = X[np.sort(np.random.default_rng(model.seed_).choice(1500, 200, replace=False))]
+    np.testing.assert_allclose(model.mean_, sample.mean(axis=0), rtol=1e-12)
+    U = (X - model.mean_) / np.linalg.norm(X - model.mean_, axis=1, keepdims=True)
     P = model.points_
     assert P.shape == (16, 10, 12)
     assert {tuple(np.round(x, 12)) for x in P.reshape(-1, 12)} <= {tuple(np.round(u, 12)) for u in U}
