@@ -274,3 +274,16 @@ def test_bre_codes_equal_the_dense_kernel_sums(client, tmp_path):
     history = model.training_stats_["objective"]
     assert np.all(np.diff(history) <= 0) and history[-1] < history[0]
     np.testing.assert_array_equal(load_model(model.save(tmp_path / "bre")).transform(X), model.transform(X))
+
+
+@pytest.mark.slow
+def test_bre_map_above_lsh_on_fashion_mnist(fmnist_paths, client):
+    """The paper's claim on real data: BRE above LSH at 32 bits, Euclidean top-2% ground truth
+    (measured: map 0.442 vs 0.333)."""
+    from pipeline import workflows
+    from pipeline.storage.datasets import open_dataset
+
+    protocol = {"queries": 1000, "seed": 0, "ground_truth": "euclidean", "top_percent": 2.0, "ks": [1000]}
+    report = workflows.evaluate(open_dataset(fmnist_paths[20000]), methods=["lsh", "bre"], bits=[32], **protocol)
+    got = {r["method"]: r["metrics"]["map"] for r in report["results"]}
+    assert got["bre"] > got["lsh"] + 0.05
