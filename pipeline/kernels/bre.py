@@ -18,6 +18,11 @@ flipping point i changes O by sigma_i sum_{j != i} sigma_j G_ij, G_ij = (1/b - 2
 (expand (E - s'/b)^2 - (E - s/b)^2 with s' = 1 - s in {0, 1}). g = G sigma is kept up to
 date: a flip of i subtracts 2 sigma_i G[i, :] (G is symmetric, so a contiguous row), so a flip
 costs n and a coordinate step O(n log n + n^2) without touching an n x n matrix.
+
+Choices the paper leaves open: N = all pairs of the training set; the distances scaled by
+their maximum; a tie between intervals goes to the lowest alpha, a tie with the current
+objective keeps W_pq; sweeps in the order (p, q) row by row, stopped after one that moved
+no weight. The estimator (hashing/kernel.py) draws W's start from N(0, 1) (scale-free).
 """
 
 from __future__ import annotations
@@ -109,13 +114,11 @@ def _set_bits(target, sigma, g, G):
 RELATIVE_GAIN = 1e-12
 
 
+@njit(cache=True)
 def _outward(end: float, reach: float) -> float:
     """How far past an outer breakpoint alpha goes: max(|end|, reach), 1 if both are 0."""
     step = max(abs(end), reach)
     return step if step > 0 else 1.0
-
-
-_outward = njit(cache=True)(_outward)
 
 
 @njit(cache=True)
