@@ -232,7 +232,7 @@ def _opt(name, commands, help_, **kw) -> Option:
 
 
 _DISH = "DisH (methods dish, dish-allreduce)"
-_SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, agh, agh2)"
+_SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, bre, agh, agh2)"
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
 
@@ -327,6 +327,12 @@ OPTIONS: tuple[Option, ...] = (
          type=positive_int, param="subset_size", method="klsh", group=_SGH),
     _opt("klsh-bandwidth-scale", METHOD_COMMANDS, "klsh: Gaussian kernel width = this x RMS distance between "
          "anchors (default 1)", type=positive_float, param="bandwidth_scale", method="klsh", group=_SGH),
+    _opt("bre-train-size", METHOD_COMMANDS, "bre: training rows n_t drawn with the seed (default 1000)",
+         type=positive_int, param="train_size", method="bre", group=_SGH),
+    _opt("bre-points-per-bit", METHOD_COMMANDS, "bre: training rows t in each hash function's kernel sum "
+         "(default 20)", type=positive_int, param="points_per_bit", method="bre", group=_SGH),
+    _opt("bre-sweeps", METHOD_COMMANDS, "bre: coordinate-descent sweeps at most (default 10)",
+         type=positive_int, param="n_iter", method="bre", group=_SGH),
     _opt("agh-anchors", METHOD_COMMANDS, "agh, agh2: k-means anchors m (default 300)",
          type=positive_int, param="n_anchors", method="agh", group=_SGH),
     _opt("agh-nearest", METHOD_COMMANDS, "agh, agh2: nearest anchors s per point (default 2)",

@@ -28,6 +28,7 @@ METHODS = (
     "itq",
     "isohash",
     "klsh",
+    "bre",
     "agh",
     "agh2",
     "sh",

@@ -3,7 +3,7 @@
 from pipeline.hashing.anchor_graph import AGH
 from pipeline.hashing.base import Hasher
 from pipeline.hashing.dish import DisH
-from pipeline.hashing.kernel import KLSH
+from pipeline.hashing.kernel import BRE, KLSH
 from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
 from pipeline.hashing.periodic import SH, SIKH
 from pipeline.hashing.registry import (
@@ -21,6 +21,7 @@ from pipeline.hashing.splh import SPLH, USPLH
 
 __all__ = [
     "AGH",
+    "BRE",
     "HASHERS",
     "ITQ",
     "IsoHash",

@@ -1,13 +1,20 @@
-"""Kernel hash functions learned from a few anchor rows: KLSH.
+"""Kernel hash functions learned from a few sampled rows: KLSH and BRE.
 
 KLSH (Kulis & Grauman 2009) needs no pass over the data: p anchor rows are drawn with the
 seed and gathered to the client (p x d, e.g. 300 x 784); everything else is p x p. Encoding
 maps each chunk to its Gaussian kernel features against the anchors (n x p float32, per
 chunk) followed by the linear encoder, like SGH's.
+
+BRE (Kulis & Darrell 2009) is trained the way its paper scales: on a seeded subset of
+``train_size`` rows gathered to the client (n_t x d, 1000 x 784 for Fashion-MNIST), by
+coordinate descent on the n_t x n_t pair objective (kernels/bre.py). Its hash functions are
+linear-kernel sums over b x t training rows, which collapse to one d x b matrix, so encoding
+is again the linear encoder, per chunk.
 """
 
 from __future__ import annotations
 
+import logging
 from numbers import Integral, Real
 
 import numpy as np
@@ -16,10 +23,20 @@ from sklearn.utils._param_validation import Interval
 from pipeline.distributed.graph import select_rows
 from pipeline.errors import InputError
 from pipeline.hashing.base import BITS, SEED, Hasher
+from pipeline.kernels.bre import scaled_distances, train_bre, unit_rows
 from pipeline.kernels.codes import encode_linear
 from pipeline.kernels.klsh import gaussian_kernel, klsh_weights
 from pipeline.kernels.sgh import kernel_features
 from pipeline.validation import check_int_param
+
+log = logging.getLogger(__name__)
+
+
+def sample_rows(X, n_rows: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_rows`` distinct rows of X drawn with ``rng``, in row order, gathered to the client:
+    the same rows whatever the chunking."""
+    rows = np.sort(rng.choice(X.shape[0], n_rows, replace=False))
+    return np.asarray(select_rows(X, rows, keep=True).compute())
 
 
 class KLSH(Hasher):
@@ -59,8 +76,7 @@ class KLSH(Hasher):
         p = check_int_param(self.n_anchors, "n_anchors", "KLSH", 2, n)  # anchors are training rows
         t = check_int_param(self.subset_size, "subset_size", "KLSH", 1, p)
         rng = np.random.default_rng(self.seed_)
-        rows = np.sort(rng.choice(n, p, replace=False))
-        self.anchors_ = np.asarray(select_rows(X, rows, keep=True).compute())
+        self.anchors_ = sample_rows(X, p, rng)
         A = self.anchors_.astype(np.float64)
         sq = np.einsum("ij,ij->i", A, A)
         mean_sq_distance = 2.0 * sq.mean() - 2.0 * float(A.mean(axis=0) @ A.mean(axis=0))
@@ -90,3 +106,81 @@ class KLSH(Hasher):
     def _set_learned_arrays(self, arrays):
         super()._set_learned_arrays(arrays)
         self.bandwidth_ = float(arrays["bandwidth_"])
+
+
+class BRE(Hasher):
+    """Binary reconstructive embedding with the linear kernel k(x, y) = x . y on unit rows.
+    ``train_size`` n_t = 1000 training rows drawn with the seed (all rows of a smaller set)
+    and ``points_per_bit`` t = 20 of them per hash function, as the common re-implementation
+    (Deng Cai's hashing toolbox wrapper of the authors' code); at most ``n_iter`` = 10
+    coordinate-descent sweeps, fewer when a sweep moves no weight.
+
+    Rows are centred by the training subset's mean before they are scaled to unit norm (the
+    paper's assumption): a linear-kernel hash is a hyperplane through the origin, and data in
+    one orthant (pixels, histograms) has the origin outside it, where such hyperplanes split
+    it badly (Fashion-MNIST, 32 bits, Euclidean top 2%: mAP 0.27 uncentred vs 0.44 centred,
+    LSH 0.29, numpy harness of the commit). The paper does not centre; its unit rows are
+    these centred ones.
+
+    Learned: ``mean_`` (d,), ``points_`` (n_bits, t, d) the unit training rows x_pq,
+    ``weights_`` (n_bits, t) W, ``components_`` (d, n_bits) = sum_q W_pq x_pq, the encoder.
+    ``training_stats_["objective"]``: O before the first sweep and after each.
+
+    Encoding: h_p(x) = [sum_q W_pq x_pq . u(x) >= 0] with u(x) = (x - mean) / ||x - mean||;
+    dividing by the norm never changes a sign, so the encoder is sgn((x - mean) W^T), the
+    linear encoder (a row equal to the mean gets all bits 1, as its unit row would be zero)."""
+
+    method = "bre"
+    _parameter_constraints = {
+        "n_bits": BITS,
+        "train_size": [Interval(Integral, 2, None, closed="left")],
+        "points_per_bit": [Interval(Integral, 1, None, closed="left")],
+        "n_iter": [Interval(Integral, 0, None, closed="left")],
+        "random_state": SEED,
+    }
+
+    def __init__(
+        self,
+        n_bits: int = 32,
+        *,
+        train_size: int = 1000,
+        points_per_bit: int = 20,
+        n_iter: int = 10,
+        random_state: int | None = 0,
+    ):
+        self.n_bits = n_bits
+        self.train_size = train_size
+        self.points_per_bit = points_per_bit
+        self.n_iter = n_iter
+        self.random_state = random_state
+
+    def _fit(self, X, y, checkpoint):
+        n_t = min(self.train_size, X.shape[0])
+        t = check_int_param(self.points_per_bit, "points_per_bit", "BRE", 1, n_t)  # x_pq are training rows
+        rng = np.random.default_rng(self.seed_)
+        sample = np.asarray(sample_rows(X, n_t, rng), dtype=np.float64)
+        self.mean_ = sample.mean(axis=0)
+        U = unit_rows(sample - self.mean_)
+        points = np.stack([rng.choice(n_t, t, replace=False) for _ in range(self.n_bits)])
+        # the scale of W is irrelevant (a bit is a sign of sums linear in W); the authors' 1e-3 x N(0, 1)
+        W0 = rng.standard_normal((self.n_bits, t))
+
+        def report(sweep, value, moved):
+            log.info("BRE: sweep %d/%d, objective %.6g, %d weights moved", sweep + 1, self.n_iter, value, moved)
+
+        W, history = train_bre(U @ U.T, scaled_distances(U), points, W0, self.n_iter, log=report)
+        self.points_ = U[points]
+        self.weights_ = W
+        self.components_ = np.einsum("pq,pqd->dp", W, self.points_)
+        self.training_stats_.update({"passes": 0, "n_sample": n_t, "sweeps": len(history) - 1, "objective": history})
+
+    def _encode_kernel(self, block):
+        return encode_linear(block, self.mean_, self.components_)
+
+    def _learned_arrays(self):
+        return {
+            "mean_": self.mean_,
+            "points_": self.points_,
+            "weights_": self.weights_,
+            "components_": self.components_,
+        }

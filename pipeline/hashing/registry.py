@@ -10,7 +10,7 @@ from pipeline.errors import InputError
 from pipeline.hashing.anchor_graph import AGH
 from pipeline.hashing.base import ARRAYS_FILE, MODEL_FILE, MODEL_SCHEMA, Hasher, resolve_location, resolve_seed
 from pipeline.hashing.dish import DisH
-from pipeline.hashing.kernel import KLSH
+from pipeline.hashing.kernel import BRE, KLSH
 from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
 from pipeline.hashing.periodic import SH, SIKH
 from pipeline.hashing.sgh import SGH
@@ -19,7 +19,7 @@ from pipeline.storage.atomic import require_committed
 from pipeline.storage.npz import load_npz
 
 HASHERS: dict[str, type[Hasher]] = {
-    cls.method: cls for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, AGH, DisH, SGH, SPLH, USPLH)
+    cls.method: cls for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, DisH, SGH, SPLH, USPLH)
 }
 
 
