@@ -25,6 +25,7 @@ _EXPORTS = {
     "IsoHash": "pipeline.hashing",
     "AGH": "pipeline.hashing",
     "KLSH": "pipeline.hashing",
+    "KMH": "pipeline.hashing",
     "SIKH": "pipeline.hashing",
     "SPLH": "pipeline.hashing",
     "USPLH": "pipeline.hashing",
