@@ -150,6 +150,21 @@ def test_agh_equals_its_dense_reference(client, tmp_path):
     np.testing.assert_array_equal(load_model(model.save(tmp_path / "agh")).transform(X), model.transform(X))
 
 
+def _kmh_energy(c, j, C, Ym, idx, w, dh, lam):
+    """The paper's E of one subspace, every point and every pair, with codeword j at c, and
+    dE/dc_j (its points, and row and column j of the pair sum)."""
+    n = len(Ym)
+    Cj = C.copy()
+    Cj[j] = c
+    r = np.sqrt(((Cj[:, None] - Cj[None]) ** 2).sum(-1))
+    quan = ((Ym - Cj[idx]) ** 2).sum() / n
+    aff = (w * (r - dh) ** 2).sum()
+    rj = np.where(r[j] > 0, r[j], 1.0)
+    grad = 2 * (c * (idx == j).sum() - Ym[idx == j].sum(0)) / n
+    grad += 4 * lam * ((w[j] * (r[j] - dh[j]) / rj)[:, None] * (c - Cj)).sum(0)
+    return quan + lam * aff, grad
+
+
 def _kmh_reference(X, n_bits, b, n_iter, lam):
     """He et al.'s KMH written densely: PCA, the eigenvalues dealt to M subspaces by the
     authors' balanced_partition loop, per subspace the PCAH hypercube start and n_iter rounds
@@ -190,20 +205,14 @@ def _kmh_reference(X, n_bits, b, n_iter, lam):
             for j in range(k):
                 if not (idx == j).any():
                     continue
-
-                def energy(c, j=j, idx=idx, w=w):
-                    Cj = C.copy()
-                    Cj[j] = c
-                    r = np.sqrt(((Cj[:, None] - Cj[None]) ** 2).sum(-1))
-                    quan = ((Ym - Cj[idx]) ** 2).sum() / n
-                    aff = (w * (r - dh) ** 2).sum()
-                    # dE/dc_j: the points of j, and row and column j of the pair sum
-                    rj = np.where(r[j] > 0, r[j], 1.0)
-                    grad = 2 * (c * (idx == j).sum() - Ym[idx == j].sum(0)) / n
-                    grad += 4 * lam * ((w[j] * (r[j] - dh[j]) / rj)[:, None] * (c - Cj)).sum(0)
-                    return quan + lam * aff, grad
-
-                C[j] = minimize(energy, C[j], jac=True, method="BFGS", options={"gtol": 1e-12 * s * s}).x
+                C[j] = minimize(
+                    _kmh_energy,
+                    C[j],
+                    args=(j, C, Ym, idx, w, dh, lam),
+                    jac=True,
+                    method="BFGS",
+                    options={"gtol": 1e-12 * s * s},
+                ).x
         all_centroids.append(C)
         scales.append(s)
         codes.append(index_bits[((Ym[:, None, :] - C[None]) ** 2).sum(-1).argmin(axis=1)])

@@ -2,8 +2,8 @@
 
 Passes over the data: one for the covariance (PCA), then one per iteration: every chunk
 assigns its rows to the nearest codeword of each subspace and returns the counts and the
-raw row sums per codeword (M k x d), tree-reduced; the update of the M k codewords (BFGS,
-one codeword at a time) runs on the client. Encoding is per chunk: project, nearest codeword
+raw row sums per codeword (M k x d), tree-reduced; the update of the M k codewords (Newton's
+method, one codeword at a time) runs on the client. Encoding is per chunk: project, nearest codeword
 per subspace, its b-bit index.
 
 Choices the paper leaves open, and what decides them here (the authors' released Matlab
@@ -26,9 +26,11 @@ code where it has one):
 * lambda = 10 (the paper) and ``n_iter`` = 50 (the authors' code: "50 to 200, usually 50
   is enough"); b = 4 by default (the paper's main setting; the authors suggest b = 2 for
   32-bit SIFT).
-* Update: each codeword in index order minimises E with the others fixed, by BFGS from its
-  current position (the authors use Matlab's fminunc, a quasi-Newton method) with the
-  analytic gradient, to a gradient norm of 1e-6 in units of s per point of the codeword.
+* Update: each codeword in index order minimises E with the others fixed, from its current
+  position (the authors use Matlab's fminunc, a quasi-Newton method); here Newton's method
+  with the analytic Hessian and a backtracking line search (the majoriser's step, SMACOF's,
+  where the Hessian is not positive definite), to a gradient norm of 1e-6 in units of s per
+  point of the codeword: the same minimum as BFGS (the dense reference test), 6x faster.
   A codeword without points is not in E and stays where it is.
 * Training uses every row given to ``fit`` (the authors' code: "better to use all samples");
   each iteration is one pass.
@@ -63,7 +65,7 @@ from pipeline.kernels.stats import add_partials, top_eigenvectors
 
 log = logging.getLogger(__name__)
 
-GTOL = 1e-6  # BFGS stop: gradient norm of one codeword's E, in units of s per point of the codeword
+GTOL = 1e-6  # Newton stop: gradient norm of one codeword's E, in units of s per point of the codeword
 
 
 class KMH(Hasher):
@@ -81,7 +83,9 @@ class KMH(Hasher):
         "affinity_weight": [Interval(Real, 0, None, closed="left")],
     }
 
-    def __init__(self, n_bits: int = 32, *, bits_per_subspace: int = 4, n_iter: int = 50, affinity_weight: float = 10.0):
+    def __init__(
+        self, n_bits: int = 32, *, bits_per_subspace: int = 4, n_iter: int = 50, affinity_weight: float = 10.0
+    ):
         self.n_bits = n_bits
         self.bits_per_subspace = bits_per_subspace
         self.n_iter = n_iter
@@ -117,7 +121,9 @@ class KMH(Hasher):
             parts = [kmh_objective(centroids[m], S[m], counts[m], n, sum_sq[m], self.scales_[m]) for m in range(M)]
             quan, aff = (float(sum(p[i] for p in parts)) for i in (0, 1))
             history.append(round(quan + self.affinity_weight * aff, 6))
-            log.info("kmh %d bits: iteration %d/%d, E_quan %.6g, E_aff %.6g", self.n_bits, it + 1, self.n_iter, quan, aff)
+            log.info(
+                "kmh %d bits: iteration %d/%d, E_quan %.6g, E_aff %.6g", self.n_bits, it + 1, self.n_iter, quan, aff
+            )
             centroids = np.stack(
                 [
                     update_codebook(centroids[m], S[m], counts[m], n, self.scales_[m], self.affinity_weight, GTOL)

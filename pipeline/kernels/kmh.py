@@ -1,5 +1,5 @@
 """K-means hashing (He, Wen & Sun, CVPR 2013): the per-chunk assignment statistics, the
-client's codebook update and the encoder. Plain numpy (and scipy's BFGS on the client).
+client's codebook update and the encoder. Plain numpy (and scipy.linalg).
 
 Product space: the centred data is rotated onto its principal directions, which are dealt to
 M = n_bits / b subspaces of equal dimension so that the subspaces' products of eigenvalues
@@ -11,7 +11,7 @@ learning minimises
     E = (1/n) sum_x ||y(x) - c_i(x)||^2 + lambda sum_{i,j} w_ij (||c_i - c_j|| - d_h(i, j))^2,
 
 w_ij = n_i n_j / n^2 (n_i = points assigned to c_i), by alternating an assignment (nearest
-codeword) and an update of each codeword in turn with the others fixed (BFGS). Codewords
+codeword) and an update of each codeword in turn with the others fixed (Newton's method). Codewords
 start on the vertices of a hypercube on the subspace's top b principal directions, index bit
 t = the sign of coordinate t, as PCAH would code them.
 
@@ -22,6 +22,7 @@ features, so the same whatever the chunking); the client projects them.
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import solve_triangular
 
 from pipeline.kernels.codes import BIT_ORDER, SLAB_ROWS, code_bytes
 
@@ -137,25 +138,72 @@ def kmh_objective(
 
 def _one_codeword(u, target, others, q, root_h, lam):
     """E restricted to one codeword, in units of s and divided by n_j / n:
-    ||u - target||^2 + 2 lambda sum_i q_i (||u - u_i|| - sqrt h_i)^2 (+ a constant), and its
-    gradient. ``others`` excludes the codeword itself; q_i = n_i / n."""
+    f(u) = ||u - target||^2 + 2 lambda sum_i q_i (||u - u_i|| - sqrt h_i)^2 (+ a constant), with
+    its gradient and Hessian. ``others`` excludes the codeword itself; q_i = n_i / n."""
     diff = u[None, :] - others
     r = np.sqrt((diff**2).sum(1))
     gap = r - root_h
     value = ((u - target) ** 2).sum() + 2.0 * lam * (q * gap**2).sum()
-    # d||u - u_i|| / du is undefined where two codewords coincide: that term's pull is 0 there
-    pull = np.divide(q * gap, r, out=np.zeros_like(r), where=r > 0)
-    return value, 2.0 * (u - target) + 4.0 * lam * (pull[:, None] * diff).sum(0)
+    if (r == 0).any():  # ||u - u_i|| has no derivative where two codewords coincide
+        return value, None, None
+    ratio = root_h / r
+    grad = 2.0 * (u - target) + 4.0 * lam * ((q * (1.0 - ratio))[:, None] * diff).sum(0)
+    unit = diff / r[:, None]
+    hess = (2.0 + 4.0 * lam * (q * (1.0 - ratio)).sum()) * np.eye(len(u))
+    hess += (4.0 * lam * q * ratio * unit.T) @ unit
+    return value, grad, hess
+
+
+def _majorised_step(u, target, others, q, root_h, lam):
+    """The minimiser of f's quadratic majoriser at u (SMACOF's Guttman step: -||u - u_i|| is
+    bounded by its tangent plane): used where Newton's step is undefined or not a descent."""
+    diff = u[None, :] - others
+    r = np.sqrt((diff**2).sum(1))
+    unit = np.divide(diff, r[:, None], out=np.zeros_like(diff), where=r[:, None] > 0)
+    pulled = (q[:, None] * (others + root_h[:, None] * unit)).sum(0)
+    return (target + 2.0 * lam * pulled) / (1.0 + 2.0 * lam * q.sum())
+
+
+def _minimise_codeword(u, args, gtol: float, max_steps: int = 100) -> np.ndarray:
+    """Newton's method with a backtracking (Armijo) line search on f from u, until the
+    gradient's norm is below gtol; where the Hessian is not positive definite (codewords
+    closer than their Hamming target) the step is the majoriser's, which never increases f."""
+    value, grad, hess = _one_codeword(u, *args)
+    for _ in range(max_steps):
+        if grad is not None and np.sqrt(grad @ grad) <= gtol:
+            break
+        step = None
+        if hess is not None:
+            try:
+                L = np.linalg.cholesky(hess)
+                step = -solve_triangular(L.T, solve_triangular(L, grad, lower=True), lower=False)
+            except np.linalg.LinAlgError:
+                pass
+        if step is None:
+            new = _majorised_step(u, *args)
+            new_value, new_grad, new_hess = _one_codeword(new, *args)
+            if not new_value < value:
+                break
+        else:
+            t = 1.0
+            while True:
+                new = u + t * step
+                new_value, new_grad, new_hess = _one_codeword(new, *args)
+                if new_value <= value + 1e-4 * t * (grad @ step):
+                    break
+                t *= 0.5
+                if t < 1e-12:
+                    return u
+        u, value, grad, hess = new, new_value, new_grad, new_hess
+    return u
 
 
 def update_codebook(
     centroids: np.ndarray, projected: np.ndarray, counts: np.ndarray, n: int, s: float, lam: float, gtol: float
 ) -> np.ndarray:
     """The update step of one subspace: each codeword in turn (index order) minimises E with
-    the others fixed, by BFGS from where it is; a codeword without points is not in E and
-    stays. Working in units of s (and per point of the codeword) makes ``gtol`` scale-free."""
-    from scipy.optimize import minimize
-
+    the others fixed, from where it is; a codeword without points is not in E and stays.
+    Working in units of s (and per point of the codeword) makes ``gtol`` scale-free."""
     k = len(counts)
     root_h = np.sqrt(hamming_table(int(np.log2(k))))
     u = np.array(centroids, dtype=np.float64) / s
@@ -164,16 +212,8 @@ def update_codebook(
         if counts[j] == 0:
             continue
         keep = np.arange(k) != j
-        target = projected[j] / (counts[j] * s)
-        res = minimize(
-            _one_codeword,
-            u[j],
-            args=(target, u[keep], q[keep], root_h[j, keep], lam),
-            jac=True,
-            method="BFGS",
-            options={"gtol": gtol},
-        )
-        u[j] = res.x
+        args = (projected[j] / (counts[j] * s), u[keep], q[keep], root_h[j, keep], lam)
+        u[j] = _minimise_codeword(u[j], args, gtol)
     return u * s
 
 
