@@ -29,6 +29,7 @@ METHODS = (
     "isohash",
     "klsh",
     "agh",
+    "kmh",
     "sh",
     "sikh",
     "dish",
