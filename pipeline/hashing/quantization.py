@@ -2,9 +2,9 @@
 
 Passes over the data: one for the covariance (PCA), then one per iteration: every chunk
 assigns its rows to the nearest codeword of each subspace and returns the counts and the
-raw row sums per codeword (M k x d), tree-reduced; the update of the M k codewords (Newton's
-method, one codeword at a time) runs on the client. Encoding is per chunk: project, nearest codeword
-per subspace, its b-bit index.
+raw row sums per codeword (M k x d), tree-reduced; the update of the M k codewords
+(Newton's method, one codeword at a time) runs on the client. Encoding is per chunk:
+project, nearest codeword per subspace, its b-bit index.
 
 Choices the paper leaves open, and what decides them here (the authors' released Matlab
 code where it has one):
@@ -17,12 +17,14 @@ code where it has one):
   subspace needs b principal directions for the initialisation).
 * Initialisation, per subspace (the authors' ``init_PCAH``): codewords on the vertices of a
   hypercube on the subspace's top b principal directions, 0 on its other directions; index
-  bit t is the sign of coordinate t (PCAH's code). The half-edge a is PCAH's least-squares
+  bit t is the sign of coordinate t (PCAH's code; the authors' code redoes a PCA inside each
+  subspace, which is the identity here: the global PCA's coordinates are already
+  uncorrelated and dealt in descending order). The half-edge a is PCAH's least-squares
   scale, the mean |y_t| over points and the b directions; it comes from the first
   assignment's statistics (a point's vertex is its sign pattern whatever a), so costs no pass.
 * The scale s of d_h = s sqrt(h) is the initial hypercube's edge, 2a, kept fixed (the
-  authors' code). It is not refitted by least squares during the iterations: that changes
-  E's trade-off between the terms from one iteration to the next, which the paper does not do.
+  authors' code fixes it so). Refitting it by least squares after every update would be a
+  valid descent step too, but the authors' code does not do it.
 * lambda = 10 (the paper) and ``n_iter`` = 50 (the authors' code: "50 to 200, usually 50
   is enough"); b = 4 by default (the paper's main setting; the authors suggest b = 2 for
   32-bit SIFT).
@@ -30,7 +32,8 @@ code where it has one):
   position (the authors use Matlab's fminunc, a quasi-Newton method); here Newton's method
   with the analytic Hessian and a backtracking line search (the majoriser's step, SMACOF's,
   where the Hessian is not positive definite), to a gradient norm of 1e-6 in units of s per
-  point of the codeword: the same minimum as BFGS (the dense reference test), 6x faster.
+  point of the codeword: the same minima as BFGS (the dense reference test), 6x faster on a
+  16-codeword, 32-d subspace.
   A codeword without points is not in E and stays where it is.
 * Training uses every row given to ``fit`` (the authors' code: "better to use all samples");
   each iteration is one pass.
