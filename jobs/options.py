@@ -232,7 +232,7 @@ def _opt(name, commands, help_, **kw) -> Option:
 
 
 _DISH = "DisH (methods dish, dish-allreduce)"
-_SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, bre, agh, agh2)"
+_SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, bre, agh, agh2, kmh)"
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
 
@@ -339,6 +339,10 @@ OPTIONS: tuple[Option, ...] = (
          type=positive_int, param="n_nearest", method="agh", group=_SGH),
     _opt("kmeans-iter", METHOD_COMMANDS, "agh, agh2: Lloyd steps of the anchors' k-means (default 5)",
          type=positive_int, param="kmeans_iter", method="agh", group=_SGH),
+    _opt("kmh-bits-per-subspace", METHOD_COMMANDS, "kmh: bits b per subspace, 2^b codewords each; the bits must be "
+         "a multiple of b (default 4)", type=positive_int, param="bits_per_subspace", method="kmh", group=_SGH),
+    _opt("kmh-iter", METHOD_COMMANDS, "kmh: iterations, one pass each (default 50)",
+         type=positive_int, param="n_iter", method="kmh", group=_SGH),
     _opt("sgh-rho-scale", METHOD_COMMANDS, "sgh: rho = this x 2 max ||x - mean||^2 (default 0.5)",
          type=positive_float, param="rho_scale", method="sgh", group=_SGH),
     _opt("kernel-cache", METHOD_COMMANDS, "sgh: keep kernel features on the workers between passes (default auto: "

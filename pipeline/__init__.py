@@ -26,6 +26,7 @@ _EXPORTS = {
     "AGH": "pipeline.hashing",
     "KLSH": "pipeline.hashing",
     "BRE": "pipeline.hashing",
+    "KMH": "pipeline.hashing",
     "SIKH": "pipeline.hashing",
     "SPLH": "pipeline.hashing",
     "USPLH": "pipeline.hashing",

@@ -1,11 +1,11 @@
-"""The baselines of the seed papers (SH, SIKH, IsoHash, KLSH, AGH, BRE) against their papers' equations,
+"""The baselines of the seed papers (SH, SIKH, IsoHash, KLSH, AGH, BRE, KMH) against their papers' equations,
 written out densely in numpy."""
 
 import dask.array as da
 import numpy as np
 import pytest
 
-from pipeline import AGH, BRE, KLSH, SH, SIKH, IsoHash, load_model
+from pipeline import AGH, BRE, KLSH, KMH, SH, SIKH, IsoHash, load_model
 
 
 def _spectral_hashing_reference(X, n_bits):
@@ -287,3 +287,106 @@ def test_bre_map_above_lsh_on_fashion_mnist(fmnist_paths, client):
     report = workflows.evaluate(open_dataset(fmnist_paths[20000]), methods=["lsh", "bre"], bits=[32], **protocol)
     got = {r["method"]: r["metrics"]["map"] for r in report["results"]}
     assert got["bre"] > got["lsh"] + 0.05
+
+
+def _kmh_energy(c, j, C, Ym, idx, w, dh, lam):
+    """The paper's E of one subspace, every point and every pair, with codeword j at c, and
+    dE/dc_j (its points, and row and column j of the pair sum)."""
+    n = len(Ym)
+    Cj = C.copy()
+    Cj[j] = c
+    r = np.sqrt(((Cj[:, None] - Cj[None]) ** 2).sum(-1))
+    quan = ((Ym - Cj[idx]) ** 2).sum() / n
+    aff = (w * (r - dh) ** 2).sum()
+    rj = np.where(r[j] > 0, r[j], 1.0)
+    grad = 2 * (c * (idx == j).sum() - Ym[idx == j].sum(0)) / n
+    grad += 4 * lam * ((w[j] * (r[j] - dh[j]) / rj)[:, None] * (c - Cj)).sum(0)
+    return quan + lam * aff, grad
+
+
+def _kmh_reference(X, n_bits, b, n_iter, lam):
+    """He et al.'s KMH written densely: PCA, the eigenvalues dealt to M subspaces by the
+    authors' balanced_partition loop, per subspace the PCAH hypercube start and n_iter rounds
+    of assignment + each codeword minimising the full E (every point, every pair) with the
+    others fixed. Returns (P, centroids, scales, bits)."""
+    from scipy.optimize import minimize
+
+    n, d = X.shape
+    M, k = n_bits // b, 2**b
+    Xc = X - X.mean(axis=0)
+    values, vectors = np.linalg.eigh(Xc.T @ Xc / n)
+    values, vectors = values[::-1][: M * (d // M)], vectors[:, ::-1][:, : M * (d // M)]
+    vectors = vectors * np.sign(vectors[np.abs(vectors).argmax(axis=0), np.arange(vectors.shape[1])])  # library's sign
+    logs = np.log(values + 1e-20)
+    logs = logs - logs.min() + 1
+    tables, sums, current = [[] for _ in range(M)], np.zeros(M), 0
+    for j in range(len(values)):  # the authors' loop: next direction to the emptiest open subspace
+        tables[current].append(j)
+        sums[current] += logs[j]
+        if len(tables[current]) == len(values) // M:
+            sums[current] = 1e10
+        current = int(np.argmin(sums))
+    P = vectors[:, np.concatenate(tables)]
+    Y = Xc @ P
+    index_bits = (np.arange(k)[:, None] >> np.arange(b)[None, :]) & 1
+    h = (index_bits[:, None, :] != index_bits[None, :, :]).sum(-1)
+    all_centroids, scales, codes = [], [], []
+    for m in range(M):
+        Ym = Y[:, m * (d // M) : (m + 1) * (d // M)]
+        a = np.abs(Ym[:, :b]).mean()
+        C = np.zeros((k, Ym.shape[1]))
+        C[:, :b] = a * (2 * index_bits - 1)
+        s = 2 * a
+        dh = s * np.sqrt(h)
+        for _ in range(n_iter):
+            idx = ((Ym[:, None, :] - C[None]) ** 2).sum(-1).argmin(axis=1)
+            w = np.outer(np.bincount(idx, minlength=k), np.bincount(idx, minlength=k)) / n**2
+            for j in range(k):
+                if not (idx == j).any():
+                    continue
+                C[j] = minimize(
+                    _kmh_energy,
+                    C[j],
+                    args=(j, C, Ym, idx, w, dh, lam),
+                    jac=True,
+                    method="BFGS",
+                    options={"gtol": 1e-12 * s * s},
+                ).x
+        all_centroids.append(C)
+        scales.append(s)
+        codes.append(index_bits[((Ym[:, None, :] - C[None]) ** 2).sum(-1).argmin(axis=1)])
+    return P, np.stack(all_centroids), np.array(scales), np.concatenate(codes, axis=1).astype(np.uint8)
+
+
+def test_kmh_equals_its_dense_reference(client, tmp_path, monkeypatch):
+    """The distributed KMH (sums per chunk, projected on the client) equals the dense
+    algorithm; both solve every codeword's step to a tight tolerance, so that two BFGS paths
+    to the same minimum agree closely."""
+    from pipeline.hashing import quantization
+
+    monkeypatch.setattr(quantization, "GTOL", 1e-9)
+    rng = np.random.default_rng(17)
+    # 11 features, 2 subspaces: one direction is dropped, 5 per subspace; an offset as raw data has
+    X = rng.standard_normal((1500, 11)) * np.linspace(3, 0.5, 11) + 20
+    n_bits, b, n_iter = 6, 3, 4
+    model = KMH(n_bits, bits_per_subspace=b, n_iter=n_iter).fit(da.from_array(X, chunks=(400, 11)))
+    P, C, scales, bits = _kmh_reference(X, n_bits, b, n_iter, 10.0)
+    np.testing.assert_allclose(model.components_, P, atol=1e-9)
+    np.testing.assert_allclose(model.scales_, scales, rtol=1e-9)
+    np.testing.assert_allclose(model.centroids_, C, atol=1e-6 * scales.max())
+    np.testing.assert_array_equal(model.transform(X), bits)
+    np.testing.assert_array_equal(load_model(model.save(tmp_path / "kmh")).transform(X), bits)
+
+
+@pytest.mark.slow
+def test_kmh_map_above_lsh_on_fashion_mnist(client, fmnist_paths):
+    """KMH at 32 bits (8 subspaces of 4 bits) ranks Fashion-MNIST's label neighbours better
+    than LSH (measured: map 0.413 vs 0.378, ITQ 0.483; 1000 queries, seed 0)."""
+    from pipeline import workflows
+    from pipeline.storage.datasets import open_dataset
+
+    report = workflows.evaluate(
+        open_dataset(fmnist_paths[20000]), methods=["lsh", "kmh"], bits=[32], queries=1000, seed=0
+    )
+    by = {r["method"]: r["metrics"] for r in report["results"]}
+    assert by["kmh"]["map"] > by["lsh"]["map"] + 0.02

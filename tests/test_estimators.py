@@ -13,7 +13,24 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from pipeline import AGH, BRE, ITQ, KLSH, LSH, PCAH, SGH, SH, SIKH, SPLH, USPLH, DisH, InputError, IsoHash, make_hasher
+from pipeline import (
+    AGH,
+    BRE,
+    ITQ,
+    KLSH,
+    KMH,
+    LSH,
+    PCAH,
+    SGH,
+    SH,
+    SIKH,
+    SPLH,
+    USPLH,
+    DisH,
+    InputError,
+    IsoHash,
+    make_hasher,
+)
 from pipeline.hashing import HASHERS
 
 SMALL = [
@@ -27,6 +44,7 @@ SMALL = [
     BRE(n_bits=3, train_size=6, points_per_bit=2),
     AGH(n_bits=2, n_anchors=4, kmeans_iter=2),
     AGH(n_bits=2, n_anchors=4, kmeans_iter=2, layers=2),
+    KMH(n_bits=1, bits_per_subspace=1, n_iter=2),
     DisH(n_bits=1, nodes=2, max_iter=3),
     DisH(n_bits=1, consensus="allreduce", max_iter=3),
     SGH(n_bits=3, n_bases=5),

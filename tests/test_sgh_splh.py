@@ -267,7 +267,9 @@ def one_worker_cluster():
         yield one
 
 
-@pytest.mark.parametrize("method", ["sgh", "usplh", "splh", "sh", "sikh", "isohash", "klsh", "bre", "agh", "agh2"])
+@pytest.mark.parametrize(
+    "method", ["sgh", "usplh", "splh", "sh", "sikh", "isohash", "klsh", "bre", "agh", "agh2", "kmh"]
+)
 def test_same_codes_for_1_and_2_workers_and_two_chunkings(small_sift, cluster, one_worker_cluster, method):
     from distributed import Client
 

@@ -6,6 +6,7 @@ from pipeline.hashing.dish import DisH
 from pipeline.hashing.kernel import BRE, KLSH
 from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
 from pipeline.hashing.periodic import SH, SIKH
+from pipeline.hashing.quantization import KMH
 from pipeline.hashing.registry import (
     HASHERS,
     METHOD_NAMES,
@@ -26,6 +27,7 @@ __all__ = [
     "ITQ",
     "IsoHash",
     "KLSH",
+    "KMH",
     "LSH",
     "METHOD_NAMES",
     "METHOD_VARIANTS",

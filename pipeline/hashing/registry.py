@@ -13,13 +13,14 @@ from pipeline.hashing.dish import DisH
 from pipeline.hashing.kernel import BRE, KLSH
 from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
 from pipeline.hashing.periodic import SH, SIKH
+from pipeline.hashing.quantization import KMH
 from pipeline.hashing.sgh import SGH
 from pipeline.hashing.splh import SPLH, USPLH
 from pipeline.storage.atomic import require_committed
 from pipeline.storage.npz import load_npz
 
 HASHERS: dict[str, type[Hasher]] = {
-    cls.method: cls for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, DisH, SGH, SPLH, USPLH)
+    cls.method: cls for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, KMH, DisH, SGH, SPLH, USPLH)
 }
 
 
