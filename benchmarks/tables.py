@@ -5,7 +5,7 @@
 
 For every table the runs below are evaluated on the test split (1000 queries, seed 0;
 training set = database; parameters chosen beforehand on validation splits, `sweep_*.md`)
-and stored in ``benchmarks/results/tables/runs/<run>/results.json`` (a method added later is
+and stored in ``benchmarks/results/tables/reports/<run>/results.json`` (a method added later is
 evaluated alone and merged: the split and ground truth are stored in the dataset); the table
 ``benchmarks/results/tables/<table>.md`` then shows the metric per method and code length,
 and checks each ordering the paper reports: a claim that does not hold is marked and the
@@ -256,7 +256,7 @@ def main(argv=None) -> int:
     try:
         for name, run in runs.items():
             started = time.perf_counter()
-            reports[name] = run_results(run, OUT / "runs" / name, compute)
+            reports[name] = run_results(run, OUT / "reports" / name, compute)
             print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     finally:
         if cluster is not None:
