@@ -492,8 +492,9 @@ def test_dgh_y_step_completes_a_rank_deficient_jb_whatever_the_chunking():
 
 @pytest.mark.slow
 def test_dgh_map_above_lsh_on_fashion_mnist(client, fmnist_paths):
-    """DGH at 32 bits ranks Fashion-MNIST's label neighbours better than LSH (1000 queries,
-    seed 0; measured numbers in the docstring of the README's method list)."""
+    """DGH at 32 bits ranks Fashion-MNIST's label neighbours better than LSH and than AGH on
+    the same kind of graph (measured, 1000 queries, seed 0: map DGH 0.433, LSH 0.378, AGH
+    0.334; DGH with s = 2 anchors per point 0.355)."""
     from pipeline import workflows
     from pipeline.storage.datasets import open_dataset
 
@@ -501,5 +502,5 @@ def test_dgh_map_above_lsh_on_fashion_mnist(client, fmnist_paths):
         open_dataset(fmnist_paths[20000]), methods=["lsh", "agh", "dgh"], bits=[32], queries=1000, seed=0
     )
     by = {r["method"]: r["metrics"] for r in report["results"]}
-    print({k: round(v["map"], 4) for k, v in by.items()})
-    assert by["dgh"]["map"] > by["lsh"]["map"] + 0.02
+    assert by["dgh"]["map"] > by["lsh"]["map"] + 0.03
+    assert by["dgh"]["map"] > by["agh"]["map"] + 0.05

@@ -31,6 +31,7 @@ METHODS = (
     "bre",
     "agh",
     "agh2",
+    "dgh",
     "kmh",
     "sh",
     "sikh",

@@ -145,7 +145,8 @@ def optimise(state: ChunkState, W0, column_sums, n, rho, max_iter, max_b_iter):
 
 class DGH(AnchorGraphHasher):
     """Discrete graph hashing on AGH's anchor graph (``n_anchors`` m = 300 k-means centres
-    after ``kmeans_iter`` = 5 Lloyd steps, ``n_nearest`` s = 2 anchors per point).
+    after ``kmeans_iter`` = 5 Lloyd steps, ``n_nearest`` s = 3 anchors per point, the DGH
+    paper's s; on Fashion-MNIST at 32 bits s = 2 gives map 0.355, s = 3 0.433).
     ``rho``: weight of the penalty tying B to the balanced, uncorrelated Y; ``max_iter``
     alternations of the B- and Y-steps at most (the paper's T_R), each B-step at most
     ``max_b_iter`` signed-gradient steps (T_B); both stop early when B stops changing.
@@ -165,7 +166,7 @@ class DGH(AnchorGraphHasher):
         n_bits: int = 32,
         *,
         n_anchors: int = 300,
-        n_nearest: int = 2,
+        n_nearest: int = 3,
         kmeans_iter: int = 5,
         rho: float = 0.1,
         max_iter: int = 20,
