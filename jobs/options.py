@@ -232,7 +232,7 @@ def _opt(name, commands, help_, **kw) -> Option:
 
 
 _DISH = "DisH (methods dish, dish-allreduce)"
-_SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, bre, agh, agh2, kmh)"
+_SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, bre, agh, agh2, dgh, kmh)"
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
 
@@ -339,6 +339,12 @@ OPTIONS: tuple[Option, ...] = (
          type=positive_int, param="n_nearest", method="agh", group=_SGH),
     _opt("kmeans-iter", METHOD_COMMANDS, "agh, agh2: Lloyd steps of the anchors' k-means (default 5)",
          type=positive_int, param="kmeans_iter", method="agh", group=_SGH),
+    _opt("dgh-rho", METHOD_COMMANDS, "dgh: weight rho of the penalty tying the bits to the balanced, uncorrelated "
+         "Y (default 0.1)", type=positive_float, param="rho", method="dgh", group=_SGH),
+    _opt("dgh-max-iter", METHOD_COMMANDS, "dgh: alternations of the B- and Y-steps at most (default 20)",
+         type=positive_int, param="max_iter", method="dgh", group=_SGH),
+    _opt("dgh-max-b-iter", METHOD_COMMANDS, "dgh: signed-gradient steps per B-step at most, one pass over the "
+         "workers' graph rows each (default 300)", type=positive_int, param="max_b_iter", method="dgh", group=_SGH),
     _opt("kmh-bits-per-subspace", METHOD_COMMANDS, "kmh: bits b per subspace, 2^b codewords each; the bits must be "
          "a multiple of b (default 4)", type=positive_int, param="bits_per_subspace", method="kmh", group=_SGH),
     _opt("kmh-iter", METHOD_COMMANDS, "kmh: iterations, one pass each (default 50)",

@@ -24,6 +24,7 @@ _EXPORTS = {
     "SH": "pipeline.hashing",
     "IsoHash": "pipeline.hashing",
     "AGH": "pipeline.hashing",
+    "DGH": "pipeline.hashing",
     "KLSH": "pipeline.hashing",
     "BRE": "pipeline.hashing",
     "KMH": "pipeline.hashing",

@@ -16,6 +16,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from pipeline import (
     AGH,
     BRE,
+    DGH,
     ITQ,
     KLSH,
     KMH,
@@ -44,6 +45,7 @@ SMALL = [
     BRE(n_bits=3, train_size=6, points_per_bit=2),
     AGH(n_bits=2, n_anchors=4, kmeans_iter=2),
     AGH(n_bits=2, n_anchors=4, kmeans_iter=2, layers=2),
+    DGH(n_bits=2, n_anchors=4, kmeans_iter=2),
     KMH(n_bits=1, bits_per_subspace=1, n_iter=2),
     DisH(n_bits=1, nodes=2, max_iter=3),
     DisH(n_bits=1, consensus="allreduce", max_iter=3),

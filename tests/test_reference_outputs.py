@@ -38,6 +38,7 @@ METHODS = (
     "bre",
     "agh",
     "agh2",
+    "dgh",
     "kmh",
     "sh",
     "sikh",

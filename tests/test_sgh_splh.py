@@ -268,7 +268,7 @@ def one_worker_cluster():
 
 
 @pytest.mark.parametrize(
-    "method", ["sgh", "usplh", "splh", "sh", "sikh", "isohash", "klsh", "bre", "agh", "agh2", "kmh"]
+    "method", ["sgh", "usplh", "splh", "sh", "sikh", "isohash", "klsh", "bre", "agh", "agh2", "dgh", "kmh"]
 )
 def test_same_codes_for_1_and_2_workers_and_two_chunkings(small_sift, cluster, one_worker_cluster, method):
     from distributed import Client

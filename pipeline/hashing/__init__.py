@@ -2,6 +2,7 @@
 
 from pipeline.hashing.anchor_graph import AGH
 from pipeline.hashing.base import Hasher
+from pipeline.hashing.discrete_graph import DGH
 from pipeline.hashing.dish import DisH
 from pipeline.hashing.kernel import BRE, KLSH
 from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
@@ -23,6 +24,7 @@ from pipeline.hashing.splh import SPLH, USPLH
 __all__ = [
     "AGH",
     "BRE",
+    "DGH",
     "HASHERS",
     "ITQ",
     "IsoHash",

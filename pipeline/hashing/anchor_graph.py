@@ -51,7 +51,62 @@ def kmeans(X, n_clusters: int, n_iter: int, rng: np.random.Generator, name: str)
     return centres, inertia
 
 
-class AGH(Hasher):
+ANCHOR_GRAPH_PARAMETERS = {
+    "n_bits": BITS,
+    "n_anchors": [Interval(Integral, 2, None, closed="left")],
+    "n_nearest": [Interval(Integral, 1, None, closed="left")],
+    "kmeans_iter": [Interval(Integral, 0, None, closed="left")],
+    "random_state": SEED,
+}
+
+
+class AnchorGraphHasher(Hasher):
+    """What AGH and DGH share: the anchor graph (k-means anchors, sigma, Z^T Z and Z^T 1)
+    and the encoder h(x) = sgn(z(x) W) (W = ``components_``, (m, r)), with AGH's second
+    layer when ``thresholds_`` is set. Subclasses take ``n_anchors``, ``n_nearest`` and
+    ``kmeans_iter``."""
+
+    def _graph_sizes(self, n: int, functions: int) -> tuple[int, int]:
+        """(m, s), checked, for ``functions`` eigenfunctions of the graph."""
+        owner = type(self).__name__
+        m = check_int_param(self.n_anchors, "n_anchors", owner, 2, n)  # anchors start as training rows
+        s = check_int_param(self.n_nearest, "n_nearest", owner, 1, m)
+        check_int_param(functions, "eigenfunctions", f"{owner} (the trivial eigenvector excluded)", 1, m - 1)
+        return m, s
+
+    def _fit_graph(self, X, m: int, s: int):
+        """Sets ``anchors_`` and ``sigma_``; returns (Z^T Z, Z^T 1, k-means inertia per step).
+        Passes: ``kmeans_iter`` + 2."""
+        name = self.method
+        self.anchors_, inertia = kmeans(X, m, self.kmeans_iter, np.random.default_rng(self.seed_), name)
+        reads = chunk_reads(X)
+        rows, total = dask.compute(
+            map_reduce(f"{name}-sigma", sth_distance_sum, add_partials, reads, self.anchors_, s)
+        )[0]
+        self.sigma_ = total / rows
+        if not self.sigma_ > 0:
+            raise InputError(
+                f"{type(self).__name__}: every row coincides with its anchors; the data has no spread to hash"
+            )
+        gram, column_sums = dask.compute(
+            map_reduce(f"{name}-gram", anchor_gram, add_partials, reads, self.anchors_, s, self.sigma_)
+        )[0]
+        return gram, column_sums, inertia
+
+    def _encode_kernel(self, block):
+        return encode_anchor_graph(
+            block, self.anchors_, self.n_nearest, self.sigma_, self.components_, getattr(self, "thresholds_", None)
+        )
+
+    def _learned_arrays(self):
+        return {"anchors_": self.anchors_, "components_": self.components_, "sigma_": np.float64(self.sigma_)}
+
+    def _set_learned_arrays(self, arrays):
+        super()._set_learned_arrays(arrays)
+        self.sigma_ = float(arrays["sigma_"])
+
+
+class AGH(AnchorGraphHasher):
     """Anchor graph hashing. ``n_anchors`` m = 300 k-means centres after ``kmeans_iter`` = 5
     Lloyd steps and ``n_nearest`` s = 2 anchors per point, the paper's settings. ``layers`` = 1:
     one bit per eigenfunction; 2 (method ``agh2``): n_bits / 2 eigenfunctions, two bits each.
@@ -59,14 +114,7 @@ class AGH(Hasher):
     ``eigenvalues_``, with two layers ``thresholds_`` (2, n_bits / 2)."""
 
     method = "agh"
-    _parameter_constraints = {
-        "n_bits": BITS,
-        "n_anchors": [Interval(Integral, 2, None, closed="left")],
-        "n_nearest": [Interval(Integral, 1, None, closed="left")],
-        "kmeans_iter": [Interval(Integral, 0, None, closed="left")],
-        "layers": [Interval(Integral, 1, 2, closed="both")],
-        "random_state": SEED,
-    }
+    _parameter_constraints = {**ANCHOR_GRAPH_PARAMETERS, "layers": [Interval(Integral, 1, 2, closed="both")]}
 
     def __init__(
         self,
@@ -87,22 +135,11 @@ class AGH(Hasher):
 
     def _fit(self, X, y, checkpoint):
         n = X.shape[0]
-        m = check_int_param(self.n_anchors, "n_anchors", "AGH", 2, n)  # anchors start as training rows
-        s = check_int_param(self.n_nearest, "n_nearest", "AGH", 1, m)
         if self.layers == 2 and self.n_bits % 2:
             raise InputError(f"two-layer AGH gives two bits per eigenfunction; n_bits must be even, got {self.n_bits}")
         functions = self.n_bits // self.layers
-        check_int_param(functions, "eigenfunctions", "AGH (the trivial eigenvector excluded)", 1, m - 1)
-        rng = np.random.default_rng(self.seed_)
-        self.anchors_, inertia = kmeans(X, m, self.kmeans_iter, rng, "agh")
-        reads = chunk_reads(X)
-        rows, total = dask.compute(map_reduce("agh-sigma", sth_distance_sum, add_partials, reads, self.anchors_, s))[0]
-        self.sigma_ = total / rows
-        if not self.sigma_ > 0:
-            raise InputError("AGH: every row coincides with its anchors; the data has no spread to hash")
-        gram, column_sums = dask.compute(
-            map_reduce("agh-gram", anchor_gram, add_partials, reads, self.anchors_, s, self.sigma_)
-        )[0]
+        m, s = self._graph_sizes(n, functions)
+        gram, column_sums, inertia = self._fit_graph(X, m, s)
         self.components_, self.eigenvalues_ = agh_projection(gram, column_sums, n, functions)
         self.thresholds_ = None
         if self.layers == 2:
@@ -111,7 +148,7 @@ class AGH(Hasher):
                     "agh-thresholds",
                     second_layer_sums,
                     add_partials,
-                    reads,
+                    chunk_reads(X),
                     self.anchors_,
                     s,
                     self.sigma_,
@@ -122,21 +159,13 @@ class AGH(Hasher):
         passes = self.kmeans_iter + 1 + self.layers
         self.training_stats_.update({"passes": passes, "kmeans_inertia": inertia, "sigma": self.sigma_})
 
-    def _encode_kernel(self, block):
-        return encode_anchor_graph(
-            block, self.anchors_, self.n_nearest, self.sigma_, self.components_, self.thresholds_
-        )
-
     def _learned_arrays(self):
         return {
-            "anchors_": self.anchors_,
-            "components_": self.components_,
+            **super()._learned_arrays(),
             "eigenvalues_": self.eigenvalues_,
-            "sigma_": np.float64(self.sigma_),
             **({} if self.thresholds_ is None else {"thresholds_": self.thresholds_}),
         }
 
     def _set_learned_arrays(self, arrays):
         super()._set_learned_arrays(arrays)
-        self.sigma_ = float(arrays["sigma_"])
         self.thresholds_ = arrays.get("thresholds_")

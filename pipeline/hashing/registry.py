@@ -9,6 +9,7 @@ from pipeline import __version__
 from pipeline.errors import InputError
 from pipeline.hashing.anchor_graph import AGH
 from pipeline.hashing.base import ARRAYS_FILE, MODEL_FILE, MODEL_SCHEMA, Hasher, resolve_location, resolve_seed
+from pipeline.hashing.discrete_graph import DGH
 from pipeline.hashing.dish import DisH
 from pipeline.hashing.kernel import BRE, KLSH
 from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
@@ -20,7 +21,7 @@ from pipeline.storage.atomic import require_committed
 from pipeline.storage.npz import load_npz
 
 HASHERS: dict[str, type[Hasher]] = {
-    cls.method: cls for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, KMH, DisH, SGH, SPLH, USPLH)
+    cls.method: cls for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, DGH, KMH, DisH, SGH, SPLH, USPLH)
 }
 
 

@@ -80,11 +80,16 @@ def anchor_weights(dist: np.ndarray, sigma: float) -> np.ndarray:
     return w / w.sum(axis=1, keepdims=True)
 
 
+def anchor_rows(X: np.ndarray, anchors: np.ndarray, s: int, sigma: float) -> tuple[np.ndarray, np.ndarray]:
+    """Z's rows in sparse form: (anchor indices, weights), each (n, s)."""
+    idx, dist = nearest_anchors(X, anchors, s)
+    return idx, anchor_weights(dist, sigma)
+
+
 def anchor_gram(X: np.ndarray, anchors: np.ndarray, s: int, sigma: float) -> tuple[np.ndarray, np.ndarray]:
     """A chunk's (Z^T Z (m x m), Z^T 1 (m,)): Z has s non-zeros per row, never stored."""
     m = anchors.shape[0]
-    idx, dist = nearest_anchors(X, anchors, s)
-    w = anchor_weights(dist, sigma)
+    idx, w = anchor_rows(X, anchors, s, sigma)
     gram = np.zeros(m * m)
     for a in range(s):
         for b in range(s):
@@ -109,8 +114,7 @@ def agh_projection(gram: np.ndarray, column_sums: np.ndarray, n: int, n_bits: in
 def _embedding_slabs(X: np.ndarray, anchors: np.ndarray, s: int, sigma: float, W: np.ndarray):
     """(rows, anchor indices, weights, Y = z(x) W) slab by slab; Z is never stored."""
     for rows in _slabs(X):
-        idx, dist = nearest_anchors(X[rows], anchors, s)
-        w = anchor_weights(dist, sigma)
+        idx, w = anchor_rows(X[rows], anchors, s, sigma)
         yield rows, idx, w, np.einsum("ns,nsr->nr", w, W[idx])
 
 
