@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_verify import _cpu  # noqa: E402
+from benchmarks.harness.measure import machine_info  # noqa: E402
 from pipeline.distributed.graph import chunk_reads, map_reduce  # noqa: E402
 from pipeline.hashing.anchor_graph import kmeans  # noqa: E402
 from pipeline.kernels.agh import lloyd_sums  # noqa: E402
@@ -81,13 +81,13 @@ def main(argv=None) -> int:
                 gflops = 2.0 * n * args.k * d * iters / seconds / 1e9
                 rows.append({"method": name, "lloyd_steps": iters, "seconds": seconds, "msd": score, "gflops": gflops})
                 print(rows[-1], flush=True)
-    result = {"cpu": _cpu(), "n": n, "d": d, "k": args.k, "workers": 2, "rows": rows}
+    result = {"machine": machine_info(), "n": n, "d": d, "k": args.k, "workers": 2, "rows": rows}
     out = Path(args.out)
     out.write_text(json.dumps(result, indent=1) + "\n")
     lines = [
         f"# k-means on the cluster: {n:,} x {d}, k = {args.k}",
         "",
-        f"CPU: {result['cpu']}; LocalCluster with 2 worker processes x 1 thread. Command: "
+        f"CPU: {result['machine']['cpu_model']}; LocalCluster with 2 worker processes x 1 thread. Command: "
         f"`benchmarks/bench_kmeans.py --data ... --k {args.k} --iters {args.iters}`.",
         "msd: mean squared distance of a row to its nearest centre (lower is better), the same pass for both. "
         "GFLOP/s counts the Lloyd steps' distance products only (2 n k d per step), over the whole time.",
