@@ -38,16 +38,22 @@ def lloyd_sums(X: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarr
     each centre, sum of squared distances to the nearest centre). Ties go to the lower centre."""
     m, d = centres.shape
     counts, sums, inertia = np.zeros(m, np.int64), np.zeros((m, d)), 0.0
+    centres = np.asarray(centres, dtype=np.float64)
+    # the nearest centre minimises ||c||^2 - 2 x.c: the row's own norm is added only to the
+    # winner, which saves two passes over every (rows x m) block
+    minus_twice, centre_norms = -2.0 * centres.T, (centres * centres).sum(axis=1)
     for rows in _slabs(X):
         part = np.asarray(X[rows], dtype=np.float64)
-        d2 = squared_distances(part, centres)
-        nearest = d2.argmin(axis=1)
+        scores = part @ minus_twice
+        scores += centre_norms
+        nearest = scores.argmin(axis=1)
         counts += np.bincount(nearest, minlength=m)
         # the rows summed per centre as a sparse one-hot product: O(rows x d), several times
         # faster than np.add.at's unbuffered scatter
         one_hot = sparse.csr_matrix((np.ones(len(part)), (nearest, np.arange(len(part)))), shape=(m, len(part)))
         sums += one_hot @ part
-        inertia += float(d2[np.arange(len(part)), nearest].sum())
+        closest = scores[np.arange(len(part)), nearest] + (part * part).sum(axis=1)
+        inertia += float(np.maximum(closest, 0.0).sum())
     return counts, sums, inertia
 
 
