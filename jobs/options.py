@@ -340,7 +340,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("kmeans-iter", METHOD_COMMANDS, "agh, agh2: Lloyd steps of the anchors' k-means (default 5)",
          type=positive_int, param="kmeans_iter", method="agh", group=_SGH),
     _opt("dgh-rho", METHOD_COMMANDS, "dgh: weight rho of the penalty tying the bits to the balanced, uncorrelated "
-         "Y (default 0.1)", type=positive_float, param="rho", method="dgh", group=_SGH),
+         "Y (default 10)", type=positive_float, param="rho", method="dgh", group=_SGH),
     _opt("dgh-max-iter", METHOD_COMMANDS, "dgh: alternations of the B- and Y-steps at most (default 20)",
          type=positive_int, param="max_iter", method="dgh", group=_SGH),
     _opt("dgh-max-b-iter", METHOD_COMMANDS, "dgh: signed-gradient steps per B-step at most, one pass over the "
