@@ -11,7 +11,8 @@ Lloyd step) so that a slow peer is visible.
         --data sift-1M.zarr --k 300 --iters 5,20 --out benchmarks/results/kmeans_1M.json
 
 dask-ml is not a dependency (it would replace pandas); install it beside the environment:
-``pip install --no-deps --target /tmp/dask-ml-packages dask-ml dask-glm multipledispatch``.
+``pip install --no-deps --target /tmp/dask-ml-packages dask-ml dask-glm multipledispatch pandas
+python-dateutil six tzdata``.
 Writes JSON and a Markdown table beside it.
 """
 
