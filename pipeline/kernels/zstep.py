@@ -1,0 +1,72 @@
+"""The Z-step of affinity-based hashing for one bit (MAC paper, eqs. 6-8): with every other
+bit fixed, minimise over z in {-1, +1}^N
+
+    E(z) = z^T A z + mu ||z - h||^2 = z^T A z - 2 mu h^T z + const
+
+(A from kernels/affinity.py ``bit_coefficients``, h the bit the hash function gives each
+point, mu the MAC penalty; mu = 0 is the two-step methods' start). Plain numpy and scipy;
+the max-flow solver is PyMaxflow.
+
+GraphCut (Lin et al. 2014, the paper's ``cut``): points are visited in blocks; a block's bits
+are solved exactly with the rest fixed, by a minimum s-t cut, which is exact when every pair
+inside the block has A_nm + A_mn <= 0 (a submodular energy): blocks of points that are all
+similar to each other, e.g. one label's points, where the KSH and eSPLH coefficients of
+similar pairs are <= 0. Pairs with a positive coupling are refused (the caller chooses blocks
+without them). Each block's optimum is at most the current energy, so the sweep never rises.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import sparse
+
+
+def bit_energy(A, z: np.ndarray, mu: float, h: np.ndarray) -> float:
+    """E(z) = z^T A z + mu ||z - h||^2 for one bit (z, h in {-1, +1})."""
+    z = np.asarray(z, dtype=np.float64)
+    return float(z @ (A @ z) + mu * ((z - h) ** 2).sum())
+
+
+def cut_block(A, z: np.ndarray, block: np.ndarray, mu: float, h: np.ndarray) -> np.ndarray:
+    """z with the bits of ``block`` (point indices) replaced by their exact minimiser of
+    E given the other points' bits (module docstring); ties keep the current bit."""
+    import maxflow  # optional heavy import: only the cut solver needs it
+
+    A = sparse.csr_matrix(A)
+    z = np.asarray(z, dtype=np.float64)
+    block = np.asarray(block)
+    inside = np.zeros(len(z), bool)
+    inside[block] = True
+    # couplings inside the block, both orders summed: w_nm z_n z_m for n < m
+    local = A[block][:, block]
+    W = sparse.triu(local + local.T, k=1).tocoo()
+    if (W.data > 0).any():
+        raise ValueError("cut_block: the block couples points with a positive weight (not submodular)")
+    # linear terms g_n z_n: couplings to the fixed points (both orders) and the penalty
+    outside = np.where(inside, 0.0, z)
+    # (A's diagonal gives z_n^2 = 1: a constant)
+    g = (A[block] @ outside) + (A.T[block] @ outside) - 2.0 * mu * h[block]
+    # with x = (z + 1) / 2 in {0, 1}: unary costs a_n of x_n = 1 over x_n = 0
+    a = 2.0 * g
+    graph = maxflow.Graph[float]()
+    nodes = graph.add_nodes(len(block))
+    for n, m, w in zip(W.row, W.col, W.data):
+        # w z_n z_m = 4w x_n x_m - 2w x_n - 2w x_m + w; with c = -4w >= 0,
+        # -c x_n x_m = c (1 - x_n) x_m - c x_m: an edge n -> m cut when x_n = 0 and x_m = 1
+        c = -4.0 * w
+        graph.add_edge(nodes[n], nodes[m], c, 0.0)
+        a[n] += -2.0 * w
+        a[m] += -2.0 * w - c
+    for n in range(len(block)):
+        if a[n] > 0:
+            graph.add_tedge(nodes[n], a[n], 0.0)  # x_n = 1 (sink side) costs a_n
+        else:
+            graph.add_tedge(nodes[n], 0.0, -a[n])  # x_n = 0 (source side) costs -a_n
+    graph.maxflow()
+    new = np.array([1.0 if graph.get_segment(nodes[n]) else -1.0 for n in range(len(block))])
+    out = z.copy()
+    out[block] = new
+    # keep the current bits on ties (several minimisers): the cut's choice is one of them
+    if bit_energy(A, out, mu, h) >= bit_energy(A, z, mu, h):
+        return z
+    return out
