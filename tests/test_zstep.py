@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipeline.kernels.affinity import bit_coefficients, label_affinities
-from pipeline.kernels.zstep import bit_energy, cut_block
+from pipeline.kernels.zstep import bit_energy, cut_block, quad_bit
 
 
 @pytest.mark.parametrize("loss", ["ksh", "esplh"])
@@ -40,3 +40,29 @@ def test_cut_block_refuses_a_block_with_a_positive_coupling():
     A = np.array([[0.0, 1.0], [0.0, 0.0]])
     with pytest.raises(ValueError, match="not submodular"):
         cut_block(A, np.ones(2), np.array([0, 1]), 0.0, np.ones(2))
+
+
+@pytest.mark.parametrize("loss", ["ksh", "esplh"])
+def test_quad_bit_never_raises_the_energy_and_is_near_the_brute_force_minimum(loss):
+    """Over 20 random 12-point problems (all 2^12 assignments enumerated), the quadratic
+    surrogate never ends above its start and reaches the exact minimum in at least 16
+    (measured: all 20); on a planted problem it finds the minimum exactly."""
+    rng = np.random.default_rng(11)
+    exact = 0
+    for _ in range(20):
+        labels = np.repeat([0, 1], 6)
+        Y = label_affinities(labels, 3, 4, rng)
+        Z = rng.choice([-1.0, 1.0], size=(12, 4))
+        A = bit_coefficients(loss, Z, Y, 1)
+        h = rng.choice([-1.0, 1.0], size=12)
+        z = Z[:, 1]
+        got = quad_bit(A, z, 0.3, h)
+        energies = [bit_energy(A, np.array(a), 0.3, h) for a in itertools.product([-1.0, 1.0], repeat=12)]
+        start, best, reached = bit_energy(A, z, 0.3, h), min(energies), bit_energy(A, got, 0.3, h)
+        assert best - 1e-9 <= reached <= start + 1e-9
+        exact += reached <= best + 1e-9
+    assert exact >= 16
+    planted = np.where(np.arange(12) % 3 == 0, 1.0, -1.0)
+    A = -np.outer(planted, planted)  # minimised by z = +-planted
+    got = quad_bit(A, np.ones(12), 0.0, np.ones(12))
+    assert abs(got @ planted) == 12
