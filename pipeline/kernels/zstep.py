@@ -26,6 +26,8 @@ import numpy as np
 from scipy import optimize, sparse
 from scipy.sparse.linalg import eigsh
 
+from pipeline.kernels.affinity import affinity_loss, bit_coefficients
+
 
 def bit_energy(A, z: np.ndarray, mu: float, h: np.ndarray) -> float:
     """E(z) = z^T A z + mu ||z - h||^2 for one bit (z, h in {-1, +1})."""
@@ -119,3 +121,27 @@ def cut_block(A, z: np.ndarray, block: np.ndarray, mu: float, h: np.ndarray) -> 
     if bit_energy(A, out, mu, h) >= bit_energy(A, z, mu, h):
         return z
     return out
+
+
+def penalised_loss(loss: str, Z: np.ndarray, Y, mu: float, H: np.ndarray) -> float:
+    """The MAC objective L(Z) + mu ||Z - H||^2 (H = h(X), codes in {-1, +1})."""
+    return affinity_loss(loss, Z, Y) + mu * float(((np.asarray(Z) - H) ** 2).sum())
+
+
+def z_step(loss: str, Z: np.ndarray, Y, mu: float, H: np.ndarray, solver: str, blocks=()) -> np.ndarray:
+    """One pass over the bits, each solved with the others fixed (``solver`` "quad", or
+    "cut" over ``blocks``, lists of point indices whose pairs are all similar). Returns new
+    codes; the penalised loss never rises (each bit's step never raises its energy)."""
+    Z = np.array(Z, dtype=np.float64, copy=True)
+    for bit in range(Z.shape[1]):
+        A = bit_coefficients(loss, Z, Y, bit)
+        z, h = Z[:, bit], H[:, bit]
+        if solver == "quad":
+            z = quad_bit(A, z, mu, h)
+        elif solver == "cut":
+            for block in blocks:
+                z = cut_block(A, z, block, mu, h)
+        else:
+            raise ValueError(f"unknown Z-step solver {solver!r}; choose quad or cut")
+        Z[:, bit] = z
+    return Z
