@@ -63,8 +63,8 @@ ANCHOR_GRAPH_PARAMETERS = {
 class AnchorGraphHasher(Hasher):
     """What AGH and DGH share: the anchor graph (k-means anchors, sigma, Z^T Z and Z^T 1)
     and the encoder h(x) = sgn(z(x) W) (W = ``components_``, (m, r)), with AGH's second
-    layer when ``thresholds_`` is set. Subclasses take ``n_anchors``, ``n_nearest`` and
-    ``kmeans_iter``."""
+    layer when ``_second_layer`` gives thresholds. Subclasses take ``n_anchors``,
+    ``n_nearest`` and ``kmeans_iter``."""
 
     def _graph_sizes(self, n: int, functions: int) -> tuple[int, int]:
         """(m, s), checked, for ``functions`` eigenfunctions of the graph."""
@@ -93,9 +93,13 @@ class AnchorGraphHasher(Hasher):
         )[0]
         return gram, column_sums, inertia
 
+    def _second_layer(self):
+        """(2, r) thresholds of a second bit per eigenfunction, or None (one bit each)."""
+        return None
+
     def _encode_kernel(self, block):
         return encode_anchor_graph(
-            block, self.anchors_, self.n_nearest, self.sigma_, self.components_, getattr(self, "thresholds_", None)
+            block, self.anchors_, self.n_nearest, self.sigma_, self.components_, self._second_layer()
         )
 
     def _learned_arrays(self):
@@ -158,6 +162,9 @@ class AGH(AnchorGraphHasher):
             self.thresholds_ = second_layer_thresholds(n, *sums, column_sums)
         passes = self.kmeans_iter + 1 + self.layers
         self.training_stats_.update({"passes": passes, "kmeans_inertia": inertia, "sigma": self.sigma_})
+
+    def _second_layer(self):
+        return self.thresholds_
 
     def _learned_arrays(self):
         return {

@@ -6,7 +6,7 @@ of the two-step methods). Plain numpy and scikit-learn.
 * kernel: the same linear SVM on RBF features phi(x) = exp(-||x - u_j||^2 / (2 sigma^2))
   of ``n_centres`` (500 in the MAC paper) centres drawn from the training points, sigma =
   the mean distance of the training points to the centres (the paper gives no value; this
-  is KSH's rule). The feature matrix of the training set is computed once and shared by all
+  is KSH's rule); phi is KLSH's ``gaussian_kernel`` between the points and the centres. The feature matrix of the training set is computed once and shared by all
   bits (the paper's "constant Gram matrix").
 
 A bit whose targets are all equal gets the constant function (w = 0, c = that sign).
@@ -24,11 +24,6 @@ def rbf_centres(X: np.ndarray, n_centres: int, rng: np.random.Generator) -> tupl
     centres = np.asarray(X[np.sort(rng.choice(len(X), n_centres, replace=False))], dtype=np.float64)
     sigma = float(np.sqrt(squared_distances(X, centres)).mean())
     return centres, sigma
-
-
-def rbf_features(X: np.ndarray, centres: np.ndarray, sigma: float) -> np.ndarray:
-    """phi(X) (n, n_centres)."""
-    return np.exp(-squared_distances(X, centres) / (2.0 * sigma**2))
 
 
 def fit_bit(features: np.ndarray, target: np.ndarray, seed: int) -> tuple[np.ndarray, float]:
