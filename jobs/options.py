@@ -233,6 +233,7 @@ def _opt(name, commands, help_, **kw) -> Option:
 
 _DISH = "DisH (methods dish, dish-allreduce)"
 _SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, bre, agh, agh2, dgh, kmh)"
+_MAC = "MAC, its two-step baselines and KSH (methods maccut, macquad, cut, quad, ksh)"
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
 
@@ -354,13 +355,40 @@ OPTIONS: tuple[Option, ...] = (
     _opt("kernel-cache", METHOD_COMMANDS, "sgh: keep kernel features on the workers between passes (default auto: "
          "when they fit)", choices=("auto", "memory", "recompute"), param="kernel_cache", group=_SGH),
     _opt("labeled", METHOD_COMMANDS, "splh, pcah-adjusted: labeled training points drawn with the seed (default "
-         "1000)", type=positive_int, param="n_labeled", group=_SGH),
+         "1000); maccut, macquad, cut, quad: training points of the affinities, ksh: labeled points (default 5000)", type=positive_int,
+         param="n_labeled", group=_SGH),
     _opt("eta", METHOD_COMMANDS, "splh, usplh: weight of the (pseudo-)label term relative to the covariance (default: splh 1, usplh 2)",
          type=positive_float, param="eta", group=_SGH),
     _opt("region-size", METHOD_COMMANDS, "usplh: points per boundary region (default 2000)", type=positive_int,
          param="region_size", group=_SGH),
     _opt("decay", METHOD_COMMANDS, "usplh: decay lambda of earlier pseudo-labels, in (0, 1] (default 0.5)",
          type=positive_float, param="decay", group=_SGH),
+    _opt("affinity", METHOD_COMMANDS, "labels (similar = same class; default) or knn (similar = exact Euclidean "
+         "neighbours, no labels needed)", choices=("labels", "knn"), param="affinity", method="mac", group=_MAC),
+    _opt("mac-loss", METHOD_COMMANDS, "ksh (default) or esplh", choices=("ksh", "esplh"), param="loss", method="mac",
+         group=_MAC),
+    _opt("mac-hash", METHOD_COMMANDS, "hash function per bit: linear SVM (default) or kernel (linear SVM on RBF "
+         "features)", choices=("linear", "kernel"), param="hash_function", method="mac", group=_MAC),
+    _opt("kappa-plus", METHOD_COMMANDS, "similar pairs per training point (default 100)", type=positive_int,
+         param="n_similar", method="mac", group=_MAC),
+    _opt("kappa-minus", METHOD_COMMANDS, "dissimilar pairs per training point (default 500)", type=positive_int,
+         param="n_dissimilar", method="mac", group=_MAC),
+    _opt("mac-centres", METHOD_COMMANDS, "RBF centres of the kernel hash function (default 500)", type=positive_int,
+         param="n_centres", method="mac", group=_MAC),
+    _opt("mu-start", METHOD_COMMANDS, "first penalty mu_1 (default: cut 0.3, quad 0.01)", type=positive_float,
+         param="mu_start", method="mac", group=_MAC),
+    _opt("mu-factor", METHOD_COMMANDS, "penalty multiplier alpha per iteration, > 1 (default 1.4)",
+         type=positive_float, param="mu_factor", method="mac", group=_MAC),
+    _opt("mac-max-iter", METHOD_COMMANDS, "MAC iterations at most (default 30)", type=non_negative_int,
+         param="max_iter", method="mac", group=_MAC),
+    _opt("z-passes", METHOD_COMMANDS, "Z-step passes over the bits per iteration at most (default 2)",
+         type=positive_int, param="z_passes", method="mac", group=_MAC),
+    _opt("ksh-anchors", METHOD_COMMANDS, "ksh: kernel anchors m drawn among the labeled points (default 300)",
+         type=positive_int, param="n_anchors", method="ksh", group=_MAC),
+    _opt("ksh-max-iter", METHOD_COMMANDS, "ksh: L-BFGS steps of each bit's smoothed problem (default 500)",
+         type=non_negative_int, param="max_iter", method="ksh", group=_MAC),
+    _opt("validation-size", METHOD_COMMANDS, "training rows held out for early stopping (default 500; 0: none)",
+         type=non_negative_int, param="validation_size", method="mac", group=_MAC),
     # -- search
     _opt("k", ["search"], "neighbours per query (default 100)", type=positive_int),
     _opt("k", ["bench"], "search/groundtruth: neighbours per query", type=positive_int, default=100),

@@ -31,6 +31,8 @@ _EXPORTS = {
     "SIKH": "pipeline.hashing",
     "SPLH": "pipeline.hashing",
     "USPLH": "pipeline.hashing",
+    "MAC": "pipeline.hashing",
+    "KSH": "pipeline.hashing",
     "load_model": "pipeline.hashing",
     "make_hasher": "pipeline.hashing",
     "METHOD_NAMES": "pipeline.hashing",

@@ -295,7 +295,9 @@ def evaluate(
         "train_set": "database",
         "method_params": params or {},
         "dish2_dictionaries": "all" if dish2_dictionaries is None else int(dish2_dictionaries),
-        "has_training_plot": any("objective" in r["training"] for r in results),
+        "has_training_plot": any(
+            "objective" in r["training"] or len(r["training"].get("iterations", ())) > 1 for r in results
+        ),
     }
     report = build_report(
         dataset=dataset_summary(ds),

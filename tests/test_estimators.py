@@ -2,7 +2,8 @@
 
 ``check_estimator``'s whole suite runs on each method with parameters that fit its tiny
 inputs (a few dozen rows): PCA-based methods cannot have more bits than features, SGH
-needs fewer kernel bases than rows, SPLH fewer labeled points, USPLH smaller regions.
+needs fewer kernel bases than rows, SPLH fewer labeled points, USPLH smaller regions, MAC fewer training points and pairs
+(with knn affinities: the checks' labels may leave a class too small for label pairs).
 No check is expected to fail. Fits run on the session's multi-process cluster (DisH's
 ADMM nodes are pinned to its workers).
 """
@@ -20,7 +21,9 @@ from pipeline import (
     ITQ,
     KLSH,
     KMH,
+    KSH,
     LSH,
+    MAC,
     PCAH,
     SGH,
     SH,
@@ -52,6 +55,8 @@ SMALL = [
     SGH(n_bits=3, n_bases=5),
     SPLH(n_bits=3, n_labeled=5),
     USPLH(n_bits=1, region_size=3),
+    KSH(n_bits=2, n_labeled=8, n_anchors=3, max_iter=5),
+    MAC(n_bits=1, affinity="knn", n_labeled=8, n_similar=2, n_dissimilar=3, validation_size=0, max_iter=2),
 ]
 
 

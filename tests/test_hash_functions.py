@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.hash_functions import apply_bits, fit_bit, rbf_centres
-from pipeline.kernels.klsh import gaussian_kernel
+from pipeline.kernels.hash_functions import apply_bits, fit_bit, rbf_centres, rbf_features
 
 
 def test_linear_svm_bit_reproduces_separable_targets():
@@ -36,7 +35,7 @@ def test_kernel_bit_fits_targets_no_hyperplane_can():
     keep = np.abs(radius - 1.0) > 0.15
     X, target = X[keep], np.where(radius[keep] < 1.0, 1.0, -1.0)
     centres, sigma = rbf_centres(X, 200, np.random.default_rng(3))
-    phi = gaussian_kernel(X, centres, sigma)
+    phi = rbf_features(X, centres, sigma)
     w, c = fit_bit(phi, target, seed=0)
     kernel_accuracy = (apply_bits(phi, w[:, None], np.array([c]))[:, 0] == target).mean()
     w, c = fit_bit(X, target, seed=0)

@@ -123,29 +123,60 @@ def _plot(report: dict, out: Location) -> list[str]:
         name = f"{kind}.png"
         _save(fig, out, name)
         files.append(name)
-    trained = [r for r in report["results"] if "objective" in r["training"] and "DisH1" not in r.get("label", "")]
-    if trained:
-        fig = Figure(figsize=(10, 3.8))
-        axes = fig.subplots(1, 2)
-        for r in trained:
-            label = f"{r.get('label', r['method'])} {r['n_bits']}b"
-            obj = np.asarray(r["training"]["objective"])
-            axes[0].plot(np.arange(1, len(obj) + 1), obj / obj[0], marker=".", label=label)
-            if "consensus_residual" in r["training"]:
-                axes[1].semilogy(
-                    np.arange(1, len(obj) + 1), r["training"]["consensus_residual"], marker=".", label=label
-                )
-        axes[0].set(xlabel="outer iteration", ylabel="objective (3) / first value", title="DisH objective")
-        axes[1].set(
-            xlabel="outer iteration", ylabel="max over edges ||C_i - C_j|| / ||C_i||", title="consensus residual"
-        )
-        for ax in axes:
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+    dish = [r for r in report["results"] if "objective" in r["training"] and "DisH1" not in r.get("label", "")]
+    mac = [r for r in report["results"] if len(r["training"].get("iterations", ())) > 1]
+    panels = 2 * bool(dish) + 2 * bool(mac)
+    if panels:
+        fig = Figure(figsize=(5 * panels, 3.8))
+        axes = list(fig.subplots(1, panels, squeeze=False)[0])
+        if dish:
+            _plot_dish(dish, axes.pop(0), axes.pop(0))
+        if mac:
+            _plot_mac(mac, axes.pop(0), axes.pop(0))
         fig.tight_layout()
         _save(fig, out, "training.png")
         files.append("training.png")
     return files
+
+
+def _plot_dish(results: list, objective_ax, residual_ax) -> None:
+    for r in results:
+        label = f"{r.get('label', r['method'])} {r['n_bits']}b"
+        obj = np.asarray(r["training"]["objective"])
+        objective_ax.plot(np.arange(1, len(obj) + 1), obj / obj[0], marker=".", label=label)
+        if "consensus_residual" in r["training"]:
+            residual_ax.semilogy(
+                np.arange(1, len(obj) + 1), r["training"]["consensus_residual"], marker=".", label=label
+            )
+    objective_ax.set(xlabel="outer iteration", ylabel="objective (3) / first value", title="DisH objective")
+    residual_ax.set(
+        xlabel="outer iteration", ylabel="max over edges ||C_i - C_j|| / ||C_i||", title="consensus residual"
+    )
+    for ax in (objective_ax, residual_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+
+
+def _plot_mac(results: list, loss_ax, precision_ax) -> None:
+    """MAC: the loss of the hash function's codes L(h(X)) (kept iterates) and of the auxiliary
+    codes L(Z) per iteration, relative to the two-step start; validation precision."""
+    for r in results:
+        label = f"{r.get('label', r['method'])} {r['n_bits']}b"
+        steps = r["training"]["iterations"]
+        it = np.array([e["iteration"] for e in steps])
+        start = steps[0]["loss_h"]
+        line = loss_ax.plot(it, [e["loss_h"] / start for e in steps], marker=".", label=f"{label} L(h(X))")[0]
+        loss_ax.plot(it, [e["loss_z"] / start for e in steps], ls=":", color=line.get_color(), label=f"{label} L(Z)")
+        checked = [e for e in steps if e.get("validation_precision") is not None]
+        if checked:
+            precision_ax.plot(
+                [e["iteration"] for e in checked], [e["validation_precision"] for e in checked], marker=".", label=label
+            )
+    loss_ax.set(xlabel="MAC iteration (0: two-step start)", ylabel="loss / L(h(X)) of the start", title="MAC loss")
+    precision_ax.set(xlabel="MAC iteration", ylabel="validation precision", title="early stopping")
+    for ax in (loss_ax, precision_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
 
 
 def write_report(out, report: dict, *, overwrite: bool = True) -> Location:

@@ -4,8 +4,9 @@ from pipeline.hashing.anchor_graph import AGH
 from pipeline.hashing.base import Hasher
 from pipeline.hashing.discrete_graph import DGH
 from pipeline.hashing.dish import DisH
-from pipeline.hashing.kernel import BRE, KLSH
+from pipeline.hashing.kernel import BRE, KLSH, KSH
 from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
+from pipeline.hashing.mac import MAC
 from pipeline.hashing.periodic import SH, SIKH
 from pipeline.hashing.quantization import KMH
 from pipeline.hashing.registry import (
@@ -30,7 +31,9 @@ __all__ = [
     "IsoHash",
     "KLSH",
     "KMH",
+    "KSH",
     "LSH",
+    "MAC",
     "METHOD_NAMES",
     "METHOD_VARIANTS",
     "PCAH",

@@ -75,6 +75,19 @@ def _validated(estimator, X, what: str, **kwargs):
     return check_features_array(X, what)
 
 
+def labels_of_rows(y, n: int, rows: np.ndarray, who: str, unlabeled_remedy: str) -> np.ndarray:
+    """The labels of training rows ``rows`` from ``y`` (numpy or dask, one label or multi-hot
+    row per training row), with one-line errors when y is missing or of the wrong length."""
+    if y is None:
+        raise InputError(
+            f"{who} requires y to be passed, but the target y is None (the data has no labels); pass fit(X, y), "
+            f"evaluate a labelled dataset, or {unlabeled_remedy}"
+        )
+    if y.shape[0] != n:
+        raise InputError(f"{who}: got {y.shape[0]} labels for {n} training rows; pass one label per row")
+    return np.asarray(y[rows].compute() if is_dask_array(y) else y[rows])
+
+
 class Hasher(TransformerMixin, BaseEstimator):
     """Base class of every hash-function learner."""
 

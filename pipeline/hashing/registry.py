@@ -11,8 +11,9 @@ from pipeline.hashing.anchor_graph import AGH
 from pipeline.hashing.base import ARRAYS_FILE, MODEL_FILE, MODEL_SCHEMA, Hasher, resolve_location, resolve_seed
 from pipeline.hashing.discrete_graph import DGH
 from pipeline.hashing.dish import DisH
-from pipeline.hashing.kernel import BRE, KLSH
+from pipeline.hashing.kernel import BRE, KLSH, KSH
 from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
+from pipeline.hashing.mac import MAC
 from pipeline.hashing.periodic import SH, SIKH
 from pipeline.hashing.quantization import KMH
 from pipeline.hashing.sgh import SGH
@@ -21,7 +22,8 @@ from pipeline.storage.atomic import require_committed
 from pipeline.storage.npz import load_npz
 
 HASHERS: dict[str, type[Hasher]] = {
-    cls.method: cls for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, DGH, KMH, DisH, SGH, SPLH, USPLH)
+    cls.method: cls
+    for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, DGH, KMH, DisH, SGH, SPLH, USPLH, MAC, KSH)
 }
 
 
@@ -30,6 +32,11 @@ METHOD_VARIANTS = {
     "dish-allreduce": ("dish", {"consensus": "allreduce"}),
     "pcah-adjusted": ("splh", {"sequential": False}),
     "agh2": ("agh", {"layers": 2}),
+    "maccut": ("mac", {"solver": "cut"}),
+    "macquad": ("mac", {"solver": "quad"}),
+    # the two-step methods MAC starts from: free codes, then h fitted once
+    "cut": ("mac", {"solver": "cut", "max_iter": 0}),
+    "quad": ("mac", {"solver": "quad", "max_iter": 0}),
 }
 METHOD_NAMES = (*HASHERS, *METHOD_VARIANTS)
 

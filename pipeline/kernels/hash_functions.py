@@ -1,13 +1,17 @@
 """Hash functions fitted to given codes, one binary classifier per bit (the h-step of MAC and
 of the two-step methods). Plain numpy and scikit-learn.
 
-* linear: h_i(x) = sgn(w_i^T x + c_i), a linear SVM (LIBLINEAR through scikit-learn's
-  LinearSVC with LIBLINEAR's defaults: squared hinge loss, C = 1) trained on the bit's targets;
-* kernel: the same linear SVM on RBF features phi(x) = exp(-||x - u_j||^2 / (2 sigma^2))
-  of ``n_centres`` (500 in the MAC paper) centres drawn from the training points, sigma =
-  the mean distance of the training points to the centres (the paper gives no value; this
-  is KSH's rule); phi is KLSH's ``gaussian_kernel`` between the points and the centres. The feature matrix of the training set is computed once and shared by all
-  bits (the paper's "constant Gram matrix").
+* linear: h_i(x) = sgn(w_i^T phi(x) + c_i) with phi(x) = (x - mean) / scale (scale: the RMS
+  norm of the centred training rows; one number, so the bits are those of a linear function
+  of x, while LIBLINEAR sees well-scaled data whatever the features' units), w_i and c_i from
+  a linear SVM (LIBLINEAR through scikit-learn's LinearSVC with LIBLINEAR's defaults: squared
+  hinge loss, C = 1 unless given) trained on the bit's targets;
+* kernel: the same linear SVM on RBF features phi(x) = exp(-||x - u_j||^2 / (2 sigma^2)) of
+  ``n_centres`` (500 in the MAC paper) centres drawn from the training points, sigma = the
+  average Euclidean distance between the first 300 training points (the MAC paper's rule).
+  phi is SGH's float32 ``kernel_features``, row by row, so training and encoding compute the
+  same features for the same row whatever the chunking. The features of the training set are
+  computed once and shared by all bits (the paper's "constant Gram matrix").
 
 A bit whose targets are all equal gets the constant function (w = 0, c = that sign).
 """
@@ -17,17 +21,38 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.kernels.l2 import squared_distances
+from pipeline.kernels.sgh import kernel_features
+
+BANDWIDTH_POINTS = 300  # sigma: mean distance between the first 300 training points (MAC paper)
 
 
 def rbf_centres(X: np.ndarray, n_centres: int, rng: np.random.Generator) -> tuple[np.ndarray, float]:
     """(centres (n_centres, d) drawn from X's rows, sigma)."""
     centres = np.asarray(X[np.sort(rng.choice(len(X), n_centres, replace=False))], dtype=np.float64)
-    sigma = float(np.sqrt(squared_distances(X, centres)).mean())
+    first = np.asarray(X[:BANDWIDTH_POINTS], dtype=np.float64)
+    distances = np.sqrt(squared_distances(first, first))
+    sigma = float(distances[np.triu_indices(len(first), k=1)].mean())
     return centres, sigma
 
 
-def fit_bit(features: np.ndarray, target: np.ndarray, seed: int) -> tuple[np.ndarray, float]:
-    """(w, c) of one bit's linear SVM on targets in {-1, +1}."""
+def linear_scaling(X: np.ndarray) -> tuple[np.ndarray, float]:
+    """(mean, scale) of ``linear_features``: the training rows' mean and RMS centred norm."""
+    X = np.asarray(X, dtype=np.float64)
+    mean = X.mean(axis=0)
+    scale = float(np.sqrt(((X - mean) ** 2).sum(axis=1).mean()))
+    return mean, scale if scale > 0 else 1.0
+
+
+def linear_features(X: np.ndarray, mean: np.ndarray, scale: float) -> np.ndarray:
+    return (np.asarray(X, dtype=np.float64) - mean) / scale
+
+
+def rbf_features(X: np.ndarray, centres: np.ndarray, sigma: float) -> np.ndarray:
+    return kernel_features(X, centres, sigma)
+
+
+def fit_bit(features: np.ndarray, target: np.ndarray, seed: int, C: float = 1.0) -> tuple[np.ndarray, float]:
+    """(w, c) of one bit's linear SVM on targets in {-1, +1} (``C``: LIBLINEAR's cost)."""
     from sklearn.svm import LinearSVC
 
     target = np.asarray(target)
@@ -35,7 +60,7 @@ def fit_bit(features: np.ndarray, target: np.ndarray, seed: int) -> tuple[np.nda
         return np.zeros(features.shape[1]), float(target[0])
     # LIBLINEAR's default loss (L2-regularised squared hinge); the primal solver when there are
     # more points than features (dual="auto"): 4x faster on 5000 x 784 Fashion-MNIST rows
-    svm = LinearSVC(C=1.0, loss="squared_hinge", dual="auto", max_iter=10_000, random_state=seed)
+    svm = LinearSVC(C=C, loss="squared_hinge", dual="auto", max_iter=10_000, random_state=seed)
     svm.fit(features, target)
     return svm.coef_[0].astype(np.float64), float(svm.intercept_[0])
 

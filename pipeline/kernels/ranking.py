@@ -21,6 +21,9 @@ import numpy as np
 from numba import njit
 from scipy.special import digamma
 
+from pipeline.kernels.codes import pack_signs
+from pipeline.kernels.hamming import hamming_topk
+
 # ---------------------------------------------------------------- relevance ----------
 
 
@@ -186,3 +189,12 @@ def topk_metrics(relevant_topk: np.ndarray, n_relevant: np.ndarray, ks) -> dict:
         sum_prec = np.where(relevant_topk[:, :k], prec_at[:, :k], 0.0).sum(axis=1)
         out[f"map@{k}"] = float(np.where(hits > 0, sum_prec / np.maximum(hits, 1), 0.0).mean())
     return out
+
+
+def signs_precision_at_k(query_signs: np.ndarray, base_signs: np.ndarray, relevant: np.ndarray, k: int) -> float:
+    """precision@k of ranking the base by Hamming distance to each query (ties by index), for
+    codes given as {-1, +1} (or real: >= 0 is bit 1) matrices; ``relevant`` (m, n) bool."""
+    _, ids = hamming_topk(
+        pack_signs(base_signs), np.arange(len(base_signs)), queries=pack_signs(query_signs), k=min(k, len(base_signs))
+    )
+    return float(np.take_along_axis(relevant, ids, axis=1).mean())

@@ -4,8 +4,10 @@ bit fixed, minimise over z in {-1, +1}^N
     E(z) = z^T A z + mu ||z - h||^2 = z^T A z - 2 mu h^T z + const
 
 (A from kernels/affinity.py ``bit_coefficients``, h the bit the hash function gives each
-point, mu the MAC penalty; mu = 0 is the two-step methods' start). Plain numpy and scipy;
-the max-flow solver is PyMaxflow.
+point, mu the MAC penalty; mu = 0 is the two-step methods' start). Only the symmetric part
+S = (A + A^T) / 2 matters (z^T A z = z^T S z); the solvers work on S, which a Z-step pass
+gets from ``Pairs.symmetric_coefficients`` without forming A. Plain numpy and scipy; the
+max-flow solver is PyMaxflow.
 
 Quadratic surrogate (Lin et al. 2013, the paper's ``quad``): relax z to the box [-1, 1]^N,
 start from the spectral relaxation (the eigenvector of A + A^T with the smallest eigenvalue,
@@ -26,7 +28,7 @@ import numpy as np
 from scipy import optimize, sparse
 from scipy.sparse.linalg import eigsh
 
-from pipeline.kernels.affinity import affinity_loss, bit_coefficients
+from pipeline.kernels.affinity import Pairs, affinity_loss
 
 
 def bit_energy(A, z: np.ndarray, mu: float, h: np.ndarray) -> float:
@@ -35,15 +37,15 @@ def bit_energy(A, z: np.ndarray, mu: float, h: np.ndarray) -> float:
     return float(z @ (A @ z) + mu * ((z - h) ** 2).sum())
 
 
-def _symmetric(A) -> sparse.csr_matrix:
+def symmetric_part(A) -> sparse.csr_matrix:
+    """(A + A^T) / 2 as sorted CSR."""
     A = sparse.csr_matrix(A, dtype=np.float64)
-    return ((A + A.T) * 0.5).tocsr()
+    S = ((A + A.T) * 0.5).tocsr()
+    S.sort_indices()
+    return S
 
 
-def spectral_start(A) -> np.ndarray:
-    """The eigenvector of (A + A^T) / 2 with the smallest eigenvalue, scaled to max |v| = 1
-    (ARPACK from a fixed start vector: the same result on every run; dense below 64 points)."""
-    S = _symmetric(A)
+def _smallest_eigenvector(S) -> np.ndarray:
     n = S.shape[0]
     if n < 64:
         vector = np.linalg.eigh(S.toarray())[1][:, 0]
@@ -52,10 +54,13 @@ def spectral_start(A) -> np.ndarray:
     return vector / max(np.abs(vector).max(), 1e-300)
 
 
-def quad_bit(A, z: np.ndarray, mu: float, h: np.ndarray, max_iter: int = 200) -> np.ndarray:
-    """One bit's codes by the quadratic surrogate (module docstring): never higher in E than
-    ``z``."""
-    S = _symmetric(A)
+def spectral_start(A) -> np.ndarray:
+    """The eigenvector of (A + A^T) / 2 with the smallest eigenvalue, scaled to max |v| = 1
+    (ARPACK from a fixed start vector: the same result on every run; dense below 64 points)."""
+    return _smallest_eigenvector(symmetric_part(A))
+
+
+def _quad(S, z: np.ndarray, mu: float, h: np.ndarray, max_iter: int) -> np.ndarray:
     z = np.asarray(z, dtype=np.float64)
     linear = -2.0 * mu * np.asarray(h, dtype=np.float64)
 
@@ -63,7 +68,7 @@ def quad_bit(A, z: np.ndarray, mu: float, h: np.ndarray, max_iter: int = 200) ->
         Sx = S @ x
         return float(x @ Sx + linear @ x), 2.0 * Sx + linear
 
-    start = spectral_start(S)
+    start = _smallest_eigenvector(S)
     if energy_and_gradient(-start)[0] < energy_and_gradient(start)[0]:
         start = -start
     result = optimize.minimize(
@@ -78,25 +83,28 @@ def quad_bit(A, z: np.ndarray, mu: float, h: np.ndarray, max_iter: int = 200) ->
     return new if bit_energy(S, new, mu, h) < bit_energy(S, z, mu, h) else z
 
 
-def cut_block(A, z: np.ndarray, block: np.ndarray, mu: float, h: np.ndarray) -> np.ndarray:
-    """z with the bits of ``block`` (point indices) replaced by their exact minimiser of
-    E given the other points' bits (module docstring); ties keep the current bit."""
+def quad_bit(A, z: np.ndarray, mu: float, h: np.ndarray, max_iter: int = 200) -> np.ndarray:
+    """One bit's codes by the quadratic surrogate (module docstring): never higher in E than
+    ``z``."""
+    return _quad(symmetric_part(A), z, mu, h, max_iter)
+
+
+def _cut(S, z: np.ndarray, block: np.ndarray, mu: float, h: np.ndarray) -> np.ndarray:
     import maxflow  # optional heavy import: only the cut solver needs it
 
-    A = sparse.csr_matrix(A)
     z = np.asarray(z, dtype=np.float64)
     block = np.asarray(block)
-    inside = np.zeros(len(z), bool)
-    inside[block] = True
-    # couplings inside the block, both orders summed: w_nm z_n z_m for n < m
-    local = A[block][:, block]
-    W = sparse.triu(local + local.T, k=1).tocoo()
+    rows = S[block]  # CSR row slicing: cheap
+    local = rows[:, block]
+    # pairwise weights w_nm z_n z_m (n < m) inside the block: both orders, 2 S_nm
+    W = sparse.triu(local, k=1).tocoo()
+    W.data *= 2.0
     if (W.data > 0).any():
         raise ValueError("cut_block: the block couples points with a positive weight (not submodular)")
-    # linear terms g_n z_n: couplings to the fixed points (both orders) and the penalty
-    outside = np.where(inside, 0.0, z)
-    # (A's diagonal gives z_n^2 = 1: a constant)
-    g = (A[block] @ outside) + (A.T[block] @ outside) - 2.0 * mu * h[block]
+    # linear terms g_n z_n: couplings to the points outside the block, and the penalty
+    # (S's diagonal gives z_n^2 = 1: a constant)
+    old = z[block]
+    g = 2.0 * (rows @ z - local @ old) - 2.0 * mu * h[block]
     # with x = (z + 1) / 2 in {0, 1}: unary costs a_n of x_n = 1 over x_n = 0
     a = 2.0 * g
     # w z_n z_m = 4w x_n x_m - 2w x_n - 2w x_m + w; with c = -4w >= 0,
@@ -112,9 +120,8 @@ def cut_block(A, z: np.ndarray, block: np.ndarray, mu: float, h: np.ndarray) -> 
     graph.add_grid_tedges(np.asarray(nodes), np.maximum(a, 0.0), np.maximum(-a, 0.0))
     graph.maxflow()
     new = np.where(graph.get_grid_segments(np.asarray(nodes)), 1.0, -1.0)
-    # E changes only through the block's bits: compare v^T local v + g^T v for the old and the
-    # new bits (O(block) work, not two O(nnz(A)) energies); ties keep the current bits
-    old = z[block]
+    # E changes only through the block's bits: v^T local v + g^T v for the old and the new
+    # bits (O(block) work); ties keep the current bits
     if new @ (local @ new) + g @ new >= old @ (local @ old) + g @ old:
         return z
     out = z.copy()
@@ -122,25 +129,89 @@ def cut_block(A, z: np.ndarray, block: np.ndarray, mu: float, h: np.ndarray) -> 
     return out
 
 
+def cut_block(A, z: np.ndarray, block: np.ndarray, mu: float, h: np.ndarray) -> np.ndarray:
+    """z with the bits of ``block`` (point indices) replaced by their exact minimiser of
+    E given the other points' bits (module docstring); ties keep the current bit."""
+    return _cut(symmetric_part(A), z, block, mu, h)
+
+
+def _starting(S) -> np.ndarray:
+    z = np.where(_smallest_eigenvector(S) >= 0, 1.0, -1.0)
+    return -z if (-z) @ (S @ -z) < z @ (S @ z) else z
+
+
+def starting_bit(A) -> np.ndarray:
+    """A bit for every point from the spectral relaxation alone: the sign of the smallest
+    eigenvector (>= 0 gives +1), of the two signs the one of lower z^T A z."""
+    return _starting(symmetric_part(A))
+
+
 def penalised_loss(loss: str, Z: np.ndarray, Y, mu: float, H: np.ndarray) -> float:
     """The MAC objective L(Z) + mu ||Z - H||^2 (H = h(X), codes in {-1, +1})."""
     return affinity_loss(loss, Z, Y) + mu * float(((np.asarray(Z) - H) ** 2).sum())
+
+
+def _solve_bit(S, z: np.ndarray, mu: float, h: np.ndarray, solver: str, blocks) -> np.ndarray:
+    if solver == "quad":
+        return _quad(S, z, mu, h, max_iter=200)
+    if solver == "cut":
+        for block in blocks:
+            z = _cut(S, z, block, mu, h)
+        return z
+    raise ValueError(f"unknown Z-step solver {solver!r}; choose quad or cut")
+
+
+class _BitSweep:
+    """A pass over the bits that keeps every pair's inner product z_n^T z_m up to date bit
+    by bit (O(nnz) per bit, no GEMM): ``others(bit)``, then ``set(bit, z)``."""
+
+    def __init__(self, loss: str, Z: np.ndarray, pairs: Pairs):
+        self.loss, self.Z, self.pairs = loss, Z, pairs
+        self.inner = pairs.inner(Z)
+
+    def coupling(self, bit: int):
+        self.others = self.inner - self.pairs.bit_products(self.Z[:, bit])
+        return self.pairs.symmetric_coefficients(self.loss, self.others, self.Z.shape[1])
+
+    def set(self, bit: int, z: np.ndarray) -> None:
+        self.Z[:, bit] = z
+        self.inner = self.others + self.pairs.bit_products(z)
 
 
 def z_step(loss: str, Z: np.ndarray, Y, mu: float, H: np.ndarray, solver: str, blocks=()) -> np.ndarray:
     """One pass over the bits, each solved with the others fixed (``solver`` "quad", or
     "cut" over ``blocks``, lists of point indices whose pairs are all similar). Returns new
     codes; the penalised loss never rises (each bit's step never raises its energy)."""
-    Z = np.array(Z, dtype=np.float64, copy=True)
-    for bit in range(Z.shape[1]):
-        A = bit_coefficients(loss, Z, Y, bit)
-        z, h = Z[:, bit], H[:, bit]
-        if solver == "quad":
-            z = quad_bit(A, z, mu, h)
-        elif solver == "cut":
-            for block in blocks:
-                z = cut_block(A, z, block, mu, h)
-        else:
-            raise ValueError(f"unknown Z-step solver {solver!r}; choose quad or cut")
-        Z[:, bit] = z
-    return Z
+    sweep = _BitSweep(loss, np.array(Z, dtype=np.float64, copy=True), Y if isinstance(Y, Pairs) else Pairs(Y))
+    for bit in range(sweep.Z.shape[1]):
+        sweep.set(bit, _solve_bit(sweep.coupling(bit), sweep.Z[:, bit], mu, H[:, bit], solver, blocks))
+    return sweep.Z
+
+
+def z_steps(
+    loss: str, Z: np.ndarray, Y, mu: float, H: np.ndarray, solver: str, blocks=(), max_passes: int = 1
+) -> tuple[np.ndarray, int]:
+    """``z_step`` repeated until a pass changes no bit or ``max_passes`` ran (the MAC
+    paper's "until no change in Z or maxit cycles"): (codes, passes run)."""
+    pairs = Y if isinstance(Y, Pairs) else Pairs(Y)
+    for passes in range(1, max_passes + 1):
+        new = z_step(loss, Z, pairs, mu, H, solver, blocks)
+        if np.array_equal(new, Z):
+            return new, passes
+        Z = new
+    return Z, max_passes
+
+
+def free_codes(loss: str, Y, n_bits: int, solver: str, blocks=(), max_passes: int = 1) -> tuple[np.ndarray, int]:
+    """The codes of the two-step methods' first step (mu = 0, no hash function): bits added
+    one at a time, each from ``starting_bit`` of its coefficients given the earlier bits (the
+    later ones count 0 in z_n^T z_m, as in the greedy bit-wise schemes of TSH and KSH),
+    improved by the solver; then ``z_steps`` over all bits. (codes, passes after the first)."""
+    pairs = Y if isinstance(Y, Pairs) else Pairs(Y)
+    n = pairs.shape[0]
+    sweep = _BitSweep(loss, np.zeros((n, n_bits)), pairs)
+    none = np.zeros(n)
+    for bit in range(n_bits):
+        S = sweep.coupling(bit)
+        sweep.set(bit, _solve_bit(S, _starting(S), 0.0, none, solver, blocks))
+    return z_steps(loss, sweep.Z, pairs, 0.0, np.zeros_like(sweep.Z), solver, blocks, max_passes)

@@ -1,0 +1,413 @@
+"""Affinity-based hashing optimised by the method of auxiliary coordinates (MAC;
+Carreira-Perpinan & Raziperchikolaei, NIPS 2015), and the two-step methods it starts from.
+
+The problem: over the hash function h (one linear or kernel SVM per bit), minimise an
+affinity loss L(h(X)) of the codes of N training points (KSH or eSPLH, kernels/affinity.py,
+on kappa+ similar and kappa- dissimilar pairs per point). MAC adds auxiliary codes Z with
+the constraint Z = h(X) and minimises L(Z) + mu ||Z - h(X)||^2 while mu grows
+(mu_i = mu_1 alpha^(i-1)), alternating
+
+* h-step: fit each bit's classifier to Z's column (the bits are independent Dask tasks);
+* Z-step: bit by bit, with the other bits fixed, by the quadratic surrogate (``quad``) or by
+  GraphCut over blocks of points (``cut``), repeated until Z stops changing or ``z_passes``
+  passes ran (kernels/zstep.py), never raising the penalised loss;
+
+until Z = h(X) after a Z-step (then nothing can change any more) or ``max_iter`` iterations.
+The start (mu -> 0+) is the two-step methods' result: free codes minimising L(Z) alone,
+then h fitted to them once. With ``max_iter = 0`` that start is the answer: the ``quad``
+(TSH-like) and ``cut`` (FastHash-like) baselines.
+
+Early stopping (paper Sec. 3.1): after each iteration, the precision of the new h on a
+validation set (``validation_size`` rows of the training data drawn with the seed, apart
+from the training points; never the test queries) is compared with the current one's; an
+iteration that lowers it is discarded (Z and h stay) and mu moves on.
+
+Where the work runs: the N training rows (5k-10k in the paper's regime) are gathered once,
+their hash features and the sparse affinities are put on the cluster once, and every Z-step
+and every bit's SVM is a task (``mac-z-step``, ``mac-h-step``). Encoding is a map over
+chunks: features of each row, one GEMM, signs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from numbers import Integral, Real
+
+import dask
+import numpy as np
+from dask import delayed
+from dask.base import tokenize
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from pipeline.distributed.graph import select_rows
+from pipeline.errors import InputError
+from pipeline.hashing.base import BITS, SEED, Hasher, labels_of_rows
+from pipeline.kernels.affinity import (
+    LOSSES,
+    Pairs,
+    affinity_loss,
+    affinity_shortfall,
+    knn_affinities,
+    label_affinities,
+    label_blocks,
+    neighbour_blocks,
+)
+from pipeline.kernels.codes import pack_signs
+from pipeline.kernels.hash_functions import (
+    apply_bits,
+    fit_bit,
+    linear_features,
+    linear_scaling,
+    rbf_centres,
+    rbf_features,
+)
+from pipeline.kernels.l2 import l2_topk
+from pipeline.kernels.ranking import relevance_from_labels, relevance_from_neighbours, signs_precision_at_k
+from pipeline.kernels.zstep import free_codes, z_steps
+from pipeline.validation import check_int_param
+
+log = logging.getLogger(__name__)
+
+# the paper's first penalty for each Z-step solver (its Sec. 4, whatever the data)
+DEFAULT_MU_START = {"cut": 0.3, "quad": 0.01}
+
+
+def _on_cluster(value, name: str, token_of=None):
+    """``value`` held by the cluster (sent once), as a Delayed for later tasks; its key is
+    named from ``token_of`` (default: the value itself)."""
+    token = tokenize(value if token_of is None else token_of)
+    return dask.persist(delayed(value, name=f"mac-{name}-{token}"))[0]
+
+
+class MAC(Hasher):
+    """Binary hashing with auxiliary coordinates (module docstring). Parameters:
+
+    * ``solver``: Z-step by GraphCut ("cut": same-label blocks, or blocks grown from
+      neighbours in knn mode) or the quadratic surrogate ("quad");
+    * ``loss``: "ksh" (z_n^T z_m - b y_nm)^2 or "esplh" exp(-y_nm z_n^T z_m / b);
+    * ``hash_function``: "linear" SVMs on the (centred, scaled) features, or "kernel": SVMs on
+      ``n_centres`` RBF features;
+    * ``affinity``: "labels" (similar = same class, drawn at random) or "knn" (similar = exact
+      Euclidean neighbours among the training points; no labels needed);
+    * ``n_labeled`` training points (drawn with the seed), ``n_similar`` kappa+ and
+      ``n_dissimilar`` kappa- pairs per point (paper: 5000-10000, 100, 500);
+    * ``mu_start`` (default 0.3 for cut, 0.01 for quad), ``mu_factor`` alpha (1.4),
+      ``max_iter`` MAC iterations at most (0: the two-step method), ``z_passes`` Z-step
+      passes per iteration at most, ``start_passes`` passes of the mu = 0 start at most;
+    * ``validation_size`` rows for early stopping (0: none), ``block_size`` of knn-mode
+      GraphCut blocks.
+
+    Learned: ``weights_`` (p, b) and ``intercepts_`` (b,) of the SVMs on the features; for the
+    linear function ``mean_`` and ``scale_``, for the kernel one ``centres_`` and
+    ``bandwidth_``. ``training_stats_["iterations"]``: per iteration mu, L(Z), L(h(X)), the
+    penalty mu ||Z - h(X)||^2, bits changed by the Z-step, bits where Z != h(X), validation
+    precision and whether the iteration was kept."""
+
+    method = "mac"
+    uses_labels = True
+    _parameter_constraints = {
+        "n_bits": BITS,
+        "solver": [StrOptions({"cut", "quad"})],
+        "loss": [StrOptions(set(LOSSES))],
+        "hash_function": [StrOptions({"linear", "kernel"})],
+        "affinity": [StrOptions({"labels", "knn"})],
+        "n_labeled": [Interval(Integral, 2, None, closed="left")],
+        "n_similar": [Interval(Integral, 1, None, closed="left")],
+        "n_dissimilar": [Interval(Integral, 1, None, closed="left")],
+        "n_centres": [Interval(Integral, 1, None, closed="left")],
+        "svm_c": [Interval(Real, 0, None, closed="neither")],
+        "mu_start": [Interval(Real, 0, None, closed="neither"), None],
+        "mu_factor": [Interval(Real, 1, None, closed="neither")],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "z_passes": [Interval(Integral, 1, None, closed="left")],
+        "start_passes": [Interval(Integral, 1, None, closed="left")],
+        "validation_size": [Interval(Integral, 0, None, closed="left")],
+        "block_size": [Interval(Integral, 1, None, closed="left")],
+        "random_state": SEED,
+    }
+
+    def __init__(
+        self,
+        n_bits: int = 32,
+        *,
+        solver: str = "cut",
+        loss: str = "ksh",
+        hash_function: str = "linear",
+        affinity: str = "labels",
+        n_labeled: int = 5000,
+        n_similar: int = 100,
+        n_dissimilar: int = 500,
+        n_centres: int = 500,
+        svm_c: float = 1.0,
+        mu_start: float | None = None,
+        mu_factor: float = 1.4,
+        max_iter: int = 30,
+        z_passes: int = 2,
+        start_passes: int = 3,
+        validation_size: int = 500,
+        block_size: int = 100,
+        random_state: int | None = 0,
+    ):
+        self.n_bits = n_bits
+        self.solver = solver
+        self.loss = loss
+        self.hash_function = hash_function
+        self.affinity = affinity
+        self.n_labeled = n_labeled
+        self.n_similar = n_similar
+        self.n_dissimilar = n_dissimilar
+        self.n_centres = n_centres
+        self.svm_c = svm_c
+        self.mu_start = mu_start
+        self.mu_factor = mu_factor
+        self.max_iter = max_iter
+        self.z_passes = z_passes
+        self.start_passes = start_passes
+        self.validation_size = validation_size
+        self.block_size = block_size
+        self.random_state = random_state
+
+    # ---------------------------------------------------------------- fit -------------
+    @property
+    def _name(self) -> str:
+        return f"{type(self).__name__} ({self.solver}, {self.hash_function} h)"
+
+    def _training_labels(self, y, n: int, rows: np.ndarray) -> np.ndarray:
+        labels = labels_of_rows(
+            y,
+            n,
+            rows,
+            f"{self._name} with label affinities",
+            "use affinity='knn' (--affinity knn) for affinities from Euclidean neighbours",
+        )
+        if labels.ndim != 1:
+            raise InputError(
+                f"{self._name}: label affinities need one class per point, got labels of shape {labels.shape}; "
+                "use affinity='knn' for multi-label data"
+            )
+        return labels
+
+    def _affinities(self, Xt, labels, rng):
+        """(Y, GraphCut blocks, relevance of the validation rows' neighbours getter)."""
+        if self.affinity == "labels":
+            shortfall = affinity_shortfall(labels, self.n_similar, self.n_dissimilar)
+            if shortfall:
+                raise InputError(
+                    f"{self._name}: {shortfall}; lower kappa (--kappa-plus/--kappa-minus) or train on more "
+                    "points (--labeled)"
+                )
+            return label_affinities(labels, self.n_similar, self.n_dissimilar, rng), label_blocks(labels)
+        if len(Xt) <= self.n_similar + self.n_dissimilar:
+            raise InputError(
+                f"{self._name}: {len(Xt)} training points cannot give each kappa+ + kappa- = "
+                f"{self.n_similar + self.n_dissimilar} others; lower kappa or train on more points (--labeled)"
+            )
+        Y = knn_affinities(Xt, self.n_similar, self.n_dissimilar, rng)
+        return Y, neighbour_blocks(Y, self.block_size, rng)
+
+    def _validation_relevance(self, Xt, Xv, labels, yv):
+        if self.affinity == "labels":
+            return relevance_from_labels(yv, labels)
+        ids = np.arange(len(Xt), dtype=np.int64)
+        _, neighbours = l2_topk(Xt, ids, queries=Xv, k=self.n_similar)
+        return relevance_from_neighbours(neighbours, ids)
+
+    def _set_features(self, Xt, rng) -> np.ndarray:
+        """Learn the feature map (linear: mean and scale; kernel: centres and bandwidth) and
+        return the training features."""
+        if self.hash_function == "kernel":
+            p = check_int_param(self.n_centres, "n_centres", self._name, 1, len(Xt))
+            self.centres_, self.bandwidth_ = rbf_centres(Xt, p, rng)
+            return np.asarray(self.hash_features(Xt))
+        self.mean_, self.scale_ = linear_scaling(Xt)
+        F = self.hash_features(Xt)
+        rank = int(np.linalg.matrix_rank(F))
+        if self.n_bits > rank:
+            raise InputError(
+                f"{self._name}: {self.n_bits} bits exceed the rank {rank} of the {len(Xt)} training points' centred "
+                f"features, so linear bits would repeat; use at most {rank} bits or hash_function='kernel' "
+                "(--mac-hash kernel)"
+            )
+        return F
+
+    def hash_features(self, X) -> np.ndarray:
+        """The features the per-bit SVMs see."""
+        if self.hash_function == "kernel":
+            return rbf_features(X, self.centres_, self.bandwidth_)
+        return linear_features(X, self.mean_, self.scale_)
+
+    def _fit(self, X, y, checkpoint):
+        n = X.shape[0]
+        n_val = self.validation_size
+        n_train = check_int_param(self.n_labeled, "n_labeled", f"{self._name} (training points)", 2, n - n_val)
+        rng = np.random.default_rng(self.seed_)
+        drawn = rng.choice(n, n_train + n_val, replace=False)
+        train, val = np.sort(drawn[:n_train]), np.sort(drawn[n_train:])
+        gathered = np.asarray(select_rows(X, np.sort(drawn), keep=True).compute(), dtype=np.float64)
+        position = {row: i for i, row in enumerate(np.sort(drawn))}
+        Xt = gathered[[position[r] for r in train]]
+        Xv = gathered[[position[r] for r in val]]
+        labels = yv = None
+        if self.affinity == "labels":
+            labels = self._training_labels(y, n, train)
+            yv = self._training_labels(y, n, val)
+        Y, blocks = self._affinities(Xt, labels, rng)
+        F = self._set_features(Xt, rng)
+        Fv = self.hash_features(Xv) if n_val else None
+        relevant = self._validation_relevance(Xt, Xv, labels, yv) if n_val else None
+
+        pairs = Pairs(Y)
+        on_cluster = {"features": _on_cluster(F, "features"), "affinities": _on_cluster(pairs, "affinities", Y)}
+        run = _MacRun(self, F, Fv, relevant, pairs, blocks, on_cluster)
+        run.optimise()
+        self.weights_, self.intercepts_ = run.W, run.c
+        self.n_iter_ = len(run.stats["iterations"])  # the two-step start counts as the first
+        self.training_stats_.update(run.stats)
+        self.training_stats_.update({"passes": 1, "n_labeled": n_train, "n_validation": n_val, "n_blocks": len(blocks)})
+
+    # ---------------------------------------------------------------- encode ----------
+    def _encode_kernel(self, block):
+        return pack_signs(self.hash_features(block) @ self.weights_ + self.intercepts_)
+
+    def _learned_arrays(self):
+        arrays = {"weights_": self.weights_, "intercepts_": self.intercepts_}
+        if self.hash_function == "kernel":
+            arrays.update({"centres_": self.centres_, "bandwidth_": np.float64(self.bandwidth_)})
+        else:
+            arrays.update({"mean_": self.mean_, "scale_": np.float64(self.scale_)})
+        return arrays
+
+    def _set_learned_arrays(self, arrays):
+        super()._set_learned_arrays(arrays)
+        for name in ("bandwidth_", "scale_"):
+            if name in arrays:
+                setattr(self, name, float(arrays[name]))
+
+
+class _MacRun:
+    """One MAC optimisation: the state (Z, W, c, H = h(X)) and its Dask steps. Holds no math:
+    the steps are kernels/zstep.py and kernels/hash_functions.py."""
+
+    def __init__(self, model: MAC, F, Fv, relevant, Y, blocks, on_cluster):
+        self.model, self.F, self.Fv, self.relevant, self.Y, self.blocks = model, F, Fv, relevant, Y, blocks
+        self.cluster = on_cluster
+        self.stats: dict = {"iterations": []}
+
+    def free_codes(self):
+        m = self.model
+        key = f"mac-z-step-{tokenize('free', self.cluster['affinities'].key, m.loss, m.n_bits, m.solver)}"
+        task = delayed(free_codes, pure=True)(
+            m.loss, self.cluster["affinities"], m.n_bits, m.solver, self.blocks, m.start_passes, dask_key_name=key
+        )
+        return dask.compute(task)[0]
+
+    def z_step(self, Z, mu):
+        m = self.model
+        key = f"mac-z-step-{tokenize(self.cluster['affinities'].key, m.loss, Z, mu, self.H, m.solver)}"
+        task = delayed(z_steps, pure=True)(
+            m.loss, Z, self.cluster["affinities"], mu, self.H, m.solver, self.blocks, m.z_passes, dask_key_name=key
+        )
+        return dask.compute(task)[0]
+
+    def h_step(self, Z):
+        """(W, c): one SVM per bit, fitted to Z's columns as parallel tasks."""
+        features = self.cluster["features"]
+        seed, C = self.model.seed_, self.model.svm_c
+        tasks = [
+            delayed(fit_bit, pure=True)(
+                features, Z[:, i], seed, C, dask_key_name=f"mac-h-step-{tokenize(features.key, Z[:, i], seed, C)}"
+            )
+            for i in range(Z.shape[1])
+        ]
+        fitted = dask.compute(*tasks)
+        return np.stack([w for w, _ in fitted], axis=1), np.array([c for _, c in fitted])
+
+    def precision(self, W, c) -> float | None:
+        if self.Fv is None:
+            return None
+        k = self.model.n_similar
+        return signs_precision_at_k(apply_bits(self.Fv, W, c), apply_bits(self.F, W, c), self.relevant, k)
+
+    def record(self, **entry):
+        self.stats["iterations"].append(entry)
+        log.info("%s %d bits: %s", self.model._name, self.model.n_bits, entry)
+
+    def optimise(self):
+        m = self.model
+        loss = m.loss
+        started = time.perf_counter()
+        Z, passes = self.free_codes()
+        z_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        self.W, self.c = self.h_step(Z)
+        h_seconds = time.perf_counter() - started
+        self.H = apply_bits(self.F, self.W, self.c)
+        best = self.precision(self.W, self.c)
+        self.loss_h = affinity_loss(loss, self.H, self.Y)
+        self.stats["free_codes_loss"] = affinity_loss(loss, Z, self.Y)
+        self.record(
+            iteration=0,
+            mu=0.0,
+            loss_z=self.stats["free_codes_loss"],
+            loss_h=self.loss_h,
+            penalty=0.0,
+            bits_changed=int(Z.size),
+            mismatch=int((Z != self.H).sum()),
+            validation_precision=best,
+            kept=True,
+            z_passes=passes,
+            z_seconds=round(z_seconds, 3),
+            h_seconds=round(h_seconds, 3),
+        )
+        mu_start = m.mu_start if m.mu_start is not None else DEFAULT_MU_START[m.solver]
+        self.stats["stopped"] = "two-step" if m.max_iter == 0 else "max_iter"
+        rejected = None  # the last discarded (Z, h-step result)
+        for i in range(1, m.max_iter + 1):
+            mu = mu_start * m.mu_factor ** (i - 1)
+            started = time.perf_counter()
+            new, passes = self.z_step(Z, mu)
+            z_seconds = time.perf_counter() - started
+            changed = int((new != Z).sum())
+            entry = {
+                "iteration": i,
+                "mu": mu,
+                "loss_z": affinity_loss(loss, new, self.Y),
+                "penalty": mu * float(((new - self.H) ** 2).sum()),
+                "bits_changed": changed,
+                "z_passes": passes,
+                "z_seconds": round(z_seconds, 3),
+            }
+            if np.array_equal(new, self.H):  # the constraints hold: no step can change anything
+                self.record(**entry, loss_h=self.loss_h, mismatch=0, kept=True)
+                self.stats["stopped"] = "Z = h(X)"
+                break
+            if changed == 0:  # h would be refitted to the same Z: the same h (the fits are deterministic)
+                self.record(**entry, loss_h=self.loss_h, mismatch=int((new != self.H).sum()), kept=True)
+                continue
+            started = time.perf_counter()
+            if rejected is not None and np.array_equal(new, rejected[0]):
+                # the Z-step repeated a discarded step (Z and h unchanged, a larger mu): so
+                # would the h-step, as its fits are deterministic
+                W, c, H, loss_h, precision = rejected[1]
+            else:
+                W, c = self.h_step(new)
+                H = apply_bits(self.F, W, c)
+                precision = self.precision(W, c)
+                loss_h = affinity_loss(loss, H, self.Y)
+            kept = best is None or precision >= best
+            self.record(
+                **entry,
+                h_seconds=round(time.perf_counter() - started, 3),
+                loss_h=loss_h,
+                mismatch=int((new != H).sum()),
+                validation_precision=precision,
+                kept=kept,
+            )
+            if kept:
+                Z, self.W, self.c, self.H, self.loss_h, best = new, W, c, H, loss_h, precision
+                rejected = None
+            else:
+                rejected = (new, (W, c, H, loss_h, precision))
+        self.stats["loss"] = self.loss_h
+        self.stats["validation_precision"] = best

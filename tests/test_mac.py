@@ -1,0 +1,96 @@
+"""MAC and its two-step baselines (pipeline/hashing/mac.py): the loop's kernels against brute
+force, the estimator's invariances and errors, and its quality on Fashion-MNIST."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from scipy import sparse
+
+from pipeline import InputError
+from pipeline.hashing import make_hasher
+from pipeline.kernels.affinity import affinity_loss, knn_affinities, label_affinities, neighbour_blocks
+from pipeline.kernels.ranking import signs_precision_at_k
+from pipeline.kernels.zstep import free_codes, z_steps
+
+
+def _planted(n=60, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(classes), n // classes)
+    centres = rng.standard_normal((classes, 5)) * 4
+    X = centres[labels] + rng.standard_normal((n, 5))
+    return X, labels, rng
+
+
+def test_neighbour_blocks_cover_every_point_once_without_dissimilar_pairs():
+    X, _, rng = _planted(90)
+    Y = knn_affinities(X, 5, 20, rng)
+    blocks = neighbour_blocks(Y, 8, np.random.default_rng(1))
+    members = np.concatenate(blocks)
+    np.testing.assert_array_equal(np.sort(members), np.arange(90))
+    assert max(len(b) for b in blocks) <= 8 and any(len(b) > 1 for b in blocks)
+    Yc = sparse.csr_matrix(Y)
+    for block in blocks:
+        local = Yc[block][:, block]
+        assert (local.data >= 0).all(), "a block holds a dissimilar pair: its cut would not be exact"
+
+
+@pytest.mark.parametrize("solver", ["cut", "quad"])
+def test_free_codes_beat_random_codes_and_the_passes_stop_when_nothing_changes(solver):
+    X, labels, rng = _planted(60)
+    Y = label_affinities(labels, 5, 10, rng)
+    blocks = [np.flatnonzero(labels == c) for c in range(3)]
+    Z, _ = free_codes("ksh", Y, 4, solver, blocks, max_passes=5)
+    random_codes = np.where(np.random.default_rng(2).random((60, 4)) < 0.5, -1.0, 1.0)
+    assert set(np.unique(Z)) <= {-1.0, 1.0}
+    assert affinity_loss("ksh", Z, Y) < 0.5 * affinity_loss("ksh", random_codes, Y)
+    again, passes = z_steps("ksh", Z, Y, 0.0, np.zeros_like(Z), solver, blocks, max_passes=5)
+    if passes < 5:  # a pass that changed nothing ended the loop: one more changes nothing either
+        np.testing.assert_array_equal(again, z_steps("ksh", again, Y, 0.0, np.zeros_like(Z), solver, blocks, 1)[0])
+
+
+def test_validation_precision_equals_a_brute_force_ranking():
+    rng = np.random.default_rng(3)
+    base = np.where(rng.random((50, 6)) < 0.5, -1.0, 1.0)
+    queries = np.where(rng.random((7, 6)) < 0.5, -1.0, 1.0)
+    relevant = rng.random((7, 50)) < 0.3
+    k = 9
+    hits = []
+    for q, rel in zip(queries, relevant):
+        distance = (q != base).sum(axis=1)
+        order = np.lexsort((np.arange(50), distance))[:k]  # ties by index
+        hits.append(rel[order].mean())
+    assert signs_precision_at_k(queries, base, relevant, k) == pytest.approx(np.mean(hits))
+
+
+@pytest.fixture(scope="module")
+def fmnist_rows(fmnist_paths):
+    """The first 3000 Fashion-MNIST rows (features as float32) and their labels."""
+    from pipeline.storage.datasets import open_dataset
+
+    ds = open_dataset(fmnist_paths[5000])
+    return np.asarray(ds.features[:3000], dtype=np.float32), np.asarray(ds.labels[:3000])
+
+
+def test_codes_are_identical_for_one_and_two_workers(fmnist_rows):
+    X, y = fmnist_rows[0][:1500], fmnist_rows[1][:1500]
+    params = {"n_labeled": 600, "n_similar": 20, "n_dissimilar": 60, "validation_size": 100, "max_iter": 4}
+    codes = []
+    for workers in (1, 2):
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
+            with Client(lc):
+                model = make_hasher("maccut", 8, mu_start=300.0, **params).fit(X, y)
+                codes.append(model.encode(X))
+    np.testing.assert_array_equal(codes[0], codes[1])
+
+
+def test_bad_input_gives_one_line_errors(fmnist_rows):
+    X, y = fmnist_rows[0][:1200], fmnist_rows[1][:1200]
+    with pytest.raises(InputError, match="requires y to be passed.*--affinity knn"):
+        make_hasher("cut", 8, n_labeled=500).fit(X)
+    with pytest.raises(InputError, match="fewer than kappa\\+ \\+ 1.*--kappa-plus"):
+        make_hasher("cut", 8, n_labeled=500, n_similar=100).fit(X, y)
+    flat = np.repeat(X[:, 400:404], 2, axis=1)  # 8 columns of rank 4
+    with pytest.raises(InputError, match="exceed the rank 4.*kernel"):
+        make_hasher("quad", 6, n_labeled=500, n_similar=5, n_dissimilar=20).fit(flat, y)
