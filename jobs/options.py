@@ -379,7 +379,7 @@ OPTIONS: tuple[Option, ...] = (
          param="mu_start", method="mac", group=_MAC),
     _opt("mu-factor", METHOD_COMMANDS, "penalty multiplier alpha per iteration, > 1 (default 1.4)",
          type=positive_float, param="mu_factor", method="mac", group=_MAC),
-    _opt("mac-max-iter", METHOD_COMMANDS, "MAC iterations at most (default 30)", type=non_negative_int,
+    _opt("mac-max-iter", METHOD_COMMANDS, "MAC iterations at most (default 40)", type=non_negative_int,
          param="max_iter", method="mac", group=_MAC),
     _opt("z-passes", METHOD_COMMANDS, "Z-step passes over the bits per iteration at most (default 2)",
          type=positive_int, param="z_passes", method="mac", group=_MAC),

@@ -94,3 +94,42 @@ def test_bad_input_gives_one_line_errors(fmnist_rows):
     flat = np.repeat(X[:, 400:404], 2, axis=1)  # 8 columns of rank 4
     with pytest.raises(InputError, match="exceed the rank 4.*kernel"):
         make_hasher("quad", 6, n_labeled=500, n_similar=5, n_dissimilar=20).fit(flat, y)
+
+
+@pytest.fixture(scope="module")
+def mac_report(fmnist_paths, cluster):
+    """The MAC paper's comparison, reduced: 1500 labeled training points, 16 bits, linear h,
+    label ground truth on 1000 test queries (5000 points and 16-48 bits:
+    benchmarks/results/mac/)."""
+    from pipeline import workflows
+    from pipeline.storage.datasets import open_dataset
+
+    ds = open_dataset(fmnist_paths[20000])
+    with Client(cluster):
+        report = workflows.evaluate(
+            ds,
+            methods=["itq", "ksh", "cut", "maccut"],
+            bits=[16],
+            queries=1000,
+            seed=0,
+            ks=[1000],
+            params={"n_labeled": 1500},
+        )
+    return {r["method"]: r for r in report["results"]}
+
+
+def test_maccut_lowers_the_training_loss_of_cut_and_keeps_its_precision(mac_report):
+    """MAC starts from cut's codes and hash function; the iterate it keeps has a lower KSH
+    loss of its hash function's codes and a map no lower than cut's (paper Figs. 2-3)."""
+    cut, mac = mac_report["cut"], mac_report["maccut"]
+    assert mac["training"]["iterations"][0]["loss_h"] == cut["training"]["loss"]  # the same start
+    assert mac["training"]["loss"] < cut["training"]["loss"]
+    assert mac["metrics"]["map"] >= cut["metrics"]["map"] - 0.005
+
+
+def test_supervised_codes_beat_itq_by_far(mac_report):
+    """The supervised premise (paper Fig. 5): with labels, KSH and MACcut codes rank same-class
+    points far better than ITQ's."""
+    itq = mac_report["itq"]["metrics"]["map"]
+    assert mac_report["ksh"]["metrics"]["map"] > itq + 0.1
+    assert mac_report["maccut"]["metrics"]["map"] > itq + 0.1

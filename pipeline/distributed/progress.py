@@ -8,7 +8,8 @@ import sys
 import dask
 
 
-def _active_client():
+def active_client():
+    """The distributed client of this context, or None (local scheduler)."""
     try:
         from distributed import get_client
 
@@ -19,7 +20,7 @@ def _active_client():
 
 def compute_with_progress(obj, *, show: bool = True):
     """dask.compute(obj)[0], with Dask's task progress bar on stderr when a cluster is active."""
-    client = _active_client()
+    client = active_client()
     if client is None or not show:
         return dask.compute(obj)[0]
     from distributed.diagnostics.progressbar import progress

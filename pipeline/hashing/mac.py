@@ -41,6 +41,7 @@ from dask.base import tokenize
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from pipeline.distributed.graph import select_rows
+from pipeline.distributed.progress import active_client
 from pipeline.errors import InputError
 from pipeline.hashing.base import BITS, SEED, Hasher, labels_of_rows
 from pipeline.kernels.affinity import (
@@ -73,11 +74,15 @@ log = logging.getLogger(__name__)
 DEFAULT_MU_START = {"cut": 0.3, "quad": 0.01}
 
 
-def _on_cluster(value, name: str, token_of=None):
-    """``value`` held by the cluster (sent once), as a Delayed for later tasks; its key is
-    named from ``token_of`` (default: the value itself)."""
-    token = tokenize(value if token_of is None else token_of)
-    return dask.persist(delayed(value, name=f"mac-{name}-{token}"))[0]
+class _Shared:
+    """A value the MAC tasks share: scattered once to a worker when a distributed client is
+    active (``handle`` is then its Future; a graph embedding it would resend it with every
+    step), else the value itself; ``token`` names it in task keys."""
+
+    def __init__(self, value, token_of):
+        self.token = tokenize(token_of)
+        client = active_client()
+        self.handle = value if client is None else client.scatter(value, hash=False)
 
 
 class MAC(Hasher):
@@ -142,7 +147,7 @@ class MAC(Hasher):
         svm_c: float = 1.0,
         mu_start: float | None = None,
         mu_factor: float = 1.4,
-        max_iter: int = 30,
+        max_iter: int = 40,
         z_passes: int = 2,
         start_passes: int = 3,
         validation_size: int = 500,
@@ -258,7 +263,7 @@ class MAC(Hasher):
         relevant = self._validation_relevance(Xt, Xv, labels, yv) if n_val else None
 
         pairs = Pairs(Y)
-        on_cluster = {"features": _on_cluster(F, "features"), "affinities": _on_cluster(pairs, "affinities", Y)}
+        on_cluster = {"features": _Shared(F, F), "affinities": _Shared(pairs, Y)}
         run = _MacRun(self, F, Fv, relevant, pairs, blocks, on_cluster)
         run.optimise()
         self.weights_, self.intercepts_ = run.W, run.c
@@ -296,17 +301,19 @@ class _MacRun:
 
     def free_codes(self):
         m = self.model
-        key = f"mac-z-step-{tokenize('free', self.cluster['affinities'].key, m.loss, m.n_bits, m.solver)}"
+        affinities = self.cluster["affinities"]
+        key = f"mac-z-step-{tokenize('free', affinities.token, m.loss, m.n_bits, m.solver)}"
         task = delayed(free_codes, pure=True)(
-            m.loss, self.cluster["affinities"], m.n_bits, m.solver, self.blocks, m.start_passes, dask_key_name=key
+            m.loss, affinities.handle, m.n_bits, m.solver, self.blocks, m.start_passes, dask_key_name=key
         )
         return dask.compute(task)[0]
 
     def z_step(self, Z, mu):
         m = self.model
-        key = f"mac-z-step-{tokenize(self.cluster['affinities'].key, m.loss, Z, mu, self.H, m.solver)}"
+        affinities = self.cluster["affinities"]
+        key = f"mac-z-step-{tokenize(affinities.token, m.loss, Z, mu, self.H, m.solver)}"
         task = delayed(z_steps, pure=True)(
-            m.loss, Z, self.cluster["affinities"], mu, self.H, m.solver, self.blocks, m.z_passes, dask_key_name=key
+            m.loss, Z, affinities.handle, mu, self.H, m.solver, self.blocks, m.z_passes, dask_key_name=key
         )
         return dask.compute(task)[0]
 
@@ -316,7 +323,11 @@ class _MacRun:
         seed, C = self.model.seed_, self.model.svm_c
         tasks = [
             delayed(fit_bit, pure=True)(
-                features, Z[:, i], seed, C, dask_key_name=f"mac-h-step-{tokenize(features.key, Z[:, i], seed, C)}"
+                features.handle,
+                Z[:, i],
+                seed,
+                C,
+                dask_key_name=f"mac-h-step-{tokenize(features.token, Z[:, i], seed, C)}",
             )
             for i in range(Z.shape[1])
         ]

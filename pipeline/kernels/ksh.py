@@ -28,7 +28,8 @@ def _signs(x: np.ndarray) -> np.ndarray:
 
 
 def _phi(x: np.ndarray) -> np.ndarray:
-    return 2.0 / (1.0 + np.exp(-x)) - 1.0
+    """2 / (1 + exp(-x)) - 1, written as tanh(x / 2): no overflow for large |x|."""
+    return np.tanh(0.5 * x)
 
 
 def spectral_direction(K: np.ndarray, R: np.ndarray, KtK: np.ndarray) -> np.ndarray:

@@ -11,8 +11,9 @@ max-flow solver is PyMaxflow.
 
 Quadratic surrogate (Lin et al. 2013, the paper's ``quad``): relax z to the box [-1, 1]^N,
 start from the spectral relaxation (the eigenvector of A + A^T with the smallest eigenvalue,
-scaled into the box, with the sign of lower energy), minimise the box-constrained quadratic
-by L-BFGS-B, binarise by sign and keep the old bit vector if the energy rose.
+scaled into the box, with the sign of lower energy; with mu > 0 the paper's eq. 9, which
+includes the penalty's linear term), minimise the box-constrained quadratic by L-BFGS-B,
+binarise by sign and keep the old bit vector if the energy rose.
 
 GraphCut (Lin et al. 2014, the paper's ``cut``): points are visited in blocks; a block's bits
 are solved exactly with the rest fixed, by a minimum s-t cut, which is exact when every pair
@@ -60,6 +61,22 @@ def spectral_start(A) -> np.ndarray:
     return _smallest_eigenvector(symmetric_part(A))
 
 
+def _spectral_box_start(S, linear: np.ndarray) -> np.ndarray:
+    """The MAC paper's eq. 9 start with a penalty: alpha = (z, 1) makes E = alpha^T B alpha with
+    B = [[S, linear / 2], [linear^T / 2, 0]]; relaxed to ||alpha||^2 = N + 1, alpha is the
+    eigenvector of B with the smallest eigenvalue, scaled to that norm (sign: alpha_0 >= 0)
+    and truncated to the box. (The paper writes the off-diagonal as -mu/2 h for its
+    ||z - h||^2; -mu h, i.e. linear / 2 here, is the one whose alpha^T B alpha equals E.)"""
+    n = S.shape[0]
+    column = sparse.csr_matrix(0.5 * linear[:, None])
+    B = sparse.bmat([[S, column], [column.T, None]], format="csr")
+    vector = _smallest_eigenvector(B)
+    vector *= np.sqrt(n + 1) / max(np.linalg.norm(vector), 1e-300)
+    if vector[-1] < 0:
+        vector = -vector
+    return np.clip(vector[:n], -1.0, 1.0)
+
+
 def _quad(S, z: np.ndarray, mu: float, h: np.ndarray, max_iter: int) -> np.ndarray:
     z = np.asarray(z, dtype=np.float64)
     linear = -2.0 * mu * np.asarray(h, dtype=np.float64)
@@ -68,7 +85,7 @@ def _quad(S, z: np.ndarray, mu: float, h: np.ndarray, max_iter: int) -> np.ndarr
         Sx = S @ x
         return float(x @ Sx + linear @ x), 2.0 * Sx + linear
 
-    start = _smallest_eigenvector(S)
+    start = _spectral_box_start(S, linear) if mu > 0 else _smallest_eigenvector(S)
     if energy_and_gradient(-start)[0] < energy_and_gradient(start)[0]:
         start = -start
     result = optimize.minimize(
