@@ -158,22 +158,32 @@ def _plot_dish(results: list, objective_ax, residual_ax) -> None:
 
 
 def _plot_mac(results: list, loss_ax, precision_ax) -> None:
-    """MAC: the loss of the hash function's codes L(h(X)) (kept iterates) and of the auxiliary
-    codes L(Z) per iteration, relative to the two-step start; validation precision."""
+    """MAC per iteration: L(h(X)) of the hash function kept so far (solid; discarded candidates
+    as x), L(Z) of the auxiliary codes (dotted), both relative to the two-step start; the
+    validation precision of the kept function (discarded candidates as x)."""
     for r in results:
         label = f"{r.get('label', r['method'])} {r['n_bits']}b"
         steps = r["training"]["iterations"]
-        it = np.array([e["iteration"] for e in steps])
         start = steps[0]["loss_h"]
-        line = loss_ax.plot(it, [e["loss_h"] / start for e in steps], marker=".", label=f"{label} L(h(X))")[0]
-        loss_ax.plot(it, [e["loss_z"] / start for e in steps], ls=":", color=line.get_color(), label=f"{label} L(Z)")
-        checked = [e for e in steps if e.get("validation_precision") is not None]
-        if checked:
+        kept_loss, kept_precision, current = [], [], (start, steps[0].get("validation_precision"))
+        for e in steps:
+            if e.get("kept", True):
+                current = (e["loss_h"], e.get("validation_precision", current[1]) or current[1])
+            kept_loss.append(current[0] / start)
+            kept_precision.append(current[1])
+        it = [e["iteration"] for e in steps]
+        line = loss_ax.plot(it, kept_loss, marker=".", label=f"{label} L(h(X))")[0]
+        colour = line.get_color()
+        loss_ax.plot(it, [e["loss_z"] / start for e in steps], ls=":", color=colour, label=f"{label} L(Z)")
+        dropped = [e for e in steps if not e.get("kept", True)]
+        loss_ax.plot([e["iteration"] for e in dropped], [e["loss_h"] / start for e in dropped], "x", color=colour)
+        if kept_precision[0] is not None:
+            precision_ax.plot(it, kept_precision, marker=".", color=colour, label=label)
             precision_ax.plot(
-                [e["iteration"] for e in checked], [e["validation_precision"] for e in checked], marker=".", label=label
+                [e["iteration"] for e in dropped], [e["validation_precision"] for e in dropped], "x", color=colour
             )
     loss_ax.set(xlabel="MAC iteration (0: two-step start)", ylabel="loss / L(h(X)) of the start", title="MAC loss")
-    precision_ax.set(xlabel="MAC iteration", ylabel="validation precision", title="early stopping")
+    precision_ax.set(xlabel="MAC iteration (x: discarded)", ylabel="validation precision", title="early stopping")
     for ax in (loss_ax, precision_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)

@@ -71,9 +71,12 @@ def method_params(method: str, params: dict | None) -> dict:
     whose estimator takes them (None: its default)."""
     params = params or {}
     cls = method_class(method)
-    base = METHOD_VARIANTS.get(method, (method, {}))[0]
-    own = {**params.get(base, {}), **params.get(method, {})}
-    shared = {k: v for k, v in params.items() if k not in METHOD_NAMES and k in cls._get_param_names()}
+    base, fixed = METHOD_VARIANTS.get(method, (method, {}))
+    # options of the base method skip what the variant fixes (cut is mac with max_iter = 0)
+    own = {**{k: v for k, v in params.get(base, {}).items() if k not in fixed}, **params.get(method, {})}
+    shared = {
+        k: v for k, v in params.items() if k not in METHOD_NAMES and k in cls._get_param_names() and k not in fixed
+    }
     return {k: v for k, v in {**shared, **own}.items() if v is not None}
 
 

@@ -70,7 +70,7 @@ def affinity_shortfall(labels: np.ndarray, n_similar: int, n_dissimilar: int) ->
     if counts[smallest] - 1 < n_similar:
         return (
             f"class {classes[smallest].item()!r} has {counts[smallest]} training points, fewer than kappa+ + 1 = "
-            f"{n_similar + 1}"
+            f"{n_similar + 1} (kappa+ can be at most {counts[smallest] - 1} here)"
         )
     largest = int(counts.argmax())
     if len(labels) - counts[largest] < n_dissimilar:
