@@ -45,7 +45,7 @@ def summary(report: dict, args) -> str:
         "",
         f"- command: `{' '.join(sys.argv)}`",
         f"- {args.labeled} training points drawn with the seed from the database rows (every method), label "
-        f"affinities (100 similar + 500 dissimilar pairs per point), KSH loss; test split of "
+        f"affinities ({args.kappa_plus} similar + 500 dissimilar pairs per point), KSH loss; test split of "
         f"{report['split']['n_query']} queries, label ground truth",
         f"- machine: {report['machine']['cpu_model']}, cluster {report['cluster']}",
         "- L(h(X)): the KSH loss of the hash function's codes of the training points over the affinity pairs "
@@ -77,6 +77,7 @@ def main(argv=None) -> int:
     parser.add_argument("--methods", default="itq,ksh,quad,cut,macquad,maccut")
     parser.add_argument("--labeled", type=int, default=5000)
     parser.add_argument("--hash-function", default="linear", choices=("linear", "kernel"))
+    parser.add_argument("--kappa-plus", type=int, default=100, help="similar pairs per point (paper: 100)")
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
@@ -91,7 +92,10 @@ def main(argv=None) -> int:
             seed=0,
             out=args.out,
             ks=[100, 1000],
-            params={"n_labeled": args.labeled, "mac": {"hash_function": args.hash_function}},
+            params={
+                "n_labeled": args.labeled,
+                "mac": {"hash_function": args.hash_function, "n_similar": args.kappa_plus},
+            },
         )
     finally:
         disconnect(client)
