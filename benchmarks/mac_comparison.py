@@ -34,7 +34,7 @@ TWO_STEP = {"maccut": "cut", "macquad": "quad"}
 
 def iteration_seconds(training: dict) -> float | None:
     """Mean seconds of the MAC iterations that ran an h-step (Z-step + h-step)."""
-    full = [e["z_seconds"] + e["h_seconds"] for e in training.get("iterations", [])[1:] if "h_seconds" in e]
+    full = [e["z_seconds"] + e["h_seconds"] for e in training.get("mac_path", [])[1:] if "h_seconds" in e]
     return float(np.mean(full)) if full else None
 
 
@@ -57,7 +57,7 @@ def summary(report: dict, args) -> str:
     ]
     for (method, bits), r in sorted(rows.items(), key=lambda kv: (kv[0][1], args.methods.index(kv[0][0]))):
         t = r["training"]
-        steps = t.get("iterations", [])
+        steps = t.get("mac_path", [])
         kept = sum(1 for e in steps[1:] if e.get("kept") and e.get("bits_changed", 0) > 0)
         ratio = "—"
         if method in TWO_STEP and (TWO_STEP[method], bits) in rows and iteration_seconds(t):

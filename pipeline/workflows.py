@@ -27,7 +27,7 @@ from pipeline.distributed.encode import encode_to_zarr
 from pipeline.distributed.progress import compute_with_progress
 from pipeline.errors import InputError
 from pipeline.evaluation.evaluate import DEFAULT_KS, evaluate_method
-from pipeline.evaluation.report import build_report, write_report
+from pipeline.evaluation.report import build_report, has_mac_path, write_report
 from pipeline.evaluation.truth import build_truth
 from pipeline.hashing import METHOD_NAMES, Hasher, check_params_used, load_model, make_hasher, method_params
 from pipeline.hashing.checkpoint import checkpoint_path, live_writer
@@ -295,9 +295,7 @@ def evaluate(
         "train_set": "database",
         "method_params": params or {},
         "dish2_dictionaries": "all" if dish2_dictionaries is None else int(dish2_dictionaries),
-        "has_training_plot": any(
-            "objective" in r["training"] or len(r["training"].get("iterations", ())) > 1 for r in results
-        ),
+        "has_training_plot": any("objective" in r["training"] or has_mac_path(r["training"]) for r in results),
     }
     report = build_report(
         dataset=dataset_summary(ds),

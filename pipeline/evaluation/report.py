@@ -124,7 +124,7 @@ def _plot(report: dict, out: Location) -> list[str]:
         _save(fig, out, name)
         files.append(name)
     dish = [r for r in report["results"] if "objective" in r["training"] and "DisH1" not in r.get("label", "")]
-    mac = [r for r in report["results"] if len(r["training"].get("iterations", ())) > 1]
+    mac = [r for r in report["results"] if has_mac_path(r["training"])]
     panels = 2 * bool(dish) + 2 * bool(mac)
     if panels:
         fig = Figure(figsize=(5 * panels, 3.8))
@@ -137,6 +137,12 @@ def _plot(report: dict, out: Location) -> list[str]:
         _save(fig, out, "training.png")
         files.append("training.png")
     return files
+
+
+def has_mac_path(training: dict) -> bool:
+    """A MAC fit that ran iterations (its training stats list them; ITQ's count is an int)."""
+    steps = training.get("mac_path")
+    return isinstance(steps, list) and len(steps) > 1
 
 
 def _plot_dish(results: list, objective_ax, residual_ax) -> None:
@@ -163,7 +169,7 @@ def _plot_mac(results: list, loss_ax, precision_ax) -> None:
     validation precision of the kept function (discarded candidates as x)."""
     for r in results:
         label = f"{r.get('label', r['method'])} {r['n_bits']}b"
-        steps = r["training"]["iterations"]
+        steps = r["training"]["mac_path"]
         start = steps[0]["loss_h"]
         kept_loss, kept_precision, current = [], [], (start, steps[0].get("validation_precision"))
         for e in steps:

@@ -119,7 +119,7 @@ class MAC(Hasher):
 
     Learned: ``weights_`` (p, b) and ``intercepts_`` (b,) of the SVMs on the features; for the
     linear function ``mean_`` and ``scale_``, for the kernel one ``centres_`` and
-    ``bandwidth_``. ``training_stats_["iterations"]``: per iteration mu, L(Z), L(h(X)), the
+    ``bandwidth_``. ``training_stats_["mac_path"]``: per iteration mu, L(Z), L(h(X)), the
     penalty mu ||Z - h(X)||^2, bits changed by the Z-step, bits where Z != h(X), validation
     precision and whether the iteration was kept."""
 
@@ -281,7 +281,7 @@ class MAC(Hasher):
         run = _MacRun(self, F, Fv, relevant, pairs, blocks, on_cluster)
         run.optimise()
         self.weights_, self.intercepts_ = run.W, run.c
-        self.n_iter_ = len(run.stats["iterations"])  # the two-step start counts as the first
+        self.n_iter_ = len(run.stats["mac_path"])  # the two-step start counts as the first
         self.training_stats_.update(run.stats)
         self.training_stats_.update({"passes": 1, "n_labeled": n_train, "n_validation": n_val, "n_blocks": len(blocks)})
 
@@ -311,7 +311,7 @@ class _MacRun:
     def __init__(self, model: MAC, F, Fv, relevant, Y, blocks, on_cluster):
         self.model, self.F, self.Fv, self.relevant, self.Y, self.blocks = model, F, Fv, relevant, Y, blocks
         self.cluster = on_cluster
-        self.stats: dict = {"iterations": []}
+        self.stats: dict = {"mac_path": []}
 
     def free_codes(self):
         m = self.model
@@ -355,7 +355,7 @@ class _MacRun:
         return signs_precision_at_k(apply_bits(self.Fv, W, c), apply_bits(self.F, W, c), self.relevant, k)
 
     def record(self, **entry):
-        self.stats["iterations"].append(entry)
+        self.stats["mac_path"].append(entry)
         log.info("%s %d bits: %s", self.model._name, self.model.n_bits, entry)
 
     def optimise(self):
