@@ -263,10 +263,9 @@ class MAC(Hasher):
         rng = np.random.default_rng(self.seed_)
         drawn = rng.choice(n, n_train + n_val, replace=False)
         train, val = np.sort(drawn[:n_train]), np.sort(drawn[n_train:])
-        gathered = np.asarray(select_rows(X, np.sort(drawn), keep=True).compute(), dtype=np.float64)
-        position = {row: i for i, row in enumerate(np.sort(drawn))}
-        Xt = gathered[[position[r] for r in train]]
-        Xv = gathered[[position[r] for r in val]]
+        rows = np.sort(drawn)  # one gather for both sets, then each set's rows by position
+        gathered = np.asarray(select_rows(X, rows, keep=True).compute(), dtype=np.float64)
+        Xt, Xv = gathered[np.searchsorted(rows, train)], gathered[np.searchsorted(rows, val)]
         labels = yv = None
         if self.affinity == "labels":
             labels = self._training_labels(y, n, train)
