@@ -57,6 +57,17 @@ SMALL = [
     USPLH(n_bits=1, region_size=3),
     KSH(n_bits=2, n_labeled=8, n_anchors=3, max_iter=5),
     MAC(n_bits=1, affinity="knn", n_labeled=8, n_similar=2, n_dissimilar=3, validation_size=0, max_iter=2),
+    MAC(
+        n_bits=1,
+        affinity="knn",
+        hash_function="kernel",
+        n_centres=4,
+        n_labeled=8,
+        n_similar=2,
+        n_dissimilar=3,
+        validation_size=0,
+        max_iter=2,
+    ),
 ]
 
 

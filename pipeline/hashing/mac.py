@@ -53,6 +53,7 @@ from pipeline.kernels.affinity import (
     label_affinities,
     label_blocks,
     neighbour_blocks,
+    penalty_scale,
 )
 from pipeline.kernels.codes import pack_signs
 from pipeline.kernels.hash_functions import (
@@ -62,6 +63,7 @@ from pipeline.kernels.hash_functions import (
     linear_scaling,
     rbf_centres,
     rbf_features,
+    standard_scaling,
 )
 from pipeline.kernels.l2 import l2_topk
 from pipeline.kernels.ranking import relevance_from_labels, relevance_from_neighbours, signs_precision_at_k
@@ -91,8 +93,8 @@ class MAC(Hasher):
     * ``solver``: Z-step by GraphCut ("cut": same-label blocks, or blocks grown from
       neighbours in knn mode) or the quadratic surrogate ("quad");
     * ``loss``: "ksh" (z_n^T z_m - b y_nm)^2 or "esplh" exp(-y_nm z_n^T z_m / b);
-    * ``hash_function``: "linear" SVMs on the (centred, scaled) features, or "kernel": SVMs on
-      ``n_centres`` RBF features;
+    * ``hash_function``: "linear" SVMs on the features, or "kernel": SVMs on ``n_centres`` RBF
+      features (centred and scaled: kernels/hash_functions.py);
     * ``affinity``: "labels" (similar = same class, drawn at random) or "knn" (similar = exact
       Euclidean neighbours among the training points; no labels needed);
     * ``n_labeled`` training points (drawn with the seed), ``n_similar`` kappa+ and
@@ -108,20 +110,26 @@ class MAC(Hasher):
       pixel scale / 28), yet the looser fit generalises worse (validation precision 0.782
       vs 0.751 at C = 100) and trains 10x slower.
 
-    Measured path (Fashion-MNIST, 5000 points, KSH loss, cut): from mu_1 = 0.3 the Z-step
-    changes no bit or a handful until mu ~ 1000 (about 20 iterations; an iteration whose
-    Z-step changes nothing costs only the Z-step, as h would be refitted to the same Z), then
-    Z moves to h(X) within ~8 iterations and the path ends at Z = h(X) after 32-35 iterations.
-    With the KSH loss a bit's coefficient per pair is A_nm = 2 (s_nm - b y_nm) (s_nm: the
-    other bits' inner product) over ~1200 pairs per point (both directions), so flipping a
-    bit against h, which costs 4 mu, competes with couplings of order 10^3 only at mu of that
-    order. The schedule is the paper's; its first changes (mu ~ 3 here) come early enough.
+    The scale of mu (``penalty_scale``): with the KSH loss the Z-step weighs the penalty by
+    b^2, i.e. mu is measured against the normalised loss (z_n^T z_m / b - y_nm)^2. A bit's
+    coefficient per pair is A_nm = 2 (s_nm - b y_nm) (s_nm: the other bits' inner product)
+    over ~1200 pairs per point, so flipping a bit against h, which costs 4 mu, competes with
+    couplings of order 10^3 - 10^4 at eq. 3's raw scale. There the paper's schedule (mu_1 = 0.3,
+    alpha = 1.4) changed no bit or a handful for ~20 iterations and ended at Z = h(X) after
+    32-35 (Fashion-MNIST, 5000 points, 16-48 bits), where the paper reports 10-20; on the
+    normalised scale it ends after 12-16, and on 2000 points at 32 bits MACcut's training
+    loss went from 0.14% above cut's (raw scale, 34 iterations) to 0.25% below it (13).
 
-    Learned: ``weights_`` (p, b) and ``intercepts_`` (b,) of the SVMs on the features; for the
-    linear function ``mean_`` and ``scale_``, for the kernel one ``centres_`` and
+    The SVMs see centred, scaled features (``mean_``, ``scale_``): the linear function's
+    divided by one number (their RMS norm), the kernel function's standardised feature by
+    feature, which its smooth RBF features need at C = 1 (kernels/hash_functions.py).
+
+    Learned: ``weights_`` (p, b) and ``intercepts_`` (b,) of the SVMs on the features,
+    ``mean_`` and ``scale_`` of the features, and for the kernel function ``centres_`` and
     ``bandwidth_``. ``training_stats_["mac_path"]``: per iteration mu, L(Z), L(h(X)), the
-    penalty mu ||Z - h(X)||^2, bits changed by the Z-step, bits where Z != h(X), validation
-    precision and whether the iteration was kept."""
+    penalty mu ||Z - h(X)||^2 on the loss's scale (times ``penalty_scale``), bits changed by
+    the Z-step, bits where Z != h(X), validation precision and whether the iteration was
+    kept."""
 
     method = "mac"
     uses_labels = True
@@ -233,12 +241,14 @@ class MAC(Hasher):
         return relevance_from_neighbours(neighbours, ids)
 
     def _set_features(self, Xt, rng) -> np.ndarray:
-        """Learn the feature map (linear: mean and scale; kernel: centres and bandwidth) and
-        return the training features."""
+        """Learn the feature map (kernel: centres and bandwidth; then the mean and scale of the
+        training features) and return the training features."""
         if self.hash_function == "kernel":
             p = check_int_param(self.n_centres, "n_centres", self._name, 1, len(Xt))
             self.centres_, self.bandwidth_ = rbf_centres(Xt, p, rng)
-            return np.asarray(self.hash_features(Xt))
+            raw = rbf_features(Xt, self.centres_, self.bandwidth_)
+            self.mean_, self.scale_ = standard_scaling(raw)
+            return self.hash_features(Xt)
         self.mean_, self.scale_ = linear_scaling(Xt)
         F = self.hash_features(Xt)
         rank = int(np.linalg.matrix_rank(F))
@@ -253,7 +263,7 @@ class MAC(Hasher):
     def hash_features(self, X) -> np.ndarray:
         """The features the per-bit SVMs see."""
         if self.hash_function == "kernel":
-            return rbf_features(X, self.centres_, self.bandwidth_)
+            X = rbf_features(X, self.centres_, self.bandwidth_)
         return linear_features(X, self.mean_, self.scale_)
 
     def _fit(self, X, y, checkpoint):
@@ -290,16 +300,15 @@ class MAC(Hasher):
 
     def _learned_arrays(self):
         arrays = {"weights_": self.weights_, "intercepts_": self.intercepts_}
+        arrays.update({"mean_": self.mean_, "scale_": np.asarray(self.scale_, dtype=np.float64)})
         if self.hash_function == "kernel":
             arrays.update({"centres_": self.centres_, "bandwidth_": np.float64(self.bandwidth_)})
-        else:
-            arrays.update({"mean_": self.mean_, "scale_": np.float64(self.scale_)})
         return arrays
 
     def _set_learned_arrays(self, arrays):
         super()._set_learned_arrays(arrays)
         for name in ("bandwidth_", "scale_"):
-            if name in arrays:
+            if name in arrays and np.ndim(arrays[name]) == 0:  # the kernel function's scale_ is per feature
                 setattr(self, name, float(arrays[name]))
 
 
@@ -310,6 +319,7 @@ class _MacRun:
     def __init__(self, model: MAC, F, Fv, relevant, Y, blocks, on_cluster):
         self.model, self.F, self.Fv, self.relevant, self.Y, self.blocks = model, F, Fv, relevant, Y, blocks
         self.cluster = on_cluster
+        self.mu_scale = penalty_scale(model.loss, model.n_bits)
         self.stats: dict = {"mac_path": []}
 
     def free_codes(self):
@@ -326,7 +336,15 @@ class _MacRun:
         affinities = self.cluster["affinities"]
         key = f"mac-z-step-{tokenize(affinities.token, m.loss, Z, mu, self.H, m.solver)}"
         task = delayed(z_steps, pure=True)(
-            m.loss, Z, affinities.handle, mu, self.H, m.solver, self.blocks, m.z_passes, dask_key_name=key
+            m.loss,
+            Z,
+            affinities.handle,
+            mu * self.mu_scale,
+            self.H,
+            m.solver,
+            self.blocks,
+            m.z_passes,
+            dask_key_name=key,
         )
         return dask.compute(task)[0]
 
@@ -397,7 +415,7 @@ class _MacRun:
                 "iteration": i,
                 "mu": mu,
                 "loss_z": affinity_loss(loss, new, self.Y),
-                "penalty": mu * float(((new - self.H) ** 2).sum()),
+                "penalty": mu * self.mu_scale * float(((new - self.H) ** 2).sum()),
                 "bits_changed": changed,
                 "z_passes": passes,
                 "z_seconds": round(z_seconds, 3),

@@ -6,11 +6,17 @@ of the two-step methods). Plain numpy and scikit-learn.
   of x, while LIBLINEAR sees well-scaled data whatever the features' units), w_i and c_i from
   a linear SVM (LIBLINEAR through scikit-learn's LinearSVC with LIBLINEAR's defaults: squared
   hinge loss, C = 1 unless given) trained on the bit's targets;
-* kernel: the same linear SVM on RBF features phi(x) = exp(-||x - u_j||^2 / (2 sigma^2)) of
+* kernel: the same linear SVM on RBF features k(x) = exp(-||x - u_j||^2 / (2 sigma^2)) of
   ``n_centres`` (500 in the MAC paper) centres drawn from the training points, sigma = the
-  average Euclidean distance between the first 300 training points (the MAC paper's rule).
-  phi is SGH's float32 ``kernel_features``, row by row, so training and encoding compute the
-  same features for the same row whatever the chunking. The features of the training set are
+  average Euclidean distance between the first 300 training points (the MAC paper's rule),
+  then standardised feature by feature: phi_j(x) = (k_j(x) - mean_j) / std_j. With this
+  sigma every k_j(x) sits near exp(-1/2) and varies little, in few directions (smooth, wide
+  kernels), so at LIBLINEAR's C = 1 the regularised weights cannot follow the codes: on 2000
+  Fashion-MNIST points at 32 bits, fitted to cut's free codes, raw features miss 11.5% of
+  the bits (validation precision@100 0.735), globally scaled ones 13.8% (0.698), standardised
+  ones 6.5% (0.788; the linear function: 8.6%, 0.768). k is
+  SGH's float32 ``kernel_features``, row by row, so training and encoding compute the same
+  features for the same row whatever the chunking. The features of the training set are
   computed once and shared by all bits (the paper's "constant Gram matrix").
 
 A bit whose targets are all equal gets the constant function (w = 0, c = that sign).
@@ -43,7 +49,15 @@ def linear_scaling(X: np.ndarray) -> tuple[np.ndarray, float]:
     return mean, scale if scale > 0 else 1.0
 
 
-def linear_features(X: np.ndarray, mean: np.ndarray, scale: float) -> np.ndarray:
+def standard_scaling(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, std) of each column of the training kernel features (a constant column: std 1)."""
+    K = np.asarray(K, dtype=np.float64)
+    std = K.std(axis=0)
+    return K.mean(axis=0), np.where(std > 0, std, 1.0)
+
+
+def linear_features(X: np.ndarray, mean: np.ndarray, scale) -> np.ndarray:
+    """(X - mean) / scale; ``scale`` one number (linear h) or one per column (kernel h)."""
     return (np.asarray(X, dtype=np.float64) - mean) / scale
 
 

@@ -61,16 +61,21 @@ def spectral_start(A) -> np.ndarray:
     return _smallest_eigenvector(symmetric_part(A))
 
 
+def augmented_matrix(S, linear: np.ndarray) -> sparse.csr_matrix:
+    """B = [[S, linear / 2], [linear^T / 2, 0]] of the MAC paper's eq. 9: with alpha = (z, 1),
+    alpha^T B alpha = z^T S z + linear^T z, the bit's energy up to a constant (linear =
+    -2 mu h). The paper writes the off-diagonal as -mu/2 h for its ||z - h||^2; -mu h is the
+    one for which this identity holds."""
+    column = sparse.csr_matrix(0.5 * np.asarray(linear, dtype=np.float64)[:, None])
+    return sparse.bmat([[sparse.csr_matrix(S), column], [column.T, None]], format="csr")
+
+
 def _spectral_box_start(S, linear: np.ndarray) -> np.ndarray:
-    """The MAC paper's eq. 9 start with a penalty: alpha = (z, 1) makes E = alpha^T B alpha with
-    B = [[S, linear / 2], [linear^T / 2, 0]]; relaxed to ||alpha||^2 = N + 1, alpha is the
-    eigenvector of B with the smallest eigenvalue, scaled to that norm (sign: alpha_0 >= 0)
-    and truncated to the box. (The paper writes the off-diagonal as -mu/2 h for its
-    ||z - h||^2; -mu h, i.e. linear / 2 here, is the one whose alpha^T B alpha equals E.)"""
+    """The MAC paper's eq. 9 start with a penalty: relaxed to ||alpha||^2 = N + 1, alpha is the
+    eigenvector of ``augmented_matrix`` with the smallest eigenvalue, scaled to that norm
+    (sign: alpha_0 >= 0) and truncated to the box."""
     n = S.shape[0]
-    column = sparse.csr_matrix(0.5 * linear[:, None])
-    B = sparse.bmat([[S, column], [column.T, None]], format="csr")
-    vector = _smallest_eigenvector(B)
+    vector = _smallest_eigenvector(augmented_matrix(S, linear))
     vector *= np.sqrt(n + 1) / max(np.linalg.norm(vector), 1e-300)
     if vector[-1] < 0:
         vector = -vector
@@ -80,9 +85,14 @@ def _spectral_box_start(S, linear: np.ndarray) -> np.ndarray:
 def _quad(S, z: np.ndarray, mu: float, h: np.ndarray, max_iter: int) -> np.ndarray:
     z = np.asarray(z, dtype=np.float64)
     linear = -2.0 * mu * np.asarray(h, dtype=np.float64)
+    # L-BFGS-B's cost is S x, bound by reading S (nnz ~ 2 N (kappa+ + kappa-)): with S's values
+    # in float32 the product reads 8 instead of 12 bytes per entry and runs ~1.8x faster, while
+    # its rounding (~1e-7 relative) is far below what changes a sign of the relaxed solution;
+    # the energies that decide whether to keep the new bit are computed in float64
+    S_single = S.astype(np.float32)
 
     def energy_and_gradient(x):
-        Sx = S @ x
+        Sx = (S_single @ x.astype(np.float32)).astype(np.float64)
         return float(x @ Sx + linear @ x), 2.0 * Sx + linear
 
     start = _spectral_box_start(S, linear) if mu > 0 else _smallest_eigenvector(S)
