@@ -112,7 +112,7 @@ def penalty_scale(loss: str, n_bits: int) -> float:
     O(1) per pair: b^2 for KSH, i.e. mu is measured against Liu et al.'s (z_n^T z_m / b -
     y_nm)^2 rather than eq. 3's (z_n^T z_m - b y_nm)^2 (the same minimisers for a fixed mu
     scale); 1 for eSPLH, already O(1) per pair. On this scale the MAC paper's mu_1 = 0.3 and
-    alpha = 1.4 reach Z = h(X) in 12-16 iterations, as the paper reports (10-20); against
+    alpha = 1.4 reach Z = h(X) in 10-15 iterations (MACcut), as the paper reports (10-20); against
     eq. 3's raw scale the same schedule took 32-35 on Fashion-MNIST, the first ~20 changing
     almost no bit."""
     if loss not in LOSSES:
