@@ -117,7 +117,7 @@ class MAC(Hasher):
     couplings of order 10^3 - 10^4 at eq. 3's raw scale. There the paper's schedule (mu_1 = 0.3,
     alpha = 1.4) changed no bit or a handful for ~20 iterations and ended at Z = h(X) after
     32-35 (Fashion-MNIST, 5000 points, 16-48 bits), where the paper reports 10-20; on the
-    normalised scale MACcut ends after 10-15 (MACquad, from mu_1 = 0.01: 24-26), and on 2000
+    normalised scale MACcut ends after 10-15 (MACquad, from mu_1 = 0.01: 22-26), and on 2000
     points at 32 bits MACcut's training loss went from 0.14% above cut's (raw scale, 34
     iterations) to 0.25% below it (13).
 
