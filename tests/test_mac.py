@@ -166,3 +166,22 @@ def test_knn_affinities_need_no_labels(fmnist_rows):
     ).fit(X)
     assert model.training_stats_["n_blocks"] < 600  # blocks grown from neighbours, not single points
     assert model.training_stats_["validation_precision"] > 0.1
+
+
+def test_a_saved_kernel_model_without_its_feature_scaling_is_refused_in_one_line(tmp_path):
+    """A kernel MAC model round-trips through save/load with identical codes; one whose
+    arrays lack the standardisation of its RBF features (as saved before it existed) is
+    refused with a one-line error naming the missing array, not an AttributeError at encode."""
+    from pipeline.hashing.registry import load_model
+    from pipeline.storage.npz import npz_bytes
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 5))
+    params = {"affinity": "knn", "hash_function": "kernel", "n_centres": 6, "n_labeled": 30}
+    model = make_hasher("maccut", 2, n_similar=3, n_dissimilar=6, validation_size=0, max_iter=2, **params).fit(X)
+    model.save(tmp_path / "m")
+    np.testing.assert_array_equal(load_model(tmp_path / "m").encode(X), model.encode(X))
+    arrays = {k: v for k, v in model._learned_arrays().items() if k != "mean_"}
+    (tmp_path / "m" / "arrays.npz").write_bytes(npz_bytes(arrays))
+    with pytest.raises(InputError, match=r"lacks or has a bad entry \('mean_'\); re-train"):
+        load_model(tmp_path / "m")

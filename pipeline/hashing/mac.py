@@ -249,7 +249,7 @@ class MAC(Hasher):
             self.centres_, self.bandwidth_ = rbf_centres(Xt, p, rng)
             raw = rbf_features(Xt, self.centres_, self.bandwidth_)
             self.mean_, self.scale_ = standard_scaling(raw)
-            return self.hash_features(Xt)
+            return linear_features(raw, self.mean_, self.scale_)
         self.mean_, self.scale_ = linear_scaling(Xt)
         F = self.hash_features(Xt)
         rank = int(np.linalg.matrix_rank(F))
@@ -307,6 +307,12 @@ class MAC(Hasher):
         return arrays
 
     def _set_learned_arrays(self, arrays):
+        needed = {"weights_", "intercepts_", "mean_", "scale_"}
+        if self.hash_function == "kernel":
+            needed |= {"centres_", "bandwidth_"}
+        missing = sorted(needed - set(arrays))
+        if missing:  # e.g. a kernel model saved before its features were standardised
+            raise KeyError(", ".join(missing))  # load_model: "lacks or has a bad entry (...); re-train it"
         super()._set_learned_arrays(arrays)
         for name in ("bandwidth_", "scale_"):
             if name in arrays and np.ndim(arrays[name]) == 0:  # the kernel function's scale_ is per feature

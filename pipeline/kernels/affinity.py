@@ -99,12 +99,16 @@ def knn_affinities(X: np.ndarray, n_similar: int, n_dissimilar: int, rng: np.ran
     return _pair_matrix(np.concatenate(rows), np.concatenate(cols), np.concatenate(values), n)
 
 
+def _check_loss(loss: str) -> None:
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r}; choose from {', '.join(LOSSES)}")
+
+
 def _pair_loss(loss: str, inner: np.ndarray, y: np.ndarray, n_bits: int) -> np.ndarray:
+    _check_loss(loss)
     if loss == "ksh":
         return (inner - n_bits * y) ** 2
-    if loss == "esplh":
-        return np.exp(-y * inner / n_bits)
-    raise ValueError(f"unknown loss {loss!r}; choose from {', '.join(LOSSES)}")
+    return np.exp(-y * inner / n_bits)
 
 
 def penalty_scale(loss: str, n_bits: int) -> float:
@@ -112,11 +116,10 @@ def penalty_scale(loss: str, n_bits: int) -> float:
     O(1) per pair: b^2 for KSH, i.e. mu is measured against Liu et al.'s (z_n^T z_m / b -
     y_nm)^2 rather than eq. 3's (z_n^T z_m - b y_nm)^2 (the same minimisers for a fixed mu
     scale); 1 for eSPLH, already O(1) per pair. On this scale the MAC paper's mu_1 = 0.3 and
-    alpha = 1.4 reach Z = h(X) in 10-15 iterations (MACcut), as the paper reports (10-20); against
-    eq. 3's raw scale the same schedule took 32-35 on Fashion-MNIST, the first ~20 changing
-    almost no bit."""
-    if loss not in LOSSES:
-        raise ValueError(f"unknown loss {loss!r}; choose from {', '.join(LOSSES)}")
+    alpha = 1.4 reach Z = h(X) in 10-15 iterations (MACcut), as the paper reports (10-20);
+    against eq. 3's raw scale the same schedule took 32-35 on Fashion-MNIST, the first ~20
+    changing almost no bit."""
+    _check_loss(loss)
     return float(n_bits) ** 2 if loss == "ksh" else 1.0
 
 

@@ -14,9 +14,9 @@ of the two-step methods). Plain numpy and scikit-learn.
   kernels), so at LIBLINEAR's C = 1 the regularised weights cannot follow the codes: on 2000
   Fashion-MNIST points at 32 bits, fitted to cut's free codes, raw features miss 11.5% of
   the bits (validation precision@100 0.735), globally scaled ones 13.8% (0.698), standardised
-  ones 6.5% (0.788; the linear function: 8.6%, 0.768). k is
-  SGH's float32 ``kernel_features``, row by row, so training and encoding compute the same
-  features for the same row whatever the chunking. The features of the training set are
+  ones 6.5% (0.788; the linear function: 8.6%, 0.768). k is SGH's float32
+  ``kernel_features``, row by row, so training and encoding compute the same features for
+  the same row whatever the chunking. The features of the training set are
   computed once and shared by all bits (the paper's "constant Gram matrix").
 
 A bit whose targets are all equal gets the constant function (w = 0, c = that sign).
