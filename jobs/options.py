@@ -387,7 +387,7 @@ OPTIONS: tuple[Option, ...] = (
          type=positive_int, param="n_anchors", method="ksh", group=_MAC),
     _opt("ksh-max-iter", METHOD_COMMANDS, "ksh: L-BFGS steps of each bit's smoothed problem (default 500)",
          type=non_negative_int, param="max_iter", method="ksh", group=_MAC),
-    _opt("validation-size", METHOD_COMMANDS, "training rows held out for early stopping (default 500; 0: none)",
+    _opt("validation-size", METHOD_COMMANDS, "training rows held out for early stopping (default 2000; 0: none)",
          type=non_negative_int, param="validation_size", method="mac", group=_MAC),
     # -- search
     _opt("k", ["search"], "neighbours per query (default 100)", type=positive_int),

@@ -87,13 +87,27 @@ def test_codes_are_identical_for_one_and_two_workers(fmnist_rows):
 
 def test_bad_input_gives_one_line_errors(fmnist_rows):
     X, y = fmnist_rows[0][:1200], fmnist_rows[1][:1200]
+    with pytest.raises(InputError, match="500 training \\+ 2000 validation rows exceed the 1200 rows.*--validation-size"):
+        make_hasher("cut", 8, n_labeled=500).fit(X, y)
     with pytest.raises(InputError, match="requires y to be passed.*--affinity knn"):
-        make_hasher("cut", 8, n_labeled=500).fit(X)
+        make_hasher("cut", 8, n_labeled=500, validation_size=200).fit(X)
     with pytest.raises(InputError, match="fewer than kappa\\+ \\+ 1.*--kappa-plus"):
-        make_hasher("cut", 8, n_labeled=500, n_similar=100).fit(X, y)
+        make_hasher("cut", 8, n_labeled=500, n_similar=100, validation_size=200).fit(X, y)
     flat = np.repeat(X[:, 400:404], 2, axis=1)  # 8 columns of rank 4
     with pytest.raises(InputError, match="exceed the rank 4.*kernel"):
-        make_hasher("quad", 6, n_labeled=500, n_similar=5, n_dissimilar=20).fit(flat, y)
+        make_hasher("quad", 6, n_labeled=500, n_similar=5, n_dissimilar=20, validation_size=200).fit(flat, y)
+
+
+def test_training_rows_do_not_depend_on_the_validation_size():
+    """MAC with a validation set and its two-step baseline without one learn from the same
+    points; the validation rows are apart from them."""
+    from pipeline.hashing.mac import _draw_rows
+
+    draws = {n_val: _draw_rows(np.random.default_rng(3), 10_000, 500, n_val) for n_val in (0, 100, 2000)}
+    for train, val in draws.values():
+        np.testing.assert_array_equal(train, draws[0][0])
+        assert len(np.unique(val)) == len(val) and not np.isin(val, train).any()
+    assert len(draws[2000][1]) == 2000
 
 
 @pytest.fixture(scope="module")
