@@ -87,7 +87,9 @@ def test_codes_are_identical_for_one_and_two_workers(fmnist_rows):
 
 def test_bad_input_gives_one_line_errors(fmnist_rows):
     X, y = fmnist_rows[0][:1200], fmnist_rows[1][:1200]
-    with pytest.raises(InputError, match="500 training \\+ 2000 validation rows exceed the 1200 rows.*--validation-size"):
+    with pytest.raises(
+        InputError, match="500 training \\+ 2000 validation rows exceed the 1200 rows.*--validation-size"
+    ):
         make_hasher("cut", 8, n_labeled=500).fit(X, y)
     with pytest.raises(InputError, match="requires y to be passed.*--affinity knn"):
         make_hasher("cut", 8, n_labeled=500, validation_size=200).fit(X)
