@@ -42,16 +42,24 @@ def iteration_seconds(training: dict) -> float | None:
     return float(np.mean(full)) if full else None
 
 
+def validation_rows(report: dict) -> str:
+    sizes = sorted({r["training"]["n_validation"] for r in report["results"] if "n_validation" in r["training"]})
+    return ", ".join(map(str, sizes)) or "no"
+
+
 def summary(report: dict, args) -> str:
     rows = {(r["method"], r["n_bits"]): r for r in report["results"]}
     lines = [
         f"# MAC comparison on {report['dataset']['source']} ({args.hash_function} hash functions)",
         "",
-        f"- command: `{' '.join(sys.argv)}`",
+        # --summary-only rewrites the summary of the run made by the same command without it
+        f"- command: `{' '.join(a for a in sys.argv if a != '--summary-only')}`",
         f"- {args.labeled} training points drawn with the seed from the database rows (every method), label "
         f"affinities ({args.kappa_plus} similar + 500 dissimilar pairs per point), {LOSS_NAMES[args.loss]} loss; "
         "test split of "
         f"{report['split']['n_query']} queries, label ground truth",
+        f"- early stopping: {validation_rows(report)} validation rows drawn from the database rows apart from the "
+        "training points; an iteration is kept only if it lowers no validation precision@kappa+ and raises no L(h(X))",
         f"- machine: {report['machine']['cpu_model']}, cluster {report['cluster']}",
         f"- L(h(X)): the {LOSS_NAMES[args.loss]} loss of the hash function's codes of the training points over the affinity pairs "
         "(lower is better); 'iteration / two-step': mean time of a MAC iteration that refitted h, over the "
@@ -67,7 +75,7 @@ def summary(report: dict, args) -> str:
         ratio = "—"
         if method in TWO_STEP and (TWO_STEP[method], bits) in rows and iteration_seconds(t):
             ratio = f"{iteration_seconds(t) / rows[(TWO_STEP[method], bits)]['training']['train_seconds']:.2f}"
-        loss = f"{t['loss']:.4g}" if "loss" in t else "—"
+        loss = f"{t['loss']:.6g}" if "loss" in t else "—"
         lines.append(
             f"| {bits} | {method} | {r['metrics']['map']:.4f} | {r['metrics']['precision@1000']:.4f} | {loss} | "
             f"{max(len(steps) - 1, 0)} ({kept}) | {t.get('stopped', '—')} | {t['train_seconds']:.1f} | {ratio} |"
@@ -86,8 +94,18 @@ def main(argv=None) -> int:
     parser.add_argument("--kappa-plus", type=int, default=100, help="similar pairs per point (paper: 100)")
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--out", required=True)
+    parser.add_argument(
+        "--summary-only",
+        action="store_true",
+        help="rewrite --out.md from --out/report.json without training (same machine)",
+    )
     args = parser.parse_args(argv)
     args.methods = args.methods.split(",")
+    if args.summary_only:
+        report = json.loads(Path(args.out, "report.json").read_text())
+        report["machine"] = machine_info()
+        Path(args.out + ".md").write_text(summary(report, args))
+        return 0
     client = connect()
     try:
         report = workflows.evaluate(
