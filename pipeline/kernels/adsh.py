@@ -1,0 +1,90 @@
+"""The numeric steps of asymmetric deep supervised hashing (ADSH; Jiang & Li, AAAI 2018),
+written so that the database side works one chunk at a time. Plain numpy.
+
+ADSH learns the codes V in {-1, +1}^(n x c) of the n database points directly, and a network
+F for the queries, from sampled query points Omega (m of the database rows per outer
+iteration, U = tanh(F(x_Omega)), m x c):
+
+    J(U, V) = sum_{i in Omega} sum_j (u_i^T v_j - c S_ij)^2 + gamma sum_{i in Omega} ||v_i - u_i||^2
+
+S_ij = 1 when query i and database point j share a label and -r otherwise, r being the ratio
+of similar to dissimilar pairs (the authors' code weighs the -1 entries so, which balances
+the two kinds of pairs).
+
+* The V-step (eq. 8-10) minimises J over V bit by bit with the other bits fixed:
+  V_k = -sign(2 V_{-k} U_{-k}^T U_k + Q_k), Q = -2c S^T U - 2 gamma U_bar (U_bar: u_i on the
+  row of database point i in Omega, zeros elsewhere). Row j of V depends only on row j of S,
+  Q and V: the step is the same on any split of the database into chunks, and S is never
+  larger than |Omega| x one chunk.
+* The network step needs V only through two sums over the database, V^T V (c x c) and
+  S V (m x c): sum_j (u_i^T v_j - c S_ij)^2 = u_i^T (V^T V) u_i - 2c u_i^T (S V)_i + const,
+  whose gradient in u_i is eq. 6's 2 sum_j (u_i^T v_j - c S_ij) v_j. Each chunk gives its
+  share of both sums; only they travel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.kernels.ranking import relevance_from_labels
+
+
+def similar_pairs(query_labels: np.ndarray, labels: np.ndarray) -> int:
+    """How many (query, database point) pairs share a label; the rest are dissimilar."""
+    return int(relevance_from_labels(query_labels, labels).sum())
+
+
+def negative_weight(n_similar: int, n_pairs: int) -> float:
+    """r = similar / dissimilar pairs: the weight of S's dissimilar entries (-r)."""
+    n_dissimilar = n_pairs - n_similar
+    return float(n_similar) / n_dissimilar if n_dissimilar else 1.0
+
+
+def similarity(query_labels: np.ndarray, labels: np.ndarray, weight: float) -> np.ndarray:
+    """S (m, n_chunk) float64: 1 where query and database point share a label (class ids or
+    multi-hot rows), -``weight`` elsewhere."""
+    share = relevance_from_labels(query_labels, labels)
+    return np.where(share, 1.0, -float(weight))
+
+
+def quantisation_target(U: np.ndarray, omega: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """U_bar restricted to one chunk: u_i on the row of each Omega point that the chunk holds
+    (``rows``: the chunk's global row ids, increasing; ``omega``: Omega's row ids, in U's
+    order), zeros elsewhere."""
+    target = np.zeros((len(rows), U.shape[1]), dtype=np.float64)
+    pos = np.searchsorted(rows, omega)
+    inside = pos < len(rows)
+    inside[inside] = rows[pos[inside]] == omega[inside]
+    target[pos[inside]] = U[inside]
+    return target
+
+
+def v_step(V: np.ndarray, U: np.ndarray, S: np.ndarray, U_bar: np.ndarray, gamma: float) -> np.ndarray:
+    """One pass of eq. 10 over the bits of one chunk's codes V (n_chunk, c) in {-1, +1}, each
+    bit with the others at their newest values. S (m, n_chunk), U (m, c), U_bar (n_chunk, c).
+    A bit whose two values give the same J keeps its old value (np.sign would give 0)."""
+    c = U.shape[1]
+    V = np.array(V, dtype=np.float64)
+    Q = -2.0 * c * (S.T @ U) - 2.0 * gamma * U_bar
+    UtU = U.T @ U  # (c, c): U_{-k}^T U_k is column k of it without entry k
+    for k in range(c):
+        coupling = UtU[:, k].copy()
+        coupling[k] = 0.0
+        field = 2.0 * (V @ coupling) + Q[:, k]
+        V[:, k] = np.where(field > 0, -1.0, np.where(field < 0, 1.0, V[:, k]))
+    return V.astype(np.int8)
+
+
+def database_sums(V: np.ndarray, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One chunk's shares of V^T V (c, c) and S V (m, c); summed over the chunks they give the
+    network step everything it needs from the database."""
+    Vf = V.astype(np.float64)
+    return Vf.T @ Vf, S @ Vf
+
+
+def objective(U: np.ndarray, VtV: np.ndarray, SV: np.ndarray, V_omega: np.ndarray, gamma: float, S_sq: float) -> float:
+    """J(U, V) from the database sums; ``S_sq``: sum of S_ij^2 over Omega x database (the
+    constant c^2 sum S^2 completes the square)."""
+    c = U.shape[1]
+    pairs = np.einsum("ic,cd,id->", U, VtV, U) - 2.0 * c * np.einsum("ic,ic->", U, SV) + c * c * S_sq
+    return float(pairs + gamma * ((V_omega - U) ** 2).sum())

@@ -1,0 +1,111 @@
+"""ADSH's numeric steps (pipeline/kernels/adsh.py) against the paper's formulation written
+out densely over the whole database, and against brute force on tiny problems."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pipeline.kernels.adsh import (
+    database_sums,
+    negative_weight,
+    objective,
+    quantisation_target,
+    similar_pairs,
+    similarity,
+    v_step,
+)
+
+
+def direct_objective(U, V, S, omega, gamma):
+    """J = sum_i sum_j (u_i^T v_j - c S_ij)^2 + gamma sum_i ||v_omega_i - u_i||^2, term by term."""
+    c = U.shape[1]
+    pairs = sum((U[i] @ V[j] - c * S[i, j]) ** 2 for i in range(len(U)) for j in range(len(V)))
+    return pairs + gamma * sum(((V[omega[i]] - U[i]) ** 2).sum() for i in range(len(U)))
+
+
+def dense_v_step(V, U, S, omega, gamma):
+    """The V-step as the paper states it (eq. 8-10), over the whole database at once."""
+    n, c = V.shape
+    U_bar = np.zeros((n, c))
+    U_bar[omega] = U
+    Q = -2 * c * S.T @ U - 2 * gamma * U_bar
+    V = V.astype(np.float64).copy()
+    for k in range(c):
+        rest = np.setdiff1d(np.arange(c), k)
+        V[:, k] = -np.sign(2 * V[:, rest] @ (U[:, rest].T @ U[:, k]) + Q[:, k])
+    return V.astype(np.int8)
+
+
+def problem(rng, n=300, m=40, c=12, classes=5, multi=False):
+    if multi:
+        labels = (rng.random((n, classes)) < 0.3).astype(np.int8)
+    else:
+        labels = rng.integers(0, classes, n)
+    omega = np.sort(rng.choice(n, m, replace=False))
+    S = similarity(labels[omega], labels, negative_weight(similar_pairs(labels[omega], labels), m * n))
+    U = np.tanh(rng.normal(size=(m, c)))
+    V = rng.choice(np.array([-1, 1], dtype=np.int8), size=(n, c))
+    return labels, omega, S, U, V
+
+
+@pytest.mark.parametrize("multi", [False, True])
+def test_v_step_by_chunks_equals_the_dense_v_step(multi):
+    rng = np.random.default_rng(0)
+    labels, omega, S, U, V = problem(rng, multi=multi)
+    dense = dense_v_step(V, U, S, omega, gamma=200.0)
+    for bounds in ([0, 300], [0, 17, 160, 300], [0, 100, 200, 300]):
+        parts = []
+        for lo, hi in itertools.pairwise(bounds):
+            rows = np.arange(lo, hi)
+            S_chunk = similarity(
+                labels[omega], labels[lo:hi], negative_weight(similar_pairs(labels[omega], labels), S.size)
+            )
+            parts.append(v_step(V[lo:hi], U, S_chunk, quantisation_target(U, omega, rows), 200.0))
+        np.testing.assert_array_equal(np.concatenate(parts), dense)
+
+
+def test_similarity_weighs_dissimilar_pairs_by_the_similar_ratio():
+    labels = np.array([0, 0, 1, 2, 2, 2])
+    S = similarity(labels[:2], labels, negative_weight(similar_pairs(labels[:2], labels), 12))
+    r = 4 / 8  # 4 similar pairs (two queries x two zeros), 8 dissimilar
+    np.testing.assert_allclose(S, [[1, 1, -r, -r, -r, -r]] * 2)
+    multi = np.array([[1, 0, 1], [0, 1, 0], [0, 0, 1]])
+    np.testing.assert_allclose(similarity(multi[:1], multi, 0.25), [[1, -0.25, 1]])
+
+
+def test_each_bit_of_the_v_step_is_the_exact_minimum_over_all_codes_of_its_column():
+    """n = 10 database points: for the last bit, all 2^10 columns against the one chosen
+    (the earlier bits' columns were chosen the same way); J never rises."""
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        labels, omega, S, U, V = problem(rng, n=10, m=4, c=3, classes=3)
+        new = v_step(V, U, S, quantisation_target(U, omega, np.arange(10)), 2.0)
+        best = direct_objective(U, new, S, omega, 2.0)
+        assert best <= direct_objective(U, V, S, omega, 2.0) + 1e-9
+        for column in itertools.product([-1, 1], repeat=10):
+            other = new.copy()
+            other[:, -1] = column
+            assert best <= direct_objective(U, other, S, omega, 2.0) + 1e-9
+
+
+def test_objective_from_the_database_sums_equals_the_double_sum():
+    rng = np.random.default_rng(2)
+    labels, omega, S, U, V = problem(rng, n=60, m=8, c=6)
+    VtV, SV = np.zeros((6, 6)), np.zeros((8, 6))
+    for lo, hi in ((0, 25), (25, 60)):  # the sums add up over chunks
+        a, b = database_sums(V[lo:hi], S[:, lo:hi])
+        VtV, SV = VtV + a, SV + b
+    got = objective(U, VtV, SV, V[omega].astype(np.float64), 3.0, float((S**2).sum()))
+    assert got == pytest.approx(direct_objective(U, V, S, omega, 3.0), rel=1e-12)
+
+
+def test_quantisation_target_places_omega_rows_inside_a_chunk_only():
+    U = np.arange(8.0).reshape(4, 2)
+    omega = np.array([2, 5, 9, 14])
+    target = quantisation_target(U, omega, np.arange(4, 12))
+    expected = np.zeros((8, 2))
+    expected[1], expected[5] = U[1], U[2]
+    np.testing.assert_array_equal(target, expected)
