@@ -1,0 +1,58 @@
+"""The deep hash functions' networks: built from JSON-able specs, weights round-tripped
+through plain arrays, unknown or damaged ones refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pipeline.errors import InputError
+
+torch = pytest.importorskip("torch")
+
+from pipeline.deep.networks import build_network, load_state_arrays, register_network, state_arrays  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("spec", "shape"),
+    [({"name": "cnn"}, (28, 28)), ({"name": "cnn", "channels": [8]}, (3, 32, 32)), ({"name": "mlp"}, (384,))],
+)
+def test_a_network_rebuilt_from_its_spec_and_arrays_gives_the_same_outputs(spec, shape):
+    torch.manual_seed(0)
+    net = build_network(json.loads(json.dumps(spec)), 24, shape)
+    x = torch.randn(5, int(np.prod(shape)))
+    arrays = state_arrays(net)
+    assert all(isinstance(a, np.ndarray) for a in arrays.values())
+    torch.manual_seed(1)  # a different initialisation, overwritten by the saved weights
+    again = build_network(spec, 24, shape)
+    load_state_arrays(again, arrays)
+    with torch.no_grad():
+        out = net(x)
+        assert out.shape == (5, 24)
+        torch.testing.assert_close(again(x), out, rtol=0, atol=0)
+
+
+def test_unknown_or_damaged_networks_are_refused():
+    with pytest.raises(InputError, match="unknown network 'resnet'.*register_network"):
+        build_network({"name": "resnet"}, 8, (28, 28))
+    with pytest.raises(InputError, match="network 'mlp'.*width"):
+        build_network({"name": "mlp", "width": 3}, 8, (10,))
+    with pytest.raises(InputError, match="too small.*mlp"):
+        build_network({"name": "cnn"}, 8, (8, 8))
+    net = build_network({"name": "mlp", "hidden": [16]}, 8, (10,))
+    arrays = state_arrays(net)
+    arrays["network.1.weight"] = arrays["network.1.weight"][:, :5]
+    with pytest.raises(KeyError, match="network.1.weight"):
+        load_state_arrays(net, arrays)
+    del arrays["network.1.weight"]
+    with pytest.raises(KeyError, match="1.weight"):
+        load_state_arrays(net, arrays)
+
+
+def test_a_registered_factory_builds_from_its_name():
+    register_network(
+        "tiny-linear", lambda n_bits, input_shape, scale=1: torch.nn.Linear(int(np.prod(input_shape)), n_bits)
+    )
+    assert build_network({"name": "tiny-linear", "scale": 2}, 4, (6,))(torch.zeros(2, 6)).shape == (2, 4)
