@@ -15,8 +15,10 @@ from pipeline.kernels.adsh import (
     quantisation_target,
     similar_pairs,
     similarity,
+    similarity_product,
     v_step,
 )
+from pipeline.kernels.ranking import relevance_from_labels
 
 
 def direct_objective(U, V, S, omega, gamma):
@@ -94,11 +96,15 @@ def test_each_bit_of_the_v_step_is_the_exact_minimum_over_all_codes_of_its_colum
 def test_objective_from_the_database_sums_equals_the_double_sum():
     rng = np.random.default_rng(2)
     labels, omega, S, U, V = problem(rng, n=60, m=8, c=6)
-    VtV, SV = np.zeros((6, 6)), np.zeros((8, 6))
+    share = relevance_from_labels(labels[omega], labels)
+    r = negative_weight(int(share.sum()), share.size)
+    VtV, PV, ones_V, n_similar = np.zeros((6, 6), np.int64), np.zeros((8, 6), np.int64), np.zeros(6, np.int64), 0
     for lo, hi in ((0, 25), (25, 60)):  # the sums add up over chunks
-        a, b = database_sums(V[lo:hi], S[:, lo:hi])
-        VtV, SV = VtV + a, SV + b
-    got = objective(U, VtV, SV, V[omega].astype(np.float64), 3.0, float((S**2).sum()))
+        a, b, c, d = database_sums(V[lo:hi], share[:, lo:hi])
+        VtV, PV, ones_V, n_similar = VtV + a, PV + b, ones_V + c, n_similar + d
+    assert n_similar == similar_pairs(labels[omega], labels)
+    np.testing.assert_allclose(similarity_product(PV, ones_V, r), S @ V, rtol=1e-12)
+    got = objective(U, VtV, similarity_product(PV, ones_V, r), V[omega].astype(np.float64), 3.0, float((S**2).sum()))
     assert got == pytest.approx(direct_objective(U, V, S, omega, 3.0), rel=1e-12)
 
 

@@ -17,7 +17,7 @@ the two kinds of pairs).
   Q and V: the step is the same on any split of the database into chunks, and S is never
   larger than |Omega| x one chunk.
 * The network step needs V only through two sums over the database, V^T V (c x c) and
-  S V (m x c): sum_j (u_i^T v_j - c S_ij)^2 = u_i^T (V^T V) u_i - 2c u_i^T (S V)_i + const,
+  S V (m x c; from P V and 1^T V, P the 0/1 same-label matrix, ``similarity_product``): sum_j (u_i^T v_j - c S_ij)^2 = u_i^T (V^T V) u_i - 2c u_i^T (S V)_i + const,
   whose gradient in u_i is eq. 6's 2 sum_j (u_i^T v_j - c S_ij) v_j. Each chunk gives its
   share of both sums; only they travel.
 """
@@ -75,11 +75,18 @@ def v_step(V: np.ndarray, U: np.ndarray, S: np.ndarray, U_bar: np.ndarray, gamma
     return V.astype(np.int8)
 
 
-def database_sums(V: np.ndarray, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One chunk's shares of V^T V (c, c) and S V (m, c); summed over the chunks they give the
-    network step everything it needs from the database."""
-    Vf = V.astype(np.float64)
-    return Vf.T @ Vf, S @ Vf
+def database_sums(V: np.ndarray, share: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """One chunk's shares of V^T V (c, c), P V (m, c) and 1^T V (c,) for P = ``share`` (m,
+    n_chunk; query and point share a label), and its count of similar pairs. All integers:
+    their sums over the chunks are exact, so nothing depends on how the database is chunked
+    or in which order the parts are added."""
+    Vi = V.astype(np.int64)
+    return Vi.T @ Vi, share.astype(np.int64) @ Vi, Vi.sum(axis=0), int(share.sum())
+
+
+def similarity_product(PV: np.ndarray, column_sums: np.ndarray, weight: float) -> np.ndarray:
+    """S V from the summed P V and 1^T V: S = (1 + r) P - r (every entry -r, then 1 where similar)."""
+    return (1.0 + weight) * PV - weight * column_sums[None, :].astype(np.float64)
 
 
 def objective(U: np.ndarray, VtV: np.ndarray, SV: np.ndarray, V_omega: np.ndarray, gamma: float, S_sq: float) -> float:
