@@ -115,3 +115,18 @@ def test_quantisation_target_places_omega_rows_inside_a_chunk_only():
     expected = np.zeros((8, 2))
     expected[1], expected[5] = U[1], U[2]
     np.testing.assert_array_equal(target, expected)
+
+
+def test_the_network_loss_from_the_sums_has_the_papers_gradient():
+    """Eq. 6: dJ/du_i = 2 sum_j (u_i^T v_j - c S_ij) v_j + 2 gamma (u_i - v_i), over the whole
+    database, against autograd of the loss built from V^T V and S V."""
+    torch = pytest.importorskip("torch")
+    from pipeline.deep.training import adsh_loss
+
+    rng = np.random.default_rng(3)
+    labels, omega, S, U, V = problem(rng, n=80, m=10, c=8)
+    Vf = V.astype(np.float64)
+    u = torch.tensor(U, requires_grad=True)
+    adsh_loss(u, torch.tensor(Vf.T @ Vf), torch.tensor(S @ Vf), torch.tensor(Vf[omega]), 5.0).backward()
+    expected = 2 * (U @ Vf.T - 8 * S) @ Vf + 2 * 5.0 * (U - Vf[omega])
+    np.testing.assert_allclose(u.grad.numpy(), expected, rtol=1e-10, atol=1e-9)

@@ -1,0 +1,61 @@
+"""ADSH's network step (Algorithm 1's inner loop over mini-batches of Omega), in torch.
+
+The loss of the sampled queries i in Omega needs the database codes V only through V^T V
+and S V (pipeline/kernels/adsh.py):
+
+    sum_j (u_i^T v_j - c S_ij)^2 = u_i^T (V^T V) u_i - 2c u_i^T (S V)_i + const,
+
+so an epoch runs where the network is, with two small matrices from the cluster, and its
+gradient is eq. 6's. The loss is divided by the number of (query, database point) pairs of
+the batch, as in the authors' code, so the learning rate does not depend on n.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.deep.networks import require_torch
+
+
+def set_deterministic(seed: int, threads: int) -> None:
+    """Seeded, deterministic torch on a fixed number of threads (a GEMM's summation order
+    depends on how many threads split it)."""
+    torch = require_torch()
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(threads)
+
+
+def adsh_loss(u, VtV, SV, V_omega, gamma: float):
+    """J of a batch up to the constant c^2 sum S^2: u (b, c) = tanh(F(x)), SV (b, c) its rows of
+    S V, V_omega (b, c) the database codes of the same points."""
+    torch = require_torch()
+    c = VtV.shape[0]
+    pairs = torch.einsum("ic,cd,id->", u, VtV, u) - 2.0 * c * (u * SV).sum()
+    return pairs + gamma * ((V_omega - u) ** 2).sum()
+
+
+def network_epoch(net, optimiser, X, VtV, SV, V_omega, *, gamma: float, n_database: int, batch_size: int, generator):
+    """One pass over the rows of X (Omega's inputs, a float32 tensor) in random mini-batches;
+    returns the mean loss per pair over the batches."""
+    torch = require_torch()
+    order = torch.randperm(X.shape[0], generator=generator)
+    losses = []
+    net.train()
+    for batch in order.split(batch_size):
+        u = torch.tanh(net(X[batch]))
+        loss = adsh_loss(u, VtV, SV[batch], V_omega[batch], gamma) / (len(batch) * n_database)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        losses.append(float(loss))
+    return float(np.mean(losses))
+
+
+def network_outputs(net, X, batch_size: int = 4096) -> np.ndarray:
+    """tanh(F(X)) (n, c) float64 for the V-step and the loss (no gradient)."""
+    torch = require_torch()
+    net.eval()
+    with torch.no_grad():
+        parts = [torch.tanh(net(X[i : i + batch_size])) for i in range(0, X.shape[0], batch_size)]
+    return torch.cat(parts).double().numpy()
