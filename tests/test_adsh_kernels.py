@@ -3,12 +3,15 @@ out densely over the whole database, and against brute force on tiny problems.""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
 import pytest
 
 from pipeline.kernels.adsh import (
+    add_chunk_sums,
+    chunk_pass,
     database_sums,
     negative_weight,
     objective,
@@ -18,7 +21,6 @@ from pipeline.kernels.adsh import (
     similarity_product,
     v_step,
 )
-from pipeline.kernels.ranking import relevance_from_labels
 
 
 def direct_objective(U, V, S, omega, gamma):
@@ -55,18 +57,24 @@ def problem(rng, n=300, m=40, c=12, classes=5, multi=False):
 
 @pytest.mark.parametrize("multi", [False, True])
 def test_v_step_by_chunks_equals_the_dense_v_step(multi):
+    """chunk_pass (S^T U through per-class sums, or blocks of the multi-label matrix) on any
+    chunking gives the dense V-step's codes, and sums that add up to the dense ones."""
     rng = np.random.default_rng(0)
     labels, omega, S, U, V = problem(rng, multi=multi)
     dense = dense_v_step(V, U, S, omega, gamma=200.0)
+    r = negative_weight(similar_pairs(labels[omega], labels), S.size)
     for bounds in ([0, 300], [0, 17, 160, 300], [0, 100, 200, 300]):
-        parts = []
-        for lo, hi in itertools.pairwise(bounds):
-            rows = np.arange(lo, hi)
-            S_chunk = similarity(
-                labels[omega], labels[lo:hi], negative_weight(similar_pairs(labels[omega], labels), S.size)
-            )
-            parts.append(v_step(V[lo:hi], U, S_chunk, quantisation_target(U, omega, rows), 200.0))
-        np.testing.assert_array_equal(np.concatenate(parts), dense)
+        parts = [
+            chunk_pass(V[a:b], labels[a:b], a, omega, labels[omega], U, r, 200.0) for a, b in itertools.pairwise(bounds)
+        ]
+        np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), dense)
+        VtV, PV, ones_V, n_similar, held, held_codes = functools.reduce(add_chunk_sums, [p[1] for p in parts])
+        Df = dense.astype(np.float64)
+        np.testing.assert_array_equal(VtV, Df.T @ Df)
+        np.testing.assert_allclose(similarity_product(PV, ones_V, r), S @ Df, rtol=1e-12, atol=1e-9)
+        assert n_similar == similar_pairs(labels[omega], labels)
+        np.testing.assert_array_equal(held, omega)
+        np.testing.assert_array_equal(held_codes, dense[omega])
 
 
 def test_similarity_weighs_dissimilar_pairs_by_the_similar_ratio():
@@ -84,7 +92,7 @@ def test_each_bit_of_the_v_step_is_the_exact_minimum_over_all_codes_of_its_colum
     rng = np.random.default_rng(1)
     for _ in range(5):
         labels, omega, S, U, V = problem(rng, n=10, m=4, c=3, classes=3)
-        new = v_step(V, U, S, quantisation_target(U, omega, np.arange(10)), 2.0)
+        new = v_step(V, U, S.T @ U, quantisation_target(U, omega, np.arange(10)), 2.0)
         best = direct_objective(U, new, S, omega, 2.0)
         assert best <= direct_objective(U, V, S, omega, 2.0) + 1e-9
         for column in itertools.product([-1, 1], repeat=10):
@@ -96,14 +104,13 @@ def test_each_bit_of_the_v_step_is_the_exact_minimum_over_all_codes_of_its_colum
 def test_objective_from_the_database_sums_equals_the_double_sum():
     rng = np.random.default_rng(2)
     labels, omega, S, U, V = problem(rng, n=60, m=8, c=6)
-    share = relevance_from_labels(labels[omega], labels)
-    r = negative_weight(int(share.sum()), share.size)
+    r = negative_weight(similar_pairs(labels[omega], labels), S.size)
     VtV, PV, ones_V, n_similar = np.zeros((6, 6), np.int64), np.zeros((8, 6), np.int64), np.zeros(6, np.int64), 0
     for lo, hi in ((0, 25), (25, 60)):  # the sums add up over chunks
-        a, b, c, d = database_sums(V[lo:hi], share[:, lo:hi])
+        a, b, c, d = database_sums(V[lo:hi], labels[omega], labels[lo:hi])
         VtV, PV, ones_V, n_similar = VtV + a, PV + b, ones_V + c, n_similar + d
     assert n_similar == similar_pairs(labels[omega], labels)
-    np.testing.assert_allclose(similarity_product(PV, ones_V, r), S @ V, rtol=1e-12)
+    np.testing.assert_allclose(similarity_product(PV, ones_V, r), S @ V, rtol=1e-12, atol=1e-9)
     got = objective(U, VtV, similarity_product(PV, ones_V, r), V[omega].astype(np.float64), 3.0, float((S**2).sum()))
     assert got == pytest.approx(direct_objective(U, V, S, omega, 3.0), rel=1e-12)
 

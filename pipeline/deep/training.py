@@ -36,20 +36,22 @@ def adsh_loss(u, VtV, SV, V_omega, gamma: float):
 
 
 def network_epoch(net, optimiser, X, VtV, SV, V_omega, *, gamma: float, n_database: int, batch_size: int, generator):
-    """One pass over the rows of X (Omega's inputs, a float32 tensor) in random mini-batches;
-    returns the mean loss per pair over the batches."""
+    """One pass over the rows of X (Omega's inputs, a float32 tensor) in random mini-batches.
+    Returns the mean loss per pair over the batches and U (m, c) float64: each row's tanh
+    output as its mini-batch computed it (Algorithm 1's u_i, which the V-step then uses)."""
     torch = require_torch()
     order = torch.randperm(X.shape[0], generator=generator)
-    losses = []
+    losses, U = [], np.zeros((X.shape[0], VtV.shape[0]))
     net.train()
     for batch in order.split(batch_size):
         u = torch.tanh(net(X[batch]))
+        U[batch.numpy()] = u.detach().double().numpy()
         loss = adsh_loss(u, VtV, SV[batch], V_omega[batch], gamma) / (len(batch) * n_database)
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
-        losses.append(float(loss))
-    return float(np.mean(losses))
+        losses.append(loss.item())
+    return float(np.mean(losses)), U
 
 
 def network_outputs(net, X, batch_size: int = 4096) -> np.ndarray:

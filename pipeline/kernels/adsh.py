@@ -59,13 +59,14 @@ def quantisation_target(U: np.ndarray, omega: np.ndarray, rows: np.ndarray) -> n
     return target
 
 
-def v_step(V: np.ndarray, U: np.ndarray, S: np.ndarray, U_bar: np.ndarray, gamma: float) -> np.ndarray:
+def v_step(V: np.ndarray, U: np.ndarray, StU: np.ndarray, U_bar: np.ndarray, gamma: float) -> np.ndarray:
     """One pass of eq. 10 over the bits of one chunk's codes V (n_chunk, c) in {-1, +1}, each
-    bit with the others at their newest values. S (m, n_chunk), U (m, c), U_bar (n_chunk, c).
-    A bit whose two values give the same J keeps its old value (np.sign would give 0)."""
+    bit with the others at their newest values. StU = S^T U (n_chunk, c) for the chunk's rows
+    of S, U (m, c), U_bar (n_chunk, c). A bit whose two values give the same J keeps its old
+    value (np.sign would give 0)."""
     c = U.shape[1]
     V = np.array(V, dtype=np.float64)
-    Q = -2.0 * c * (S.T @ U) - 2.0 * gamma * U_bar
+    Q = -2.0 * c * StU - 2.0 * gamma * U_bar
     UtU = U.T @ U  # (c, c): U_{-k}^T U_k is column k of it without entry k
     for k in range(c):
         coupling = UtU[:, k].copy()
@@ -75,13 +76,57 @@ def v_step(V: np.ndarray, U: np.ndarray, S: np.ndarray, U_bar: np.ndarray, gamma
     return V.astype(np.int8)
 
 
-def database_sums(V: np.ndarray, share: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """One chunk's shares of V^T V (c, c), P V (m, c) and 1^T V (c,) for P = ``share`` (m,
-    n_chunk; query and point share a label), and its count of similar pairs. All integers:
-    their sums over the chunks are exact, so nothing depends on how the database is chunked
-    or in which order the parts are added."""
+SHARE_BLOCK = 4096  # multi-label: database points per block of the (m, block) same-label matrix
+
+
+def _class_index(omega_labels, labels):
+    """Class-id labels: Omega's classes, each Omega row's class index, and for each database
+    point its class index among them (-1: no Omega row has its class)."""
+    classes, of_omega = np.unique(omega_labels, return_inverse=True)
+    pos = np.minimum(np.searchsorted(classes, labels), len(classes) - 1)
+    return classes, of_omega, np.where(classes[pos] == labels, pos, -1)
+
+
+def share_transpose_times(omega_labels, labels, U) -> np.ndarray:
+    """P^T U (n_chunk, c): for each database point, the sum of u_i over the Omega rows sharing
+    a label with it. Class ids: through per-class sums, O((m + n) c); multi-hot rows: by
+    blocks of the (m, n_chunk) 0/1 matrix."""
+    if np.ndim(labels) == 1:
+        classes, of_omega, of_point = _class_index(omega_labels, labels)
+        class_sums = np.zeros((len(classes) + 1, U.shape[1]))  # the last row: no class, zeros
+        np.add.at(class_sums, of_omega, U)
+        return class_sums[of_point]
+    out = np.empty((len(labels), U.shape[1]))
+    for a in range(0, len(labels), SHARE_BLOCK):
+        share = relevance_from_labels(omega_labels, labels[a : a + SHARE_BLOCK])
+        out[a : a + SHARE_BLOCK] = share.T.astype(np.float64) @ U
+    return out
+
+
+def share_times(omega_labels, labels, V) -> tuple[np.ndarray, int]:
+    """(P V (m, c) int64, the number of similar pairs) of one chunk, as share_transpose_times."""
     Vi = V.astype(np.int64)
-    return Vi.T @ Vi, share.astype(np.int64) @ Vi, Vi.sum(axis=0), int(share.sum())
+    if np.ndim(labels) == 1:
+        classes, of_omega, of_point = _class_index(omega_labels, labels)
+        class_sums = np.zeros((len(classes) + 1, V.shape[1]), dtype=np.int64)
+        np.add.at(class_sums, of_point, Vi)
+        counts = np.bincount(of_point[of_point >= 0], minlength=len(classes))
+        return class_sums[of_omega], int(counts[of_omega].sum())
+    PV, similar = np.zeros((len(omega_labels), V.shape[1]), dtype=np.int64), 0
+    for a in range(0, len(labels), SHARE_BLOCK):
+        share = relevance_from_labels(omega_labels, labels[a : a + SHARE_BLOCK])
+        PV += share.astype(np.int64) @ Vi[a : a + SHARE_BLOCK]
+        similar += int(share.sum())
+    return PV, similar
+
+
+def database_sums(V: np.ndarray, omega_labels, labels) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """One chunk's shares of V^T V (c, c), P V (m, c) and 1^T V (c,), and its count of
+    similar pairs. All integers: their sums over the chunks are exact, so nothing depends on
+    how the database is chunked or in which order the parts are added."""
+    Vi = V.astype(np.int64)
+    PV, similar = share_times(omega_labels, labels, V)
+    return Vi.T @ Vi, PV, Vi.sum(axis=0), similar
 
 
 def similarity_product(PV: np.ndarray, column_sums: np.ndarray, weight: float) -> np.ndarray:
@@ -95,3 +140,28 @@ def objective(U: np.ndarray, VtV: np.ndarray, SV: np.ndarray, V_omega: np.ndarra
     c = U.shape[1]
     pairs = np.einsum("ic,cd,id->", U, VtV, U) - 2.0 * c * np.einsum("ic,ic->", U, SV) + c * c * S_sq
     return float(pairs + gamma * ((V_omega - U) ** 2).sum())
+
+
+def chunk_pass(V, labels, start: int, omega, omega_labels, U=None, weight: float = 1.0, gamma: float = 0.0):
+    """One database chunk (rows start .. start + len(V)) in one outer iteration: with U,
+    eq. 10's V-step of its codes; then its shares of the sums the network step needs and
+    its codes of the Omega rows it holds. Returns (codes, (V^T V, P V, 1^T V, similar pairs,
+    Omega rows held, their codes))."""
+    if U is not None:
+        rows = np.arange(start, start + len(V))
+        StU = (1.0 + weight) * share_transpose_times(omega_labels, labels, U) - weight * U.sum(axis=0)
+        V = v_step(V, U, StU, quantisation_target(U, omega, rows), gamma)
+    held = omega[(omega >= start) & (omega < start + len(V))]
+    return V, (*database_sums(V, omega_labels, labels), held, np.asarray(V[held - start]))
+
+
+def add_chunk_sums(a, b):
+    """Combine two chunks' (or subtrees') sums: integers add, Omega rows concatenate in order."""
+    return (
+        a[0] + b[0],
+        a[1] + b[1],
+        a[2] + b[2],
+        a[3] + b[3],
+        np.concatenate([a[4], b[4]]),
+        np.concatenate([a[5], b[5]]),
+    )

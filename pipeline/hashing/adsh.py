@@ -1,0 +1,264 @@
+"""Asymmetric deep supervised hashing (ADSH; Jiang & Li, AAAI 2018): a network for the
+queries, the database codes V learned directly, chunk by chunk on the cluster.
+
+Algorithm 1, for ``outer_iter`` (T_out) outer iterations: draw Omega, ``n_samples`` (|Omega|)
+database rows, with the seed; then ``inner_iter`` (T_in) times: one epoch of the network over
+Omega in mini-batches of ``batch_size`` (pipeline/deep/training.py), then the V-step (eq. 10,
+every bit once) on every database chunk as an ``adsh-vstep`` task (pipeline/kernels/adsh.py).
+
+What moves: Omega's inputs and labels (|Omega| rows) and U (|Omega| x c) go to the chunk
+tasks; back come V^T V, P V and 1^T V (integers: exact, so the result does not depend on the
+chunking or the number of workers) and the codes of the Omega rows. S is formed inside each
+task from labels, never larger than |Omega| x one chunk; V stays on the workers.
+
+After fit, ``database_codes_`` holds V packed (the training rows' codes, a dask array); new
+rows and queries are encoded by the network (sign of its outputs). Saved: the network's
+weights and spec (no pickle) and the input scaling; the database codes are a codes store
+written by the train workflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from numbers import Integral, Real
+
+import dask
+import numpy as np
+from dask import delayed
+from sklearn.utils._param_validation import Interval
+
+from pipeline.distributed.graph import is_dask_array, map_chunks, row_bounds, select_rows, tree_reduce
+from pipeline.errors import InputError
+from pipeline.hashing.base import BITS, SEED, Hasher, labels_of_rows
+from pipeline.kernels.adsh import add_chunk_sums, chunk_pass, negative_weight, similarity_product
+from pipeline.kernels.codes import pack_signs
+from pipeline.validation import check_int_param
+
+log = logging.getLogger(__name__)
+
+
+def default_network(n_features: int) -> tuple[dict, tuple]:
+    """(spec, input shape) when none is given: square images (28 x 28, 32 x 32, and 3 x k x k
+    colour) get the cnn, anything else the mlp."""
+    side = int(round(np.sqrt(n_features)))
+    if side * side == n_features and side >= 16:
+        return {"name": "cnn"}, (side, side)
+    side = int(round(np.sqrt(n_features / 3)))
+    if 3 * side * side == n_features and side >= 16:
+        return {"name": "cnn"}, (3, side, side)
+    return {"name": "mlp"}, (n_features,)
+
+
+class ADSH(Hasher):
+    """ADSH (see the module docstring). Parameters (paper's values in brackets):
+    ``gamma`` (200), ``outer_iter`` T_out (50), ``inner_iter`` T_in (3), ``n_samples`` |Omega|
+    (2000), ``batch_size`` (64), ``learning_rate`` of Adam (1e-3; the paper tunes it in
+    [1e-6, 1e-2]; Adam because the loss's scale changes with c and the label balance),
+    ``network`` a spec ({"name": "cnn"|"mlp"|registered, **kwargs}; default by the input's
+    shape, ``input_shape``), ``threads`` torch threads (fixed, for reproducibility).
+
+    Learned: the network (``network_``, its weights in arrays.npz), ``mean_`` and ``scale_``
+    of the inputs, ``database_codes_`` (after fit only)."""
+
+    method = "adsh"
+    uses_labels = True
+    _parameter_constraints = {
+        "n_bits": BITS,
+        "gamma": [Interval(Real, 0, None, closed="left")],
+        "outer_iter": [Interval(Integral, 1, None, closed="left")],
+        "inner_iter": [Interval(Integral, 1, None, closed="left")],
+        "n_samples": [Interval(Integral, 2, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "network": [dict, None],
+        "input_shape": [tuple, list, None],
+        "threads": [Interval(Integral, 1, None, closed="left")],
+        "random_state": SEED,
+    }
+
+    def __init__(
+        self,
+        n_bits: int = 32,
+        *,
+        gamma: float = 200.0,
+        outer_iter: int = 50,
+        inner_iter: int = 3,
+        n_samples: int = 2000,
+        batch_size: int = 64,
+        learning_rate: float = 1e-3,
+        network: dict | None = None,
+        input_shape=None,
+        threads: int = 2,
+        random_state: int | None = 0,
+    ):
+        self.n_bits = n_bits
+        self.gamma = gamma
+        self.outer_iter = outer_iter
+        self.inner_iter = inner_iter
+        self.n_samples = n_samples
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.network = network
+        self.input_shape = input_shape
+        self.threads = threads
+        self.random_state = random_state
+
+    # ---------------------------------------------------------------- fit -------------
+    def _network_spec(self) -> tuple[dict, tuple]:
+        spec, shape = default_network(self.n_features_in_)
+        if self.network is not None:
+            spec = dict(self.network)
+        if self.input_shape is not None:
+            shape = tuple(int(s) for s in self.input_shape)
+        if int(np.prod(shape)) != self.n_features_in_:
+            raise InputError(
+                f"ADSH: input_shape {shape} holds {int(np.prod(shape))} values but the rows have "
+                f"{self.n_features_in_} features; give the shape of one row"
+            )
+        return spec, shape
+
+    def _fit(self, X, y, checkpoint):
+        from pipeline.deep.networks import build_network, require_torch
+        from pipeline.deep.training import network_epoch, set_deterministic
+
+        torch = require_torch()
+        n = X.shape[0]
+        m = check_int_param(self.n_samples, "n_samples", "ADSH (|Omega|)", 2, n)
+        label_parts, labels_at = self._label_chunks(y, X)
+        spec, shape = self._network_spec()
+        set_deterministic(self.seed_, self.threads)
+        rng = np.random.default_rng(self.seed_)
+        net = build_network(spec, self.n_bits, shape)
+        optimiser = torch.optim.Adam(net.parameters(), lr=self.learning_rate)
+        generator = torch.Generator().manual_seed(self.seed_)
+
+        bounds = row_bounds(X)
+        # V starts at 0 (the authors' code): the first epoch sees only the quantisation term
+        V = [np.zeros((b - a, self.n_bits), dtype=np.int8) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        V = list(dask.persist(*[delayed(v, pure=True) for v in V]))
+        path, times = [], {"network": 0.0, "v_step": 0.0}
+        for outer in range(self.outer_iter):
+            omega = np.sort(rng.choice(n, m, replace=False))
+            X_omega = np.asarray(select_rows(X, omega, keep=True).compute(), dtype=np.float32)
+            if outer == 0:
+                self.mean_ = X_omega.mean(axis=0).astype(np.float32)
+                self.scale_ = float(np.sqrt(((X_omega - self.mean_) ** 2).mean())) or 1.0
+            inputs = torch.from_numpy((X_omega - self.mean_) / self.scale_)
+            started = time.perf_counter()
+            V, sums = self._database_pass(V, label_parts, bounds, omega, labels_at(omega), None, 1.0)
+            weight = negative_weight(sums[3], m * n)
+            times["v_step"] += time.perf_counter() - started
+            for inner in range(self.inner_iter):
+                started = time.perf_counter()
+                VtV, SV, V_omega = self._network_inputs(sums, omega, weight)
+                loss, U = network_epoch(
+                    net,
+                    optimiser,
+                    inputs,
+                    VtV,
+                    SV,
+                    V_omega,
+                    gamma=self.gamma,
+                    n_database=n,
+                    batch_size=self.batch_size,
+                    generator=generator,
+                )
+                times["network"] += time.perf_counter() - started
+                started = time.perf_counter()
+                V, sums = self._database_pass(V, label_parts, bounds, omega, labels_at(omega), U, weight)
+                times["v_step"] += time.perf_counter() - started
+                path.append({"outer": outer + 1, "inner": inner + 1, "loss": loss})
+            log.info("ADSH %d bits: outer iteration %d, loss %.6g", self.n_bits, outer + 1, loss)
+        self.network_ = net
+        self.network_spec_ = {"spec": spec, "input_shape": list(shape)}
+        self.database_codes_ = self._packed(V, bounds)
+        self.n_iter_ = self.outer_iter
+        self.training_stats_.update(
+            {
+                "passes": self.outer_iter * (self.inner_iter + 1),
+                "adsh_path": path,
+                "network_seconds": round(times["network"], 3),
+                "v_step_seconds": round(times["v_step"], 3),
+                "loss": path[-1]["loss"],
+            }
+        )
+
+    def _label_chunks(self, y, X):
+        """The labels chunked like X, kept on the workers, and a function giving the labels of
+        given sorted rows (Omega's)."""
+        n = X.shape[0]
+        labels_of_rows(y, n, np.arange(0), "ADSH (supervised)", "use an unsupervised method (itq, sgh, ...)")
+        if is_dask_array(y):
+            parts = y.rechunk({0: X.chunks[0], **({1: -1} if y.ndim == 2 else {})}).to_delayed().ravel().tolist()
+        else:
+            bounds = row_bounds(X)
+            parts = [delayed(y[a:b], pure=True) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        parts = list(dask.persist(*parts))
+        return parts, lambda rows: labels_of_rows(y, n, rows, "ADSH", "")
+
+    def _database_pass(self, V, label_parts, bounds, omega, omega_labels, U, weight):
+        """Every chunk's chunk_pass as ``adsh-vstep`` tasks (with U) or ``adsh-sums`` (without);
+        returns the new V (kept on the workers) and the combined sums."""
+        name = "adsh-vstep" if U is not None else "adsh-sums"
+        chunks = [(v, lab, int(a)) for v, lab, a in zip(V, label_parts, bounds[:-1], strict=True)]
+        outs = map_chunks(name, chunk_pass, chunks, omega, omega_labels, U, weight=weight, gamma=float(self.gamma))
+        new_V = [delayed(_first, pure=True)(o) for o in outs]
+        sums = tree_reduce(f"{name}-sums", [delayed(_second, pure=True)(o) for o in outs], add_chunk_sums)
+        *new_V, sums = dask.persist(*new_V, sums)
+        return list(new_V), sums.compute()
+
+    def _network_inputs(self, sums, omega, weight):
+        import torch
+
+        VtV, PV, ones_V, _, held, held_codes = sums
+        order = np.searchsorted(held, omega)  # held: Omega's rows in chunk order (sorted)
+        SV = similarity_product(PV, ones_V, weight)
+        as_tensor = lambda a: torch.from_numpy(np.asarray(a, dtype=np.float32))  # noqa: E731
+        return as_tensor(VtV), as_tensor(SV), as_tensor(held_codes[order])
+
+    def _packed(self, V, bounds):
+        import dask.array as da
+
+        parts = [
+            da.from_delayed(delayed(_pack, pure=True)(v), shape=(int(b - a), self.code_bytes), dtype=np.uint8)
+            for v, a, b in zip(V, bounds[:-1], bounds[1:], strict=True)
+        ]
+        return da.concatenate(parts).persist()
+
+    # ---------------------------------------------------------------- encode ----------
+    def _encode_kernel(self, block):
+        import torch
+
+        from pipeline.deep.training import network_outputs
+
+        x = torch.from_numpy(((np.asarray(block, dtype=np.float32) - self.mean_) / self.scale_).astype(np.float32))
+        return pack_signs(network_outputs(self.network_, x))
+
+    def _learned_arrays(self):
+        from pipeline.deep.networks import state_arrays
+
+        return {"mean_": self.mean_, "scale_": np.float64(self.scale_), **state_arrays(self.network_)}
+
+    def _set_learned_arrays(self, arrays):
+        from pipeline.deep.networks import build_network, load_state_arrays
+
+        missing = sorted({"mean_", "scale_"} - set(arrays))
+        if missing:
+            raise KeyError(", ".join(missing))
+        self.mean_, self.scale_ = np.asarray(arrays["mean_"], dtype=np.float32), float(arrays["scale_"])
+        spec, shape = self._network_spec()
+        self.network_ = build_network(spec, self.n_bits, shape)
+        load_state_arrays(self.network_, arrays)
+
+
+def _first(pair):
+    return pair[0]
+
+
+def _second(pair):
+    return pair[1]
+
+
+def _pack(V):
+    return pack_signs(V.astype(np.float32))
