@@ -32,6 +32,7 @@ _EXPORTS = {
     "SPLH": "pipeline.hashing",
     "USPLH": "pipeline.hashing",
     "MAC": "pipeline.hashing",
+    "ADSH": "pipeline.hashing",
     "KSH": "pipeline.hashing",
     "load_model": "pipeline.hashing",
     "make_hasher": "pipeline.hashing",

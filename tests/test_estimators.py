@@ -15,6 +15,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from pipeline import (
+    ADSH,
     AGH,
     BRE,
     DGH,
@@ -67,6 +68,15 @@ SMALL = [
         n_dissimilar=3,
         validation_size=0,
         max_iter=2,
+    ),
+    ADSH(
+        n_bits=2,
+        outer_iter=1,
+        inner_iter=1,
+        n_samples=5,
+        batch_size=4,
+        network={"name": "mlp", "hidden": [4]},
+        threads=1,
     ),
 ]
 

@@ -142,6 +142,20 @@ def _score_dish1(model, view, features, truth, n_bits, ks) -> tuple[dict, dict]:
     return metrics, {"encode_seconds": round(encode_seconds, 4), "search_seconds": round(search_seconds, 4)}
 
 
+def _score_asymmetric(model, view, features, truth, n_bits, ks) -> tuple[dict, dict]:
+    """Methods that learn the database's codes directly (ADSH): the database rows are ranked
+    by those codes (``database_codes_``, aligned with the training rows), the queries are
+    encoded by the learned hash function."""
+    started = time.perf_counter()
+    query_codes = model.encode(np.asarray(features[view.query].compute()))
+    encode_seconds = time.perf_counter() - started
+    db_truth_rows = truth.database_rows(features.chunks[0], view.query)
+    metrics, search_seconds = code_metrics(
+        query_codes, model.database_codes_, view.ids, db_truth_rows, truth, n_bits, ks
+    )
+    return metrics, {"encode_seconds": round(encode_seconds, 4), "search_seconds": round(search_seconds, 4)}
+
+
 def _mean_and_std(runs: list[dict]) -> tuple[dict, dict]:
     """Average the metrics of several runs (DisH2 over dictionaries); std of each scalar."""
     mean = {k: float(np.mean([r[k] for r in runs])) for k, v in runs[0].items() if isinstance(v, float)}
@@ -222,7 +236,10 @@ def evaluate_method(
             }
         )
     else:
-        metrics, timing = _score_model(model, features, split_query, truth, n_bits, ks)
+        if model.learns_database_codes:
+            metrics, timing = _score_asymmetric(model, view, features, truth, n_bits, ks)
+        else:
+            metrics, timing = _score_model(model, features, split_query, truth, n_bits, ks)
         rows.append({**base, "metrics": metrics, "timing": {"train_seconds": round(train_seconds, 4), **timing}})
     if log:
         for row in rows:

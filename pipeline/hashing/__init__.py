@@ -1,5 +1,6 @@
 """Hash-function learners (one module per method family) and the method registry."""
 
+from pipeline.hashing.adsh import ADSH
 from pipeline.hashing.anchor_graph import AGH
 from pipeline.hashing.base import Hasher
 from pipeline.hashing.discrete_graph import DGH
@@ -23,6 +24,7 @@ from pipeline.hashing.sgh import SGH
 from pipeline.hashing.splh import SPLH, USPLH
 
 __all__ = [
+    "ADSH",
     "AGH",
     "BRE",
     "DGH",

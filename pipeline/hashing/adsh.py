@@ -63,6 +63,7 @@ class ADSH(Hasher):
 
     method = "adsh"
     uses_labels = True
+    learns_database_codes = True
     _parameter_constraints = {
         "n_bits": BITS,
         "gamma": [Interval(Real, 0, None, closed="left")],

@@ -95,6 +95,7 @@ class Hasher(TransformerMixin, BaseEstimator):
     linear_pca_based = False  # n_bits <= n_features for PCA-based methods
     uses_labels = False  # semi-supervised: fit(X, y) with one label per training row
     supports_checkpoint = False  # iterative fits that save their state after every iteration
+    learns_database_codes = False  # asymmetric: the training rows' codes are learned (database_codes_)
     _parameter_constraints: dict = {"n_bits": BITS}
 
     def __sklearn_tags__(self):

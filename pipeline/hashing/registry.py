@@ -7,6 +7,7 @@ import json
 
 from pipeline import __version__
 from pipeline.errors import InputError
+from pipeline.hashing.adsh import ADSH
 from pipeline.hashing.anchor_graph import AGH
 from pipeline.hashing.base import ARRAYS_FILE, MODEL_FILE, MODEL_SCHEMA, Hasher, resolve_location, resolve_seed
 from pipeline.hashing.discrete_graph import DGH
@@ -23,7 +24,7 @@ from pipeline.storage.npz import load_npz
 
 HASHERS: dict[str, type[Hasher]] = {
     cls.method: cls
-    for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, DGH, KMH, DisH, SGH, SPLH, USPLH, MAC, KSH)
+    for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, DGH, KMH, DisH, SGH, SPLH, USPLH, MAC, KSH, ADSH)
 }
 
 
