@@ -124,7 +124,9 @@ def groundtruth(values):
 def train(values):
     options = pick(values, "bits", "seed", "split", "overwrite", "resume")
     params = method_params("train", values)
-    model = workflows.train(_dataset(values), values["method"], values["out"], params=params, **options)
+    model = workflows.train(
+        _dataset(values), values["method"], values["out"], params=params, codes=values.get("codes"), **options
+    )
     stats = model.training_stats_
     secs, passes, rows = stats["train_seconds"], stats.get("passes", 1), stats["n_train"]
     print(

@@ -234,6 +234,7 @@ def _opt(name, commands, help_, **kw) -> Option:
 _DISH = "DisH (methods dish, dish-allreduce)"
 _SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, bre, agh, agh2, dgh, kmh)"
 _MAC = "MAC, its two-step baselines and KSH (methods maccut, macquad, cut, quad, ksh)"
+_ADSH = "ADSH (method adsh; the deep extra)"
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
 
@@ -298,6 +299,8 @@ OPTIONS: tuple[Option, ...] = (
          default=0),
     _opt("model", ["encode", "search"], "model directory made by `dhash train`", required=("encode", "search")),
     _opt("codes", ["search"], "codes made by `dhash encode` with this model", required=("search",)),
+    _opt("codes", ["train"], "adsh: codes store for the learned database codes (every row of the dataset; the "
+         "split's queries encoded by the network)"),
     _opt("n-iter", ["train"], "itq: iterations (default 50)", type=positive_int, param="n_iter", method="itq"),
     _opt("dictionary", ["train"], "dish: node whose dictionary encodes (DisH2, default 0)", type=non_negative_int,
          param="dictionary", method="dish", group=_DISH),
@@ -389,6 +392,23 @@ OPTIONS: tuple[Option, ...] = (
          type=non_negative_int, param="max_iter", method="ksh", group=_MAC),
     _opt("validation-size", METHOD_COMMANDS, "training rows held out for early stopping (default 2000; 0: none)",
          type=non_negative_int, param="validation_size", method="mac", group=_MAC),
+    _opt("adsh-gamma", METHOD_COMMANDS, "weight gamma of the quantisation term (default 200)", type=non_negative_float,
+         param="gamma", method="adsh", group=_ADSH),
+    _opt("outer-iter", METHOD_COMMANDS, "outer iterations T_out, each with a new Omega (default 50)", type=positive_int,
+         param="outer_iter", method="adsh", group=_ADSH),
+    _opt("inner-iter", METHOD_COMMANDS, "network epochs + V-steps per Omega, T_in (default 3)", type=positive_int,
+         param="inner_iter", method="adsh", group=_ADSH),
+    _opt("omega", METHOD_COMMANDS, "database rows sampled per outer iteration, |Omega| (default 2000)", type=positive_int,
+         param="n_samples", method="adsh", group=_ADSH),
+    _opt("batch-size", METHOD_COMMANDS, "network mini-batch (default 64)", type=positive_int, param="batch_size",
+         method="adsh", group=_ADSH),
+    _opt("learning-rate", METHOD_COMMANDS, "Adam's learning rate (default 0.001)", type=positive_float,
+         param="learning_rate", method="adsh", group=_ADSH),
+    _opt("network", METHOD_COMMANDS, "cnn (images) or mlp (feature vectors); default by the row's size: a square "
+         "image (side >= 16, grey or 3 colours) gets the cnn", choices=("cnn", "mlp"), param="network", method="adsh",
+         group=_ADSH),
+    _opt("torch-threads", METHOD_COMMANDS, "threads of the network step (fixed, for reproducible results; default 2)",
+         type=positive_int, param="threads", method="adsh", group=_ADSH),
     # -- search
     _opt("k", ["search"], "neighbours per query (default 100)", type=positive_int),
     _opt("k", ["bench"], "search/groundtruth: neighbours per query", type=positive_int, default=100),

@@ -19,11 +19,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.data.ingest import ingest
 from pipeline.data.sources import fashion_mnist_available, resolve_dataset
 from pipeline.data.synth import write_sift_synth
 from pipeline.distributed.cluster import cluster_shape
-from pipeline.distributed.encode import encode_to_zarr
+from pipeline.distributed.encode import all_rows_codes, encode_to_zarr, write_codes
 from pipeline.distributed.progress import compute_with_progress
 from pipeline.errors import InputError
 from pipeline.evaluation.evaluate import DEFAULT_KS, evaluate_method
@@ -154,14 +156,23 @@ def train(
     params: dict | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    codes=None,
 ) -> Hasher:
     """Learn ``method``'s hash functions on the dataset's rows (the database rows of
     ``split`` when given) and, with ``out``, save the model there. Iterative methods save a
-    checkpoint beside ``out`` after every iteration; ``resume`` continues it."""
+    checkpoint beside ``out`` after every iteration; ``resume`` continues it. Methods that
+    learn the database's codes (adsh) write them to the codes store ``codes``: every row of
+    the dataset, the split's query rows encoded by the learned hash function."""
 
     ds = dataset(dataset_)
     check_params_used([method], params)
     model = make_hasher(method, bits, random_state=seed, **method_params(method, params))
+    if model.learns_database_codes and codes is None:
+        raise InputError(
+            f"{method} learns the database's codes; give --codes PATH to store them (then search with them)"
+        )
+    if codes is not None and not model.learns_database_codes:
+        raise InputError(f"{method} learns hash functions only; drop --codes and encode with `dhash encode`")
     ckpt = checkpoint_path(out) if out is not None and model.supports_checkpoint else None
     if ckpt is not None and ckpt.exists():
         _check_checkpoint(ckpt, resume=resume, overwrite=overwrite)
@@ -173,6 +184,11 @@ def train(
         model.save(out, overwrite=overwrite)
         if ckpt is not None:
             ckpt.remove()  # the model holds everything now
+    if codes is not None:
+        query_rows = split_.query if split_ else np.empty(0, dtype=np.int64)
+        write_codes(
+            codes, all_rows_codes(model, ds.features_dask(), query_rows), model, dataset=ds, overwrite=overwrite
+        )
     return model
 
 

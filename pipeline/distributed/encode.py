@@ -4,6 +4,7 @@ checks live in storage/codes.py)."""
 from __future__ import annotations
 
 import dask.array as da
+import numpy as np
 from dask import delayed
 
 from pipeline.distributed.graph import chunk_reads, map_chunks, row_bounds, tree_reduce
@@ -61,3 +62,37 @@ def encode_to_zarr(path, X, model, *, dataset=None, overwrite: bool = False, pro
         if written is not None and written != X.shape[0]:
             raise RuntimeError(f"encoded {written} rows, expected {X.shape[0]}")
     return resolve(path)
+
+
+def _insert_rows(db_block, query_positions, query_codes):
+    """One chunk of all rows' codes: the database rows' codes with the query rows' codes put
+    back at their positions (relative to the chunk)."""
+    out = np.empty((len(db_block) + len(query_positions), db_block.shape[1]), dtype=np.uint8)
+    is_query = np.zeros(len(out), dtype=bool)
+    is_query[query_positions] = True
+    out[is_query], out[~is_query] = query_codes, db_block
+    return out
+
+
+def all_rows_codes(model, features, query_rows: np.ndarray):
+    """Codes of every row of ``features`` for a model that learned its training rows' codes
+    (``database_codes_``: the rows other than ``query_rows``): those codes where learned, the
+    model's own encoding for the query rows. Chunked like ``features``."""
+    query_rows = np.sort(np.asarray(query_rows, dtype=np.int64))
+    bounds = row_bounds(features)
+    before = np.searchsorted(query_rows, bounds)  # query rows before each chunk bound
+    db = model.database_codes_.rechunk((tuple(np.diff(bounds - before).tolist()), model.code_bytes))
+    query_codes = model.encode(np.asarray(features[query_rows].compute())) if len(query_rows) else None
+    blocks = []
+    for i, block in enumerate(db.to_delayed().ravel()):
+        a, b = int(before[i]), int(before[i + 1])
+        positions = query_rows[a:b] - bounds[i]
+        codes = query_codes[a:b] if query_codes is not None else np.empty((0, model.code_bytes), np.uint8)
+        blocks.append(
+            da.from_delayed(
+                delayed(_insert_rows, pure=True)(block, positions, codes),
+                shape=(int(bounds[i + 1] - bounds[i]), model.code_bytes),
+                dtype=np.uint8,
+            )
+        )
+    return da.concatenate(blocks)

@@ -55,8 +55,8 @@ class ADSH(Hasher):
     ``gamma`` (200), ``outer_iter`` T_out (50), ``inner_iter`` T_in (3), ``n_samples`` |Omega|
     (2000), ``batch_size`` (64), ``learning_rate`` of Adam (1e-3; the paper tunes it in
     [1e-6, 1e-2]; Adam because the loss's scale changes with c and the label balance),
-    ``network`` a spec ({"name": "cnn"|"mlp"|registered, **kwargs}; default by the input's
-    shape, ``input_shape``), ``threads`` torch threads (fixed, for reproducibility).
+    ``network`` a spec ({"name": "cnn"|"mlp"|registered, **kwargs}, or just the name; default
+    by the input's shape, ``input_shape``), ``threads`` torch threads (fixed, for reproducibility).
 
     Learned: the network (``network_``, its weights in arrays.npz), ``mean_`` and ``scale_``
     of the inputs, ``database_codes_`` (after fit only)."""
@@ -72,7 +72,7 @@ class ADSH(Hasher):
         "n_samples": [Interval(Integral, 2, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
-        "network": [dict, None],
+        "network": [dict, str, None],
         "input_shape": [tuple, list, None],
         "threads": [Interval(Integral, 1, None, closed="left")],
         "random_state": SEED,
@@ -88,7 +88,7 @@ class ADSH(Hasher):
         n_samples: int = 2000,
         batch_size: int = 64,
         learning_rate: float = 1e-3,
-        network: dict | None = None,
+        network: dict | str | None = None,
         input_shape=None,
         threads: int = 2,
         random_state: int | None = 0,
@@ -109,7 +109,7 @@ class ADSH(Hasher):
     def _network_spec(self) -> tuple[dict, tuple]:
         spec, shape = default_network(self.n_features_in_)
         if self.network is not None:
-            spec = dict(self.network)
+            spec = {"name": self.network} if isinstance(self.network, str) else dict(self.network)
         if self.input_shape is not None:
             shape = tuple(int(s) for s in self.input_shape)
         if int(np.prod(shape)) != self.n_features_in_:
@@ -227,6 +227,13 @@ class ADSH(Hasher):
         ]
         return da.concatenate(parts).persist()
 
+    def __getstate__(self):
+        # the database codes stay where they are (on the workers): a model sent to an encode
+        # task, or pickled by a user, carries the hash function only
+        state = super().__getstate__()
+        state.pop("database_codes_", None)
+        return state
+
     # ---------------------------------------------------------------- encode ----------
     def _encode_kernel(self, block):
         import torch
@@ -248,6 +255,7 @@ class ADSH(Hasher):
         if missing:
             raise KeyError(", ".join(missing))
         self.mean_, self.scale_ = np.asarray(arrays["mean_"], dtype=np.float32), float(arrays["scale_"])
+        self.n_features_in_ = int(self.mean_.size)  # the network's input shape depends on it
         spec, shape = self._network_spec()
         self.network_ = build_network(spec, self.n_bits, shape)
         load_state_arrays(self.network_, arrays)
