@@ -121,4 +121,4 @@ def test_adsh_beats_itq_by_far_on_fashion_mnist(fmnist_paths, cluster):
             params={"adsh": {"outer_iter": 10, "threads": 1}},
         )
     maps = {r["method"]: r["metrics"]["map"] for r in report["results"]}
-    assert maps["adsh"] >= 0.75 and maps["adsh"] >= maps["itq"] + 0.25, maps
+    assert maps["adsh"] >= 0.85 and maps["adsh"] >= maps["itq"] + 0.3, maps

@@ -20,6 +20,7 @@ from pipeline.kernels.adsh import (
     similarity,
     similarity_product,
     v_step,
+    validation_histograms,
 )
 
 
@@ -68,7 +69,7 @@ def test_v_step_by_chunks_equals_the_dense_v_step(multi):
             chunk_pass(V[a:b], labels[a:b], a, omega, labels[omega], U, r, 200.0) for a, b in itertools.pairwise(bounds)
         ]
         np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), dense)
-        VtV, PV, ones_V, n_similar, held, held_codes = functools.reduce(add_chunk_sums, [p[1] for p in parts])
+        VtV, PV, ones_V, n_similar, held, held_codes, _ = functools.reduce(add_chunk_sums, [p[1] for p in parts])
         Df = dense.astype(np.float64)
         np.testing.assert_array_equal(VtV, Df.T @ Df)
         np.testing.assert_allclose(similarity_product(PV, ones_V, r), S @ Df, rtol=1e-12, atol=1e-9)
@@ -137,3 +138,21 @@ def test_the_network_loss_from_the_sums_has_the_papers_gradient():
     adsh_loss(u, torch.tensor(Vf.T @ Vf), torch.tensor(S @ Vf), torch.tensor(Vf[omega]), 5.0).backward()
     expected = 2 * (U @ Vf.T - 8 * S) @ Vf + 2 * 5.0 * (U - Vf[omega])
     np.testing.assert_allclose(u.grad.numpy(), expected, rtol=1e-10, atol=1e-9)
+
+
+def test_validation_histograms_by_chunks_count_every_other_database_point_once():
+    rng = np.random.default_rng(4)
+    labels, omega, S, U, V = problem(rng, n=200, m=10, c=8)
+    rows = np.array([3, 50, 120, 199])
+    codes = np.where(rng.random((4, 8)) < 0.5, -1, 1).astype(np.int8)
+    codes[1] = V[50]  # a query equal to its own database row: that row is not counted
+    parts = [
+        validation_histograms(V[a:b], labels[a:b], a, (rows, codes, labels[rows]))
+        for a, b in itertools.pairwise([0, 60, 130, 200])
+    ]
+    total, rel = sum(p[0] for p in parts), sum(p[1] for p in parts)
+    for q, row in enumerate(rows):
+        others = np.delete(np.arange(200), row)
+        dist = (codes[q] != V[others]).sum(axis=1)
+        np.testing.assert_array_equal(total[q], np.bincount(dist, minlength=9))
+        np.testing.assert_array_equal(rel[q], np.bincount(dist[labels[others] == labels[row]], minlength=9))

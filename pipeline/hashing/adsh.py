@@ -33,6 +33,7 @@ from pipeline.errors import InputError
 from pipeline.hashing.base import BITS, SEED, Hasher, labels_of_rows
 from pipeline.kernels.adsh import add_chunk_sums, chunk_pass, negative_weight, similarity_product
 from pipeline.kernels.codes import pack_signs
+from pipeline.kernels.ranking import tie_aware_ap
 from pipeline.validation import check_int_param
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,10 @@ class ADSH(Hasher):
     (2000), ``batch_size`` (64), ``learning_rate`` of Adam (1e-3; the paper tunes it in
     [1e-6, 1e-2]; Adam because the loss's scale changes with c and the label balance),
     ``network`` a spec ({"name": "cnn"|"mlp"|registered, **kwargs}, or just the name; default
-    by the input's shape, ``input_shape``), ``threads`` torch threads (fixed, for reproducibility).
+    by the input's shape, ``input_shape``), ``threads`` torch threads (fixed, for reproducibility),
+    ``validation_size`` database rows drawn with the seed whose codes by the network are
+    ranked against the database codes after every outer iteration (their map is reported;
+    0: none; the test queries are never used).
 
     Learned: the network (``network_``, its weights in arrays.npz), ``mean_`` and ``scale_``
     of the inputs, ``database_codes_`` (after fit only)."""
@@ -75,6 +79,7 @@ class ADSH(Hasher):
         "network": [dict, str, None],
         "input_shape": [tuple, list, None],
         "threads": [Interval(Integral, 1, None, closed="left")],
+        "validation_size": [Interval(Integral, 0, None, closed="left")],
         "random_state": SEED,
     }
 
@@ -91,6 +96,7 @@ class ADSH(Hasher):
         network: dict | str | None = None,
         input_shape=None,
         threads: int = 2,
+        validation_size: int = 500,
         random_state: int | None = 0,
     ):
         self.n_bits = n_bits
@@ -103,6 +109,7 @@ class ADSH(Hasher):
         self.network = network
         self.input_shape = input_shape
         self.threads = threads
+        self.validation_size = validation_size
         self.random_state = random_state
 
     # ---------------------------------------------------------------- fit -------------
@@ -121,7 +128,7 @@ class ADSH(Hasher):
 
     def _fit(self, X, y, checkpoint):
         from pipeline.deep.networks import build_network, require_torch
-        from pipeline.deep.training import network_epoch, set_deterministic
+        from pipeline.deep.training import network_epoch, network_outputs, set_deterministic
 
         torch = require_torch()
         n = X.shape[0]
@@ -130,12 +137,14 @@ class ADSH(Hasher):
         spec, shape = self._network_spec()
         set_deterministic(self.seed_, self.threads)
         rng = np.random.default_rng(self.seed_)
+        n_val = check_int_param(self.validation_size, "validation_size", "ADSH (validation rows)", 0, n)
+        val_rows = np.sort(np.random.default_rng(rng.integers(2**63)).choice(n, n_val, replace=False))
+        X_val = np.asarray(select_rows(X, val_rows, keep=True).compute(), dtype=np.float32) if n_val else None
         net = build_network(spec, self.n_bits, shape)
         optimiser = torch.optim.Adam(net.parameters(), lr=self.learning_rate)
         generator = torch.Generator().manual_seed(self.seed_)
 
         bounds = row_bounds(X)
-        # V starts at 0 (the authors' code): the first epoch sees only the quantisation term
         V = [np.zeros((b - a, self.n_bits), dtype=np.int8) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         V = list(dask.persist(*[delayed(v, pure=True) for v in V]))
         path, times = [], {"network": 0.0, "v_step": 0.0}
@@ -146,9 +155,19 @@ class ADSH(Hasher):
                 self.mean_ = X_omega.mean(axis=0).astype(np.float32)
                 self.scale_ = float(np.sqrt(((X_omega - self.mean_) ** 2).mean())) or 1.0
             inputs = torch.from_numpy((X_omega - self.mean_) / self.scale_)
+            if outer == 0 and n_val:
+                X_val = torch.from_numpy((X_val - self.mean_) / self.scale_)
+                validation = [val_rows, None, labels_at(val_rows)]
             started = time.perf_counter()
             V, sums = self._database_pass(V, label_parts, bounds, omega, labels_at(omega), None, 1.0)
             weight = negative_weight(sums[3], m * n)
+            if outer == 0:
+                # V's initial value: one V-step from V = 0 with the untrained network's outputs.
+                # It gives every class its own code (S^T U is a sum over the class's Omega
+                # rows), where a first epoch against V = 0 would only shrink the outputs
+                # towards 0 (its loss is then gamma ||u||^2) and could leave them there.
+                U0 = network_outputs(net, inputs)
+                V, sums = self._database_pass(V, label_parts, bounds, omega, labels_at(omega), U0, weight)
             times["v_step"] += time.perf_counter() - started
             for inner in range(self.inner_iter):
                 started = time.perf_counter()
@@ -166,11 +185,19 @@ class ADSH(Hasher):
                     generator=generator,
                 )
                 times["network"] += time.perf_counter() - started
+                last = inner == self.inner_iter - 1
+                if last and n_val:  # the validation queries' codes by the network as it now is
+                    validation[1] = np.where(network_outputs(net, X_val) >= 0, 1, -1).astype(np.int8)
                 started = time.perf_counter()
-                V, sums = self._database_pass(V, label_parts, bounds, omega, labels_at(omega), U, weight)
+                V, sums = self._database_pass(
+                    V, label_parts, bounds, omega, labels_at(omega), U, weight, validation if last and n_val else None
+                )
                 times["v_step"] += time.perf_counter() - started
-                path.append({"outer": outer + 1, "inner": inner + 1, "loss": loss})
-            log.info("ADSH %d bits: outer iteration %d, loss %.6g", self.n_bits, outer + 1, loss)
+                entry = {"outer": outer + 1, "inner": inner + 1, "loss": loss}
+                if last and n_val:
+                    entry["validation_map"] = float(tie_aware_ap(*sums[6]).mean())
+                path.append(entry)
+            log.info("ADSH %d bits: outer iteration %d: %s", self.n_bits, outer + 1, path[-1])
         self.network_ = net
         self.network_spec_ = {"spec": spec, "input_shape": list(shape)}
         self.database_codes_ = self._packed(V, bounds)
@@ -198,12 +225,22 @@ class ADSH(Hasher):
         parts = list(dask.persist(*parts))
         return parts, lambda rows: labels_of_rows(y, n, rows, "ADSH", "")
 
-    def _database_pass(self, V, label_parts, bounds, omega, omega_labels, U, weight):
+    def _database_pass(self, V, label_parts, bounds, omega, omega_labels, U, weight, validation=None):
         """Every chunk's chunk_pass as ``adsh-vstep`` tasks (with U) or ``adsh-sums`` (without);
         returns the new V (kept on the workers) and the combined sums."""
         name = "adsh-vstep" if U is not None else "adsh-sums"
         chunks = [(v, lab, int(a)) for v, lab, a in zip(V, label_parts, bounds[:-1], strict=True)]
-        outs = map_chunks(name, chunk_pass, chunks, omega, omega_labels, U, weight=weight, gamma=float(self.gamma))
+        outs = map_chunks(
+            name,
+            chunk_pass,
+            chunks,
+            omega,
+            omega_labels,
+            U,
+            weight=weight,
+            gamma=float(self.gamma),
+            validation=None if validation is None else tuple(validation),
+        )
         new_V = [delayed(_first, pure=True)(o) for o in outs]
         sums = tree_reduce(f"{name}-sums", [delayed(_second, pure=True)(o) for o in outs], add_chunk_sums)
         *new_V, sums = dask.persist(*new_V, sums)
@@ -212,7 +249,7 @@ class ADSH(Hasher):
     def _network_inputs(self, sums, omega, weight):
         import torch
 
-        VtV, PV, ones_V, _, held, held_codes = sums
+        VtV, PV, ones_V, _, held, held_codes, _ = sums
         order = np.searchsorted(held, omega)  # held: Omega's rows in chunk order (sorted)
         SV = similarity_product(PV, ones_V, weight)
         as_tensor = lambda a: torch.from_numpy(np.asarray(a, dtype=np.float32))  # noqa: E731

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.ranking import relevance_from_labels
+from pipeline.kernels.ranking import distance_histograms, relevance_from_labels
 
 
 def similar_pairs(query_labels: np.ndarray, labels: np.ndarray) -> int:
@@ -142,21 +142,39 @@ def objective(U: np.ndarray, VtV: np.ndarray, SV: np.ndarray, V_omega: np.ndarra
     return float(pairs + gamma * ((V_omega - U) ** 2).sum())
 
 
-def chunk_pass(V, labels, start: int, omega, omega_labels, U=None, weight: float = 1.0, gamma: float = 0.0):
+def validation_histograms(V, labels, start: int, validation) -> tuple[np.ndarray, np.ndarray]:
+    """Per validation query, the counts of this chunk's database points (all, and those sharing
+    a label) at each Hamming distance 0..c from the query's code; a query's own database row
+    is left out. ``validation``: (rows, codes in {-1, +1} (q, c), labels)."""
+    rows, codes, query_labels = validation
+    c = V.shape[1]
+    dist = (c - codes.astype(np.int32) @ V.T.astype(np.int32)) // 2  # V in {-1, +1}: exact
+    relevant = relevance_from_labels(query_labels, labels)
+    total, rel = distance_histograms(dist, relevant, c)
+    own = np.flatnonzero((rows >= start) & (rows < start + len(V)))
+    np.subtract.at(total, (own, dist[own, rows[own] - start]), 1)
+    np.subtract.at(rel, (own, dist[own, rows[own] - start]), 1)
+    return total, rel
+
+
+def chunk_pass(V, labels, start: int, omega, omega_labels, U=None, weight=1.0, gamma=0.0, validation=None):
     """One database chunk (rows start .. start + len(V)) in one outer iteration: with U,
     eq. 10's V-step of its codes; then its shares of the sums the network step needs and
-    its codes of the Omega rows it holds. Returns (codes, (V^T V, P V, 1^T V, similar pairs,
-    Omega rows held, their codes))."""
+    its codes of the Omega rows it holds; with ``validation``, its distance histograms of
+    the validation queries (validation_histograms). Returns (codes, (V^T V, P V, 1^T V,
+    similar pairs, Omega rows held, their codes, histograms or None))."""
     if U is not None:
         rows = np.arange(start, start + len(V))
         StU = (1.0 + weight) * share_transpose_times(omega_labels, labels, U) - weight * U.sum(axis=0)
         V = v_step(V, U, StU, quantisation_target(U, omega, rows), gamma)
     held = omega[(omega >= start) & (omega < start + len(V))]
-    return V, (*database_sums(V, omega_labels, labels), held, np.asarray(V[held - start]))
+    histograms = validation_histograms(V, labels, start, validation) if validation is not None else None
+    return V, (*database_sums(V, omega_labels, labels), held, np.asarray(V[held - start]), histograms)
 
 
 def add_chunk_sums(a, b):
     """Combine two chunks' (or subtrees') sums: integers add, Omega rows concatenate in order."""
+    histograms = None if a[6] is None else (a[6][0] + b[6][0], a[6][1] + b[6][1])
     return (
         a[0] + b[0],
         a[1] + b[1],
@@ -164,4 +182,5 @@ def add_chunk_sums(a, b):
         a[3] + b[3],
         np.concatenate([a[4], b[4]]),
         np.concatenate([a[5], b[5]]),
+        histograms,
     )
