@@ -77,6 +77,7 @@ SMALL = [
         batch_size=4,
         network={"name": "mlp", "hidden": [4]},
         threads=1,
+        validation_size=0,
     ),
 ]
 
