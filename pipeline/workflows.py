@@ -311,7 +311,10 @@ def evaluate(
         "train_set": "database",
         "method_params": params or {},
         "dish2_dictionaries": "all" if dish2_dictionaries is None else int(dish2_dictionaries),
-        "has_training_plot": any("objective" in r["training"] or has_mac_path(r["training"]) for r in results),
+        "has_training_plot": any(
+            "objective" in r["training"] or has_mac_path(r["training"]) or r["training"].get("adsh_path")
+            for r in results
+        ),
     }
     report = build_report(
         dataset=dataset_summary(ds),

@@ -125,7 +125,8 @@ def _plot(report: dict, out: Location) -> list[str]:
         files.append(name)
     dish = [r for r in report["results"] if "objective" in r["training"] and "DisH1" not in r.get("label", "")]
     mac = [r for r in report["results"] if has_mac_path(r["training"])]
-    panels = 2 * bool(dish) + 2 * bool(mac)
+    adsh = [r for r in report["results"] if r["training"].get("adsh_path")]
+    panels = 2 * bool(dish) + 2 * bool(mac) + 2 * bool(adsh)
     if panels:
         fig = Figure(figsize=(5 * panels, 3.8))
         axes = list(fig.subplots(1, panels, squeeze=False)[0])
@@ -133,6 +134,8 @@ def _plot(report: dict, out: Location) -> list[str]:
             _plot_dish(dish, axes.pop(0), axes.pop(0))
         if mac:
             _plot_mac(mac, axes.pop(0), axes.pop(0))
+        if adsh:
+            _plot_adsh(adsh, axes.pop(0), axes.pop(0))
         fig.tight_layout()
         _save(fig, out, "training.png")
         files.append("training.png")
@@ -191,6 +194,29 @@ def _plot_mac(results: list, loss_ax, precision_ax) -> None:
     loss_ax.set(xlabel="MAC iteration (0: two-step start)", ylabel="loss / L(h(X)) of the start", title="MAC loss")
     precision_ax.set(xlabel="MAC iteration (x: discarded)", ylabel="validation precision", title="early stopping")
     for ax in (loss_ax, precision_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+
+
+def _plot_adsh(results: list, loss_ax, map_ax) -> None:
+    """ADSH: the network's loss per epoch (per pair, up to a constant) and the validation map
+    after each outer iteration."""
+    for r in results:
+        label = f"{r.get('label', r['method'])} {r['n_bits']}b"
+        path = r["training"]["adsh_path"]
+        line = loss_ax.plot(np.arange(1, len(path) + 1), [e["loss"] for e in path], label=label)[0]
+        scored = [e for e in path if "validation_map" in e]
+        if scored:
+            map_ax.plot(
+                [e["outer"] for e in scored],
+                [e["validation_map"] for e in scored],
+                marker=".",
+                color=line.get_color(),
+                label=label,
+            )
+    loss_ax.set(xlabel="epoch (T_in per outer iteration)", ylabel="loss per pair + const", title="ADSH network loss")
+    map_ax.set(xlabel="outer iteration", ylabel="validation map", title="ADSH validation")
+    for ax in (loss_ax, map_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
 
