@@ -33,6 +33,8 @@ _EXPORTS = {
     "USPLH": "pipeline.hashing",
     "MAC": "pipeline.hashing",
     "ADSH": "pipeline.hashing",
+    "SDH": "pipeline.hashing",
+    "COSDISH": "pipeline.hashing",
     "KSH": "pipeline.hashing",
     "load_model": "pipeline.hashing",
     "make_hasher": "pipeline.hashing",

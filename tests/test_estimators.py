@@ -18,6 +18,7 @@ from pipeline import (
     ADSH,
     AGH,
     BRE,
+    COSDISH,
     DGH,
     ITQ,
     KLSH,
@@ -26,6 +27,7 @@ from pipeline import (
     LSH,
     MAC,
     PCAH,
+    SDH,
     SGH,
     SH,
     SIKH,
@@ -79,6 +81,8 @@ SMALL = [
         threads=1,
         validation_size=0,
     ),
+    SDH(n_bits=2, n_labeled=8, n_anchors=3, max_iter=2),
+    COSDISH(n_bits=2, n_labeled=8, max_iter=2),
 ]
 
 

@@ -257,3 +257,25 @@ def as_dask(X, chunk_rows: int | None = None):
 
         chunk_rows = default_chunk_rows(X.shape[1] if X.ndim == 2 else 1, X.dtype.itemsize)
     return da.from_array(X, chunks=(chunk_rows,) + X.shape[1:])
+
+
+def _first(pair):
+    return pair[0]
+
+
+def _second(pair):
+    return pair[1]
+
+
+def update_and_reduce(name: str, fn, chunks: list, combine, *args, **kwargs):
+    """Run ``fn(*chunk, *args, **kwargs) -> (new chunk state, partial sums)`` on every chunk as
+    ``name`` tasks; the new states stay on the workers (persisted Delayeds, one per chunk) and
+    the partial sums are tree-combined and brought back: (list of states, combined sums).
+    The shape of iterative methods whose per-row state (codes) lives with the data."""
+    import dask
+
+    outs = map_chunks(name, fn, chunks, *args, **kwargs)
+    states = [delayed(_first, pure=True)(o) for o in outs]
+    sums = tree_reduce(f"{name}-sums", [delayed(_second, pure=True)(o) for o in outs], combine)
+    *states, sums = dask.persist(*states, sums)
+    return list(states), sums.compute()

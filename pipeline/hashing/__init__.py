@@ -3,6 +3,7 @@
 from pipeline.hashing.adsh import ADSH
 from pipeline.hashing.anchor_graph import AGH
 from pipeline.hashing.base import Hasher
+from pipeline.hashing.cosdish import COSDISH
 from pipeline.hashing.discrete_graph import DGH
 from pipeline.hashing.dish import DisH
 from pipeline.hashing.kernel import BRE, KLSH, KSH
@@ -20,6 +21,7 @@ from pipeline.hashing.registry import (
     method_class,
     method_params,
 )
+from pipeline.hashing.sdh import SDH
 from pipeline.hashing.sgh import SGH
 from pipeline.hashing.splh import SPLH, USPLH
 
@@ -27,6 +29,7 @@ __all__ = [
     "ADSH",
     "AGH",
     "BRE",
+    "COSDISH",
     "DGH",
     "HASHERS",
     "ITQ",
@@ -39,6 +42,7 @@ __all__ = [
     "METHOD_NAMES",
     "METHOD_VARIANTS",
     "PCAH",
+    "SDH",
     "SGH",
     "SH",
     "SIKH",

@@ -28,9 +28,9 @@ import numpy as np
 from dask import delayed
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import is_dask_array, map_chunks, row_bounds, select_rows, tree_reduce
+from pipeline.distributed.graph import row_bounds, select_rows, update_and_reduce
 from pipeline.errors import InputError
-from pipeline.hashing.base import BITS, SEED, Hasher, labels_of_rows
+from pipeline.hashing.base import BITS, SEED, Hasher, label_chunks, labels_of_rows
 from pipeline.kernels.adsh import add_chunk_sums, chunk_pass, negative_weight, similarity_product
 from pipeline.kernels.codes import pack_signs
 from pipeline.kernels.ranking import tie_aware_ap
@@ -217,34 +217,18 @@ class ADSH(Hasher):
         given sorted rows (Omega's)."""
         n = X.shape[0]
         labels_of_rows(y, n, np.arange(0), "ADSH (supervised)", "use an unsupervised method (itq, sgh, ...)")
-        if is_dask_array(y):
-            parts = y.rechunk({0: X.chunks[0], **({1: -1} if y.ndim == 2 else {})}).to_delayed().ravel().tolist()
-        else:
-            bounds = row_bounds(X)
-            parts = [delayed(y[a:b], pure=True) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        parts = list(dask.persist(*parts))
-        return parts, lambda rows: labels_of_rows(y, n, rows, "ADSH", "")
+        return label_chunks(y, X), lambda rows: labels_of_rows(y, n, rows, "ADSH", "")
 
     def _database_pass(self, V, label_parts, bounds, omega, omega_labels, U, weight, validation=None):
         """Every chunk's chunk_pass as ``adsh-vstep`` tasks (with U) or ``adsh-sums`` (without);
         returns the new V (kept on the workers) and the combined sums."""
         name = "adsh-vstep" if U is not None else "adsh-sums"
         chunks = [(v, lab, int(a)) for v, lab, a in zip(V, label_parts, bounds[:-1], strict=True)]
-        outs = map_chunks(
-            name,
-            chunk_pass,
-            chunks,
-            omega,
-            omega_labels,
-            U,
-            weight=weight,
-            gamma=float(self.gamma),
-            validation=None if validation is None else tuple(validation),
-        )
-        new_V = [delayed(_first, pure=True)(o) for o in outs]
-        sums = tree_reduce(f"{name}-sums", [delayed(_second, pure=True)(o) for o in outs], add_chunk_sums)
-        *new_V, sums = dask.persist(*new_V, sums)
-        return list(new_V), sums.compute()
+        validation = None if validation is None else tuple(validation)
+        return update_and_reduce(
+            name, chunk_pass, chunks, add_chunk_sums, omega, omega_labels, U,
+            weight=weight, gamma=float(self.gamma), validation=validation,
+        )  # fmt: skip
 
     def _network_inputs(self, sums, omega, weight):
         import torch
@@ -296,14 +280,6 @@ class ADSH(Hasher):
         spec, shape = self._network_spec()
         self.network_ = build_network(spec, self.n_bits, shape)
         load_state_arrays(self.network_, arrays)
-
-
-def _first(pair):
-    return pair[0]
-
-
-def _second(pair):
-    return pair[1]
 
 
 def _pack(V):

@@ -88,6 +88,22 @@ def labels_of_rows(y, n: int, rows: np.ndarray, who: str, unlabeled_remedy: str)
     return np.asarray(y[rows].compute() if is_dask_array(y) else y[rows])
 
 
+def label_chunks(y, X) -> list:
+    """The labels (numpy or dask, one label or multi-hot row per row of the dask array X) cut
+    like X's row chunks, persisted: one Delayed per chunk, kept on the workers."""
+    import dask
+    from dask import delayed
+
+    from pipeline.distributed.graph import row_bounds
+
+    if is_dask_array(y):
+        parts = y.rechunk({0: X.chunks[0], **({1: -1} if y.ndim == 2 else {})}).to_delayed().ravel().tolist()
+    else:
+        bounds = row_bounds(X)
+        parts = [delayed(y[a:b], pure=True) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return list(dask.persist(*parts))
+
+
 class Hasher(TransformerMixin, BaseEstimator):
     """Base class of every hash-function learner."""
 

@@ -10,6 +10,7 @@ from pipeline.errors import InputError
 from pipeline.hashing.adsh import ADSH
 from pipeline.hashing.anchor_graph import AGH
 from pipeline.hashing.base import ARRAYS_FILE, MODEL_FILE, MODEL_SCHEMA, Hasher, resolve_location, resolve_seed
+from pipeline.hashing.cosdish import COSDISH
 from pipeline.hashing.discrete_graph import DGH
 from pipeline.hashing.dish import DisH
 from pipeline.hashing.kernel import BRE, KLSH, KSH
@@ -17,15 +18,17 @@ from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
 from pipeline.hashing.mac import MAC
 from pipeline.hashing.periodic import SH, SIKH
 from pipeline.hashing.quantization import KMH
+from pipeline.hashing.sdh import SDH
 from pipeline.hashing.sgh import SGH
 from pipeline.hashing.splh import SPLH, USPLH
 from pipeline.storage.atomic import require_committed
 from pipeline.storage.npz import load_npz
 
-HASHERS: dict[str, type[Hasher]] = {
-    cls.method: cls
-    for cls in (LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, DGH, KMH, DisH, SGH, SPLH, USPLH, MAC, KSH, ADSH)
-}
+_ESTIMATORS = (
+    LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, DGH, KMH, DisH, SGH, SPLH, USPLH,
+    MAC, KSH, ADSH, SDH, COSDISH,
+)  # fmt: skip
+HASHERS: dict[str, type[Hasher]] = {cls.method: cls for cls in _ESTIMATORS}
 
 
 # names accepted by the jobs that select a variant of a registered estimator
