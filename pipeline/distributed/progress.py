@@ -39,3 +39,15 @@ def rows_bar(total: int, desc: str, show: bool = True):
     return tqdm(
         total=total, desc=desc, unit="rows", unit_scale=True, file=sys.stderr, disable=not show, mininterval=1.0
     )
+
+
+def steps_bar(total: int, desc: str):
+    """tqdm bar counting the steps of an iterative fit (a network epoch, a pass over the
+    chunks) on stderr, shown when the ``pipeline`` logger reports INFO: the command line
+    unless --quiet; in Python, after ``logging.getLogger("pipeline").setLevel("INFO")``."""
+    import logging
+
+    from tqdm import tqdm
+
+    show = logging.getLogger("pipeline").isEnabledFor(logging.INFO)
+    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, disable=not show, mininterval=1.0)

@@ -29,6 +29,7 @@ from dask import delayed
 from sklearn.utils._param_validation import Interval
 
 from pipeline.distributed.graph import row_bounds, select_rows, update_and_reduce
+from pipeline.distributed.progress import steps_bar
 from pipeline.errors import InputError
 from pipeline.hashing.base import BITS, SEED, Hasher, label_chunks, labels_of_rows
 from pipeline.kernels.adsh import add_chunk_sums, chunk_pass, negative_weight, similarity_product
@@ -148,6 +149,7 @@ class ADSH(Hasher):
         V = [np.zeros((b - a, self.n_bits), dtype=np.int8) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         V = list(dask.persist(*[delayed(v, pure=True) for v in V]))
         path, times = [], {"network": 0.0, "v_step": 0.0}
+        bar = steps_bar(self.outer_iter * self.inner_iter, f"ADSH {self.n_bits} bits: epoch + V-step")
         for outer in range(self.outer_iter):
             omega = np.sort(rng.choice(n, m, replace=False))
             X_omega = np.asarray(select_rows(X, omega, keep=True).compute(), dtype=np.float32)
@@ -197,7 +199,10 @@ class ADSH(Hasher):
                 if last and n_val:
                     entry["validation_map"] = float(tie_aware_ap(*sums[6]).mean())
                 path.append(entry)
+                bar.update(1)
+                bar.set_postfix({k: round(v, 4) for k, v in entry.items() if k in ("loss", "validation_map")})
             log.info("ADSH %d bits: outer iteration %d: %s", self.n_bits, outer + 1, path[-1])
+        bar.close()
         self.network_ = net
         self.network_spec_ = {"spec": spec, "input_shape": list(shape)}
         self.database_codes_ = self._packed(V, bounds)
