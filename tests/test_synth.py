@@ -124,3 +124,24 @@ def test_existing_output_needs_overwrite(tmp_path):
     ds = write_sift_synth(path, 100, seed=1, overwrite=True)
     np.testing.assert_array_equal(features(ds), sift_rows(1, 0, 100))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr"]
+
+
+def test_centre_labels_belong_to_the_rows_and_do_not_depend_on_slicing():
+    from pipeline.data.synth import sift_centres
+
+    n = GEN_BLOCK_ROWS + 3000  # across a generation block's end
+    labels = sift_centres(3, 0, n)
+    pieces = np.concatenate(
+        [sift_centres(3, 0, 1234), sift_centres(3, 1234, GEN_BLOCK_ROWS + 5), sift_centres(3, GEN_BLOCK_ROWS + 5, n)]
+    )
+    np.testing.assert_array_equal(pieces, labels)
+    X = sift_rows(3, 0, 20000).astype(np.float64)
+    lab = labels[:20000]
+    order = np.argsort(lab, kind="stable")
+    same = order[:-1][lab[order[:-1]] == lab[order[1:]]], order[1:][lab[order[:-1]] == lab[order[1:]]]
+    assert len(same[0]) > 100
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 20000, 2000), rng.integers(0, 20000, 2000)
+    same_distance = np.linalg.norm(X[same[0]] - X[same[1]], axis=1).mean()
+    random_distance = np.linalg.norm(X[a] - X[b], axis=1).mean()
+    assert same_distance < 0.6 * random_distance, (same_distance, random_distance)

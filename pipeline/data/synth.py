@@ -188,6 +188,23 @@ def _generation_block(seed: int, block: int) -> np.ndarray:
     return out
 
 
+def sift_centres(seed: int, start: int, stop: int) -> np.ndarray:
+    """The centre (0 .. N_CENTRES - 1, int64) each of rows [start, stop) of ``sift-synth``
+    was drawn from: synthetic class labels for supervised methods at scale (rows of one
+    centre are near-copies of one image structure). The first draw of each generation
+    block's generator, so it costs a fraction of generating the rows."""
+    if not 0 <= start <= stop:
+        raise ValueError(f"bad row range [{start}, {stop})")
+    _, cdf = centres(seed)
+    out = np.empty(stop - start, dtype=np.int64)
+    for block in range(start // GEN_BLOCK_ROWS, (stop - 1) // GEN_BLOCK_ROWS + 1) if stop > start else ():
+        block_start = block * GEN_BLOCK_ROWS
+        lo, hi = max(start, block_start), min(stop, block_start + GEN_BLOCK_ROWS)
+        draws = np.random.default_rng([seed, block]).random(GEN_BLOCK_ROWS)  # as _generation_block
+        out[lo - start : hi - start] = np.searchsorted(cdf, draws[lo - block_start : hi - block_start], side="right")
+    return out
+
+
 def sift_rows(seed: int, start: int, stop: int) -> np.ndarray:
     """Rows [start, stop) of the ``sift-synth`` data set for ``seed``: (stop - start, 128) uint8.
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.kernels.codes import pack_signs
+from pipeline.kernels.hamming import hamming_distances
 from pipeline.kernels.ranking import distance_histograms, relevance_from_labels
 
 
@@ -65,7 +67,7 @@ def v_step(V: np.ndarray, U: np.ndarray, StU: np.ndarray, U_bar: np.ndarray, gam
     of S, U (m, c), U_bar (n_chunk, c). A bit whose two values give the same J keeps its old
     value (np.sign would give 0)."""
     c = U.shape[1]
-    V = np.array(V, dtype=np.float64)
+    V = np.array(V, dtype=np.float64, order="F")  # columns contiguous: one is rewritten per bit
     Q = -2.0 * c * StU - 2.0 * gamma * U_bar
     UtU = U.T @ U  # (c, c): U_{-k}^T U_k is column k of it without entry k
     for k in range(c):
@@ -124,9 +126,16 @@ def database_sums(V: np.ndarray, omega_labels, labels) -> tuple[np.ndarray, np.n
     """One chunk's shares of V^T V (c, c), P V (m, c) and 1^T V (c,), and its count of
     similar pairs. All integers: their sums over the chunks are exact, so nothing depends on
     how the database is chunked or in which order the parts are added."""
-    Vi = V.astype(np.int64)
     PV, similar = share_times(omega_labels, labels, V)
-    return Vi.T @ Vi, PV, Vi.sum(axis=0), similar
+    return integer_gram(V), PV, V.sum(axis=0, dtype=np.int64), similar
+
+
+def integer_gram(V: np.ndarray) -> np.ndarray:
+    """V^T V (int64) of a {-1, +1} matrix by a float64 BLAS product, which is exact: every
+    entry is an integer of magnitude <= the rows, far below 2^53 (numpy's integer matmul
+    has no BLAS and was 0.7 s of a 131,072 x 32 chunk's 1.3 s)."""
+    Vf = V.astype(np.float64)
+    return np.rint(Vf.T @ Vf).astype(np.int64)
 
 
 def similarity_product(PV: np.ndarray, column_sums: np.ndarray, weight: float) -> np.ndarray:
@@ -148,7 +157,8 @@ def validation_histograms(V, labels, start: int, validation) -> tuple[np.ndarray
     is left out. ``validation``: (rows, codes in {-1, +1} (q, c), labels)."""
     rows, codes, query_labels = validation
     c = V.shape[1]
-    dist = (c - codes.astype(np.int32) @ V.T.astype(np.int32)) // 2  # V in {-1, +1}: exact
+    # packed bits and popcounts: 10x less time than a {-1, +1} product at 131,072 rows
+    dist = hamming_distances(pack_signs(codes), pack_signs(V))
     relevant = relevance_from_labels(query_labels, labels)
     total, rel = distance_histograms(dist, relevant, c)
     own = np.flatnonzero((rows >= start) & (rows < start + len(V)))
