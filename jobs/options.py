@@ -358,7 +358,8 @@ OPTIONS: tuple[Option, ...] = (
     _opt("kernel-cache", METHOD_COMMANDS, "sgh: keep kernel features on the workers between passes (default auto: "
          "when they fit)", choices=("auto", "memory", "recompute"), param="kernel_cache", group=_SGH),
     _opt("labeled", METHOD_COMMANDS, "splh, pcah-adjusted: labeled training points drawn with the seed (default "
-         "1000); maccut, macquad, cut, quad: training points of the affinities, ksh: labeled points (default 5000)", type=positive_int,
+         "1000); maccut, macquad, cut, quad: training points of the affinities, ksh: labeled points; sdh, cosdish, "
+         "dpsh: training points, every row when at least their number (default 5000)", type=positive_int,
          param="n_labeled", group=_SGH),
     _opt("eta", METHOD_COMMANDS, "splh, usplh: weight of the (pseudo-)label term relative to the covariance (default: splh 1, usplh 2)",
          type=positive_float, param="eta", group=_SGH),

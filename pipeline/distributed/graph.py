@@ -279,3 +279,25 @@ def update_and_reduce(name: str, fn, chunks: list, combine, *args, **kwargs):
     sums = tree_reduce(f"{name}-sums", [delayed(_second, pure=True)(o) for o in outs], combine)
     *states, sums = dask.persist(*states, sums)
     return list(states), sums.compute()
+
+
+def _take(part, local_rows):
+    return part[local_rows]
+
+
+def gather_rows(parts: list, bounds: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` (sorted) of an array kept on the workers as one persisted Delayed per row
+    chunk (``bounds``: the chunks' first rows and the end), brought to the client: each
+    chunk gives only its own rows, nothing is read or computed again."""
+    import dask
+
+    rows = np.asarray(rows, dtype=np.int64)
+    cut = np.searchsorted(rows, bounds)
+    taken = [
+        delayed(_take, pure=True)(part, rows[cut[i] : cut[i + 1]] - bounds[i])
+        for i, part in enumerate(parts)
+        if cut[i + 1] > cut[i]
+    ]
+    if not taken:
+        return np.asarray(dask.compute(delayed(_take, pure=True)(parts[0], rows))[0])
+    return np.concatenate(dask.compute(*taken))

@@ -28,7 +28,7 @@ import numpy as np
 from dask import delayed
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import row_bounds, select_rows, update_and_reduce
+from pipeline.distributed.graph import gather_rows, row_bounds, select_rows, update_and_reduce
 from pipeline.distributed.progress import steps_bar
 from pipeline.errors import InputError
 from pipeline.hashing.base import BITS, SEED, Hasher, label_chunks, labels_of_rows
@@ -165,7 +165,8 @@ class ADSH(Hasher):
                 X_val = torch.from_numpy((X_val - self.mean_) / self.scale_)
                 validation = [val_rows, None, labels_at(val_rows)]
             started = time.perf_counter()
-            V, sums = self._database_pass(V, label_parts, bounds, omega, labels_at(omega), None, 1.0)
+            omega_labels = labels_at(omega)  # once per Omega: from the labels kept on the workers
+            V, sums = self._database_pass(V, label_parts, bounds, omega, omega_labels, None, 1.0)
             weight = negative_weight(sums[3], m * n)
             if outer == 0:
                 # V's initial value: one V-step from V = 0 with the untrained network's outputs.
@@ -173,7 +174,7 @@ class ADSH(Hasher):
                 # rows), where a first epoch against V = 0 would only shrink the outputs
                 # towards 0 (its loss is then gamma ||u||^2) and could leave them there.
                 U0 = network_outputs(net, inputs)
-                V, sums = self._database_pass(V, label_parts, bounds, omega, labels_at(omega), U0, weight)
+                V, sums = self._database_pass(V, label_parts, bounds, omega, omega_labels, U0, weight)
             times["v_step"] += time.perf_counter() - started
             for inner in range(self.inner_iter):
                 started = time.perf_counter()
@@ -196,7 +197,7 @@ class ADSH(Hasher):
                     validation[1] = np.where(network_outputs(net, X_val) >= 0, 1, -1).astype(np.int8)
                 started = time.perf_counter()
                 V, sums = self._database_pass(
-                    V, label_parts, bounds, omega, labels_at(omega), U, weight, validation if last and n_val else None
+                    V, label_parts, bounds, omega, omega_labels, U, weight, validation if last and n_val else None
                 )
                 times["v_step"] += time.perf_counter() - started
                 entry = {"outer": outer + 1, "inner": inner + 1, "loss": loss}
@@ -226,7 +227,8 @@ class ADSH(Hasher):
         given sorted rows (Omega's)."""
         n = X.shape[0]
         labels_of_rows(y, n, np.arange(0), "ADSH (supervised)", "use an unsupervised method (itq, sgh, ...)")
-        return label_chunks(y, X), lambda rows: labels_of_rows(y, n, rows, "ADSH", "")
+        parts, bounds = label_chunks(y, X), row_bounds(X)
+        return parts, lambda rows: gather_rows(parts, bounds, rows)
 
     def _database_pass(self, V, label_parts, bounds, omega, omega_labels, U, weight, validation=None):
         """Every chunk's chunk_pass as ``adsh-vstep`` tasks (with U) or ``adsh-sums`` (without);
