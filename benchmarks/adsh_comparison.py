@@ -31,7 +31,7 @@ def summary(report: dict, args) -> str:
         "",
         f"- command: `{' '.join(sys.argv)}`",
         f"- test split of {report['split']['n_query']} queries, the other rows the database (ADSH learns their codes "
-        f"and encodes the queries with its network); label ground truth; ADSH parameters {args.params}",
+        f"and encodes the queries with its network); label ground truth; ADSH parameters {args.params}, DPSH parameters {args.dpsh_params}",
         f"- machine: {report['machine']['cpu_model']}, {report['machine'].get('cores')} cores, cluster {report['cluster']}",
         "",
         "| bits | method | map | precision@1000 | train s | network s | V-step s | validation map by outer iteration |",
@@ -55,6 +55,7 @@ def main(argv=None) -> int:
     parser.add_argument("--methods", default="itq,sdh,cosdish,dpsh,adsh")
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--params", default="{}", help="ADSH parameters as JSON, e.g. '{\"outer_iter\": 30}'")
+    parser.add_argument("--dpsh-params", default="{}", help="DPSH parameters as JSON, e.g. '{\"n_labeled\": 69000}'")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     client = connect()
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
             seed=0,
             out=args.out,
             ks=[100, 1000],
-            params={"adsh": json.loads(args.params)},
+            params={"adsh": json.loads(args.params), "dpsh": json.loads(args.dpsh_params)},
         )
     finally:
         disconnect(client)

@@ -234,7 +234,7 @@ def _opt(name, commands, help_, **kw) -> Option:
 _DISH = "DisH (methods dish, dish-allreduce)"
 _SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, bre, agh, agh2, dgh, kmh)"
 _MAC = "MAC, its two-step baselines and KSH (methods maccut, macquad, cut, quad, ksh)"
-_ADSH = "ADSH (method adsh; the deep extra)"
+_ADSH = "ADSH and DPSH (methods adsh, dpsh; the deep extra)"
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
 
@@ -402,14 +402,17 @@ OPTIONS: tuple[Option, ...] = (
     _opt("omega", METHOD_COMMANDS, "database rows sampled per outer iteration, |Omega| (default 2000)", type=positive_int,
          param="n_samples", method="adsh", group=_ADSH),
     _opt("batch-size", METHOD_COMMANDS, "network mini-batch (default 64)", type=positive_int, param="batch_size",
-         method="adsh", group=_ADSH),
-    _opt("learning-rate", METHOD_COMMANDS, "Adam's learning rate (default 0.001)", type=positive_float,
-         param="learning_rate", method="adsh", group=_ADSH),
-    _opt("network", METHOD_COMMANDS, "cnn (images) or mlp (feature vectors); default by the row's size: a square "
-         "image (side >= 16, grey or 3 colours) gets the cnn", choices=("cnn", "mlp"), param="network", method="adsh",
          group=_ADSH),
-    _opt("torch-threads", METHOD_COMMANDS, "threads of the network step (fixed, for reproducible results; default 2)",
-         type=positive_int, param="threads", method="adsh", group=_ADSH),
+    _opt("learning-rate", METHOD_COMMANDS, "Adam's learning rate (default 0.001)", type=positive_float,
+         param="learning_rate", group=_ADSH),
+    _opt("network", METHOD_COMMANDS, "cnn (images) or mlp (feature vectors); default by the row's size: a square "
+         "image (side >= 16, grey or 3 colours) gets the cnn", choices=("cnn", "mlp"), param="network", group=_ADSH),
+    _opt("torch-threads", METHOD_COMMANDS, "threads of the network step (fixed, for reproducible results; default "
+         "adsh 2, dpsh 1)", type=positive_int, param="threads", group=_ADSH),
+    _opt("epochs", METHOD_COMMANDS, "dpsh: passes of the network over its training rows (default 50)",
+         type=positive_int, param="epochs", method="dpsh", group=_ADSH),
+    _opt("dpsh-eta", METHOD_COMMANDS, "dpsh: weight eta of the quantisation term (default 0.1)",
+         type=non_negative_float, param="quantisation_weight", method="dpsh", group=_ADSH),
     # -- search
     _opt("k", ["search"], "neighbours per query (default 100)", type=positive_int),
     _opt("k", ["bench"], "search/groundtruth: neighbours per query", type=positive_int, default=100),

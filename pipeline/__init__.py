@@ -35,6 +35,7 @@ _EXPORTS = {
     "ADSH": "pipeline.hashing",
     "SDH": "pipeline.hashing",
     "COSDISH": "pipeline.hashing",
+    "DPSH": "pipeline.hashing",
     "KSH": "pipeline.hashing",
     "load_model": "pipeline.hashing",
     "make_hasher": "pipeline.hashing",

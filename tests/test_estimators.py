@@ -20,6 +20,7 @@ from pipeline import (
     BRE,
     COSDISH,
     DGH,
+    DPSH,
     ITQ,
     KLSH,
     KMH,
@@ -83,6 +84,7 @@ SMALL = [
     ),
     SDH(n_bits=2, n_labeled=8, n_anchors=3, max_iter=2),
     COSDISH(n_bits=2, n_labeled=8, max_iter=2),
+    DPSH(n_bits=2, epochs=1, n_labeled=6, batch_size=4, network={"name": "mlp", "hidden": [4]}),
 ]
 
 

@@ -6,6 +6,7 @@ from pipeline.hashing.base import Hasher
 from pipeline.hashing.cosdish import COSDISH
 from pipeline.hashing.discrete_graph import DGH
 from pipeline.hashing.dish import DisH
+from pipeline.hashing.dpsh import DPSH
 from pipeline.hashing.kernel import BRE, KLSH, KSH
 from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
 from pipeline.hashing.mac import MAC
@@ -31,6 +32,7 @@ __all__ = [
     "BRE",
     "COSDISH",
     "DGH",
+    "DPSH",
     "HASHERS",
     "ITQ",
     "IsoHash",

@@ -30,8 +30,8 @@ from sklearn.utils._param_validation import Interval
 
 from pipeline.distributed.graph import gather_rows, row_bounds, select_rows, update_and_reduce
 from pipeline.distributed.progress import steps_bar
-from pipeline.errors import InputError
-from pipeline.hashing.base import BITS, SEED, Hasher, label_chunks, labels_of_rows
+from pipeline.hashing.base import BITS, SEED, label_chunks, labels_of_rows
+from pipeline.hashing.deep import DeepHashFunction
 from pipeline.kernels.adsh import add_chunk_sums, chunk_pass, negative_weight, similarity_product
 from pipeline.kernels.codes import pack_signs
 from pipeline.kernels.ranking import tie_aware_ap
@@ -40,19 +40,7 @@ from pipeline.validation import check_int_param
 log = logging.getLogger(__name__)
 
 
-def default_network(n_features: int) -> tuple[dict, tuple]:
-    """(spec, input shape) when none is given: square images (28 x 28, 32 x 32, and 3 x k x k
-    colour) get the cnn, anything else the mlp."""
-    side = int(round(np.sqrt(n_features)))
-    if side * side == n_features and side >= 16:
-        return {"name": "cnn"}, (side, side)
-    side = int(round(np.sqrt(n_features / 3)))
-    if 3 * side * side == n_features and side >= 16:
-        return {"name": "cnn"}, (3, side, side)
-    return {"name": "mlp"}, (n_features,)
-
-
-class ADSH(Hasher):
+class ADSH(DeepHashFunction):
     """ADSH (see the module docstring). Parameters (paper's values in brackets):
     ``gamma`` (200), ``outer_iter`` T_out (50), ``inner_iter`` T_in (3), ``n_samples`` |Omega|
     (2000), ``batch_size`` (64), ``learning_rate`` of Adam (1e-3; the paper tunes it in
@@ -114,19 +102,6 @@ class ADSH(Hasher):
         self.random_state = random_state
 
     # ---------------------------------------------------------------- fit -------------
-    def _network_spec(self) -> tuple[dict, tuple]:
-        spec, shape = default_network(self.n_features_in_)
-        if self.network is not None:
-            spec = {"name": self.network} if isinstance(self.network, str) else dict(self.network)
-        if self.input_shape is not None:
-            shape = tuple(int(s) for s in self.input_shape)
-        if int(np.prod(shape)) != self.n_features_in_:
-            raise InputError(
-                f"ADSH: input_shape {shape} holds {int(np.prod(shape))} values but the rows have "
-                f"{self.n_features_in_} features; give the shape of one row"
-            )
-        return spec, shape
-
     def _fit(self, X, y, checkpoint):
         from pipeline.deep.networks import build_network, require_torch
         from pipeline.deep.training import network_epoch, network_outputs, set_deterministic
@@ -158,11 +133,10 @@ class ADSH(Hasher):
             omega = np.sort(rng.choice(n, m, replace=False))
             X_omega = np.asarray(select_rows(X, omega, keep=True).compute(), dtype=np.float32)
             if outer == 0:
-                self.mean_ = X_omega.mean(axis=0).astype(np.float32)
-                self.scale_ = float(np.sqrt(((X_omega - self.mean_) ** 2).mean())) or 1.0
-            inputs = torch.from_numpy((X_omega - self.mean_) / self.scale_)
+                self._fit_scaling(X_omega)
+            inputs = self._scaled(X_omega)
             if outer == 0 and n_val:
-                X_val = torch.from_numpy((X_val - self.mean_) / self.scale_)
+                X_val = self._scaled(X_val)
                 validation = [val_rows, None, labels_at(val_rows)]
             started = time.perf_counter()
             omega_labels = labels_at(omega)  # once per Omega: from the labels kept on the workers
@@ -265,32 +239,6 @@ class ADSH(Hasher):
         state = super().__getstate__()
         state.pop("database_codes_", None)
         return state
-
-    # ---------------------------------------------------------------- encode ----------
-    def _encode_kernel(self, block):
-        import torch
-
-        from pipeline.deep.training import network_outputs
-
-        x = torch.from_numpy(((np.asarray(block, dtype=np.float32) - self.mean_) / self.scale_).astype(np.float32))
-        return pack_signs(network_outputs(self.network_, x))
-
-    def _learned_arrays(self):
-        from pipeline.deep.networks import state_arrays
-
-        return {"mean_": self.mean_, "scale_": np.float64(self.scale_), **state_arrays(self.network_)}
-
-    def _set_learned_arrays(self, arrays):
-        from pipeline.deep.networks import build_network, load_state_arrays
-
-        missing = sorted({"mean_", "scale_"} - set(arrays))
-        if missing:
-            raise KeyError(", ".join(missing))
-        self.mean_, self.scale_ = np.asarray(arrays["mean_"], dtype=np.float32), float(arrays["scale_"])
-        self.n_features_in_ = int(self.mean_.size)  # the network's input shape depends on it
-        spec, shape = self._network_spec()
-        self.network_ = build_network(spec, self.n_bits, shape)
-        load_state_arrays(self.network_, arrays)
 
 
 def _pack(V):

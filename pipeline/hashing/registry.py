@@ -13,6 +13,7 @@ from pipeline.hashing.base import ARRAYS_FILE, MODEL_FILE, MODEL_SCHEMA, Hasher,
 from pipeline.hashing.cosdish import COSDISH
 from pipeline.hashing.discrete_graph import DGH
 from pipeline.hashing.dish import DisH
+from pipeline.hashing.dpsh import DPSH
 from pipeline.hashing.kernel import BRE, KLSH, KSH
 from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
 from pipeline.hashing.mac import MAC
@@ -26,7 +27,7 @@ from pipeline.storage.npz import load_npz
 
 _ESTIMATORS = (
     LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, DGH, KMH, DisH, SGH, SPLH, USPLH,
-    MAC, KSH, ADSH, SDH, COSDISH,
+    MAC, KSH, ADSH, SDH, COSDISH, DPSH,
 )  # fmt: skip
 HASHERS: dict[str, type[Hasher]] = {cls.method: cls for cls in _ESTIMATORS}
 

@@ -1,0 +1,74 @@
+"""What the deep hash functions (ADSH, DPSH) share: a network chosen by the input's shape
+(or given as a spec), inputs shifted by one mean vector and divided by one scale, bits
+sign(F(x)), and the weights saved as plain arrays beside the JSON parameters (no pickle)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.errors import InputError
+from pipeline.hashing.base import Hasher
+from pipeline.kernels.codes import pack_signs
+
+
+def default_network(n_features: int) -> tuple[dict, tuple]:
+    """(spec, input shape) when none is given: square images (28 x 28, 32 x 32, and 3 x k x k
+    colour) get the cnn, anything else the mlp."""
+    side = int(round(np.sqrt(n_features)))
+    if side * side == n_features and side >= 16:
+        return {"name": "cnn"}, (side, side)
+    side = int(round(np.sqrt(n_features / 3)))
+    if 3 * side * side == n_features and side >= 16:
+        return {"name": "cnn"}, (3, side, side)
+    return {"name": "mlp"}, (n_features,)
+
+
+class DeepHashFunction(Hasher):
+    """Base of the estimators whose hash function is a torch network (parameters ``network``
+    and ``input_shape``; learned ``network_``, ``mean_``, ``scale_``)."""
+
+    def _network_spec(self) -> tuple[dict, tuple]:
+        spec, shape = default_network(self.n_features_in_)
+        if self.network is not None:
+            spec = {"name": self.network} if isinstance(self.network, str) else dict(self.network)
+        if self.input_shape is not None:
+            shape = tuple(int(s) for s in self.input_shape)
+        if int(np.prod(shape)) != self.n_features_in_:
+            raise InputError(
+                f"{type(self).__name__}: input_shape {shape} holds {int(np.prod(shape))} values but the rows have "
+                f"{self.n_features_in_} features; give the shape of one row"
+            )
+        return spec, shape
+
+    def _fit_scaling(self, X: np.ndarray) -> None:
+        """One mean vector and one scale (the RMS distance to the mean) from sampled rows."""
+        self.mean_ = X.mean(axis=0).astype(np.float32)
+        self.scale_ = float(np.sqrt(((X - self.mean_) ** 2).mean())) or 1.0
+
+    def _scaled(self, X):
+        """Rows as the network's float32 input tensor."""
+        import torch
+
+        return torch.from_numpy(((np.asarray(X, dtype=np.float32) - self.mean_) / self.scale_).astype(np.float32))
+
+    def _encode_kernel(self, block):
+        from pipeline.deep.training import network_outputs
+
+        return pack_signs(network_outputs(self.network_, self._scaled(block)))
+
+    def _learned_arrays(self):
+        from pipeline.deep.networks import state_arrays
+
+        return {"mean_": self.mean_, "scale_": np.float64(self.scale_), **state_arrays(self.network_)}
+
+    def _set_learned_arrays(self, arrays):
+        from pipeline.deep.networks import build_network, load_state_arrays
+
+        missing = sorted({"mean_", "scale_"} - set(arrays))
+        if missing:
+            raise KeyError(", ".join(missing))
+        self.mean_, self.scale_ = np.asarray(arrays["mean_"], dtype=np.float32), float(arrays["scale_"])
+        self.n_features_in_ = int(self.mean_.size)  # the network's input shape depends on it
+        spec, shape = self._network_spec()
+        self.network_ = build_network(spec, self.n_bits, shape)
+        load_state_arrays(self.network_, arrays)
