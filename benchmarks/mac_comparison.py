@@ -60,7 +60,7 @@ def summary(report: dict, args) -> str:
         f"{report['split']['n_query']} queries, label ground truth",
         f"- early stopping: {validation_rows(report)} validation rows drawn from the database rows apart from the "
         "training points; an iteration is kept only if it lowers no validation precision@kappa+ and raises no L(h(X))",
-        f"- machine: {report['machine']['cpu_model']}, cluster {report['cluster']}",
+        f"- seed {args.seed}; machine: {report['machine']['cpu_model']}, cluster {report['cluster']}",
         f"- L(h(X)): the {LOSS_NAMES[args.loss]} loss of the hash function's codes of the training points over the affinity pairs "
         "(lower is better); 'iteration / two-step': mean time of a MAC iteration that refitted h, over the "
         "two-step method's whole training time",
@@ -93,6 +93,12 @@ def main(argv=None) -> int:
     parser.add_argument("--loss", default="ksh", choices=sorted(LOSS_NAMES), help="MAC's affinity loss")
     parser.add_argument("--kappa-plus", type=int, default=100, help="similar pairs per point (paper: 100)")
     parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="fixes the test split, the training points, the pairs and every method's start",
+    )
     parser.add_argument("--out", required=True)
     parser.add_argument(
         "--summary-only",
@@ -113,7 +119,7 @@ def main(argv=None) -> int:
             methods=args.methods,
             bits=[int(b) for b in args.bits.split(",")],
             queries=args.queries,
-            seed=0,
+            seed=args.seed,
             out=args.out,
             ks=[100, 1000],
             params={

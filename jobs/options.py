@@ -405,8 +405,8 @@ OPTIONS: tuple[Option, ...] = (
          group=_ADSH),
     _opt("learning-rate", METHOD_COMMANDS, "Adam's learning rate (default 0.001)", type=positive_float,
          param="learning_rate", group=_ADSH),
-    _opt("network", METHOD_COMMANDS, "cnn (images) or mlp (feature vectors); default by the row's size: a square "
-         "image (side >= 16, grey or 3 colours) gets the cnn", choices=("cnn", "mlp"), param="network", group=_ADSH),
+    _opt("network", METHOD_COMMANDS, "cnn (images; dropout 0.5 in its hidden layer for adsh, none for dpsh) or "
+         "mlp (feature vectors); default by the row's size: a square image (side >= 16, grey or 3 colours) gets the cnn", choices=("cnn", "mlp"), param="network", group=_ADSH),
     _opt("torch-threads", METHOD_COMMANDS, "threads of the network step (fixed, for reproducible results; default "
          "adsh 2, dpsh 1)", type=positive_int, param="threads", group=_ADSH),
     _opt("epochs", METHOD_COMMANDS, "dpsh: passes of the network over its training rows (default 50)",

@@ -29,6 +29,18 @@ def test_the_loss_is_the_pairwise_likelihood_plus_the_quantisation_error():
     assert abs(float(got) - (pairs.mean() + 0.1 * ((u - np.sign(u)) ** 2).mean())) < 1e-9
 
 
+def test_the_default_cnn_has_no_dropout_unless_the_spec_names_it():
+    from pipeline.hashing import ADSH
+
+    def spec(estimator):
+        estimator.n_features_in_ = 28 * 28
+        return estimator._network_spec()[0]
+
+    assert spec(DPSH())["dropout"] == 0.0 and spec(DPSH(network="cnn"))["dropout"] == 0.0
+    assert spec(DPSH(network={"name": "cnn", "dropout": 0.3}))["dropout"] == 0.3
+    assert "dropout" not in spec(ADSH())  # the cnn's own default, 0.5
+
+
 @pytest.fixture(scope="module")
 def fmnist(fmnist_paths):
     from pipeline.storage.datasets import open_dataset

@@ -5,8 +5,12 @@ arguments; the weights travel as plain arrays (``state_arrays``) in the model's 
 Built in:
 
 * ``cnn`` for images (n, h, w) or (n, channels, h, w): two 5x5 convolutions with ReLU and
-  2x2 max pooling, a fully connected hidden layer, then one output per bit;
-* ``mlp`` for feature vectors: ``hidden`` fully connected ReLU layers, then one output per bit.
+  2x2 max pooling, a fully connected hidden layer with ``dropout`` 0.5 (as in the fully
+  connected layers of CNN-F, the ADSH paper's network), then one output per bit. Without the
+  dropout, ADSH's 32-bit codes on Fashion-MNIST reached a map of 0.943 on database rows the
+  network had seen and 0.909 on the test queries: the network over-fits the sampled rows;
+* ``mlp`` for feature vectors: ``hidden`` fully connected ReLU layers (``dropout`` after
+  each, 0 by default), then one output per bit.
 
 Any other network: ``register_network(name, factory)`` with ``factory(n_bits, input_shape,
 **kwargs) -> torch.nn.Module`` before training and before loading a model that uses it.
@@ -30,7 +34,7 @@ def require_torch():
     return torch
 
 
-def _cnn(n_bits: int, input_shape, channels=(32, 64), hidden: int = 500):
+def _cnn(n_bits: int, input_shape, channels=(32, 64), hidden: int = 500, dropout: float = 0.5):
     torch = require_torch()
     nn = torch.nn
     shape = tuple(int(s) for s in input_shape)
@@ -48,19 +52,28 @@ def _cnn(n_bits: int, input_shape, channels=(32, 64), hidden: int = 500):
         *layers,
         nn.Flatten(),
         nn.Linear(c * h * w, hidden),
-        nn.ReLU(),
+        _relu(nn, dropout),
         nn.Linear(hidden, n_bits),
     )
 
 
-def _mlp(n_bits: int, input_shape, hidden=(1024, 1024)):
+def _mlp(n_bits: int, input_shape, hidden=(1024, 1024), dropout: float = 0.0):
     torch = require_torch()
     nn = torch.nn
     layers, d = [], int(np.prod(input_shape))
     for width in hidden:
-        layers += [nn.Linear(d, width), nn.ReLU()]
+        layers += [nn.Linear(d, width), _relu(nn, dropout)]
         d = width
     return nn.Sequential(nn.Flatten(), *layers, nn.Linear(d, n_bits))
+
+
+def _relu(nn, dropout: float):
+    """A hidden layer's ReLU, followed by dropout (active in training only) when ``dropout`` >
+    0. Both sit in one module so that the layers' indices, and with them the names of a saved
+    model's weights, do not depend on the dropout."""
+    if not 0.0 <= float(dropout) < 1.0:
+        raise InputError(f"dropout {dropout} is not in [0, 1); give the probability of zeroing a hidden unit")
+    return nn.Sequential(nn.ReLU(), nn.Dropout(float(dropout))) if dropout > 0 else nn.ReLU()
 
 
 _FACTORIES = {"cnn": _cnn, "mlp": _mlp}

@@ -27,10 +27,15 @@ class DeepHashFunction(Hasher):
     """Base of the estimators whose hash function is a torch network (parameters ``network``
     and ``input_shape``; learned ``network_``, ``mean_``, ``scale_``)."""
 
+    # keyword arguments a method gives a network of a kind ({"cnn": {...}}) where its spec
+    # does not name them
+    default_network_options: dict = {}
+
     def _network_spec(self) -> tuple[dict, tuple]:
         spec, shape = default_network(self.n_features_in_)
         if self.network is not None:
             spec = {"name": self.network} if isinstance(self.network, str) else dict(self.network)
+        spec = {**self.default_network_options.get(spec.get("name"), {}), **spec}  # what the spec names wins
         if self.input_shape is not None:
             shape = tuple(int(s) for s in self.input_shape)
         if int(np.prod(shape)) != self.n_features_in_:
