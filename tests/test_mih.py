@@ -73,3 +73,25 @@ def test_bad_substring_counts_and_mismatched_indexes_give_one_line_errors():
     with pytest.raises(InputError, match="rebuild the index"):
         mih_topk(codes[:5], np.arange(5), tables, queries=codes[:1], k=1, n_bits=64)
     assert list(substring_starts(10, 3)) == [0, 4, 7, 10]
+
+
+def test_the_index_on_the_cluster_equals_the_linear_scan_whatever_the_chunking(client):
+    import dask.array as da
+
+    from pipeline.search.hamming import knn_search, radius_search
+    from pipeline.search.mih import MultiIndex
+
+    rng = np.random.default_rng(3)
+    codes = clustered_codes(rng, 30_000, 64)
+    queries = codes[rng.integers(0, len(codes), 20)] ^ np.packbits(rng.random((20, 64)) < 0.05, axis=1)
+    want = knn_search(queries, codes, 50)
+    want_radius = radius_search(queries, codes, 6)
+    for rows in (30_000, 7_001):
+        index = MultiIndex(da.from_array(codes, chunks=(rows, 8)))
+        got = index.knn(queries, 50)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        for g, w in zip(index.radius(queries, 6), want_radius, strict=True):
+            np.testing.assert_array_equal(g, w)
+    with pytest.raises(InputError, match="do not match the index's 8-byte codes"):
+        index.knn(queries[:, :4], 5)
