@@ -25,6 +25,7 @@ OUTPUT_KINDS = {
     "synth": "dataset",
     "train": "model",
     "encode": "codes",
+    "index": "mih-index",
     "search": "search-results",
     "evaluate": "report",
 }  # demo: one report per dataset below out
@@ -146,9 +147,17 @@ def encode(values):
     )
 
 
+def index(values):
+    done = workflows.index(
+        values["codes"], values["out"], substrings=values["substrings"], overwrite=values["overwrite"],
+        progress=_progress(values),
+    )  # fmt: skip
+    print(f"index: {done.path} ({done.n:,} codes, {done.m} substring tables per shard) in {done.seconds:.1f}s")
+
+
 def search(values):
     where = (values["model"], values["codes"], values["out"])
-    options = pick(values, "split", "k", "radius", "overwrite")
+    options = pick(values, "split", "k", "radius", "index", "overwrite")
     done = workflows.search(_dataset(values), *where, progress=_progress(values), **options)
     print(
         f"results: {done.path} ({done.n_queries} queries x {done.n_database:,} codes, {done.rows} rows) in "
@@ -205,6 +214,7 @@ RUN = {
     "groundtruth": groundtruth,
     "train": train,
     "encode": encode,
+    "index": index,
     "search": search,
     "evaluate": evaluate,
     "demo": demo,

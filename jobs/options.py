@@ -148,6 +148,7 @@ CLUSTER_COMMANDS = (
     "groundtruth",
     "train",
     "encode",
+    "index",
     "search",
     "evaluate",
     "demo",
@@ -161,6 +162,7 @@ COMMANDS = {
     "groundtruth": "Exact Euclidean neighbours of a split's queries (computed once, stored in the dataset)",
     "train": "Learn hash functions on a dataset's database rows and save a model directory",
     "encode": "Encode every row of a dataset into packed binary codes (zarr)",
+    "index": "Multi-index hashing tables of a codes store, for exact Hamming search that compares few codes",
     "search": "Hamming top-k (or radius) search of a split's queries; results to parquet",
     "evaluate": "Train, encode, search and score methods x bit lengths; write a report directory",
     "demo": "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with LSH, PCAH, ITQ, DisH",
@@ -299,6 +301,11 @@ OPTIONS: tuple[Option, ...] = (
          default=0),
     _opt("model", ["encode", "search"], "model directory made by `dhash train`", required=("encode", "search")),
     _opt("codes", ["search"], "codes made by `dhash encode` with this model", required=("search",)),
+    _opt("codes", ["index"], "codes store to index (made by `dhash encode`)", required=("index",)),
+    _opt("substrings", ["index"], "substrings m of each code, one table each (default: bits / log2(rows per "
+         "codes chunk), the multi-index hashing paper's rule)", type=positive_int),
+    _opt("index", ["search"], "search through this index (made by `dhash index` from these codes): the same "
+         "results as the linear scan"),
     _opt("codes", ["train"], "adsh: codes store for the learned database codes (every row of the dataset; the "
          "split's queries encoded by the network)"),
     _opt("n-iter", ["train"], "itq: iterations (default 50)", type=positive_int, param="n_iter", method="itq"),
@@ -446,11 +453,12 @@ OPTIONS: tuple[Option, ...] = (
     _opt("out", ["synth"], "dataset to create (zarr v3; path or URL)", required=("synth",)),
     _opt("out", ["train"], "model directory to create", required=("train",)),
     _opt("out", ["encode"], "codes store to create (zarr)", required=("encode",)),
+    _opt("out", ["index"], "index to create (zarr; path or URL)", required=("index",)),
     _opt("out", ["search"], "results parquet file (query_id, rank, id, hamming)", required=("search",)),
     _opt("out", ["evaluate"], "report directory", required=("evaluate",)),
     _opt("out", ["demo"], "report directory", default="runs/demo"),
     _opt("out", ["bench"], "result JSON file (a Markdown table is written beside it)", required=("bench",)),
-    _opt("overwrite", ["ingest", "synth", "split", "train", "encode", "search"],
+    _opt("overwrite", ["ingest", "synth", "split", "train", "encode", "index", "search"],
          "replace an existing output of the same kind written by dhash (anything else is refused)", switch=True),
 )
 # fmt: on

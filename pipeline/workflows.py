@@ -34,8 +34,10 @@ from pipeline.evaluation.truth import build_truth
 from pipeline.hashing import METHOD_NAMES, Hasher, check_params_used, load_model, make_hasher, method_params
 from pipeline.hashing.checkpoint import checkpoint_path, live_writer
 from pipeline.search.hamming import knn_search_lazy, radius_search
+from pipeline.search.mih import build_index, index_knn_lazy, index_radius
 from pipeline.storage.codes import codes_dask, open_codes
 from pipeline.storage.datasets import Dataset, dataset_summary, write_dataset_like
+from pipeline.storage.mih_index import open_index
 from pipeline.storage.results import write_knn_results, write_radius_results
 from pipeline.views import database_view
 
@@ -215,6 +217,24 @@ def encode(dataset_, model, out, *, overwrite: bool = False, progress: bool = Fa
 
 
 @dataclass(frozen=True)
+class Indexed:
+    path: str
+    n: int
+    m: int
+    seconds: float
+
+
+def index(codes, out, *, substrings: int | None = None, overwrite: bool = False, progress: bool = False) -> Indexed:
+    """Multi-index hashing tables of the codes store at ``codes`` (one shard per codes chunk),
+    written to ``out`` for ``search(..., index=out)``; ``substrings`` m (default: the paper's
+    b / log2(rows per shard))."""
+    started = time.perf_counter()
+    reader, _ = open_codes(codes)
+    loc, m = build_index(codes, out, m=substrings, overwrite=overwrite, progress=_show(progress))
+    return Indexed(str(loc), int(reader.shape[0]), m, time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
 class Searched:
     path: str
     n_queries: int
@@ -232,11 +252,14 @@ def search(
     split: str = "default",
     k: int | None = None,
     radius: int | None = None,
+    index=None,
     overwrite: bool = False,
     progress: bool = False,
 ) -> Searched:
     """Hamming top-``k`` (default 100) or radius search of the split's queries against the
-    other rows' codes; results to a parquet file at ``out``."""
+    other rows' codes; results to a parquet file at ``out``. With ``index`` (made by
+    ``index()`` from these codes) the search goes through its substring tables (multi-index
+    hashing): the same results, fewer codes compared."""
 
     if k is not None and radius is not None:
         raise InputError("give either --k (top-k search) or --radius (radius search), not both")
@@ -249,15 +272,22 @@ def search(
     split_ = ds.get_split(split)
     view = database_view(ds, split_)
     queries, db = reader.take(split_.query), view.of(codes_dask(reader))
+    tables = None if index is None else open_index(index, codes, reader)
     started = time.perf_counter()
     if radius is not None:
-        res = radius_search(queries, db, radius, ids=view.ids)
+        if tables is None:
+            res = radius_search(queries, db, radius, ids=view.ids)
+        else:
+            res = index_radius(queries, reader, tables, radius, excluded_rows=split_.query)
         write_radius_results(out, split_.query, *res, overwrite=overwrite)
         found = len(res[0])
     else:
-        dist, nn = compute_with_progress(
-            knn_search_lazy(queries, db, 100 if k is None else k, ids=view.ids), show=progress
-        )
+        k = 100 if k is None else k
+        if tables is None:
+            lazy = knn_search_lazy(queries, db, k, ids=view.ids)
+        else:
+            lazy = index_knn_lazy(queries, reader, tables, k, excluded_rows=split_.query)
+        dist, nn = compute_with_progress(lazy, show=progress)
         write_knn_results(out, split_.query, dist, nn, overwrite=overwrite)
         found = int((nn >= 0).sum())
     return Searched(str(out), len(queries), int(db.shape[0]), found, time.perf_counter() - started)

@@ -68,6 +68,41 @@ def test_cli_radius_search_and_config_file(pipeline_run, cluster, tmp_path):
     assert t.num_rows > 0 and max(t.column("hamming").to_numpy()) <= 4
 
 
+def test_search_through_a_multi_index_gives_the_linear_scans_results(pipeline_run, cluster, tmp_path, capsys):
+    _, ds, model, codes, res = pipeline_run
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    index = tmp_path / "codes.mih"
+    assert run("index", "--codes", codes, "--out", index, *sched) == 0  # 4 shards of 16384 codes
+    out = tmp_path / "mih.parquet"
+    search = ["search", "--dataset", ds, "--model", model, "--codes", codes]
+    assert run(*search, "--k", 10, "--index", index, "--out", out, *sched) == 0
+    assert pq.read_table(out).equals(pq.read_table(res))  # the split's queries left out as in the scan
+    linear, through_index = tmp_path / "r-linear.parquet", tmp_path / "r-mih.parquet"
+    assert run(*search, "--radius", 6, "--out", linear, *sched) == 0
+    assert run(*search, "--radius", 6, "--index", index, "--out", through_index, *sched) == 0
+    assert pq.read_table(through_index).equals(pq.read_table(linear)) and pq.read_table(linear).num_rows > 0
+    capsys.readouterr()
+    # a substring count whose tables would be too large; an index of other codes; a damaged index
+    too_long = tmp_path / "too-long.mih"
+    assert run("index", "--codes", codes, "--substrings", 1, "--out", too_long, *sched) == 2
+    assert "at least 2 substrings" in _one_line_error(capsys) and not too_long.exists()
+    other_model, other_codes, bad = tmp_path / "itq-seed5", tmp_path / "other.zarr", tmp_path / "bad.parquet"
+    assert (
+        run("train", "--dataset", ds, "--method", "itq", "--bits", 32, "--seed", 5, "--out", other_model, *sched) == 0
+    )
+    assert run("encode", "--dataset", ds, "--model", other_model, "--out", other_codes, *sched) == 0
+    capsys.readouterr()
+    other = ["search", "--dataset", ds, "--model", other_model, "--codes", other_codes, "--index", index]
+    assert run(*other, "--out", bad, *sched) == 2
+    assert "was built from other codes" in _one_line_error(capsys) and not bad.exists()
+    damaged = tmp_path / "damaged.mih"
+    assert run("index", "--codes", codes, "--out", damaged, *sched) == 0
+    chunk = sorted(p for p in (damaged / "order" / "c").rglob("*") if p.is_file())[0]
+    chunk.write_bytes(chunk.read_bytes()[:-8] + bytes(8))
+    assert run(*search, "--k", 10, "--index", damaged, "--out", bad, *sched) == 2
+    assert "damaged" in _one_line_error(capsys) and not bad.exists()
+
+
 def _one_line_error(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err and err[-1].startswith("error: ")

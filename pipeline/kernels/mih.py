@@ -85,6 +85,24 @@ def _substring_values(words, starts):
     return out
 
 
+def table_layout(starts: np.ndarray) -> np.ndarray:
+    """(m + 1,) where each substring table's offsets begin in the concatenated offsets (a
+    table of an s-bit substring has 2^s + 1 of them), and their total at the end."""
+    return np.concatenate([[0], np.cumsum((1 << np.diff(starts)) + 1)]).astype(np.int64)
+
+
+def tables_from_arrays(starts, order_rows: np.ndarray, offsets: np.ndarray) -> dict:
+    """The tables of one shard from its stored arrays: ``order_rows`` (n, m), the transpose of
+    build_tables' ``order``, and its concatenated ``offsets``."""
+    starts = np.asarray(starts, dtype=np.int64)
+    return {
+        "starts": starts,
+        "order": np.ascontiguousarray(order_rows.T),
+        "offsets": np.ascontiguousarray(offsets),
+        "table_base": table_layout(starts),
+    }
+
+
 def build_tables(codes: np.ndarray, n_bits: int, m: int) -> dict:
     """The m substring tables of a block of codes: ``starts`` (m + 1), ``order`` (m, n) rows
     sorted by substring value (stable: row order within a value), ``offsets`` (concatenated
@@ -95,7 +113,7 @@ def build_tables(codes: np.ndarray, n_bits: int, m: int) -> dict:
     lengths = np.diff(starts)
     row_dtype = np.int32 if len(codes) < 2**31 else np.int64
     order = np.empty((m, len(codes)), row_dtype)
-    table_base = np.concatenate([[0], np.cumsum((1 << lengths) + 1)]).astype(np.int64)
+    table_base = table_layout(starts)
     offsets = np.empty(int(table_base[-1]), np.int64)
     for j in range(m):
         order[j] = np.argsort(values[j], kind="stable")
@@ -114,11 +132,13 @@ def _next_mask(mask):
 
 
 @njit(cache=True)
-def _search_one(query, words, ids, starts, order, offsets, table_base, n_bits, k, radius, cand_d, cand_i):
+def _search_one(query, words, ids, allowed, starts, order, offsets, table_base, n_bits, k, radius, cand_d, cand_i):
     """Candidates of one query, found in (radius, substring) order and each counted once.
     kNN (k > 0): until k codes at distance <= the pigeonhole bound are known; radius search
     (k == 0): every code within ``radius``. Returns (count, distances, ids) with the buffers
-    grown as needed; the caller selects from them."""
+    grown as needed; the caller selects from them. Rows with ``allowed`` False (when it is
+    not empty) are skipped: they are not database rows (a split's queries)."""
+    check_rows = len(allowed) > 0
     m = len(starts) - 1
     n_words = words.shape[1]
     q_sub = np.empty(m, np.int64)
@@ -144,6 +164,8 @@ def _search_one(query, words, ids, starts, order, offsets, table_base, n_bits, k
                     key = q_sub[j] ^ mask
                     for p in range(offsets[base + key], offsets[base + key + 1]):
                         row = order[j, p]
+                        if check_rows and not allowed[row]:
+                            continue
                         d = 0
                         for w in range(n_words):
                             xor[w] = query[w] ^ words[row, w]
@@ -177,12 +199,12 @@ def _search_one(query, words, ids, starts, order, offsets, table_base, n_bits, k
 
 
 @njit(cache=True)
-def _mih_topk(queries, words, ids, starts, order, offsets, table_base, n_bits, k, out_d, out_i):
+def _mih_topk(queries, words, ids, allowed, starts, order, offsets, table_base, n_bits, k, out_d, out_i):
     cand_d = np.empty(max(4 * k, 64), np.int64)
     cand_i = np.empty(max(4 * k, 64), np.int64)
     for q in range(queries.shape[0]):
         count, cand_d, cand_i = _search_one(
-            queries[q], words, ids, starts, order, offsets, table_base, n_bits, k, 0, cand_d, cand_i
+            queries[q], words, ids, allowed, starts, order, offsets, table_base, n_bits, k, 0, cand_d, cand_i
         )
         keys = (cand_d[:count] << ID_BITS) | cand_i[:count]
         best = np.sort(keys)[: min(k, count)]
@@ -192,13 +214,13 @@ def _mih_topk(queries, words, ids, starts, order, offsets, table_base, n_bits, k
 
 
 @njit(cache=True)
-def _mih_radius(queries, words, ids, starts, order, offsets, table_base, n_bits, radius):
+def _mih_radius(queries, words, ids, allowed, starts, order, offsets, table_base, n_bits, radius):
     cand_d = np.empty(256, np.int64)
     cand_i = np.empty(256, np.int64)
     q_out, i_out, d_out = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     for q in range(queries.shape[0]):
         count, cand_d, cand_i = _search_one(
-            queries[q], words, ids, starts, order, offsets, table_base, n_bits, 0, radius, cand_d, cand_i
+            queries[q], words, ids, allowed, starts, order, offsets, table_base, n_bits, 0, radius, cand_d, cand_i
         )
         q_out.append(np.full(count, q, np.int64))
         i_out.append(cand_i[:count].copy())
@@ -217,8 +239,11 @@ def _mih_radius(queries, words, ids, starts, order, offsets, table_base, n_bits,
     return flat_q, flat_i, flat_d
 
 
-def _checked(codes, ids, tables, queries, n_bits):
+def _checked(codes, ids, tables, queries, n_bits, allowed):
     ids = np.ascontiguousarray(ids, dtype=np.int64)
+    allowed = np.empty(0, np.bool_) if allowed is None else np.ascontiguousarray(allowed, dtype=np.bool_)
+    if allowed.size and len(allowed) != len(codes):
+        raise ValueError(f"allowed has {len(allowed)} entries for {len(codes)} codes")
     if len(ids) != len(codes) or tables["order"].shape[1] != len(codes):
         raise InputError(
             f"the index has {tables['order'].shape[1]} codes, the block {len(codes)} codes and {len(ids)} ids; "
@@ -226,27 +251,28 @@ def _checked(codes, ids, tables, queries, n_bits):
         )
     if n_bits > 8 * np.asarray(codes).shape[1] or tables["starts"][-1] != n_bits:
         raise InputError(f"the index was built for {tables['starts'][-1]}-bit codes, not {n_bits}; rebuild it")
-    return code_words(codes), ids, code_words(queries)
+    return code_words(codes), ids, allowed, code_words(queries)
 
 
-def mih_topk(codes, ids, tables, *, queries, k: int, n_bits: int):
+def mih_topk(codes, ids, tables, *, queries, k: int, n_bits: int, allowed=None):
     """Exact top-k of one block through its substring tables: the same (distances int32 (m, k),
-    ids int64 (m, k)) as kernels.hamming.hamming_topk, ties by id, -1 padding."""
-    words, ids, q_words = _checked(codes, ids, tables, queries, n_bits)
+    ids int64 (m, k)) as kernels.hamming.hamming_topk, ties by id, -1 padding. ``allowed``
+    (bool per row, optional): only these rows are searched."""
+    words, ids, allowed, q_words = _checked(codes, ids, tables, queries, n_bits, allowed)
     out_d, out_i = empty_topk(len(q_words), k)
     if len(codes):
-        _mih_topk(q_words, words, ids, tables["starts"], tables["order"], tables["offsets"],
+        _mih_topk(q_words, words, ids, allowed, tables["starts"], tables["order"], tables["offsets"],
                   tables["table_base"], n_bits, k, out_d, out_i)  # fmt: skip
     return out_d, out_i
 
 
-def mih_radius(codes, ids, tables, *, queries, radius: int, n_bits: int):
+def mih_radius(codes, ids, tables, *, queries, radius: int, n_bits: int, allowed=None):
     """Every code within ``radius`` of each query: flat (query_index, id, distance) sorted by
-    (query, distance, id), as kernels.hamming.hamming_radius."""
-    words, ids, q_words = _checked(codes, ids, tables, queries, n_bits)
+    (query, distance, id), as kernels.hamming.hamming_radius; ``allowed`` as in mih_topk."""
+    words, ids, allowed, q_words = _checked(codes, ids, tables, queries, n_bits, allowed)
     empty = np.empty(0, np.int64)
     if not len(codes) or not len(q_words):
         return sort_radius_results(empty, empty, empty)
-    q, i, d = _mih_radius(q_words, words, ids, tables["starts"], tables["order"], tables["offsets"],
+    q, i, d = _mih_radius(q_words, words, ids, allowed, tables["starts"], tables["order"], tables["offsets"],
                           tables["table_base"], n_bits, min(int(radius), n_bits))  # fmt: skip
     return sort_radius_results(q, i, d)

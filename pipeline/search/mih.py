@@ -1,9 +1,13 @@
 """Exact Hamming search through multi-index hashing (kernels.mih), over chunked codes on the
-cluster: every codes chunk is a shard whose substring tables are built once by an ``mih-build``
-task and kept, with the chunk's codes and ids, on the worker that built them; each search
-sends the queries to every shard (``mih-topk`` / ``mih-radius`` tasks) and merges the
-shards' results exactly like the linear scan (pipeline.search.hamming), so both give the same
-answer, ties by id, whatever the chunking.
+cluster. Every codes chunk is a shard with its own substring tables; each search sends the
+queries to every shard (``mih-topk`` / ``mih-radius`` tasks) and merges the shards' results
+exactly like the linear scan (pipeline.search.hamming), so both give the same answer, ties by
+id, whatever the chunking.
+
+Two forms: ``MultiIndex`` builds the tables of in-memory or dask codes and keeps them on the
+workers (repeated searches from a notebook); ``build_index`` writes them beside a codes store
+(storage.mih_index, ``dhash index``) and ``index_knn_lazy`` / ``index_radius`` read one shard
+per task (``dhash search --index``), leaving out the rows that are not database rows.
 """
 
 from __future__ import annotations
@@ -11,10 +15,22 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from pipeline.distributed.graph import chunk_delayeds, map_chunks, tree_reduce
+from pipeline.distributed.graph import chunk_delayeds, chunk_reads, map_chunks, tree_reduce
 from pipeline.errors import InputError
-from pipeline.kernels.mih import build_tables, default_substrings, mih_radius, mih_topk, substring_starts
-from pipeline.search.hamming import _aligned, _concat_radius, _merge_pair
+from pipeline.kernels.mih import (
+    build_tables,
+    default_substrings,
+    mih_radius,
+    mih_topk,
+    substring_starts,
+    tables_from_arrays,
+)
+from pipeline.kernels.stats import add
+from pipeline.search.hamming import _aligned, _check_codes, _concat_radius, _merge_pair
+from pipeline.storage.chunkread import open_for_write
+from pipeline.storage.codes import codes_dask, open_codes
+from pipeline.storage.location import resolve
+from pipeline.storage.mih_index import create_index_arrays, index_output
 
 
 class MultiIndex:
@@ -73,3 +89,100 @@ def _topk_shard(codes, ids, tables, *, queries, k, n_bits):
 
 def _radius_shard(codes, ids, tables, *, queries, radius, n_bits):
     return mih_radius(codes, ids, tables, queries=queries, radius=radius, n_bits=n_bits)
+
+
+# ------------------------------------------------------------------ stored index ---------
+
+
+def build_index(codes, out, *, m: int | None = None, overwrite: bool = False, progress=None):
+    """Write the substring tables of the codes store at ``codes`` into a new index at ``out``
+    (atomically): one ``mih-build`` task per codes chunk reads the chunk, builds its tables and
+    writes its rows of ``order`` and its row of ``offsets``. Returns (index location, m)."""
+    reader, _ = open_codes(codes)
+    n_bits = 8 * int(reader.shape[1])
+    m = default_substrings(n_bits, reader.chunk_rows) if m is None else int(m)
+    starts = substring_starts(n_bits, m)
+    with index_output(out, overwrite) as tmp:
+        create_index_arrays(tmp, codes=codes, codes_reader=reader, starts=starts)
+        parts = map_chunks(
+            "mih-build",
+            _build_shard_into,
+            [(block, i) for i, block in enumerate(chunk_reads(codes_dask(reader)))],
+            n_bits=n_bits,
+            m=m,
+            chunk_rows=reader.chunk_rows,
+            target=tmp,
+        )
+        done = tree_reduce("mih-build-rows", parts, add)
+        written = progress(done) if progress is not None else done.compute()
+        if written is not None and written != reader.shape[0]:
+            raise RuntimeError(f"indexed {written} rows, expected {reader.shape[0]}")
+    return resolve(out), m
+
+
+def _build_shard_into(block, shard, *, n_bits, m, chunk_rows, target):
+    """One task: the tables of one codes chunk, written as its rows of ``order`` and its row
+    of ``offsets`` (offsets < 2^31: a chunk has fewer rows)."""
+    tables = build_tables(block, n_bits, m)
+    start = shard * chunk_rows
+    open_for_write(target.child("order"))[start : start + len(block)] = tables["order"].T.astype(np.int32)
+    open_for_write(target.child("offsets"))[shard] = tables["offsets"].astype(np.int32)
+    return len(block)
+
+
+def _stored_shards(codes_reader, excluded_rows):
+    """Per shard: (shard number, first row, the shard's rows to leave out)."""
+    excluded_rows = np.sort(np.asarray(excluded_rows, dtype=np.int64))
+    rows = codes_reader.chunk_rows
+    shards = []
+    for i in range(codes_reader.n_chunks):
+        lo, hi = np.searchsorted(excluded_rows, [i * rows, (i + 1) * rows])
+        shards.append((i, i * rows, excluded_rows[lo:hi] - i * rows))
+    return shards
+
+
+def _load_shard(shard, start, excluded, readers):
+    codes_reader, order_reader, offsets_reader, starts = readers
+    codes = codes_reader(shard)
+    tables = tables_from_arrays(starts, order_reader(shard), offsets_reader(shard)[0])
+    allowed = None
+    if len(excluded):
+        allowed = np.ones(len(codes), bool)
+        allowed[excluded] = False
+    return codes, np.arange(start, start + len(codes), dtype=np.int64), tables, allowed
+
+
+def _stored_topk(shard, start, excluded, *, readers, queries, k, n_bits):
+    codes, ids, tables, allowed = _load_shard(shard, start, excluded, readers)
+    return mih_topk(codes, ids, tables, queries=queries, k=k, n_bits=n_bits, allowed=allowed)
+
+
+def _stored_radius(shard, start, excluded, *, readers, queries, radius, n_bits):
+    codes, ids, tables, allowed = _load_shard(shard, start, excluded, readers)
+    return mih_radius(codes, ids, tables, queries=queries, radius=radius, n_bits=n_bits, allowed=allowed)
+
+
+def _stored_tasks(name, fn, query_codes, codes_reader, index, excluded_rows, **kwargs):
+    """One ``name`` task per shard of a stored index, each loading its shard."""
+    order_reader, offsets_reader, attrs = index
+    readers = (codes_reader, order_reader, offsets_reader, np.asarray(attrs["starts"], np.int64))
+    return map_chunks(
+        name, fn, _stored_shards(codes_reader, excluded_rows), readers=readers,
+        queries=_check_codes(query_codes, codes_reader[:0]), n_bits=int(attrs["n_bits"]), **kwargs,
+    )  # fmt: skip
+
+
+def index_knn_lazy(query_codes, codes_reader, index, k: int, excluded_rows=()):
+    """Delayed exact top-k (distances, ids = row numbers) of ``query_codes`` against every row
+    of a codes store except ``excluded_rows``, through its stored ``index`` (the
+    (order reader, offsets reader, attrs) of storage.mih_index.open_index)."""
+    parts = _stored_tasks("mih-topk", _stored_topk, query_codes, codes_reader, index, excluded_rows, k=int(k))
+    return tree_reduce("mih-topk-merge", parts, _merge_pair(int(k)))
+
+
+def index_radius(query_codes, codes_reader, index, radius: int, excluded_rows=()):
+    """Every row within ``radius`` (flat (query_index, id, distance), sorted), as index_knn_lazy."""
+    parts = _stored_tasks(
+        "mih-radius", _stored_radius, query_codes, codes_reader, index, excluded_rows, radius=int(radius)
+    )
+    return dask.compute(tree_reduce("mih-radius-merge", parts, _concat_radius))[0]
