@@ -95,14 +95,14 @@ def main(argv=None) -> int:
     rows.append({"method": f"dhash MIH (m={m})", "seconds": s, "build_seconds": build_s,
                  "bytes_per_code": b / 8 + table_bytes / args.n, "recall": recall(mih_d, true_d),
                  "identical_to_scan": bool((mih_d == true_d).all() and (mih_i == true_i).all())})  # fmt: skip
-    del tables
+    tables = None  # free the tables before FAISS builds its own
 
     flat = faiss.IndexBinaryFlat(b)
     _, build_s = timed(lambda: flat.add(codes))
     (flat_d, _), s = timed(lambda: flat.search(queries, k))
     rows.append({"method": "faiss.IndexBinaryFlat", "seconds": s, "build_seconds": build_s, "bytes_per_code": b / 8,
                  "recall": recall(flat_d, true_d)})  # fmt: skip
-    del flat
+    flat = None
 
     bits_per_hash = b // m
     multi = faiss.IndexBinaryMultiHash(b, m, bits_per_hash)
