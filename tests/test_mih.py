@@ -9,6 +9,7 @@ import pytest
 from pipeline.errors import InputError
 from pipeline.kernels.hamming import hamming_radius, hamming_topk
 from pipeline.kernels.mih import build_tables, default_substrings, mih_radius, mih_topk, substring_starts
+from pipeline.search.mih import checked_substrings
 
 
 def clustered_codes(rng, n, n_bits, n_centres=50, flip=0.08):
@@ -65,12 +66,12 @@ def test_fewer_codes_than_k_odd_lengths_and_far_queries():
 
 def test_bad_substring_counts_and_mismatched_indexes_give_one_line_errors():
     with pytest.raises(InputError, match="at least 3 substrings"):
-        substring_starts(64, 2)
+        checked_substrings(64, 2)
     with pytest.raises(InputError, match="between 1 and the code's 64 bits"):
-        substring_starts(64, 65)
+        checked_substrings(64, 65)
     codes = np.zeros((10, 8), np.uint8)
     tables = build_tables(codes, 64, 4)
-    with pytest.raises(InputError, match="rebuild the index"):
+    with pytest.raises(ValueError, match="rebuild the index"):
         mih_topk(codes[:5], np.arange(5), tables, queries=codes[:1], k=1, n_bits=64)
     assert list(substring_starts(10, 3)) == [0, 4, 7, 10]
 

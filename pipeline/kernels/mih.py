@@ -25,7 +25,6 @@ import math
 import numpy as np
 from numba import njit
 
-from pipeline.errors import InputError
 from pipeline.kernels.hamming import ID_BITS, _popcount, empty_topk, sort_radius_results
 
 MAX_SUBSTRING_BITS = 26  # offsets of 2^26 + 1 int64 entries: 512 MB per table at most
@@ -52,10 +51,10 @@ def substring_starts(n_bits: int, m: int) -> np.ndarray:
     """(m + 1,) first bit of each substring and the end: the first b mod m substrings get one
     bit more than the others."""
     if not 1 <= m <= n_bits:
-        raise InputError(f"substrings m={m} must be between 1 and the code's {n_bits} bits")
+        raise ValueError(f"substrings m={m} must be between 1 and the code's {n_bits} bits")
     longest = -(-n_bits // m)
     if longest > MAX_SUBSTRING_BITS:
-        raise InputError(
+        raise ValueError(
             f"{m} substrings of {n_bits}-bit codes are {longest} bits long, over {MAX_SUBSTRING_BITS}: "
             f"use at least {math.ceil(n_bits / MAX_SUBSTRING_BITS)} substrings"
         )
@@ -106,10 +105,11 @@ def tables_from_arrays(starts, order_rows: np.ndarray, offsets: np.ndarray) -> d
 def build_tables(codes: np.ndarray, n_bits: int, m: int) -> dict:
     """The m substring tables of a block of codes: ``starts`` (m + 1), ``order`` (m, n) rows
     sorted by substring value (stable: row order within a value), ``offsets`` (concatenated
-    per table, 2^s_j + 1 entries each) and ``table_base`` (m + 1) where each table's offsets
-    begin."""
+    per table, 2^s_j + 1 entries each), ``table_base`` (m + 1) where each table's offsets
+    begin, and ``sorted_words`` (see sorted_code_words; not stored: rebuilt from the codes)."""
     starts = substring_starts(n_bits, m)
-    values = _substring_values(code_words(codes), starts)
+    words = code_words(codes)
+    values = _substring_values(words, starts)
     lengths = np.diff(starts)
     row_dtype = np.int32 if len(codes) < 2**31 else np.int64
     order = np.empty((m, len(codes)), row_dtype)
@@ -120,7 +120,13 @@ def build_tables(codes: np.ndarray, n_bits: int, m: int) -> dict:
         counts = np.bincount(values[j], minlength=1 << int(lengths[j]))
         offsets[table_base[j]] = 0
         np.cumsum(counts, out=offsets[table_base[j] + 1 : table_base[j + 1]])
-    return {"starts": starts, "order": order, "offsets": offsets, "table_base": table_base}
+    return {
+        "starts": starts,
+        "order": order,
+        "offsets": offsets,
+        "table_base": table_base,
+        "sorted_words": words[order],
+    }
 
 
 @njit(cache=True)
@@ -132,7 +138,9 @@ def _next_mask(mask):
 
 
 @njit(cache=True)
-def _search_one(query, words, ids, allowed, starts, order, offsets, table_base, n_bits, k, radius, cand_d, cand_i):
+def _search_one(
+    query, sorted_words, ids, allowed, starts, order, offsets, table_base, n_bits, k, radius, cand_d, cand_i
+):
     """Candidates of one query, found in (radius, substring) order and each counted once.
     kNN (k > 0): until k codes at distance <= the pigeonhole bound are known; radius search
     (k == 0): every code within ``radius``. Returns (count, distances, ids) with the buffers
@@ -140,7 +148,7 @@ def _search_one(query, words, ids, allowed, starts, order, offsets, table_base, 
     not empty) are skipped: they are not database rows (a split's queries)."""
     check_rows = len(allowed) > 0
     m = len(starts) - 1
-    n_words = words.shape[1]
+    n_words = sorted_words.shape[2]
     q_sub = np.empty(m, np.int64)
     for j in range(m):
         q_sub[j] = _bits(query, starts[j], starts[j + 1] - starts[j])
@@ -168,7 +176,7 @@ def _search_one(query, words, ids, allowed, starts, order, offsets, table_base, 
                             continue
                         d = 0
                         for w in range(n_words):
-                            xor[w] = query[w] ^ words[row, w]
+                            xor[w] = query[w] ^ sorted_words[j, p, w]
                             d += _popcount(xor[w])
                         first = True  # not reachable at an earlier (radius, substring) step
                         for i in range(m):
@@ -199,28 +207,57 @@ def _search_one(query, words, ids, allowed, starts, order, offsets, table_base, 
 
 
 @njit(cache=True)
-def _mih_topk(queries, words, ids, allowed, starts, order, offsets, table_base, n_bits, k, out_d, out_i):
+def _mih_topk(queries, sorted_words, ids, allowed, starts, order, offsets, table_base, n_bits, k, out_d, out_i):
     cand_d = np.empty(max(4 * k, 64), np.int64)
     cand_i = np.empty(max(4 * k, 64), np.int64)
     for q in range(queries.shape[0]):
         count, cand_d, cand_i = _search_one(
-            queries[q], words, ids, allowed, starts, order, offsets, table_base, n_bits, k, 0, cand_d, cand_i
+            queries[q], sorted_words, ids, allowed, starts, order, offsets, table_base, n_bits, k, 0, cand_d, cand_i
         )
-        keys = (cand_d[:count] << ID_BITS) | cand_i[:count]
-        best = np.sort(keys)[: min(k, count)]
+        # the k-th distance from a histogram, then a sort of the candidates up to it only
+        # (sorting every candidate cost as much as the search)
+        hist = np.zeros(n_bits + 2, np.int64)
+        for t in range(count):
+            hist[cand_d[t]] += 1
+        kth, seen = n_bits, 0
+        for d in range(n_bits + 1):
+            seen += hist[d]
+            if seen >= k:
+                kth = d
+                break
+        keep = 0
+        for t in range(count):
+            if cand_d[t] <= kth:
+                cand_d[keep] = cand_d[t]
+                cand_i[keep] = cand_i[t]
+                keep += 1
+        keys = (cand_d[:keep] << ID_BITS) | cand_i[:keep]
+        best = np.sort(keys)[: min(k, keep)]
         for t in range(len(best)):
             out_d[q, t] = best[t] >> ID_BITS
             out_i[q, t] = best[t] & ((np.int64(1) << ID_BITS) - 1)
 
 
 @njit(cache=True)
-def _mih_radius(queries, words, ids, allowed, starts, order, offsets, table_base, n_bits, radius):
+def _mih_radius(queries, sorted_words, ids, allowed, starts, order, offsets, table_base, n_bits, radius):
     cand_d = np.empty(256, np.int64)
     cand_i = np.empty(256, np.int64)
     q_out, i_out, d_out = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     for q in range(queries.shape[0]):
         count, cand_d, cand_i = _search_one(
-            queries[q], words, ids, allowed, starts, order, offsets, table_base, n_bits, 0, radius, cand_d, cand_i
+            queries[q],
+            sorted_words,
+            ids,
+            allowed,
+            starts,
+            order,
+            offsets,
+            table_base,
+            n_bits,
+            0,
+            radius,
+            cand_d,
+            cand_i,
         )
         q_out.append(np.full(count, q, np.int64))
         i_out.append(cand_i[:count].copy())
@@ -239,29 +276,38 @@ def _mih_radius(queries, words, ids, allowed, starts, order, offsets, table_base
     return flat_q, flat_i, flat_d
 
 
+def sorted_code_words(codes, tables) -> np.ndarray:
+    """(m, n, words): the codes in each table's order, so that the codes of one substring
+    value are read one after the other (a candidate's code is then rarely a cache miss: on
+    10M codes the search compares ~16,000 candidates per query against ~2,600 lookups)."""
+    if "sorted_words" not in tables:
+        tables["sorted_words"] = code_words(codes)[tables["order"]]
+    return tables["sorted_words"]
+
+
 def _checked(codes, ids, tables, queries, n_bits, allowed):
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     allowed = np.empty(0, np.bool_) if allowed is None else np.ascontiguousarray(allowed, dtype=np.bool_)
     if allowed.size and len(allowed) != len(codes):
         raise ValueError(f"allowed has {len(allowed)} entries for {len(codes)} codes")
     if len(ids) != len(codes) or tables["order"].shape[1] != len(codes):
-        raise InputError(
+        raise ValueError(
             f"the index has {tables['order'].shape[1]} codes, the block {len(codes)} codes and {len(ids)} ids; "
             "rebuild the index from these codes"
         )
     if n_bits > 8 * np.asarray(codes).shape[1] or tables["starts"][-1] != n_bits:
-        raise InputError(f"the index was built for {tables['starts'][-1]}-bit codes, not {n_bits}; rebuild it")
-    return code_words(codes), ids, allowed, code_words(queries)
+        raise ValueError(f"the index was built for {tables['starts'][-1]}-bit codes, not {n_bits}; rebuild it")
+    return sorted_code_words(codes, tables), ids, allowed, code_words(queries)
 
 
 def mih_topk(codes, ids, tables, *, queries, k: int, n_bits: int, allowed=None):
     """Exact top-k of one block through its substring tables: the same (distances int32 (m, k),
     ids int64 (m, k)) as kernels.hamming.hamming_topk, ties by id, -1 padding. ``allowed``
     (bool per row, optional): only these rows are searched."""
-    words, ids, allowed, q_words = _checked(codes, ids, tables, queries, n_bits, allowed)
+    sorted_words, ids, allowed, q_words = _checked(codes, ids, tables, queries, n_bits, allowed)
     out_d, out_i = empty_topk(len(q_words), k)
     if len(codes):
-        _mih_topk(q_words, words, ids, allowed, tables["starts"], tables["order"], tables["offsets"],
+        _mih_topk(q_words, sorted_words, ids, allowed, tables["starts"], tables["order"], tables["offsets"],
                   tables["table_base"], n_bits, k, out_d, out_i)  # fmt: skip
     return out_d, out_i
 
@@ -269,10 +315,10 @@ def mih_topk(codes, ids, tables, *, queries, k: int, n_bits: int, allowed=None):
 def mih_radius(codes, ids, tables, *, queries, radius: int, n_bits: int, allowed=None):
     """Every code within ``radius`` of each query: flat (query_index, id, distance) sorted by
     (query, distance, id), as kernels.hamming.hamming_radius; ``allowed`` as in mih_topk."""
-    words, ids, allowed, q_words = _checked(codes, ids, tables, queries, n_bits, allowed)
+    sorted_words, ids, allowed, q_words = _checked(codes, ids, tables, queries, n_bits, allowed)
     empty = np.empty(0, np.int64)
     if not len(codes) or not len(q_words):
         return sort_radius_results(empty, empty, empty)
-    q, i, d = _mih_radius(q_words, words, ids, allowed, tables["starts"], tables["order"], tables["offsets"],
+    q, i, d = _mih_radius(q_words, sorted_words, ids, allowed, tables["starts"], tables["order"], tables["offsets"],
                           tables["table_base"], n_bits, min(int(radius), n_bits))  # fmt: skip
     return sort_radius_results(q, i, d)

@@ -33,6 +33,14 @@ from pipeline.storage.location import resolve
 from pipeline.storage.mih_index import create_index_arrays, index_output
 
 
+def checked_substrings(n_bits: int, m: int) -> np.ndarray:
+    """substring_starts, its refusal as a one-line input error."""
+    try:
+        return substring_starts(n_bits, m)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
 class MultiIndex:
     """Substring tables of every chunk of ``codes`` (numpy or dask (n, n_bytes) uint8), kept on
     the workers. ``m`` substrings (default: the paper's b / log2(rows of the largest chunk));
@@ -42,7 +50,7 @@ class MultiIndex:
         codes, ids = _aligned(codes, ids)
         self.n_bits = 8 * int(codes.shape[1])
         self.m = default_substrings(self.n_bits, max(codes.chunks[0])) if m is None else int(m)
-        substring_starts(self.n_bits, self.m)  # a bad m is refused here, not in every task
+        checked_substrings(self.n_bits, self.m)  # a bad m is refused here, not in every task
         self.n_codes = int(codes.shape[0])
         self._code_bytes = int(codes.shape[1])
         code_parts, id_parts = chunk_delayeds(codes), chunk_delayeds(ids)
@@ -101,7 +109,7 @@ def build_index(codes, out, *, m: int | None = None, overwrite: bool = False, pr
     reader, _ = open_codes(codes)
     n_bits = 8 * int(reader.shape[1])
     m = default_substrings(n_bits, reader.chunk_rows) if m is None else int(m)
-    starts = substring_starts(n_bits, m)
+    starts = checked_substrings(n_bits, m)
     with index_output(out, overwrite) as tmp:
         create_index_arrays(tmp, codes=codes, codes_reader=reader, starts=starts)
         parts = map_chunks(
