@@ -91,8 +91,8 @@ def main(argv=None) -> int:
     tables, build_s = timed(lambda: build_tables(codes, b, m))
     mih_topk(codes[:1000], ids[:1000], build_tables(codes[:1000], b, m), queries=queries[:2], k=k, n_bits=b)
     (mih_d, mih_i), s = timed(lambda: mih_topk(codes, ids, tables, queries=queries, k=k, n_bits=b))
-    # stored: order and offsets (int32); in memory also the codes in each table's order
-    table_bytes = tables["order"].nbytes + tables["offsets"].nbytes // 2 + tables["sorted_words"].nbytes
+    # stored: order and offsets; in memory also the codes in each table's order
+    table_bytes = tables["order"].nbytes + tables["offsets"].nbytes + tables["sorted_words"].nbytes
     rows.append({"method": f"dhash MIH (m={m})", "seconds": s, "build_seconds": build_s,
                  "bytes_per_code": b / 8 + table_bytes / args.n, "recall": recall(mih_d, true_d),
                  "identical_to_scan": bool((mih_d == true_d).all() and (mih_i == true_i).all())})  # fmt: skip

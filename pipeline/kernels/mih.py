@@ -114,7 +114,8 @@ def build_tables(codes: np.ndarray, n_bits: int, m: int) -> dict:
     row_dtype = np.int32 if len(codes) < 2**31 else np.int64
     order = np.empty((m, len(codes)), row_dtype)
     table_base = table_layout(starts)
-    offsets = np.empty(int(table_base[-1]), np.int64)
+    # int32 while a block has < 2^31 rows: half the memory a lookup touches
+    offsets = np.empty(int(table_base[-1]), np.int32 if len(codes) < 2**31 else np.int64)
     for j in range(m):
         order[j] = np.argsort(values[j], kind="stable")
         counts = np.bincount(values[j], minlength=1 << int(lengths[j]))
@@ -159,6 +160,10 @@ def _search_one(
     xor = np.empty(n_words, np.uint64)
     sub_d = np.empty(m, np.int64)
     count = 0
+    # kNN: the k-th smallest distance found so far (only decreases); radius: the radius. A
+    # candidate beyond it is never in the answer, and leaving it out of the histogram does
+    # not change where the histogram reaches k.
+    cap = n_bits if k > 0 else radius
     last_r = longest if k > 0 else radius // m
     for r in range(last_r + 1):
         for j in range(m):
@@ -171,13 +176,12 @@ def _search_one(
                 while mask < (np.int64(1) << length):
                     key = q_sub[j] ^ mask
                     for p in range(offsets[base + key], offsets[base + key + 1]):
-                        row = order[j, p]
-                        if check_rows and not allowed[row]:
-                            continue
                         d = 0
                         for w in range(n_words):
                             xor[w] = query[w] ^ sorted_words[j, p, w]
                             d += _popcount(xor[w])
+                        if d > cap:  # cannot be in the answer: needs no more work
+                            continue
                         first = True  # not reachable at an earlier (radius, substring) step
                         for i in range(m):
                             if i != j:
@@ -185,7 +189,10 @@ def _search_one(
                                 if sub_d[i] <= (r if i < j else r - 1):
                                     first = False
                                     break
-                        if not first or (k == 0 and d > radius):
+                        if not first:
+                            continue
+                        row = order[j, p]
+                        if check_rows and not allowed[row]:
                             continue
                         if count == len(cand_d):
                             cand_d = np.concatenate((cand_d, np.empty(len(cand_d), np.int64)))
@@ -197,11 +204,14 @@ def _search_one(
                     if mask == 0:
                         break
                     mask = _next_mask(mask)
-            if k > 0:  # every code at distance <= m r + j is known: enough?
+            if k > 0:  # the k-th distance so far caps what is kept; final once within m r + j
                 known = 0
-                for d in range(min(m * r + j, n_bits) + 1):
+                for d in range(cap + 1):
                     known += hist[d]
-                if known >= k:
+                    if known >= k:
+                        cap = d
+                        break
+                if known >= k and cap <= m * r + j:
                     return count, cand_d, cand_i
     return count, cand_d, cand_i
 
