@@ -5,7 +5,7 @@
 #   .venv/bin/dhash synth sift --n 100000000 --out $DATA        (217 s, 8.5 GB on disk)
 # (the committed speed results used a sift-synth v1 set; their cost does not depend on the
 # generator version. The pipeline step makes its own v2 data.)
-# `bash benchmarks/run_performance.sh STEP` runs one step (search, groundtruth, train10, encode,
+# `bash benchmarks/run_performance.sh STEP` runs one step (search, groundtruth, groundtruth-epyc, train10, encode,
 # search100, dish100, train100, itqfaiss, pipeline); no argument runs them all (~1.5 h).
 set -euo pipefail
 DATA=${DATA:-/work/bigdata/sift100m.zarr}
@@ -17,6 +17,9 @@ for bits in 32 64; do
   run search $B search --n 10000000 --bits $bits --out $R/search_10M_${bits}b.json --quiet
 done
 run groundtruth $B groundtruth --n 10000000 --data "$DATA" --out $R/groundtruth_10M.json --quiet
+# the same on generated rows (no DATA needed), run on an AMD EPYC; 2M as a quick check
+run groundtruth-epyc $B groundtruth --n 10000000 --out $R/groundtruth_10M_epyc.json --quiet
+run groundtruth-epyc $B groundtruth --n 2000000 --out $R/groundtruth_2M_epyc.json --quiet
 run pipeline .venv/bin/python benchmarks/bench_pipeline.py --n 10000000 --out $R/pipeline_10M.json
 run dish100 $B train --n 100000000 --bits 32 --method dish --data "$DATA" --out $R/train_100M_dish.json --quiet
 run encode $B encode --n 100000000 --bits 32 --data "$DATA" --out $R/encode_100M_32b.json --quiet
