@@ -157,7 +157,7 @@ def index(values):
 
 def search(values):
     where = (values["model"], values["codes"], values["out"])
-    options = pick(values, "split", "k", "radius", "index", "overwrite")
+    options = pick(values, "split", "k", "radius", "index", "rerank", "candidates", "overwrite")
     done = workflows.search(_dataset(values), *where, progress=_progress(values), **options)
     print(
         f"results: {done.path} ({done.n_queries} queries x {done.n_database:,} codes, {done.rows} rows) in "

@@ -306,6 +306,11 @@ OPTIONS: tuple[Option, ...] = (
          "codes chunk), the multi-index hashing paper's rule)", type=positive_int),
     _opt("index", ["search"], "search through this index (made by `dhash index` from these codes): the same "
          "results as the linear scan"),
+    _opt("rerank", ["search"], "re-rank the Hamming top --candidates: exact (squared L2 to the original vectors, "
+         "read from the dataset chunk by chunk) or asymmetric (the queries' real projections against the codes)",
+         choices=("exact", "asymmetric")),
+    _opt("candidates", ["search"], "Hamming candidates per query that --rerank re-ranks (default 10 x k)",
+         type=positive_int),
     _opt("codes", ["train"], "adsh: codes store for the learned database codes (every row of the dataset; the "
          "split's queries encoded by the network)"),
     _opt("n-iter", ["train"], "itq: iterations (default 50)", type=positive_int, param="n_iter", method="itq"),

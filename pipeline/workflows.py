@@ -30,11 +30,13 @@ from pipeline.distributed.progress import compute_with_progress
 from pipeline.errors import InputError
 from pipeline.evaluation.evaluate import DEFAULT_KS, evaluate_method
 from pipeline.evaluation.report import build_report, has_mac_path, write_report
-from pipeline.evaluation.truth import build_truth
+from pipeline.evaluation.truth import build_truth, query_rows
 from pipeline.hashing import METHOD_NAMES, Hasher, check_params_used, load_model, make_hasher, method_params
 from pipeline.hashing.checkpoint import checkpoint_path, live_writer
+from pipeline.kernels.rerank import candidate_values
 from pipeline.search.hamming import knn_search_lazy, radius_search
 from pipeline.search.mih import build_index, index_knn_lazy, index_radius
+from pipeline.search.rerank import check_rerank, rerank_lazy
 from pipeline.storage.codes import codes_dask, open_codes
 from pipeline.storage.datasets import Dataset, dataset_summary, write_dataset_like
 from pipeline.storage.mih_index import open_index
@@ -253,16 +255,23 @@ def search(
     k: int | None = None,
     radius: int | None = None,
     index=None,
+    rerank: str | None = None,
+    candidates: int | None = None,
     overwrite: bool = False,
     progress: bool = False,
 ) -> Searched:
     """Hamming top-``k`` (default 100) or radius search of the split's queries against the
     other rows' codes; results to a parquet file at ``out``. With ``index`` (made by
     ``index()`` from these codes) the search goes through its substring tables (multi-index
-    hashing): the same results, fewer codes compared."""
+    hashing): the same results, fewer codes compared. With ``rerank`` ("exact": squared L2
+    to the original vectors; "asymmetric": the queries' real projections against the
+    codes) the Hamming top-``candidates`` (default 10 k) are re-ranked and the top k kept."""
 
     if k is not None and radius is not None:
         raise InputError("give either --k (top-k search) or --radius (radius search), not both")
+    if radius is not None and rerank is not None:
+        raise InputError("--rerank re-ranks a top-k search; use --k instead of --radius")
+    candidates = check_rerank(rerank, candidates, 100 if k is None else k)
     ds, model = dataset(dataset_), _model(model)
     reader, _ = open_codes(codes, model, ds)
     if reader.shape[0] != ds.n:
@@ -274,6 +283,11 @@ def search(
     queries, db = reader.take(split_.query), view.of(codes_dask(reader))
     tables = None if index is None else open_index(index, codes, reader)
     started = time.perf_counter()
+    if rerank is not None:  # the query side first: a model without projections is refused before any search
+        query_side = query_rows(ds, split_)
+        source = ds.features_dask() if rerank == "exact" else codes_dask(reader)
+        if rerank == "asymmetric":
+            query_side = model.project(query_side)
     if radius is not None:
         if tables is None:
             res = radius_search(queries, db, radius, ids=view.ids)
@@ -283,12 +297,18 @@ def search(
         found = len(res[0])
     else:
         k = 100 if k is None else k
+        hamming_k = k if candidates is None else candidates
         if tables is None:
-            lazy = knn_search_lazy(queries, db, k, ids=view.ids)
+            lazy = knn_search_lazy(queries, db, hamming_k, ids=view.ids)
         else:
-            lazy = index_knn_lazy(queries, reader, tables, k, excluded_rows=split_.query)
+            lazy = index_knn_lazy(queries, reader, tables, hamming_k, excluded_rows=split_.query)
         dist, nn = compute_with_progress(lazy, show=progress)
-        write_knn_results(out, split_.query, dist, nn, overwrite=overwrite)
+        reranked = None
+        if rerank is not None:
+            scores, ranked = compute_with_progress(rerank_lazy(rerank, query_side, source, nn, k), show=progress)
+            dist, nn = candidate_values(nn, dist, ranked), ranked
+            reranked = (rerank, candidates, scores)
+        write_knn_results(out, split_.query, dist, nn, rerank=reranked, overwrite=overwrite)
         found = int((nn >= 0).sum())
     return Searched(str(out), len(queries), int(db.shape[0]), found, time.perf_counter() - started)
 

@@ -241,6 +241,24 @@ class Hasher(TransformerMixin, BaseEstimator):
             return unpack_bits(codes, self.n_bits)
         return codes.map_blocks(unpack_bits, self.n_bits, dtype=np.uint8, chunks=(codes.chunks[0], (self.n_bits,)))
 
+    def project(self, X: np.ndarray) -> np.ndarray:
+        """Real projections (n, n_bits) whose signs (>= 0: bit 1) are the codes' bits, for
+        asymmetric distances between unbinarised queries and database codes; numpy input
+        (query batches). Methods whose bits are not signs of one projection refuse."""
+        X = self._check_encode_input(X)
+        if is_dask_array(X):
+            raise InputError("project takes a numpy array of queries; compute the query rows first")
+        if type(self)._project_kernel is Hasher._project_kernel:
+            raise InputError(
+                f"{self.method}'s bits are not the signs of real projections, so asymmetric distances do not "
+                "apply; re-rank with exact distances (--rerank exact)"
+            )
+        check_finite_block(X, what="features to project")
+        return self._project_kernel(X)
+
+    def _project_kernel(self, block):  # the projections behind the bits, where there are such
+        raise NotImplementedError
+
     def _encode_block(self, block: np.ndarray) -> np.ndarray:
         check_finite_block(block, what="features to encode")
         return self._encode_kernel(block)

@@ -29,7 +29,7 @@ from pipeline.distributed.graph import chunk_delayeds, map_chunks, row_bounds, t
 from pipeline.hashing.base import BITS, SEED, Hasher, label_chunks
 from pipeline.hashing.sdh import label_classes, training_rows
 from pipeline.kernels.adsh import add_chunk_sums, negative_weight, similarity_product
-from pipeline.kernels.codes import encode_linear
+from pipeline.kernels.codes import encode_linear, project_linear
 from pipeline.kernels.cosdish import cosdish_chunk_pass, linear_hash, omega_step, regression_sums
 from pipeline.kernels.ranking import relevance_from_labels
 from pipeline.kernels.sdh import initial_codes, label_matrix
@@ -125,6 +125,11 @@ class COSDISH(Hasher):
 
     def _encode_kernel(self, block):
         return encode_linear(
+            np.asarray(block, dtype=np.float64) / self.scale_, self.mean_ / self.scale_, self.components_
+        )
+
+    def _project_kernel(self, block):
+        return project_linear(
             np.asarray(block, dtype=np.float64) / self.scale_, self.mean_ / self.scale_, self.components_
         )
 

@@ -57,9 +57,12 @@ class DeepHashFunction(Hasher):
         return torch.from_numpy(((np.asarray(X, dtype=np.float32) - self.mean_) / self.scale_).astype(np.float32))
 
     def _encode_kernel(self, block):
+        return pack_signs(self._project_kernel(block))
+
+    def _project_kernel(self, block):
         from pipeline.deep.training import network_outputs
 
-        return pack_signs(network_outputs(self.network_, self._scaled(block)))
+        return network_outputs(self.network_, self._scaled(block))
 
     def _learned_arrays(self):
         from pipeline.deep.networks import state_arrays

@@ -24,7 +24,7 @@ from pipeline.distributed.graph import select_rows
 from pipeline.errors import InputError
 from pipeline.hashing.base import BITS, SEED, Hasher, labels_of_rows
 from pipeline.kernels.bre import scaled_distances, train_bre, unit_rows
-from pipeline.kernels.codes import encode_linear
+from pipeline.kernels.codes import encode_linear, project_linear
 from pipeline.kernels.klsh import gaussian_kernel, klsh_weights
 from pipeline.kernels.ksh import train_ksh
 from pipeline.kernels.l2 import squared_distances
@@ -48,6 +48,11 @@ class AnchorKernelHasher(Hasher):
 
     def _encode_kernel(self, block):
         return encode_linear(
+            kernel_features(block, self.anchors_, self.bandwidth_), self.kernel_mean_, self.components_
+        )
+
+    def _project_kernel(self, block):
+        return project_linear(
             kernel_features(block, self.anchors_, self.bandwidth_), self.kernel_mean_, self.components_
         )
 
@@ -186,6 +191,9 @@ class BRE(Hasher):
 
     def _encode_kernel(self, block):
         return encode_linear(block, self.mean_, self.components_)
+
+    def _project_kernel(self, block):
+        return project_linear(block, self.mean_, self.components_)
 
     def _learned_arrays(self):
         return {

@@ -15,7 +15,7 @@ from sklearn.utils._param_validation import Interval
 
 from pipeline.distributed.graph import chunk_reads, map_reduce, row_bounds
 from pipeline.hashing.base import BITS, SEED, Hasher
-from pipeline.kernels.codes import encode_linear
+from pipeline.kernels.codes import encode_linear, project_linear
 from pipeline.kernels.dish import gram_chunk
 from pipeline.kernels.isohash import isotropic_rotation
 from pipeline.kernels.itq import itq_loss, itq_rotation, random_rotation
@@ -67,6 +67,9 @@ class LinearHasher(Hasher):
 
     def _encode_kernel(self, block):
         return encode_linear(block, self.mean_, self.components_)
+
+    def _project_kernel(self, block):
+        return project_linear(block, self.mean_, self.components_)
 
     def _learned_arrays(self):
         return {"mean_": self.mean_, "components_": self.components_}

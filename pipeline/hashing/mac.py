@@ -309,7 +309,10 @@ class MAC(Hasher):
 
     # ---------------------------------------------------------------- encode ----------
     def _encode_kernel(self, block):
-        return pack_signs(self.hash_features(block) @ self.weights_ + self.intercepts_)
+        return pack_signs(self._project_kernel(block))
+
+    def _project_kernel(self, block):
+        return self.hash_features(block) @ self.weights_ + self.intercepts_
 
     def _learned_arrays(self):
         arrays = {"weights_": self.weights_, "intercepts_": self.intercepts_}

@@ -154,8 +154,11 @@ class SDH(Hasher):
         return W, P
 
     def _encode_kernel(self, block):
+        return pack_signs(self._project_kernel(block))
+
+    def _project_kernel(self, block):
         K = kernel_features(block, self.anchors_, self.bandwidth_).astype(np.float64)
-        return pack_signs(K @ self.components_ + self.bias_)
+        return K @ self.components_ + self.bias_
 
     def _learned_arrays(self):
         return {

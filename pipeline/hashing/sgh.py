@@ -38,7 +38,7 @@ from pipeline.distributed.graph import (
 from pipeline.errors import InputError
 from pipeline.hashing.base import BITS, SEED, Hasher
 from pipeline.hashing.dish import _checked_row_sums
-from pipeline.kernels.codes import encode_linear
+from pipeline.kernels.codes import encode_linear, project_linear
 from pipeline.kernels.sgh import (
     combine_max_sum,
     gram_terms,
@@ -216,6 +216,9 @@ class SGH(Hasher):
 
     def _encode_kernel(self, block):
         return encode_linear(kernel_features(block, self.bases_, self.bandwidth_), self.kernel_mean_, self.components_)
+
+    def _project_kernel(self, block):
+        return project_linear(kernel_features(block, self.bases_, self.bandwidth_), self.kernel_mean_, self.components_)
 
     def _learned_arrays(self):
         return {

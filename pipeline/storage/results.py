@@ -1,4 +1,5 @@
-"""Search results as parquet: one row per (query, rank) — query_id, rank, id, hamming."""
+"""Search results as parquet: one row per (query, rank) — query_id, rank, id, hamming, and
+with re-ranking the distance that ranked them (l2 or asymmetric)."""
 
 from __future__ import annotations
 
@@ -21,19 +22,35 @@ def _write(path, table: pa.Table, meta: dict, overwrite: bool):
             pq.write_table(table, f)
 
 
-def write_knn_results(path, query_ids: np.ndarray, distances: np.ndarray, ids: np.ndarray, *, overwrite=False):
-    """Top-k results; rows with id -1 (fewer than k codes) are left out."""
+RERANK_COLUMNS = {"exact": "l2", "asymmetric": "asymmetric"}
+
+
+def write_knn_results(
+    path,
+    query_ids: np.ndarray,
+    distances: np.ndarray,
+    ids: np.ndarray,
+    *,
+    rerank: tuple[str, int, np.ndarray] | None = None,
+    overwrite=False,
+):
+    """Top-k results; rows with id -1 (fewer than k codes) are left out. ``rerank`` =
+    (kind, candidates R, (m, k) distances): the rows are ranked by that distance, which gets
+    its own column ("l2": squared Euclidean; "asymmetric") beside the Hamming distance."""
     m, k = ids.shape
     valid = ids >= 0
-    table = pa.table(
-        {
-            "query_id": np.repeat(np.asarray(query_ids, np.int64), k)[valid.ravel()],
-            "rank": np.tile(np.arange(k, dtype=np.int32), m)[valid.ravel()],
-            "id": ids[valid].astype(np.int64),
-            "hamming": distances[valid].astype(np.int32),
-        }
-    )
-    _write(path, table, {"kind": "knn", "k": int(k)}, overwrite)
+    columns = {
+        "query_id": np.repeat(np.asarray(query_ids, np.int64), k)[valid.ravel()],
+        "rank": np.tile(np.arange(k, dtype=np.int32), m)[valid.ravel()],
+        "id": ids[valid].astype(np.int64),
+        "hamming": distances[valid].astype(np.int32),
+    }
+    meta = {"kind": "knn", "k": int(k)}
+    if rerank is not None:
+        kind, candidates, reranked = rerank
+        columns[RERANK_COLUMNS[kind]] = reranked[valid].astype(np.float64)
+        meta.update({"rerank": kind, "candidates": int(candidates)})
+    _write(path, pa.table(columns), meta, overwrite)
 
 
 def write_radius_results(path, query_ids, query_index, ids, distances, *, overwrite=False):
