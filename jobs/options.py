@@ -276,7 +276,7 @@ OPTIONS: tuple[Option, ...] = (
          type=positive_int),
     # -- datasets, splits
     _opt("dataset", ["split", "groundtruth", "train", "encode", "search", "evaluate"],
-         "dataset location (path or URL), or a built-in source (fashion-mnist, sift-synth, debian-minilm)",
+         "dataset location (path or URL), or a built-in source (fashion-mnist, sift-synth, debian-minilm, debian-sift)",
          required=("split", "groundtruth", "train", "encode", "search", "evaluate")),
     _opt("queries", ["split", *_EVAL], "query rows drawn with the seed", type=positive_int, default=1000),
     _opt("queries", ["bench"], "search/groundtruth: queries", type=positive_int, default=1000),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.data.debian_sift import write_debian_sift
 from pipeline.data.formats import detect_format, open_reader
 from pipeline.data.parquetfile import ParquetReader
 from pipeline.data.readers import VectorReader, block_rows_for, existing_file
@@ -94,7 +95,7 @@ def ingest(
     progress: bool = False,
 ) -> Dataset:
     """Copy the vectors in file ``source`` (fvecs/bvecs/ivecs, IDX, npy, parquet; and optional
-    ``labels``) into a new dataset at ``out``, or materialise the built-in ``fashion-mnist``
+    ``labels``) into a new dataset at ``out``, or materialise the built-in ``fashion-mnist`` or ``debian-sift``
     there. Each may be a local path or a URL. ``progress``: a bar of rows on stderr.
 
     The file is streamed about 8 MiB at a time, so memory stays bounded whatever its
@@ -103,6 +104,8 @@ def ingest(
 
     if source == "fashion-mnist":
         return write_fashion_mnist(out, chunk_rows=chunk_rows, overwrite=overwrite)
+    if source == "debian-sift":
+        return write_debian_sift(out, chunk_rows=chunk_rows, overwrite=overwrite, progress=progress)
     if source in SOURCES:
         raise InputError(f"{source} is generated, not ingested; use `dhash synth sift --out {out}`")
     with local_file(source) as (vectors, url), local_file(labels) as (label_file, _):

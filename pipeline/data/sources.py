@@ -6,6 +6,8 @@
 * ``sift-synth``: the deterministic SIFT-like generator (pipeline.data.synth).
 * ``debian-minilm``: MiniLM sentence embeddings (384-d float32, unit norm) of the Debian
   package descriptions, label = section (pipeline.data.debian_text); ``n`` takes a prefix.
+* ``debian-sift``: real SIFT descriptors (128-d uint8) of the wallpaper photographs of three
+  Debian packages, label = image (pipeline.data.debian_sift).
 
 A named source is materialised once into the data directory (dask config dhash.data-dir or
 $DHASH_DATA_DIR; default: the platform's user cache directory, ~/.cache/dhash on Linux) and
@@ -21,6 +23,7 @@ import numpy as np
 import platformdirs
 
 from pipeline import config
+from pipeline.data.debian_sift import write_debian_sift
 from pipeline.data.debian_text import write_debian_minilm
 from pipeline.data.idx import IdxReader, read_idx_labels
 from pipeline.data.synth import write_sift_synth
@@ -30,7 +33,7 @@ from pipeline.storage.datasets import STORAGE_FORMAT, open_dataset, write_datase
 from pipeline.storage.location import resolve
 
 FASHION_MNIST_PARTS = ("train", "t10k")
-SOURCES = ("fashion-mnist", "sift-synth", "debian-minilm")
+SOURCES = ("fashion-mnist", "sift-synth", "debian-minilm", "debian-sift")
 DEFAULT_SYNTH_N = 1_000_000
 
 
@@ -109,6 +112,8 @@ def resolve_dataset(
         return write_fashion_mnist(target, chunk_rows=chunk_rows)
     if name_or_path == "debian-minilm":
         return write_debian_minilm(target, n=n, chunk_rows=chunk_rows, progress=progress)
+    if name_or_path == "debian-sift":
+        return write_debian_sift(target, chunk_rows=chunk_rows, progress=progress)
 
     compute = (lambda tasks: compute_with_progress(tasks, show=True)) if progress else None
     return write_sift_synth(target, n or DEFAULT_SYNTH_N, seed=seed, chunk_rows=chunk_rows, progress=compute)
