@@ -75,12 +75,22 @@ def recalls(found: np.ndarray, truth: np.ndarray) -> dict:
     return out
 
 
-def train(method: str, bits: int, X: np.ndarray, seed: int):
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """ "dish init=pca max_iter=100" -> ("dish", {"init": "pca", "max_iter": 100})."""
+    name, *pairs = spec.split()
+    params = {}
+    for pair in pairs:
+        key, value = pair.split("=", 1)
+        params[key] = int(value) if value.isdigit() else float(value) if value.replace(".", "", 1).isdigit() else value
+    return name, params
+
+
+def train(method: str, bits: int, X: np.ndarray, seed: int, **params):
     import dask.array as da
 
     from pipeline.hashing import make_hasher
 
-    model = make_hasher(method, bits, random_state=seed)
+    model = make_hasher(method, bits, random_state=seed, **params)
     return timed(lambda: model.fit(da.from_array(X, chunks=(131072, X.shape[1]))))
 
 
@@ -141,10 +151,9 @@ def our_rows(model, method, bits, X, ids, Q, truth, candidates):
     return rows, codes, qcodes, m
 
 
-def faiss_rows(X, ids, Q, truth, codes, qcodes, bits, m, candidates, build_threads):
+def faiss_float_rows(X, ids, Q, truth, build_threads):
+    """FAISS's indexes over the vectors themselves: HNSW, IVF-PQ with an exact refine step."""
     import faiss
-
-    from pipeline.kernels.rerank import exact_pair_distances, pairs_topk
 
     rows = []
     Xf, Qf, n, d = X.astype(np.float32), Q.astype(np.float32), len(X), X.shape[1]
@@ -181,8 +190,16 @@ def faiss_rows(X, ids, Q, truth, codes, qcodes, bits, m, candidates, build_threa
         found, s = search(refine)
         rows.append({"family": "faiss IVF-PQ + refine", "config": f"IVF{nlist},PQ16 nprobe={nprobe} refine x{k_factor}",
                      "seconds": s, "bytes_per_vector": size, "build_seconds": build_s, **recalls(found, truth)})  # fmt: skip
-    refine = ivf = None
+    return rows
 
+
+def faiss_binary_rows(X, ids, Q, truth, codes, qcodes, bits, m, candidates):
+    """FAISS's binary indexes over our codes: multi-hash, and flat + our exact re-ranking."""
+    import faiss
+
+    from pipeline.kernels.rerank import exact_pair_distances, pairs_topk
+
+    rows = []
     multi = faiss.IndexBinaryMultiHash(bits, m, bits // m)
     _, build_s = timed(lambda: multi.add(codes))
     for nflip in (0, 1, 2):
@@ -210,19 +227,20 @@ def faiss_rows(X, ids, Q, truth, codes, qcodes, bits, m, candidates, build_threa
     return rows
 
 
-def code_quality(X, ids, Q, truth, bits_list, at, seed):
-    """recall@at of the exact top-100 in Hamming order, per method and length."""
+def code_quality(X, ids, Q, truth, bits_list, at, seed, specs):
+    """recall@at of the exact top-100 in Hamming order, per method (``specs``: "name key=value
+    ...") and length."""
     from pipeline.kernels.hamming import hamming_topk
 
     out = []
     for bits in bits_list:
-        for method in ("itq", "dish", "sgh"):
-            model, fit_s = train(method, bits, X, seed)
+        for method in specs:
+            model, fit_s = train(*[parse_spec(method)[0], bits, X, seed], **parse_spec(method)[1])
             codes, qcodes = model.encode(X), model.encode(Q)
             _, found = hamming_topk(codes, ids, queries=qcodes, k=at)
             hits = [len(np.intersect1d(found[q], truth[q])) for q in range(len(truth))]
             out.append({"method": method, "bits": bits, f"recall@{at}_of_top100": float(np.mean(hits) / TRUE_K),
-                        "train_seconds": fit_s})  # fmt: skip
+                        "train_seconds": fit_s, "iterations": model.training_stats_.get("iterations")})  # fmt: skip
             print(out[-1], flush=True)
     return out
 
@@ -254,9 +272,15 @@ def main(argv=None) -> int:
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--bits", default="64,128")
     parser.add_argument("--methods", default="itq,dish")
-    parser.add_argument("--candidates", default="1000,10000")
+    parser.add_argument("--candidates", default="300,1000,10000")
     parser.add_argument("--quality-bits", default="32,64", help="code-quality table lengths ('' to skip)")
     parser.add_argument("--quality-at", type=int, default=1000)
+    parser.add_argument(
+        "--quality-method",
+        action="append",
+        help='code-quality methods, "name key=value ..." (repeat; default itq, dish, sgh)',
+    )
+    parser.add_argument("--skip-search", action="store_true", help="only the code-quality table")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
@@ -272,8 +296,8 @@ def main(argv=None) -> int:
     rows = []
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster):
         quality = code_quality(X, ids, Q, truth, [int(b) for b in args.quality_bits.split(",") if b], args.quality_at,
-                               args.seed)  # fmt: skip
-        for bits in (int(b) for b in args.bits.split(",")):
+                               args.seed, args.quality_method or ["itq", "dish", "sgh"])  # fmt: skip
+        for bits in () if args.skip_search else (int(b) for b in args.bits.split(",")):
             for method in args.methods.split(","):
                 model, fit_s = train(method, bits, X, args.seed)
                 ours, codes, qcodes, m = our_rows(model, method, bits, X, ids, Q, truth, candidates)
@@ -281,8 +305,10 @@ def main(argv=None) -> int:
                     r["build_seconds"] += fit_s
                 rows += ours
                 print(*ours, sep="\n", flush=True)
-            rows += faiss_rows(X, ids, Q, truth, codes, qcodes, bits, m, candidates, build_threads=2)
-            print(*rows[-11:], sep="\n", flush=True)
+            rows += faiss_binary_rows(X, ids, Q, truth, codes, qcodes, bits, m, candidates)
+        if not args.skip_search:
+            rows += faiss_float_rows(X, ids, Q, truth, build_threads=2)
+        print(*rows, sep="\n", flush=True)
     for r in rows:
         r["queries_per_second"] = args.queries / r["seconds"]
     result = {
@@ -297,7 +323,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    plot(rows, out.with_suffix(".png"), f"{what}, {args.queries} queries, top-{TRUE_K}")
+    if rows:
+        plot(rows, out.with_suffix(".png"), f"{what}, {args.queries} queries, top-{TRUE_K}")
     lines = [
         f"# Recall against queries per second: {what}",
         "",
@@ -317,12 +344,22 @@ def main(argv=None) -> int:
             f"| {r['family']} | {r['config']} | {r['queries_per_second']:,.0f} | {r['recall@1']:.3f} | "
             f"{r['recall@10']:.3f} | {r['recall@100']:.3f} | {size} | {r['build_seconds']:.1f} |"
         )
+    lines += ["", "Fastest configuration per family at recall@10 >= 0.9:", ""] if rows else []
+    for family in sorted({r["family"] for r in rows}):
+        good = [r for r in rows if r["family"] == family and r["recall@10"] >= 0.9]
+        if good:
+            best = max(good, key=lambda r: r["queries_per_second"])
+            size = "—" if best["bytes_per_vector"] is None else f"{best['bytes_per_vector']:.1f} bytes/vector"
+            lines.append(f"- {family}: {best['config']}, {best['queries_per_second']:,.0f} queries/s, "
+                         f"recall@10 {best['recall@10']:.3f}, {size}")  # fmt: skip
+        else:
+            lines.append(f"- {family}: none reaches it")
     if quality:
         at = args.quality_at
         lines += ["", f"Code quality: recall@{at} of the exact top-100 in Hamming order (the DisH paper's measure)", "",
-                  "| bits | method | recall | train s |", "|---|---|---|---|"]  # fmt: skip
-        lines += [f"| {q['bits']} | {q['method']} | {q[f'recall@{at}_of_top100']:.4f} | {q['train_seconds']:.1f} |"
-                  for q in quality]  # fmt: skip
+                  "| bits | method | recall | train s | iterations |", "|---|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {q['bits']} | {q['method']} | {q[f'recall@{at}_of_top100']:.4f} | {q['train_seconds']:.1f} | "
+                  f"{q['iterations']} |" for q in quality]  # fmt: skip
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
