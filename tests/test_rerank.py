@@ -121,17 +121,17 @@ def test_methods_without_real_projections_refuse_asymmetric_distances():
 
 
 def test_asymmetric_reranking_finds_more_true_neighbours_on_fashion_mnist(fmnist_paths, cluster, tmp_path):
-    """Real data: ITQ 64 bits on Fashion-MNIST, 200 queries; the exact L2 top-10 as truth. At the
-    same R, ranking the Hamming candidates by the asymmetric distance finds more of the true
-    neighbours than keeping their Hamming order (measured: 0.169 against 0.140; at 32 bits
-    only 0.066 against 0.062), and exact re-ranking far more (0.8)."""
+    """Real data: ITQ 64 bits on Fashion-MNIST, 200 queries, the exact L2 top-100 as truth, R =
+    1000 Hamming candidates. Ranking them by the asymmetric distance finds more of the true
+    neighbours than their Hamming order (measured on another draw of 200 queries: recall@100
+    0.349 against 0.303, recall@10 0.169 against 0.140), and exact re-ranking far more."""
     from pipeline import workflows
     from pipeline.data.sources import write_fashion_mnist
 
     ds = write_fashion_mnist(tmp_path / "fmnist.zarr", chunk_rows=20000)  # its own copy: a split is added
     with Client(cluster):
         ds.make_split(200, 5, name="rerank")
-        truth = workflows.groundtruth(ds, split="rerank", top_k=10).neighbour_lists()
+        truth = workflows.groundtruth(ds, split="rerank", top_k=100).neighbour_lists()
         workflows.train(ds, "itq", tmp_path / "itq", bits=64, split="rerank")
         workflows.encode(ds, tmp_path / "itq", tmp_path / "codes.zarr")
         recall = {}
@@ -141,8 +141,11 @@ def test_asymmetric_reranking_finds_more_true_neighbours_on_fashion_mnist(fmnist
             ("exact", {"rerank": "exact", "candidates": 1000}),
         ):
             out = tmp_path / f"{name}.parquet"
-            workflows.search(ds, tmp_path / "itq", tmp_path / "codes.zarr", out, split="rerank", k=10, **options)
-            ids = pq.read_table(out).column("id").to_numpy().reshape(200, 10)
-            recall[name] = np.mean([len(np.intersect1d(ids[q], truth[q])) / 10 for q in range(200)])
-    assert recall["asymmetric"] > recall["hamming"] + 0.015, recall
-    assert recall["exact"] > recall["asymmetric"] + 0.3, recall
+            workflows.search(ds, tmp_path / "itq", tmp_path / "codes.zarr", out, split="rerank", k=100, **options)
+            ids = pq.read_table(out).column("id").to_numpy().reshape(200, 100)
+            recall[name] = {
+                k: np.mean([len(np.intersect1d(ids[q, :k], truth[q, :k])) / k for q in range(200)]) for k in (10, 100)
+            }
+    assert recall["asymmetric"][100] > recall["hamming"][100] + 0.02, recall
+    assert recall["asymmetric"][10] > recall["hamming"][10] + 0.01, recall
+    assert recall["exact"][100] > recall["asymmetric"][100] + 0.2, recall
