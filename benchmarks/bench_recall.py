@@ -12,6 +12,7 @@ What is measured:
   other rows the database; for sift-synth, rows n.. of the generator (not in the database);
 * truth: the exact squared-L2 top-100 of each query (kernels.l2, ties by id);
 * recall@K = |first K returned ∩ true top K| / K, averaged over queries (K = 1, 10, 100);
+* the hash functions learn from every database row, or from the first ``--train-rows``;
 * every search runs on one thread (our numba kernels on the calling thread, FAISS with
   omp_set_num_threads(1)), so queries/s compare work, not thread counts; index builds use
   both cores (FAISS's HNSW and IVF-PQ with 2 OpenMP threads, our training on a 2-worker
@@ -227,7 +228,7 @@ def faiss_binary_rows(X, ids, Q, truth, codes, qcodes, bits, m, candidates):
     return rows
 
 
-def code_quality(X, ids, Q, truth, bits_list, at, seed, specs):
+def code_quality(X, ids, Q, truth, bits_list, at, seed, specs, train_rows=None):
     """recall@at of the exact top-100 in Hamming order, per method (``specs``: "name key=value
     ...") and length."""
     from pipeline.kernels.hamming import hamming_topk
@@ -235,7 +236,8 @@ def code_quality(X, ids, Q, truth, bits_list, at, seed, specs):
     out = []
     for bits in bits_list:
         for method in specs:
-            model, fit_s = train(*[parse_spec(method)[0], bits, X, seed], **parse_spec(method)[1])
+            name, params = parse_spec(method)
+            model, fit_s = train(name, bits, X[:train_rows], seed, **params)
             codes, qcodes = model.encode(X), model.encode(Q)
             _, found = hamming_topk(codes, ids, queries=qcodes, k=at)
             hits = [len(np.intersect1d(found[q], truth[q])) for q in range(len(truth))]
@@ -281,6 +283,7 @@ def main(argv=None) -> int:
         help='code-quality methods, "name key=value ..." (repeat; default itq, dish, sgh)',
     )
     parser.add_argument("--skip-search", action="store_true", help="only the code-quality table")
+    parser.add_argument("--train-rows", type=int, help="learn the hash functions on the first N database rows")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
@@ -296,10 +299,10 @@ def main(argv=None) -> int:
     rows = []
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster):
         quality = code_quality(X, ids, Q, truth, [int(b) for b in args.quality_bits.split(",") if b], args.quality_at,
-                               args.seed, args.quality_method or ["itq", "dish", "sgh"])  # fmt: skip
+                               args.seed, args.quality_method or ["itq", "dish", "sgh"], args.train_rows)  # fmt: skip
         for bits in () if args.skip_search else (int(b) for b in args.bits.split(",")):
             for method in args.methods.split(","):
-                model, fit_s = train(method, bits, X, args.seed)
+                model, fit_s = train(method, bits, X[: args.train_rows], args.seed)
                 ours, codes, qcodes, m = our_rows(model, method, bits, X, ids, Q, truth, candidates)
                 for r in ours:
                     r["build_seconds"] += fit_s
