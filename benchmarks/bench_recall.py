@@ -155,12 +155,17 @@ def our_rows(model, method, bits, X, ids, Q, truth, candidates):
 def faiss_float_rows(X, ids, Q, truth, build_threads):
     """FAISS's indexes over the vectors themselves: HNSW, IVF-PQ with an exact refine step."""
     import faiss
+    import psutil
 
     rows = []
     Xf, Qf, n, d = X.astype(np.float32), Q.astype(np.float32), len(X), X.shape[1]
 
-    def per_vector(index):
-        return faiss.serialize_index(index).nbytes / n
+    def per_vector(index, rss_before):
+        # serialising a 10M-vector index copies it whole (the first 10M run was killed for memory
+        # there): above 2M vectors, the growth of this process's RSS while it was built instead
+        if n <= 2_000_000:
+            return faiss.serialize_index(index).nbytes / n
+        return (psutil.Process().memory_info().rss - rss_before) / n
 
     def search(index, k=TRUE_K):
         faiss.omp_set_num_threads(1)
@@ -168,9 +173,10 @@ def faiss_float_rows(X, ids, Q, truth, build_threads):
         return ids[np.maximum(found, 0)], s
 
     faiss.omp_set_num_threads(build_threads)
+    rss = psutil.Process().memory_info().rss
     hnsw = faiss.IndexHNSWFlat(d, 32)
     _, build_s = timed(lambda: hnsw.add(Xf))
-    size = per_vector(hnsw)
+    size = per_vector(hnsw, rss)
     for ef in (16, 32, 64, 128, 256):
         hnsw.hnsw.efSearch = ef
         found, s = search(hnsw)
@@ -179,12 +185,13 @@ def faiss_float_rows(X, ids, Q, truth, build_threads):
     hnsw = None
 
     faiss.omp_set_num_threads(build_threads)
+    rss = psutil.Process().memory_info().rss
     nlist = int(2 ** round(np.log2(4 * np.sqrt(n))))
     ivf = faiss.IndexIVFPQ(faiss.IndexFlatL2(d), d, nlist, 16, 8)
     refine = faiss.IndexRefineFlat(ivf)
     train_rows = Xf[np.random.default_rng(0).choice(n, min(n, 100_000), replace=False)]
     _, build_s = timed(lambda: (refine.train(train_rows), refine.add(Xf)))
-    size = per_vector(refine)
+    size = per_vector(refine, rss)
     for nprobe, k_factor in ((4, 4), (16, 4), (16, 16), (64, 16)):
         faiss.ParameterSpace().set_index_parameter(refine, "nprobe", nprobe)
         refine.k_factor = k_factor

@@ -149,3 +149,24 @@ def test_asymmetric_reranking_finds_more_true_neighbours_on_fashion_mnist(fmnist
     assert recall["asymmetric"][100] > recall["hamming"][100] + 0.02, recall
     assert recall["asymmetric"][10] > recall["hamming"][10] + 0.01, recall
     assert recall["exact"][100] > recall["asymmetric"][100] + 0.2, recall
+
+
+def test_rerank_of_in_memory_chunks_equals_brute_force():
+    """The other input path: an in-memory dask array (whole chunks reach the tasks)."""
+    import dask
+
+    from pipeline.distributed.graph import as_dask
+    from pipeline.search.rerank import rerank_lazy
+
+    rng = np.random.default_rng(3)
+    X = rng.integers(0, 4, (3000, 8)).astype(np.uint8)  # small values: many ties, broken by id
+    Q = rng.integers(0, 4, (6, 8)).astype(np.uint8)
+    candidates = np.stack([rng.choice(3000, 400, replace=False) for _ in range(6)])
+    candidates[2, 350:] = -1  # a query with fewer candidates
+    dist, ids = dask.compute(rerank_lazy("exact", Q, as_dask(X, chunk_rows=700), candidates, 20))[0]
+    for q in range(6):
+        cand = candidates[q][candidates[q] >= 0]
+        want = ((X[cand].astype(np.int64) - Q[q]) ** 2).sum(1)
+        order = np.lexsort((cand, want))[:20]
+        np.testing.assert_array_equal(ids[q], cand[order])
+        np.testing.assert_array_equal(dist[q], want[order])

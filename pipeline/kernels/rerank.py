@@ -107,13 +107,13 @@ def pairs_topk(query_index: np.ndarray, ids: np.ndarray, distances: np.ndarray, 
     return out_d, out_i
 
 
-def candidate_values(candidate_ids: np.ndarray, candidate_values: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """For each query row q, the value (e.g. the Hamming distance) that ``candidate_values[q]``
-    gives the id ``ids[q, j]`` among ``candidate_ids[q]``; -1 where ids[q, j] is -1."""
-    out = np.full(ids.shape, -1, dtype=candidate_values.dtype)
+def candidate_values(candidate_ids: np.ndarray, values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """For each query row q, the value (e.g. the Hamming distance) that ``values[q]`` gives
+    the id ``ids[q, j]`` among ``candidate_ids[q]``; -1 where ids[q, j] is -1."""
+    out = np.full(ids.shape, -1, dtype=values.dtype)
     for q in range(ids.shape[0]):
         order = np.argsort(candidate_ids[q], kind="stable")
         found = ids[q] >= 0
         pos = order[np.searchsorted(candidate_ids[q], ids[q][found], sorter=order)]
-        out[q, found] = candidate_values[q, pos]
+        out[q, found] = values[q, pos]
     return out

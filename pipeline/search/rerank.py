@@ -35,11 +35,11 @@ def check_rerank(rerank: str | None, candidates: int | None, k: int) -> int | No
     return candidates
 
 
-def _rerank_chunk(block, whole, rows, query_index, row_index, *, score, query_side, n_queries, k):
-    """``rows``: the candidate rows' ids; ``block``: those rows, or the whole chunk when
-    ``whole`` (then ``rows - whole`` are their positions in it)."""
-    if whole is not None:  # the chunk came whole (an in-memory array): keep the candidate rows
-        block = take_rows(block, rows - whole)
+def _rerank_chunk(block, chunk_start, rows, query_index, row_index, *, score, query_side, n_queries, k):
+    """``rows``: the candidate rows' ids; ``block``: those rows, or (``chunk_start`` not None:
+    an in-memory array's chunk) the whole chunk, whose first row is ``chunk_start``."""
+    if chunk_start is not None:  # keep only the candidate rows
+        block = take_rows(block, rows - chunk_start)
     ids = rows[row_index]
     return pairs_topk(query_index, ids, score(query_side, block, query_index, row_index), n_queries, k)
 
@@ -70,11 +70,11 @@ def rerank_lazy(kind: str, query_side: np.ndarray, source, candidate_ids: np.nda
         if len(picked) == 0:
             continue  # no candidate lives in this chunk: it is not read
         rows, row_index = np.unique(ids[picked], return_inverse=True)
-        read, whole = reads[c], int(bounds[c])
+        read, chunk_start = reads[c], int(bounds[c])
         if isinstance(read, InlineRead):  # the task reads the chunk and keeps only these rows
-            read, whole = read.with_rows(rows - bounds[c]), None
+            read, chunk_start = read.with_rows(rows - bounds[c]), None
         # int32 pair lists: every (query, candidate) pair rides in the graph once (8 bytes)
-        chunks.append((read, whole, rows, query_index[picked].astype(np.int32), row_index.astype(np.int32)))
+        chunks.append((read, chunk_start, rows, query_index[picked].astype(np.int32), row_index.astype(np.int32)))
     if not chunks:  # no query has a candidate
         return delayed(pairs_topk, pure=True)(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), m, k)
     parts = map_chunks(
