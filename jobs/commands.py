@@ -15,6 +15,7 @@ from pipeline import workflows
 from pipeline.distributed.cluster import performance_report
 from pipeline.errors import InputError
 from pipeline.evaluation.report import quality_table
+from pipeline.search.rerank import check_rerank
 from pipeline.storage.atomic import check_output
 from pipeline.storage.location import set_storage_options
 
@@ -48,6 +49,8 @@ def check_before_work(command: str, values: dict) -> None:
     set_storage_options(values.get("storage_options"))
     if command == "search" and values["radius"] is not None and values["k"] is not None:
         raise InputError("give either --k (top-k search) or --radius (radius search), not both")
+    if command == "search":
+        check_rerank(values["rerank"], values["candidates"], values["k"], values["radius"])
     kind = OUTPUT_KINDS.get(command)
     if kind is not None and values.get("out"):
         # evaluate replaces its own previous report; the others need --overwrite

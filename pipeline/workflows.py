@@ -269,9 +269,7 @@ def search(
 
     if k is not None and radius is not None:
         raise InputError("give either --k (top-k search) or --radius (radius search), not both")
-    if radius is not None and rerank is not None:
-        raise InputError("--rerank re-ranks a top-k search; use --k instead of --radius")
-    candidates = check_rerank(rerank, candidates, 100 if k is None else k)
+    candidates = check_rerank(rerank, candidates, k, radius)
     ds, model = dataset(dataset_), _model(model)
     reader, _ = open_codes(codes, model, ds)
     if reader.shape[0] != ds.n:

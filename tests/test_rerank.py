@@ -109,6 +109,10 @@ def test_cli_rerank_bad_input_is_one_line_and_writes_nothing(pipeline_run, clust
         err = capsys.readouterr().err.strip().splitlines()[-1]
         assert err.startswith("error:") and says in err
         assert not out.exists()
+        # known from the options alone: refused before a local cluster would start
+        assert run(*search, *bad, "--out", out) == 2
+        err = capsys.readouterr().err
+        assert "local cluster" not in err and says in err.strip().splitlines()[-1]
 
 
 def test_methods_without_real_projections_refuse_asymmetric_distances():

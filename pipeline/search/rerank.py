@@ -21,8 +21,13 @@ from pipeline.kernels.rerank import exact_pair_distances, lower_bound_pair_dista
 RERANKERS = {"exact": exact_pair_distances, "asymmetric": lower_bound_pair_distances}
 
 
-def check_rerank(rerank: str | None, candidates: int | None, k: int) -> int | None:
-    """The number of Hamming candidates R to re-rank (None: no re-ranking); one-line errors."""
+def check_rerank(rerank: str | None, candidates: int | None, k: int | None, radius: int | None = None) -> int | None:
+    """The number of Hamming candidates R to re-rank the top ``k`` (default 100) from (None: no
+    re-ranking); one-line errors for options that do not go together. Needs no data: the
+    command line calls it before any cluster starts."""
+    if radius is not None and rerank is not None:
+        raise InputError("--rerank re-ranks a top-k search; use --k instead of --radius")
+    k = 100 if k is None else k
     if rerank is None:
         if candidates is not None:
             raise InputError("--candidates only applies with --rerank exact|asymmetric; add --rerank or drop it")
