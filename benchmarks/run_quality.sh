@@ -37,6 +37,26 @@ run sweeps $S --dataset debian-minilm --method dish --bits 16,32,64 --grid '{"ma
   --metric map --out $R/sweep_dish_debian-minilm.json
 run sweeps $S --dataset debian-minilm --method itq --bits 16,32,64 --grid '{}' --metric map \
   --out $R/sweep_itq_debian-minilm.json
+# DisH's penalty against ITQ by the DisH paper's measure on four sets (results/dish_rho_validation.md)
+L2="--bits 32,64 --ground-truth euclidean --top-k 100 --metric recall@1000"
+RHO='{"rho_scale": [0.03, 0.1, 0.3, 1.0]}'
+run sweeps $S --dataset debian-sift --method itq $L2 --grid '{}' --out $R/sweep_itq_debian-sift.json
+run sweeps $S --dataset debian-sift --method dish $L2 --grid "$RHO" --out $R/sweep_dish_debian-sift.json
+run sweeps $S --dataset fashion-mnist --method itq $L2 --grid '{}' --out $R/sweep_itq_fashion-mnist-l2.json
+run sweeps $S --dataset fashion-mnist --method dish $L2 --grid "$RHO" --out $R/sweep_dish_fashion-mnist-l2.json
+run sweeps $S --dataset debian-minilm --method itq $L2 --grid '{}' --out $R/sweep_itq_debian-minilm-l2.json
+run sweeps $S --dataset debian-minilm --method dish $L2 --grid "$RHO" --out $R/sweep_dish_debian-minilm-l2.json
+run sweeps $S --dataset sift-synth --n 500000 --method itq $L2 --grid '{}' --out $R/sweep_itq_sift-synth-500k.json
+run sweeps $S --dataset sift-synth --n 500000 --method dish $L2 --grid "$RHO" --out $R/sweep_dish_sift-synth-500k.json
+run sweeps $S --dataset fashion-mnist --method dish $L2 --grid '{"partition": ["by-label"], "rho_scale": [0.03, 0.1, 0.3, 1.0]}' \
+  --out $R/sweep_dish_fashion-mnist-l2-by-label.json
+run sweeps $S --dataset debian-sift --method dish $L2 \
+  --grid '[{"rho_scale": [0.01]}, {"partition": ["by-label"], "rho_scale": [0.01]}]' --out $R/sweep_dish_debian-sift-rho0.01.json
+run sweeps $S --dataset fashion-mnist --method dish $L2 \
+  --grid '[{"rho_scale": [0.01]}, {"partition": ["by-label"], "rho_scale": [0.01]}]' --out $R/sweep_dish_fashion-mnist-l2-rho0.01.json
+run sweeps $S --dataset debian-minilm --method dish $L2 --grid '{"rho_scale": [0.01]}' --out $R/sweep_dish_debian-minilm-l2-rho0.01.json
+run sweeps $S --dataset sift-synth --n 500000 --method dish $L2 --grid '{"rho_scale": [0.01]}' \
+  --out $R/sweep_dish_sift-synth-500k-rho0.01.json
 Q=$R/quality
 run quality $E --dataset fashion-mnist --methods lsh,sh,sikh,klsh,agh,pcah,isohash,itq,sgh,usplh --bits 32,48,64,128 \
   --ground-truth euclidean --top-percent 2 --ks 100,1000 --out $Q/fashion-mnist-euclidean

@@ -26,24 +26,29 @@ from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sy
 
 
 def markdown(result: dict, keys: list[str], best: dict) -> str:
-    """The sweep's table: one row per configuration x bits (x DisH2/DisH1), best per bits marked."""
+    """The sweep's table: one row per configuration x bits (x DisH2/DisH1), best per bits marked;
+    the selection metric gets a column of its own when it is not one of the usual three."""
+    shown = {"precision@100": "P@100", "precision@1000": "P@1000", "map": "map"}
+    metric = result["protocol"]["selection_metric"]
+    if metric not in shown:
+        shown[metric] = metric
     lines = [
         f"# Sweep: {result['method']} on {result['dataset']} (validation split)",
         "",
         f"Command: `{result['command']}`",
         "",
-        f"Selection metric: {result['protocol']['selection_metric']}; test queries removed before tuning.",
+        f"Selection metric: {metric}; test queries removed before tuning.",
         "",
-        "| bits | row | " + "".join(f"{k} | " for k in keys) + "P@100 | P@1000 | map | train s | best |",
-        "|" + "---|" * (len(keys) + 7),
+        "| bits | row | " + "".join(f"{k} | " for k in [*keys, *shown.values()]) + "train s | best |",
+        "|" + "---|" * (len(keys) + len(shown) + 4),
     ]
     for row in result["rows"]:
         mark = "**best**" if best[row["n_bits"]] is row else ""
         lines.append(
             f"| {row['n_bits']} | {row.get('label', row['method'])} | "
             + "".join(f"{row['params'].get(k, 'default')} | " for k in keys)
-            + f"{row['metrics']['precision@100']:.4f} | {row['metrics']['precision@1000']:.4f}"
-            + f" | {row['metrics']['map']:.4f} | {row['train_seconds']:.1f} | {mark} |"
+            + "".join(f"{row['metrics'][m]:.4f} | " for m in shown)
+            + f"{row['train_seconds']:.1f} | {mark} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -61,6 +66,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--ground-truth", choices=["labels", "euclidean"])
     ap.add_argument("--top-percent", type=float)
+    ap.add_argument("--top-k", type=int, help="euclidean ground truth: the exact top-K neighbours")
     ap.add_argument("--metric", default="precision@1000", help="metric that picks the best configuration")
     ap.add_argument("--workdir", default=str(REPO.parent / "dhash-sweeps"))
     ap.add_argument("--out", required=True)
@@ -84,6 +90,7 @@ def main(argv=None) -> int:
             configs,
             ground_truth=args.ground_truth,
             top_percent=args.top_percent,
+            top_k=args.top_k,
             ks=[100, 1000],
             progress=lambda row: print(json.dumps(row), file=sys.stderr, flush=True),
         )
@@ -105,6 +112,7 @@ def main(argv=None) -> int:
             "validation_split": "1000 queries, seed 1, drawn from the remaining rows",
             "ground_truth": args.ground_truth,
             "top_percent": args.top_percent,
+            "top_k": args.top_k,
             "selection_metric": args.metric,
         },
         "seconds": round(time.perf_counter() - started, 1),

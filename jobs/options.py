@@ -324,7 +324,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("partition", METHOD_COMMANDS, "contiguous (default), random, by-label", param="partition", group=_DISH),
     _opt("rho", METHOD_COMMANDS, "ADMM penalty (default: scaled to the data, see --rho-scale)", type=positive_float,
          param="rho", group=_DISH),
-    _opt("rho-scale", METHOD_COMMANDS, "rho = this x mean node size x RMS distance to the mean (default 0.3)",
+    _opt("rho-scale", METHOD_COMMANDS, "rho = this x mean node size x RMS distance to the mean (default 0.03)",
          type=positive_float, param="rho_scale", method="dish", group=_DISH),
     _opt("inner-steps", METHOD_COMMANDS, "ADMM steps per outer iteration K (default 5)", type=positive_int,
          param="inner_steps", group=_DISH),
