@@ -84,6 +84,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="Markdown table")
     ap.add_argument("specs", nargs="+", help="NAME=BASELINE.json:SWEEP.json[:SWEEP.json ...]")
     args = ap.parse_args(argv)
+    for spec in args.specs:
+        name, _, files = spec.partition("=")
+        if not name or len(files.split(":")) < 2:
+            ap.error(f"{spec!r} is not NAME=BASELINE.json:SWEEP.json[:SWEEP.json ...]")
+        missing = [f for f in files.split(":") if not Path(f).is_file()]
+        if missing:
+            ap.error(f"no such sweep result: {', '.join(missing)} (write it with sweep_params.py)")
     table = collect(args.specs, args.parameter, args.label, args.metric)
     command = " ".join(["benchmarks/compare_sweeps.py", *(argv if argv is not None else sys.argv[1:])])
     text = markdown(table, args.parameter, args.label, args.metric, args.baseline_name, command)
