@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.hash_functions import apply_bits, fit_bit, rbf_centres, rbf_features
+from pipeline.kernels.hash_functions import apply_bits, fit_bit, keep_better_bits, rbf_centres, rbf_features
 
 
 def test_linear_svm_bit_reproduces_separable_targets():
@@ -41,3 +41,38 @@ def test_kernel_bit_fits_targets_no_hyperplane_can():
     w, c = fit_bit(X, target, seed=0)
     linear_accuracy = (apply_bits(X, w[:, None], np.array([c]))[:, 0] == target).mean()
     assert kernel_accuracy > 0.97 and linear_accuracy < 0.75
+
+
+def _fit_columns(X, Z, C):
+    fits = [fit_bit(X, Z[:, i], seed=0, C=C) for i in range(Z.shape[1])]
+    W, c = np.stack([w for w, _ in fits], axis=1), np.array([b for _, b in fits])
+    return W, c, apply_bits(X, W, c)
+
+
+def test_h_step_never_misclassifies_more_of_z_than_the_previous_function():
+    """A firmly regularised SVM refitted to the codes of the function it replaces misses some
+    of them; the h-step then keeps the previous function, so Z = h(X) stays a fixed point, and
+    in general each bit's misclassification count is the smaller of the two."""
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((300, 10))
+    W_old, c_old = rng.standard_normal((10, 6)), 0.3 * rng.standard_normal(6)
+    previous = (W_old, c_old, apply_bits(X, W_old, c_old))
+    Z = previous[2]
+    fitted = _fit_columns(X, Z, C=0.001)
+    assert (fitted[2] != Z).sum(axis=0).min() > 0  # the refit alone leaves the fixed point
+    W, c, H, kept = keep_better_bits(Z, fitted, previous)
+    assert kept.all()
+    np.testing.assert_array_equal(H, Z)
+    np.testing.assert_array_equal(apply_bits(X, W, c), H)
+
+    # targets of other hyperplanes for three bits (the new fit wins), noisy copies of the
+    # previous function's for the others (where a refit may lose)
+    Z = np.where(rng.random(Z.shape) < 0.2, -Z, Z)
+    Z[:, :3] = apply_bits(X, rng.standard_normal((10, 3)), np.zeros(3))
+    fitted = _fit_columns(X, Z, C=1.0)
+    W, c, H, kept = keep_better_bits(Z, fitted, previous)
+    errors = {name: (h != Z).sum(axis=0) for name, h in (("new", fitted[2]), ("old", previous[2]), ("kept", H))}
+    np.testing.assert_array_equal(errors["kept"], np.minimum(errors["new"], errors["old"]))
+    np.testing.assert_array_equal(kept, errors["new"] > errors["old"])
+    np.testing.assert_array_equal(apply_bits(X, W, c), H)
+    assert not kept[:3].any()

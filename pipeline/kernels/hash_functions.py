@@ -82,3 +82,20 @@ def fit_bit(features: np.ndarray, target: np.ndarray, seed: int, C: float = 1.0)
 def apply_bits(features: np.ndarray, W: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Codes in {-1, +1} (n, b) of linear functions W (d, b), c (b,); >= 0 gives +1."""
     return np.where(features @ W + c >= 0, 1.0, -1.0)
+
+
+def keep_better_bits(Z, fitted, previous) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The h-step as a descent step on MAC's h objective ||Z - h(X)||^2, bit by bit: each bit
+    keeps its previous function where the newly fitted one disagrees with more of Z's column.
+    ``fitted`` and ``previous`` are (W, c, H) with H = apply_bits(features, W, c).
+
+    Why: an SVM is a surrogate for the bit's misclassification count, and a regularised one
+    refitted to targets its predecessor already matched need not return that predecessor
+    (at C = 1, fitted to Z = h(X) itself, it misses thousands of bits), so without this choice
+    the h-step can raise the objective it minimises and "Z = h(X) after a Z-step" is no fixed
+    point. (W, c, H, kept) with ``kept`` the bits that kept their previous function."""
+    W, c, H = (np.array(a, copy=True) for a in fitted)
+    W_old, c_old, H_old = previous
+    kept = (H != Z).sum(axis=0) > (H_old != Z).sum(axis=0)
+    W[:, kept], c[kept], H[:, kept] = W_old[:, kept], c_old[kept], H_old[:, kept]
+    return W, c, H, kept

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The committed MAC comparisons (benchmarks/results/mac/), one command per result, in the
+# order they are worth re-running after a change to MAC: the acceptance lengths first, then
+# the seeds, the kernel hash function, the eSPLH loss and the text embeddings.
+#   bash benchmarks/run_mac.sh            # all (about 3 h on 2 cores)
+#   bash benchmarks/run_mac.sh b32 seeds  # some: b16 b32 b48 seeds kernel esplh minilm
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+OUT=benchmarks/results/mac
+run() { echo "== $*" >&2; "$PY" benchmarks/mac_comparison.py "$@"; }
+
+b16() { run --dataset fashion-mnist --bits 16 --labeled 5000 --out $OUT/fashion-mnist-linear-b16; }
+b32() { run --dataset fashion-mnist --bits 32 --labeled 5000 --out $OUT/fashion-mnist-linear-b32; }
+b48() { run --dataset fashion-mnist --bits 48 --labeled 5000 --out $OUT/fashion-mnist-linear-b48; }
+seeds() {
+    for seed in 1 2; do
+        run --bits 32 --methods cut,maccut --seed $seed --out $OUT/fashion-mnist-linear-b32-seed$seed
+    done
+}
+kernel() {
+    run --dataset fashion-mnist --bits 32 --labeled 5000 --methods cut,maccut --hash-function kernel \
+        --out $OUT/fashion-mnist-kernel
+}
+esplh() {
+    run --dataset fashion-mnist --bits 32 --labeled 5000 --methods cut,maccut --loss esplh \
+        --out $OUT/fashion-mnist-esplh
+}
+minilm() {
+    run --dataset debian-minilm --bits 32,48 --labeled 5000 --kappa-plus 6 --methods itq,ksh,cut,maccut \
+        --out $OUT/debian-minilm-linear
+}
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(b16 b32 b48 seeds kernel esplh minilm)
+for target in "${targets[@]}"; do "$target"; done
