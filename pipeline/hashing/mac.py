@@ -13,7 +13,7 @@ the constraint Z = h(X) and minimises L(Z) + mu ||Z - h(X)||^2 while mu grows
   ||Z - h(X)||^2 the step minimises, and on Fashion-MNIST (5000 points, 32 bits, C = 1) the
   refit was the worse of the two for 1 bit early on and all 32 late in the path, where Z
   nears h(X); kept, the path ends on a true fixed point instead of a refit that raised
-  L(h(X)) by up to 1%;
+  L(h(X)) by up to 1.4%;
 * Z-step: bit by bit, with the other bits fixed, by the quadratic surrogate (``quad``) or by
   GraphCut over blocks of points (``cut``), repeated until Z stops changing or ``z_passes``
   passes ran (kernels/zstep.py), never raising the penalised loss;
