@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.hash_functions import apply_bits, fit_bit, keep_better_bits, rbf_centres, rbf_features
+from pipeline.kernels.hash_functions import (
+    apply_bits,
+    fit_bit,
+    keep_better_bits,
+    lower_loss_h,
+    rbf_centres,
+    rbf_features,
+)
 
 
 def test_linear_svm_bit_reproduces_separable_targets():
@@ -76,3 +83,28 @@ def test_h_step_never_misclassifies_more_of_z_than_the_previous_function():
     np.testing.assert_array_equal(kept, errors["new"] > errors["old"])
     np.testing.assert_array_equal(apply_bits(X, W, c), H)
     assert not kept[:3].any()
+
+
+def test_h_step_takes_the_candidate_of_lower_loss():
+    """Of the refit and the refit with previous functions kept bit by bit, the h-step returns
+    the one with the lower loss, whichever that is, and says how many bits kept theirs."""
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((300, 10))
+    Z = apply_bits(X, rng.standard_normal((10, 6)), np.zeros(6))
+    good = _fit_columns(X, Z, C=1.0)
+    W_bad = rng.standard_normal((10, 6))
+    bad = (W_bad, np.zeros(6), apply_bits(X, W_bad, np.zeros(6)))
+
+    def loss_of(H):  # a loss that falls as h(X) nears Z
+        return float((H != Z).sum())
+
+    # a poor refit beside a good previous function: the per-bit choice wins
+    W, c, H, loss, kept_bits, loss_refit = lower_loss_h(Z, bad, good, loss_of)
+    assert loss_refit == loss_of(bad[2]) and loss == loss_of(H) < loss_refit and kept_bits > 0
+    np.testing.assert_array_equal(apply_bits(X, W, c), H)
+
+    # a loss that the per-bit choice raises: the refit is returned as it is
+    W, c, H, loss, kept_bits, loss_refit = lower_loss_h(Z, bad, good, lambda H: -loss_of(H))
+    assert kept_bits == 0 and loss == loss_refit
+    for got, refit in zip((W, c, H), bad):
+        np.testing.assert_array_equal(got, refit)

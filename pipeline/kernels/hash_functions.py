@@ -99,3 +99,21 @@ def keep_better_bits(Z, fitted, previous) -> tuple[np.ndarray, np.ndarray, np.nd
     kept = (H != Z).sum(axis=0) > (H_old != Z).sum(axis=0)
     W[:, kept], c[kept], H[:, kept] = W_old[:, kept], c_old[kept], H_old[:, kept]
     return W, c, H, kept
+
+
+def lower_loss_h(Z, fitted, previous, loss_of) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, int, float]:
+    """MAC's h-step result from the refit ``fitted`` = (W, c, H): of the refit and
+    ``keep_better_bits(Z, fitted, previous)``, the one with the lower ``loss_of(H)`` (the
+    affinity loss L(h(X)) the whole optimisation lowers), the refit on a tie.
+
+    Why both: the per-bit choice is a descent step on ||Z - h(X)||^2, which stops refits that
+    fit Z worse from raising L(h(X)) late in a path; taken always, it also keeps previous
+    SVMs where the refit would have lowered L(h(X)), and the path settles at Z = h(X) near its
+    start. (W, c, H, loss_of(H), bits with their previous function, loss_of of the refit)."""
+    loss_refit = float(loss_of(fitted[2]))
+    W, c, H, kept = keep_better_bits(Z, fitted, previous)
+    if kept.any():
+        loss_kept = float(loss_of(H))
+        if loss_kept < loss_refit:
+            return W, c, H, loss_kept, int(kept.sum()), loss_refit
+    return (*fitted, loss_refit, 0, loss_refit)
