@@ -83,7 +83,7 @@ def summary(report: dict, args) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="fashion-mnist")
     parser.add_argument("--bits", default="16,32,48")
@@ -105,7 +105,11 @@ def main(argv=None) -> int:
         action="store_true",
         help="rewrite --out.md from --out/report.json without training (same machine)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     args.methods = args.methods.split(",")
     if args.summary_only:
         report = json.loads(Path(args.out, "report.json").read_text())

@@ -8,7 +8,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 OUT=benchmarks/results/mac
-run() { echo "== $*" >&2; "$PY" benchmarks/mac_comparison.py "$@"; }
+# DRY_RUN=1 prints the commands without running them (tests/test_mac.py checks them
+# against the commands the committed results record)
+run() {
+    if [ -n "${DRY_RUN:-}" ]; then echo "$*"; return; fi
+    echo "== $*" >&2
+    "$PY" benchmarks/mac_comparison.py "$@"
+}
 
 b16() { run --dataset fashion-mnist --bits 16 --labeled 5000 --out $OUT/fashion-mnist-linear-b16; }
 b32() { run --dataset fashion-mnist --bits 32 --labeled 5000 --out $OUT/fashion-mnist-linear-b32; }

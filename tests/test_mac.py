@@ -208,3 +208,30 @@ def test_a_saved_kernel_model_without_its_feature_scaling_is_refused_in_one_line
     (tmp_path / "m" / "arrays.npz").write_bytes(npz_bytes(arrays))
     with pytest.raises(InputError, match=r"lacks or has a bad entry \('mean_'\); re-train"):
         load_model(tmp_path / "m")
+
+
+def test_every_committed_mac_result_is_the_one_its_script_command_makes():
+    """benchmarks/run_mac.sh holds the command of every committed MAC comparison: each parses,
+    each committed summary has its command, and each records exactly that command."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from benchmarks.mac_comparison import build_parser
+
+    repo = Path(__file__).resolve().parents[1]
+    printed = subprocess.run(
+        ["bash", "benchmarks/run_mac.sh"],
+        cwd=repo,
+        env={**os.environ, "DRY_RUN": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    commands = {build_parser().parse_args(line.split()).out: line for line in printed}
+    assert len(commands) == len(printed)  # one command per result
+    results = repo / "benchmarks" / "results" / "mac"
+    assert set(commands) == {str(p.with_suffix("").relative_to(repo)) for p in results.glob("*.md")}
+    for out, line in commands.items():
+        recorded = (repo / f"{out}.md").read_text().splitlines()[2]
+        assert recorded == f"- command: `benchmarks/mac_comparison.py {line}`", out
