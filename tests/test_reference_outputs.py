@@ -5,9 +5,9 @@ Each registered method (and variant) is trained at 16 bits with seed 0 on the fi
 database rows of a 500-query split, every row is encoded, and the split's queries are scored
 with label ground truth. The iterative methods whose cost is their iteration count (KMH and
 DisH, 50 by default) run 10 iterations: what this test guards is that the same computation
-gives the same numbers, which 10 iterations show as well as 50, and it keeps the test
-within the suite's time budget. The JSON holds the SHA-256 of all codes, the codes of every 35th row (2000
-rows, hex) and the scalar metrics.
+gives the same numbers, which 10 iterations show as well as 50, and it keeps the test within
+the suite's time budget. The JSON holds the SHA-256 of all codes, the codes of every 35th
+row (2000 rows, hex) and the scalar metrics.
 
 Equal hashes pass. Different hashes pass only as floating-point drift: another numpy/BLAS
 build rounds an eigen- or SVD step differently in the last bits and flips the sign of a few
