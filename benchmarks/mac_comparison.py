@@ -11,10 +11,11 @@ against one whole two-step run (paper Sec. 4.3), in the same run.
 
 Writes the evaluation report (report.json, report.md, plots including ``training.png``: the
 loss curves) into ``--out`` and a summary ``--out``.md beside it: per length and method map,
-precision@1000, the training loss L(h(X)) of the affinity pairs (MAC variants and their
-two-step starts: the same pairs, drawn with the seed), training time, and for each MAC
-variant the mean time of an iteration that refitted h (Z-step + h-step) divided by the
-two-step method's whole training time.
+precision@1000, the validation precision that early stopping compares (quad, cut and MAC), the
+training loss L(h(X)) of the affinity pairs (MAC variants and their two-step starts: the same
+pairs, drawn with the seed), training time, and for each MAC variant the mean time of an
+iteration that refitted h (Z-step + h-step) divided by the two-step method's whole training
+time.
 """
 
 from __future__ import annotations
@@ -55,18 +56,20 @@ def summary(report: dict, args) -> str:
         # --summary-only rewrites the summary of the run made by the same command without it
         f"- command: `{' '.join(a for a in sys.argv if a != '--summary-only')}`",
         f"- {args.labeled} training points drawn with the seed from the database rows (every method), label "
-        f"affinities ({args.kappa_plus} similar + 500 dissimilar pairs per point), {LOSS_NAMES[args.loss]} loss; "
-        "test split of "
+        f"affinities ({args.kappa_plus} similar + 500 dissimilar pairs per point), {LOSS_NAMES[args.loss]} loss, "
+        f"LIBLINEAR C = {args.svm_c:g} for every SVM of quad, cut and MAC; test split of "
         f"{report['split']['n_query']} queries, label ground truth",
         f"- early stopping: {validation_rows(report)} validation rows drawn from the database rows apart from the "
-        "training points; an iteration is kept only if it lowers no validation precision@kappa+ and raises no L(h(X))",
+        "training points; an iteration is kept only if it lowers no validation precision@kappa+ (the 'validation' "
+        "column: the kept h's) and raises no L(h(X))",
         f"- seed {args.seed}; machine: {report['machine']['cpu_model']}, cluster {report['cluster']}",
         f"- L(h(X)): the {LOSS_NAMES[args.loss]} loss of the hash function's codes of the training points over the affinity pairs "
         "(lower is better); 'iteration / two-step': mean time of a MAC iteration that refitted h, over the "
         "two-step method's whole training time",
         "",
-        "| bits | method | map | precision@1000 | L(h(X)) | iterations (kept) | stopped | train s | iteration / two-step |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| bits | method | map | precision@1000 | validation | L(h(X)) | iterations (kept) | stopped | train s | "
+        "iteration / two-step |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (method, bits), r in sorted(rows.items(), key=lambda kv: (kv[0][1], args.methods.index(kv[0][0]))):
         t = r["training"]
@@ -76,8 +79,9 @@ def summary(report: dict, args) -> str:
         if method in TWO_STEP and (TWO_STEP[method], bits) in rows and iteration_seconds(t):
             ratio = f"{iteration_seconds(t) / rows[(TWO_STEP[method], bits)]['training']['train_seconds']:.2f}"
         loss = f"{t['loss']:.6g}" if "loss" in t else "—"
+        validation = f"{t['validation_precision']:.4f}" if t.get("validation_precision") is not None else "—"
         lines.append(
-            f"| {bits} | {method} | {r['metrics']['map']:.4f} | {r['metrics']['precision@1000']:.4f} | {loss} | "
+            f"| {bits} | {method} | {r['metrics']['map']:.4f} | {r['metrics']['precision@1000']:.4f} | {validation} | {loss} | "
             f"{max(len(steps) - 1, 0)} ({kept}) | {t.get('stopped', '—')} | {t['train_seconds']:.1f} | {ratio} |"
         )
     return "\n".join(lines) + "\n"
@@ -92,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--hash-function", default="linear", choices=("linear", "kernel"))
     parser.add_argument("--loss", default="ksh", choices=sorted(LOSS_NAMES), help="MAC's affinity loss")
     parser.add_argument("--kappa-plus", type=int, default=100, help="similar pairs per point (paper: 100)")
+    parser.add_argument(
+        "--svm-c", type=float, default=1.0, help="LIBLINEAR's C for the SVMs of quad, cut and MAC (its default: 1)"
+    )
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument(
         "--seed",
@@ -128,7 +135,12 @@ def main(argv=None) -> int:
             ks=[100, 1000],
             params={
                 "n_labeled": args.labeled,
-                "mac": {"hash_function": args.hash_function, "n_similar": args.kappa_plus, "loss": args.loss},
+                "mac": {
+                    "hash_function": args.hash_function,
+                    "n_similar": args.kappa_plus,
+                    "loss": args.loss,
+                    "svm_c": args.svm_c,
+                },
             },
         )
     finally:
