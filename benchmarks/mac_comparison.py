@@ -35,6 +35,10 @@ from pipeline.distributed.cluster import connect, disconnect  # noqa: E402
 
 TWO_STEP = {"maccut": "cut", "macquad": "quad"}
 LOSS_NAMES = {"ksh": "KSH", "esplh": "eSPLH"}
+VALIDATION_DATABASES = {
+    "training": "the training points",
+    "held-out": "each other (even-numbered rows the queries, odd-numbered the database)",
+}
 
 
 def iteration_seconds(training: dict) -> float | None:
@@ -60,7 +64,7 @@ def summary(report: dict, args) -> str:
         f"LIBLINEAR C = {args.svm_c:g} for every SVM of quad, cut and MAC; test split of "
         f"{report['split']['n_query']} queries, label ground truth",
         f"- early stopping: {validation_rows(report)} validation rows drawn from the database rows apart from the "
-        "training points; an iteration is kept only if it lowers no validation precision@kappa+ (the 'validation' "
+        f"training points, ranked against {VALIDATION_DATABASES[args.validation_database]}; an iteration is kept only if it lowers no validation precision@kappa+ (the 'validation' "
         "column: the kept h's) and raises no L(h(X))",
         f"- seed {args.seed}; machine: {report['machine']['cpu_model']}, cluster {report['cluster']}",
         f"- L(h(X)): the {LOSS_NAMES[args.loss]} loss of the hash function's codes of the training points over the affinity pairs "
@@ -98,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kappa-plus", type=int, default=100, help="similar pairs per point (paper: 100)")
     parser.add_argument(
         "--svm-c", type=float, default=1.0, help="LIBLINEAR's C for the SVMs of quad, cut and MAC (its default: 1)"
+    )
+    parser.add_argument(
+        "--validation-database",
+        default="training",
+        choices=("training", "held-out"),
+        help="early stopping ranks the validation rows against the training points or half of themselves",
     )
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument(
@@ -140,6 +150,7 @@ def main(argv=None) -> int:
                     "n_similar": args.kappa_plus,
                     "loss": args.loss,
                     "svm_c": args.svm_c,
+                    "validation_database": args.validation_database,
                 },
             },
         )

@@ -100,6 +100,27 @@ def test_bad_input_gives_one_line_errors(fmnist_rows):
         make_hasher("quad", 6, n_labeled=500, n_similar=5, n_dissimilar=20, validation_size=200).fit(flat, y)
 
 
+def test_held_out_validation_ranks_half_the_validation_rows_against_the_other_half(fmnist_rows):
+    """validation_database='held-out': the precision early stopping compares is that of the
+    even-numbered validation rows ranking the odd-numbered ones (brute force here), not the
+    training points, whose codes the SVMs were fitted to."""
+    from pipeline.hashing.mac import _draw_rows
+
+    X, y = fmnist_rows[0][:1000], fmnist_rows[1][:1000]
+    params = {"n_labeled": 500, "n_similar": 20, "n_dissimilar": 60, "validation_size": 200}
+    model = make_hasher("cut", 8, validation_database="held-out", **params).fit(X, y)
+    _, val = _draw_rows(np.random.default_rng(model.seed_), len(X), 500, 200)
+    queries, base = val[0::2], val[1::2]
+    q_bits, b_bits = model._project_kernel(X[queries]) >= 0, model._project_kernel(X[base]) >= 0
+    hits = []
+    for bits, label in zip(q_bits, y[queries]):
+        order = np.lexsort((np.arange(len(base)), (bits != b_bits).sum(axis=1)))[:20]  # ties by index
+        hits.append((y[base][order] == label).mean())
+    assert model.training_stats_["validation_precision"] == pytest.approx(np.mean(hits))
+    with pytest.raises(InputError, match="at least 2 validation rows.*--validation-size"):
+        make_hasher("cut", 8, validation_database="held-out", **{**params, "validation_size": 1}).fit(X, y)
+
+
 def test_training_rows_do_not_depend_on_the_validation_size():
     """MAC with a validation set and its two-step baseline without one learn from the same
     points; the validation rows are apart from them."""
