@@ -64,8 +64,9 @@ def summary(report: dict, args) -> str:
         f"LIBLINEAR C = {args.svm_c:g} for every SVM of quad, cut and MAC; test split of "
         f"{report['split']['n_query']} queries, label ground truth",
         f"- early stopping: {validation_rows(report)} validation rows drawn from the database rows apart from the "
-        f"training points, ranked against {VALIDATION_DATABASES[args.validation_database]}; an iteration is kept only if it lowers no validation precision@kappa+ (the 'validation' "
-        "column: the kept h's) and raises no L(h(X))",
+        f"training points, ranked against {VALIDATION_DATABASES[args.validation_database]}; an iteration is kept "
+        "only if it lowers no validation precision@kappa+ (the 'validation' column: the kept h's) and raises no "
+        "L(h(X))",
         f"- seed {args.seed}; machine: {report['machine']['cpu_model']}, cluster {report['cluster']}",
         f"- L(h(X)): the {LOSS_NAMES[args.loss]} loss of the hash function's codes of the training points over the affinity pairs "
         "(lower is better); 'iteration / two-step': mean time of a MAC iteration that refitted h, over the "
@@ -85,7 +86,8 @@ def summary(report: dict, args) -> str:
         loss = f"{t['loss']:.6g}" if "loss" in t else "—"
         validation = f"{t['validation_precision']:.4f}" if t.get("validation_precision") is not None else "—"
         lines.append(
-            f"| {bits} | {method} | {r['metrics']['map']:.4f} | {r['metrics']['precision@1000']:.4f} | {validation} | {loss} | "
+            f"| {bits} | {method} | {r['metrics']['map']:.4f} | {r['metrics']['precision@1000']:.4f} | "
+            f"{validation} | {loss} | "
             f"{max(len(steps) - 1, 0)} ({kept}) | {t.get('stopped', '—')} | {t['train_seconds']:.1f} | {ratio} |"
         )
     return "\n".join(lines) + "\n"
