@@ -107,9 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--validation-database",
-        default="training",
+        default="held-out",
         choices=("training", "held-out"),
-        help="early stopping ranks the validation rows against the training points or half of themselves",
+        help="early stopping ranks half the validation rows against the other half, or against the training points",
     )
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument(

@@ -405,8 +405,9 @@ OPTIONS: tuple[Option, ...] = (
          type=non_negative_int, param="max_iter", method="ksh", group=_MAC),
     _opt("validation-size", METHOD_COMMANDS, "training rows held out for early stopping (default 2000; 0: none)",
          type=non_negative_int, param="validation_size", method="mac", group=_MAC),
-    _opt("validation-database", METHOD_COMMANDS, "what early stopping ranks the validation rows against: the "
-         "training points (default) or held-out (half the validation rows)", choices=("training", "held-out"),
+    _opt("validation-database", METHOD_COMMANDS, "what early stopping ranks the validation rows against: "
+         "held-out (default: half the validation rows rank the other half) or the training points",
+         choices=("held-out", "training"),
          param="validation_database", method="mac", group=_MAC),
     _opt("adsh-gamma", METHOD_COMMANDS, "weight gamma of the quantisation term (default 200)", type=non_negative_float,
          param="gamma", method="adsh", group=_ADSH),
