@@ -3,7 +3,7 @@
 # order they are worth re-running after a change to MAC: the acceptance lengths first, then
 # the seeds, the kernel hash function, the eSPLH loss, the text embeddings, and the SVMs' C
 # against the validation database.
-#   bash benchmarks/run_mac.sh            # all (about 4 h on 2 cores)
+#   bash benchmarks/run_mac.sh            # all (about 2.5 h on 2 cores)
 #   bash benchmarks/run_mac.sh b32 seeds  # some: b16 b32 b48 seeds kernel esplh minilm svm_c
 set -euo pipefail
 cd "$(dirname "$0")/.."
