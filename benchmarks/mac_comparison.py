@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--validation-database",
         default="held-out",
-        choices=("training", "held-out"),
+        choices=("held-out", "training"),
         help="early stopping ranks half the validation rows against the other half, or against the training points",
     )
     parser.add_argument("--queries", type=int, default=1000)

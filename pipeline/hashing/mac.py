@@ -29,13 +29,12 @@ then h fitted to them once. With ``max_iter = 0`` that start is the answer: the 
 Early stopping (paper Sec. 3.1): after each iteration, the precision of the new h on a
 validation set (``validation_size`` rows of the training data drawn with the seed, apart
 from the training points; never the test queries; half of them rank the other half) is
-compared with the current one's; an
-iteration that lowers it is discarded (Z and h stay) and mu moves on. So is one that raises
-the training loss L(h(X)), which the paper's rule alone allows: MAC is there to lower that
-loss, and on 1500 Fashion-MNIST points at 16 bits the precision-only rule kept an iterate
-0.07% above the two-step start's loss (the kernel h at 5000 points: 0.1% above). With both
-conditions the kept h has a loss no higher and a validation precision no lower than the
-start's.
+compared with the current one's; an iteration that lowers it is discarded (Z and h stay)
+and mu moves on. So is one that raises the training loss L(h(X)), which the paper's rule
+alone allows: MAC is there to lower that loss, and on 1500 Fashion-MNIST points at 16 bits
+the precision-only rule kept an iterate 0.07% above the two-step start's loss (the kernel h
+at 5000 points: 0.1% above). With both conditions the kept h has a loss no higher and a
+validation precision no lower than the start's.
 
 Where the work runs: the N training rows (5k-10k in the paper's regime) are gathered once,
 their hash features and the sparse affinities are put on the cluster once, and every Z-step
@@ -272,8 +271,8 @@ class MAC(Hasher):
 
     def _validation_set(self, F, Xt, Xv, labels, yv):
         """(query features, database features, relevance) of early stopping's retrieval:
-        the validation rows against the training points, or (``held-out``) the even-numbered
-        validation rows against the odd-numbered ones, which no SVM was fitted to."""
+        the even-numbered validation rows against the odd-numbered ones, which no SVM was
+        fitted to (``held-out``), or the validation rows against the training points."""
         if not len(Xv):
             return None, None, None
         if self.validation_database == "training":
