@@ -142,7 +142,7 @@ def main(argv=None):
     if args.resummarize:
         result = json.loads(Path(args.out).read_text())
         result["summary"] = summarize(result["runs"])
-        write_result(result, Path(args.out))
+        write_result(result, Path(args.out), overwrite=True)
         return print(json.dumps(result["summary"]))
     sizes = [int(v) for v in args.sizes.split(",")]
     worker_counts = [int(v) for v in args.workers.split(",")]
@@ -211,7 +211,7 @@ def main(argv=None):
         "runs": runs,
         "summary": summary,
     }
-    write_result(result, Path(args.out))
+    write_result(result, Path(args.out), overwrite=True)
     print(json.dumps(summary))
 
 

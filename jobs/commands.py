@@ -12,24 +12,37 @@ import sys
 
 from jobs.options import method_params
 from pipeline import workflows
-from pipeline.distributed.cluster import performance_report
+from pipeline.distributed.cluster import REPORT_KIND, performance_report
 from pipeline.errors import InputError
 from pipeline.evaluation.report import quality_table
+from pipeline.hashing.checkpoint import checkpoint_path
 from pipeline.search.rerank import check_rerank
-from pipeline.storage.atomic import check_output
-from pipeline.storage.location import set_storage_options
+from pipeline.storage.atomic import (
+    TEMPORARY_NAME,
+    check_file_output,
+    check_output,
+    child_inside,
+    read_commit,
+    with_suffix,
+)
+from pipeline.storage.location import resolve, set_storage_options
 
 EXIT_BAD_INPUT = 2
 # what each command writes at its ``out``: an existing path is replaced only if it is this kind
+# and dhash wrote all of it (storage.atomic)
 OUTPUT_KINDS = {
     "ingest": "dataset",
     "synth": "dataset",
     "train": "model",
     "encode": "codes",
     "index": "mih-index",
-    "search": "search-results",
     "evaluate": "report",
 }  # demo: one report per dataset below out
+# commands whose ``out`` is a single file: file path -> kind (bench: a Markdown table beside its JSON)
+FILE_OUTPUTS = {
+    "search": lambda out: {out: "search-results"},
+    "bench": lambda out: {out: "bench", with_suffix(out, ".md"): "bench"},
+}
 
 
 def log(message: str) -> None:
@@ -52,18 +65,49 @@ def check_before_work(command: str, values: dict) -> None:
     if command == "search":
         check_rerank(values["rerank"], values["candidates"], values["k"], values["radius"])
     kind = OUTPUT_KINDS.get(command)
+    flag = "--overwrite" if "overwrite" in values else None
     if kind is not None and values.get("out"):
         # evaluate replaces its own previous report; the others need --overwrite
-        check_output(values["out"], kind=kind, overwrite=values.get("overwrite", True))
+        check_output(values["out"], kind=kind, overwrite=values.get("overwrite", True), flag=flag)
+    if command in FILE_OUTPUTS and values.get("out"):
+        for path, file_kind in FILE_OUTPUTS[command](values["out"]).items():
+            check_file_output(path, kind=file_kind, overwrite=bool(values.get("overwrite")), flag=flag)
+    if command == "train" and values.get("codes"):
+        check_output(values["codes"], kind="codes", overwrite=bool(values.get("overwrite")), flag=flag)
+    if command == "train" and values.get("out") and checkpoint_path(values["out"]).exists():
+        # the checkpoint beside the model is resumed or replaced later: it must be dhash's own
+        check_output(checkpoint_path(values["out"]), kind="checkpoint", overwrite=True, flag=None)
+    if command == "demo":
+        check_demo_output(values["out"])
     if values.get("performance_report"):
-        check_output(values["performance_report"], kind="file", overwrite=True)
+        check_file_output(
+            values["performance_report"], kind=REPORT_KIND, overwrite=bool(values.get("overwrite")), flag=flag
+        )
+
+
+def check_demo_output(out) -> None:
+    """The demo writes one report directory per dataset into a directory of its own: ``out``
+    must be absent, or hold nothing but those reports (replaced as dhash's own)."""
+    out = resolve(out)
+    if out.exists():
+        if out.is_file() or read_commit(out) is not None:
+            what = "a file" if out.is_file() else f"a dhash {read_commit(out).get('kind')}"
+            raise InputError(f"demo output {out} is {what}; name a directory of its own")
+        others = [n for n in out.list_names() if n not in workflows.DEMO_DATASETS and not TEMPORARY_NAME.match(n)]
+        if others:
+            raise InputError(
+                f"demo output {out} holds entries the demo did not write ({', '.join(others[:3])}); "
+                "name a new directory (the demo writes one report directory per dataset into it)"
+            )
+    for name in workflows.DEMO_DATASETS:
+        check_output(child_inside(out, name), kind="report", overwrite=True, flag=None)
 
 
 def execute(command: str, values: dict) -> int:
     """Run one command on the current cluster: its exit status (bad input: one line, 2)."""
     try:
         check_before_work(command, values)
-        with performance_report(values.get("performance_report")):
+        with performance_report(values.get("performance_report"), overwrite=bool(values.get("overwrite"))):
             status = RUN[command](values) or 0
         if values.get("performance_report"):
             log(f"performance report: {values['performance_report']}")
@@ -205,7 +249,9 @@ def bench(values):
     options = pick(
         values, "n", "bits", "queries", "k", "method", "iterations", "nodes", "floor_repeats", "data", "seed"
     )
-    result = workflows.bench(values["stage"], values["out"], threads=values["bench_threads"], **options)
+    result = workflows.bench(
+        values["stage"], values["out"], threads=values["bench_threads"], overwrite=bool(values["overwrite"]), **options
+    )
     log(result.pop("markdown"))
     print(f"bench: {values['out']} (ratio ours/peer seconds {result['ratio_ours_over_peer_seconds']})")
 

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -285,13 +286,13 @@ def test_damaged_chunk_makes_the_reader_exit_2_naming_it(pristine, cluster, tmp_
             "model/arrays.npz",
             "truncate",
             ["encode", "--dataset", "{ds}", "--model", "{work}/model", "--out", "{work}/c2.zarr"],
-            "arrays.npz is damaged",
+            "model/arrays.npz differs from its commit record",
         ),
         (
             "model/model.json",
             "truncate",
             ["encode", "--dataset", "{ds}", "--model", "{work}/model", "--out", "{work}/c2.zarr"],
-            "is not valid JSON",
+            "model/model.json differs from its commit record",
         ),
         (
             "ds.zarr/features/zarr.json",
@@ -380,7 +381,7 @@ def test_overwrite_replaces_only_our_own_artifact_of_the_same_kind(pristine, tmp
     (foreign / "important").mkdir(parents=True)
     capsys.readouterr()
     assert run("ingest", src, "--out", foreign, "--overwrite", "--quiet") == 2
-    assert "is not a dhash artifact" in capsys.readouterr().err and (foreign / "important").is_dir()
+    assert "is not a dhash dataset" in capsys.readouterr().err and (foreign / "important").is_dir()
     work = tmp_path / "work"
     shutil.copytree(pristine, work)
     assert run("ingest", src, "--out", work / "model", "--overwrite", "--quiet") == 2  # a model, not a dataset
@@ -456,10 +457,12 @@ def test_sigterm_removes_the_temporary_and_exits_143(tmp_path):
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])
 def test_damaged_npz_of_models_and_checkpoints_is_a_one_line_error(tmp_path, damage):
+    """A checkpoint's changed arrays are refused by its commit record's checksum; bytes that
+    are no .npz are a one-line error of the reader too."""
     from pipeline.errors import InputError
     from pipeline.hashing.checkpoint import Checkpoint
     from pipeline.storage.location import resolve
-    from pipeline.storage.npz import load_npz, npz_bytes
+    from pipeline.storage.npz import load_npz, npz_arrays, npz_bytes
 
     ckpt = Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"})
     ckpt.save(3, {"rotation": np.eye(8)}, {"quantization_loss": [1.0]})
@@ -469,11 +472,13 @@ def test_damaged_npz_of_models_and_checkpoints_is_a_one_line_error(tmp_path, dam
     assert raw == npz_bytes({"rotation": np.eye(8)})
     damaged = {"truncate": raw[: len(raw) // 2], "flip": raw[:200] + bytes([raw[200] ^ 1]) + raw[201:], "empty": b""}
     path.write_bytes(damaged[damage])
-    with pytest.raises(InputError, match="arrays.npz is damaged") as info:
+    with pytest.raises(InputError, match="arrays.npz differs from its commit record.*delete it") as info:
         ckpt.load()
     assert "\n" not in str(info.value)
     with pytest.raises(InputError, match="is damaged"):
         load_npz(resolve(path), "re-train it")
+    with pytest.raises(InputError, match="arrays.npz is damaged.*re-train it"):
+        npz_arrays(damaged[damage], path, "re-train it")
 
 
 def test_killed_writer_on_s3_does_not_block_the_next_run(s3_server, monkeypatch, capsys, tmp_path):
@@ -508,7 +513,7 @@ def test_killed_writer_on_s3_does_not_block_the_next_run(s3_server, monkeypatch,
             assert not fs.exists(f"dhash-test/killed/ds.zarr/{WRITER_FILE}")
 
 
-def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine, tmp_path, capsys):
+def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine, tmp_path, capsys, monkeypatch):
     """Two `dhash train --out X` at once: the second is refused while the first runs; the
     checkpoint a killed run left is discarded by --overwrite (or continued by --resume)."""
     from pipeline.hashing.checkpoint import Checkpoint
@@ -535,11 +540,11 @@ def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine
             (int(dead.stdout), [], 2, "pass --resume to continue it, or --overwrite"),
             (int(dead.stdout), ["--overwrite"], 0, "removed the interrupted run"),
         ):
-            Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"}).save(2, {"rotation": np.eye(16)}, {})
-            state = tmp_path / "m.checkpoint" / "state.json"
-            record = json.loads(state.read_text())
-            record["writer"]["pid"] = pid
-            state.write_text(json.dumps(record))
+            # the checkpoint as that process would have written it (a hand-edited one is refused)
+            writer = {"host": socket.gethostname(), "pid": pid, "started": ""}
+            with monkeypatch.context() as patched:
+                patched.setattr("pipeline.hashing.checkpoint.writer_record", lambda: writer)
+                Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"}).save(2, {"rotation": np.eye(16)}, {})
             capsys.readouterr()
             assert run(*train, *extra) == status
             assert message in capsys.readouterr().err

@@ -502,14 +502,23 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_result(result: dict, out) -> Path:
-    from pipeline.storage.jsonio import write_json
+BENCH_KIND = "bench"
 
-    out = Path(out)
-    write_json(out, result)
-    md = out.with_suffix(".md")
-    md.write_text(markdown(result))
-    return out
+
+def write_result(result: dict, out, *, overwrite: bool = False) -> Path:
+    """The result JSON (schema dhash.bench/1) and its Markdown table beside it; an existing
+    file is replaced only with ``overwrite`` and only when it is a bench result dhash wrote."""
+    from pipeline.storage.atomic import FILE_MARK, check_file_output, with_suffix, write_file_output
+    from pipeline.storage.jsonio import dumps
+
+    md = with_suffix(out, ".md")
+    for path in (out, md):  # both checked before either is written
+        check_file_output(path, kind=BENCH_KIND, overwrite=overwrite)
+    result = {"schema": f"dhash.{BENCH_KIND}/1", **{k: v for k, v in result.items() if k != "schema"}}
+    write_file_output(out, (dumps(result) + "\n").encode(), kind=BENCH_KIND, overwrite=overwrite)
+    text = FILE_MARK.format(kind=BENCH_KIND) + "\n" + markdown(result)
+    write_file_output(md, text.encode(), kind=BENCH_KIND, overwrite=overwrite)
+    return Path(out)
 
 
 # ----------------------------------------------------------- ITQ vs faiss.ITQTransform ----

@@ -1,6 +1,6 @@
-"""Atomic outputs, on local disks and on object stores.
+"""Atomic outputs that never destroy what dhash did not write, on local disks and object stores.
 
-Every artifact (dataset, split, ground truth, model, codes, report, checkpoint) is a
+Every artifact (dataset, split, ground truth, model, codes, index, report, checkpoint) is a
 directory that becomes visible only when it is complete:
 
 * **local disk / shared mount:** written under a temporary sibling ``.NAME.tmp-<hex>``
@@ -10,22 +10,34 @@ directory that becomes visible only when it is complete:
   ``.dhash-commit.json`` written last. Readers refuse a prefix without it
   (``require_committed``), so a killed writer's half-written prefix is never read.
 
-The marker is written on local disks too, so readers check one thing everywhere. It
-names the artifact's kind and holds its manifest: per zarr array, the shape and the
-checksum of every chunk (``manifest.array_manifest``), from which the artifact's content
-id is derived.
+The marker is the artifact's **commit record**: its kind, its manifest (per zarr array,
+the shape and the checksum of every chunk, from which the content id is derived) and the
+list of every file it consists of, with size and checksum (``files``). Ownership follows
+from that list, never from the marker alone:
 
-``--overwrite`` replaces only an artifact of the same kind (recognised by its marker);
-any other existing path is refused. The next writer of an output removes temporaries
-left by killed writers on this host. SIGTERM is turned into an exception by the CLI, so
-the ``except`` below removes the temporary on ``kill`` too.
+* ``overwrite`` replaces an artifact only when its directory holds exactly the files its
+  record lists (plus dhash's own temporaries and committed parts, such as a dataset's
+  splits); anything else is refused in one line naming the foreign entries, before any
+  work starts, and checked again just before the old artifact is removed;
+* a directory is a temporary only by its name (``.NAME.tmp-<8 hex>``), never because of a
+  file inside it; a symlinked output is judged, and written, at its target;
+* single-file outputs (search results, benchmark results, performance reports) never
+  replace a directory, and replace a file only with ``overwrite`` and only when the file
+  says dhash wrote it as that kind (``file_kind``).
+
+SIGTERM is turned into an exception by the CLI, so the ``except`` below removes the
+temporary on ``kill`` too; a full disk becomes a one-line error naming what was written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import os
+import posixpath
+import re
 import socket
 import time
 import uuid
@@ -35,11 +47,60 @@ from pipeline.storage.location import Location, resolve
 
 COMMIT_FILE = ".dhash-commit.json"
 WRITER_FILE = ".dhash-writer.json"
-COMMIT_SCHEMA = "dhash.commit/1"
+COMMIT_SCHEMA = "dhash.commit/2"  # 2: the record lists every file of the artifact
+READABLE_COMMIT_SCHEMAS = ("dhash.commit/1", COMMIT_SCHEMA)
+# dhash's own temporaries (and old outputs being replaced) are recognised by name only
+TEMPORARY_NAME = re.compile(r"^\.(?P<final>.+)\.(?:tmp|old)-[0-9a-f]{8}$")
+# names that become path components (split names, ...): no separators, no leading dot
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# committed sub-artifacts an artifact may hold, added after its own commit: folder -> kind
+PART_FOLDERS = {"dataset": {"splits": "split", "groundtruth": "groundtruth"}}
+# what a writer of each kind puts at the top of its directory (an uncommitted object-store
+# prefix is dhash's only if everything in it is one of these, or inside one of its arrays)
+KIND_ENTRIES = {
+    "dataset": {"zarr.json", "features", "ids", "labels", "splits", "groundtruth"},
+    "split": {"zarr.json", "query"},
+    "groundtruth": {"zarr.json", "ids", "distances", "relevance", "threshold_distance", "threshold_id"},
+    "codes": {"zarr.json", "codes"},
+    "mih-index": {"zarr.json", "order", "offsets"},
+    "model": {"model.json", "arrays.npz"},
+    "checkpoint": {"state.json", "arrays.npz"},
+    "report": {"report.json", "report.md", "precision_at_k.png", "pr_curve.png", "training.png"},
+}
+MAX_NAMED = 3  # foreign entries named in a refusal
+SMALL_FILE = 1 << 20  # files up to this size are compared by content when checking ownership
+FULL_DISK = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded"}
 
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ------------------------------------------------------------------ names -------------
+
+
+def check_name(name: str, what: str) -> str:
+    """``name`` as a single safe path component, else a one-line error."""
+    if not isinstance(name, str) or not SAFE_NAME.match(name) or len(name) > 200:
+        raise InputError(
+            f"{what} {name!r} is not a valid name; use letters, digits, '.', '_' and '-', starting with a "
+            "letter or digit (it becomes a directory name)"
+        )
+    return name
+
+
+def child_inside(parent: Location, *parts: str, what: str = "name") -> Location:
+    """``parent/parts...`` with every part a safe name, checked to stay inside ``parent``
+    (local: symlinks resolved) before anything is written there."""
+    for part in parts:
+        check_name(part, what)
+    loc = parent.child(*parts)
+    if parent.is_local:
+        base = os.path.realpath(parent.url)
+        target = os.path.realpath(loc.url)
+        if os.path.commonpath([base, target]) != base:
+            raise InputError(f"{what} {'/'.join(parts)!r} leads outside {parent} (to {target}); use a plain name")
+    return loc
 
 
 # ------------------------------------------------------------------ reading markers ---
@@ -51,7 +112,7 @@ def read_commit(loc: Location) -> dict | None:
         record = json.loads(loc.child(COMMIT_FILE).read_bytes())
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError, UnicodeDecodeError):
         return None
-    return record if isinstance(record, dict) and record.get("schema") == COMMIT_SCHEMA else None
+    return record if isinstance(record, dict) and record.get("schema") in READABLE_COMMIT_SCHEMAS else None
 
 
 def require_committed(loc: Location, kind: str, remedy: str) -> dict:
@@ -71,19 +132,274 @@ def require_committed(loc: Location, kind: str, remedy: str) -> dict:
     return record
 
 
-def existing_kind(loc: Location) -> str | None:
-    """The kind of the dhash artifact at ``loc`` (None: nothing, or something not ours)."""
-    record = read_commit(loc)
-    if record is not None:
-        return record.get("kind")
-    if loc.is_file():
+def read_verified(loc: Location, name: str, record: dict, remedy: str) -> bytes:
+    """The bytes of file ``name`` of the committed artifact at ``loc``, checked against the
+    size and checksum its commit record lists; a missing, unlisted or changed file is a
+    one-line error."""
+    entry = (record.get("files") or {}).get(name)
+    if entry is None:
+        raise InputError(f"{loc}/{name} is not listed in the artifact's commit record; {remedy}")
+    try:
+        data = loc.child(name).read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        raise InputError(f"{loc}/{name} is missing; {remedy}") from None
+    if len(data) != entry.get("size") or _checksum(data) != entry.get("checksum"):
+        raise InputError(f"{loc}/{name} differs from its commit record (changed after it was written); {remedy}")
+    return data
+
+
+def _checksum(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# ------------------------------------------------------------------ ownership ---------
+
+
+def _walk(loc: Location) -> dict[str, tuple[str, int]]:
+    """Every entry under ``loc`` (relative path -> (type, size)); type is file, dir or other
+    (symlinks and special files, never followed)."""
+    found = {}
+    if loc.is_local:
+        for top, dirs, files in os.walk(loc.url, followlinks=False):
+            rel_top = os.path.relpath(top, loc.url)
+            for name in dirs + files:
+                path = os.path.join(top, name)
+                rel = name if rel_top == "." else f"{rel_top}/{name}"
+                if os.path.islink(path):
+                    found[rel] = ("other", 0)
+                elif os.path.isdir(path):
+                    found[rel] = ("dir", 0)
+                else:
+                    found[rel] = ("file" if os.path.isfile(path) else "other", os.lstat(path).st_size)
+        return found
+    root = loc.fs_path.rstrip("/")
+    for path, info in loc.fs.find(root, withdirs=True, detail=True).items():
+        rel = path.rstrip("/")[len(root) + 1 :]
+        if rel:
+            found[rel] = ("dir" if info.get("type") == "directory" else "file", int(info.get("size") or 0))
+    return found
+
+
+def _record_files(loc: Location, manifest: dict) -> dict:
+    """The ``files`` entry of a commit record: every file of the finished artifact with its
+    size and checksum (chunks: the zstd checksum already in the manifest, so committing
+    reads no data again; other files: sha256 of their bytes)."""
+    chunk_sums = _chunk_file_checksums(manifest)
+    files = {}
+    for rel, (kind, size) in sorted(_walk(loc).items()):
+        if kind == "dir" or rel in (WRITER_FILE, COMMIT_FILE):
+            continue
+        if kind != "file":
+            raise RuntimeError(f"{loc}/{rel} is not a regular file; dhash writes none such")
+        checksum = chunk_sums.get(rel)
+        files[rel] = {"size": size, "checksum": checksum or _checksum(loc.child(rel).read_bytes())}
+    return files
+
+
+def _chunk_file_checksums(manifest: dict) -> dict[str, str]:
+    """Relative path of every chunk file of the manifest's arrays -> its zstd checksum."""
+    from pipeline.storage.chunkread import _chunk_key
+
+    sums = {}
+    for name, array in manifest.get("arrays", {}).items():
+        for i, checksum in enumerate(array.get("checksums", [])):
+            sums[f"{name}/{_chunk_key(len(array['shape']), i)}"] = f"zstd:{checksum}"
+    return sums
+
+
+def foreign_entries(loc: Location, record: dict) -> list[str]:
+    """Entries under the artifact at ``loc`` that its commit record does not account for
+    (top-most only: a foreign directory is named, not its content). Empty: dhash owns all."""
+    files = record.get("files")
+    if not isinstance(files, dict):
+        return ["(no file list in its commit record: written by an older dhash)"]
+    owned_dirs = {posixpath.dirname(rel) for rel in files}
+    owned_dirs |= {d for rel in list(owned_dirs) for d in _ancestors(rel)}
+    parts = PART_FOLDERS.get(record.get("kind"), {})
+    foreign, judged_parts = [], {}
+    for rel, (kind, size) in sorted(_walk(loc).items()):
+        if rel == COMMIT_FILE or any(rel.startswith(f + "/") for f in foreign):
+            continue
+        top, _, rest = rel.partition("/")
+        if top in parts and kind == "dir" and not rest:
+            continue
+        if top in parts and rest:
+            name = rest.split("/")[0]
+            if rest == "zarr.json" or TEMPORARY_NAME.match(name):
+                continue
+            key = f"{top}/{name}"
+            if key not in judged_parts:
+                sub = loc.child(top, name)
+                sub_record = read_commit(sub)
+                judged_parts[key] = (
+                    sub_record is not None
+                    and sub_record.get("kind") == parts[top]
+                    and not foreign_entries(sub, sub_record)
+                )
+                if not judged_parts[key]:
+                    foreign.append(key)
+            continue
+        if kind == "dir" and rel in owned_dirs:
+            continue
+        entry = files.get(rel)
+        if kind == "file" and entry is not None and entry.get("size") == size:
+            checksum = entry.get("checksum", "")
+            if not checksum.startswith("sha256:") or size > SMALL_FILE:
+                continue
+            if _checksum(loc.child(rel).read_bytes()) == checksum:
+                continue
+        foreign.append(rel)
+    return foreign
+
+
+def _ancestors(rel: str) -> list[str]:
+    out = []
+    while rel:
+        out.append(rel)
+        rel = posixpath.dirname(rel)
+    return out
+
+
+def _could_be_ours(kind: str, rel: str) -> bool:
+    """An entry of an uncommitted prefix of ``kind`` that dhash's writer could have made."""
+    top, _, rest = rel.partition("/")
+    if top == WRITER_FILE and not rest:
+        return True
+    if top not in KIND_ENTRIES.get(kind, ()):
+        return False
+    # inside a zarr array or group: its metadata and chunk files (c/<digits>/...)
+    return not rest or rest == "zarr.json" or bool(re.fullmatch(r"c(/[0-9]+)*|c", rest))
+
+
+def _name_some(entries: list[str]) -> str:
+    shown = ", ".join(entries[:MAX_NAMED])
+    return shown + (f" and {len(entries) - MAX_NAMED} more" if len(entries) > MAX_NAMED else "")
+
+
+def _is_dir(loc: Location) -> bool:
+    return os.path.isdir(loc.url) if loc.is_local else loc.fs.isdir(loc.fs_path)
+
+
+def _follow_link(final: Location) -> Location:
+    """A local symlinked output is judged and written at its target."""
+    if final.is_local and os.path.islink(final.url):
+        return Location(os.path.realpath(final.url))
+    return final
+
+
+def check_output(final, *, kind: str, overwrite: bool, flag: str = "--overwrite") -> Location:
+    """Refuse an output we may not write, before any work: an existing path unless
+    ``overwrite`` and it is a ``kind`` dhash wrote whose every file its commit record lists
+    (or an object-store write that never committed, holding only what such a writer makes);
+    a local parent that cannot be written. ``flag``: the option that sets ``overwrite``
+    (None: the caller has none)."""
+    final = _follow_link(resolve(final))
+    if not final.exists():
+        _check_writable_parent(final)
+        return final
+    if not _is_dir(final):
+        what = f"a dhash {_file_kind(final)} file" if _file_kind(final) else "a file"
+        raise InputError(f"output {final} exists and is {what}, not a dhash {kind}; choose another path")
+    record = read_commit(final)
+    if record is None:
+        _check_uncommitted(final, kind, overwrite, flag)
+        return final
+    if record.get("kind") != kind:
+        raise InputError(
+            f"output {final} exists and is a dhash {record.get('kind')}; only a dhash {kind} may be replaced "
+            "there. Choose another path or remove it yourself"
+        )
+    if not overwrite:
+        raise InputError(f"output {final} already exists; choose another path" + (f" or pass {flag}" if flag else ""))
+    foreign = foreign_entries(final, record)
+    if foreign:
+        raise InputError(
+            f"output {final} holds entries the dhash {kind} there does not consist of ({_name_some(foreign)}); "
+            "nothing was replaced. Choose another path, or move them out and run again"
+        )
+    return final
+
+
+def _check_uncommitted(final: Location, kind: str, overwrite: bool, flag) -> None:
+    """An existing directory without a commit record: an object-store write that its writer
+    never committed may be replaced (its writer is known dead on this host, or with
+    ``overwrite``) when it holds nothing a writer of ``kind`` would not make; anything else
+    is not dhash's."""
+    writer = _read_writer(final)
+    entries = _walk(final)
+    foreign = [rel for rel in entries if not _could_be_ours(kind, rel)]
+    # on local disks dhash never writes in place: a directory there without a record is not ours
+    if writer is None or final.is_local or foreign or writer.get("kind") not in (None, kind):
+        found = f"entries such as {_name_some(sorted(foreign or entries))}" if entries else "an empty directory"
+        raise InputError(
+            f"output {final} exists and is not a dhash {kind} ({found}); dhash only replaces what it wrote. "
+            "Choose another path or remove it yourself"
+        )
+    if overwrite or _writer_dead(writer):
+        return
+    raise InputError(
+        f"output {final} is an unfinished write (started {writer.get('started')} by pid {writer.get('pid')} "
+        f"on {writer.get('host')}, never committed); if that job is gone pass {flag or '--overwrite'} to replace it"
+    )
+
+
+def _check_writable_parent(final: Location) -> None:
+    """A local output's nearest existing ancestor must be a directory we can create entries in:
+    tried by creating (and removing) a temporary, so /proc, read-only mounts and full
+    quotas fail here, before any work."""
+    if not final.is_local:
+        return
+    parent = final.parent.url
+    while not os.path.lexists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    probe = os.path.join(parent, f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        os.mkdir(probe)
+        os.rmdir(probe)
+    except OSError as exc:
+        raise InputError(
+            f"cannot write {final}: {parent} is not a writable directory ({exc.strerror}); choose another output path"
+        ) from None
+
+
+# ------------------------------------------------------------------ single files ------
+
+FILE_MARK = "<!-- written by dhash: {kind} -->"
+_FILE_MARK = re.compile(rb"<!-- written by dhash: ([a-z0-9-]+) -->")
+
+
+def file_kind(loc: Location) -> str | None:
+    """The kind of a single file dhash wrote (search results, benchmark results, performance
+    reports), from its content: parquet schema metadata ``dhash.KIND/V``, a JSON object with
+    ``"schema": "dhash.KIND/V"``, or the mark ``FILE_MARK`` in its first or last 4 KiB."""
+    try:
+        with loc.open("rb") as f:
+            head = f.read(4096)
+            size = f.seek(0, 2)
+            f.seek(max(0, size - 4096))
+            tail = f.read()
+    except (OSError, ValueError):
+        return None
+    if head[:4] == b"PAR1":
         return _parquet_kind(loc)
+    for part in (head, tail):
+        found = _FILE_MARK.search(part)
+        if found:
+            return found.group(1).decode()
+    if head.lstrip()[:1] == b"{":
+        try:
+            schema = json.loads(loc.read_bytes()).get("schema", "")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            return None
+        if isinstance(schema, str) and schema.startswith("dhash."):
+            return schema[len("dhash.") :].rpartition("/")[0] or None
     return None
 
 
+_file_kind = file_kind
+
+
 def _parquet_kind(loc: Location) -> str | None:
-    """The kind of a single-file artifact: our parquet files name it in their schema
-    metadata ("dhash.KIND/VERSION"); anything else (or unreadable) is not ours."""
     import pyarrow.parquet as pq
 
     try:
@@ -94,29 +410,27 @@ def _parquet_kind(loc: Location) -> str | None:
     return schema[len("dhash.") :].rpartition("/")[0] or None if schema.startswith("dhash.") else None
 
 
-def check_output(final, *, kind: str, overwrite: bool) -> Location:
-    """Refuse an output path we may not write, before any work: an existing path unless
-    ``overwrite`` and it is our own ``kind``; a local parent that cannot be written."""
-    final = resolve(final)
-    if final.exists() and _uncommitted_write(final, overwrite):
-        return final  # a killed writer's prefix (object stores): atomic_output replaces it
-    if final.exists():
-        if not overwrite:
-            raise InputError(f"output {final} already exists; choose another path or pass --overwrite")
-        found = existing_kind(final)
-        if found != kind and kind != "file":  # "file": the library's own small files (stamps, logs)
-            what = f"a dhash {found}" if found else "not a dhash artifact"
-            raise InputError(
-                f"output {final} exists and is {what}; --overwrite only replaces a dhash {kind}. "
-                "Choose another path or remove it yourself"
-            )
-    if final.is_local:
-        parent = final.parent.url
-        while not os.path.exists(parent) and os.path.dirname(parent) != parent:
-            parent = os.path.dirname(parent)
-        if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-            raise InputError(f"cannot write {final}: {parent} is not a writable directory; choose another --out")
+def check_file_output(final, *, kind: str, overwrite: bool, flag: str | None = "--overwrite") -> Location:
+    """Refuse a single-file output we may not write, before any work: never a directory; an
+    existing file only with ``overwrite`` and only a file dhash wrote as ``kind``."""
+    final = _follow_link(resolve(final))
+    if not final.exists():
+        _check_writable_parent(final)
+        return final
+    if _is_dir(final):
+        raise InputError(f"output {final} is a directory; a {kind} is written to a file: name a file path")
+    if not overwrite:
+        raise InputError(f"output {final} already exists; choose another path" + (f" or pass {flag}" if flag else ""))
+    found = file_kind(final)
+    if found != kind:
+        what = f"a dhash {found}" if found else "not a file dhash wrote"
+        raise InputError(
+            f"output {final} is {what}; only a dhash {kind} file may be replaced. Choose another path or remove it yourself"
+        )
     return final
+
+
+# ------------------------------------------------------------------ writers -----------
 
 
 def _read_writer(loc: Location) -> dict | None:
@@ -129,40 +443,30 @@ def _read_writer(loc: Location) -> dict | None:
 
 def _writer_dead(writer: dict) -> bool:
     """True when the writer ran on this host and its process is gone (elsewhere: unknown)."""
-    return writer.get("host") == socket.gethostname() and not _pid_alive(int(writer.get("pid", -1)))
+    try:
+        pid = int(writer.get("pid", -1))
+    except (TypeError, ValueError):
+        return False
+    return writer.get("host") == socket.gethostname() and not _pid_alive(pid)
 
 
 def writer_alive(writer: dict) -> bool:
     """True when the writer runs on this host and its process is alive (not this process)."""
-    pid = int(writer.get("pid", -1))
+    try:
+        pid = int(writer.get("pid", -1))
+    except (TypeError, ValueError):
+        return False
     return writer.get("host") == socket.gethostname() and pid != os.getpid() and _pid_alive(pid)
 
 
-def _uncommitted_write(final: Location, overwrite: bool) -> bool:
-    """An output written in place (object stores) that never got its commit marker: its
-    writer was killed, or still runs. It may be replaced when its writer is known to be
-    dead, or with --overwrite (the writer may be on another host; the user decides)."""
-    if read_commit(final) is not None:
-        return False
-    writer = _read_writer(final)
-    if writer is None:
-        return False
-    if overwrite or _writer_dead(writer):
-        return True
-    raise InputError(
-        f"output {final} is an unfinished write (started {writer.get('started')} by pid {writer.get('pid')} "
-        f"on {writer.get('host')}, never committed); if that job is gone pass --overwrite to replace it"
-    )
-
-
-# ------------------------------------------------------------------ writing -----------
-
-
-def writer_record() -> dict:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}
+def writer_record(kind: str | None = None) -> dict:
+    record = {"host": socket.gethostname(), "pid": os.getpid(), "started": _now()}
+    return record if kind is None else {**record, "kind": kind}
 
 
 def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -172,31 +476,59 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+EMPTY_TEMPORARY_SECONDS = 60  # an empty temporary this old is no writer's work in progress
+UNKNOWN_TEMPORARY_SECONDS = 3600  # a temporary without a writer record (a file output) this old is stale
+
+
 def remove_stale_temporaries(final: Location) -> list[str]:
-    """Remove ``.NAME.tmp-*`` siblings whose writer (on this host) is dead; returns their names."""
+    """Remove ``.NAME.tmp-*`` / ``.NAME.old-*`` siblings of ``final`` (by name only) whose
+    writer on this host is dead, that are empty for a minute, or that have no writer record
+    for an hour; returns their names."""
     if not final.is_local:
         return []
     removed = []
-    prefix = f".{final.name}.tmp-"
     for name in final.parent.list_names():
-        if not name.startswith(prefix):
+        match = TEMPORARY_NAME.match(name)
+        if not match or match.group("final") != final.name:
             continue
         tmp = final.sibling(name)
+        try:
+            age = time.time() - os.lstat(tmp.url).st_mtime
+            empty = os.path.getsize(tmp.url) == 0 if os.path.isfile(tmp.url) else not os.listdir(tmp.url)
+        except OSError:
+            continue
         writer = _read_writer(tmp)
         if writer is not None:
             stale = _writer_dead(writer)
-        else:  # no writer record: a file temporary, or the writer died before writing it
-            stale = time.time() - os.path.getmtime(tmp.url) > 3600
+        else:
+            stale = age > (EMPTY_TEMPORARY_SECONDS if empty else UNKNOWN_TEMPORARY_SECONDS)
         if stale:
             tmp.remove()
             removed.append(name)
     return removed
 
 
-def _remote_uncommit(final: Location) -> None:
-    """Object stores: make an old output unreadable (marker first), then delete it."""
-    final.child(COMMIT_FILE).remove()
-    final.remove()
+def _remove_owned(final: Location, record: dict | None, kind: str) -> None:
+    """Object stores: delete exactly what a replaced output consists of, the commit record
+    first (so the prefix is unreadable at once), never a whole prefix."""
+    if record is None:  # an uncommitted write, checked to hold only what its writer makes
+        paths = [final.child(rel) for rel, (k, _) in _walk(final).items() if k != "dir"]
+    else:
+        final.child(COMMIT_FILE).remove()
+        paths = [final.child(rel) for rel in record.get("files", {})]
+        for folder in PART_FOLDERS.get(kind, {}):
+            for name in final.child(folder).list_names():
+                sub = final.child(folder, name)
+                sub_record = read_commit(sub)
+                if sub_record is not None:
+                    _remove_owned(sub, sub_record, sub_record.get("kind"))
+            paths.append(final.child(folder, "zarr.json"))
+    if paths:
+        with contextlib.suppress(FileNotFoundError):
+            final.fs.rm([p.fs_path for p in paths])
+    with contextlib.suppress(FileNotFoundError, OSError):
+        final.child(WRITER_FILE).remove()
+    final.fs.invalidate_cache()
 
 
 @contextlib.contextmanager
@@ -204,52 +536,96 @@ def atomic_output(final, *, kind: str, overwrite: bool = False, manifest=None, f
     """Yield a Location to write ``kind`` into; it appears at ``final`` only on success.
 
     ``manifest(location) -> dict`` is called on the finished temporary before the commit
-    and stored in the marker. ``file=True``: a single file (no marker; a rename on local
-    disk, a single PUT on object stores: both all-or-nothing).
+    and stored in the record. ``file=True``: a single file (no record; a rename on local
+    disk, a single PUT on object stores: both all-or-nothing), replacing only a file dhash
+    wrote as ``kind`` (``kind="file"``: dhash's own bookkeeping files, replaced freely).
     """
-    final = check_output(final, kind=kind, overwrite=overwrite)
+    if file:
+        final = _check_single_file(final, kind, overwrite)
+    else:
+        final = check_output(final, kind=kind, overwrite=overwrite)
     if final.is_local:
         remove_stale_temporaries(final)
-        os.makedirs(final.parent.url, exist_ok=True)
         tmp = final.sibling(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
-        if not file:
-            tmp.child(WRITER_FILE).write_text(json.dumps(writer_record()))
     else:
-        if final.exists() and not file:  # an older output, or a killed writer's prefix
-            _remote_uncommit(final)
         tmp = final
-        if not file:
-            tmp.child(WRITER_FILE).write_text(json.dumps(writer_record()))
     try:
+        if final.is_local:
+            os.makedirs(final.parent.url, exist_ok=True)
+        elif final.exists() and not file:  # an older output, or a killed writer's prefix
+            _remove_owned(final, read_commit(final), kind)
+        if not file:
+            tmp.child(WRITER_FILE).write_text(json.dumps(writer_record(kind)))
         yield tmp
         if not file:
+            built = manifest(tmp) if manifest is not None else {}
             record = {
                 "schema": COMMIT_SCHEMA,
                 "kind": kind,
                 "committed": _now(),
-                "manifest": manifest(tmp) if manifest is not None else {},
+                "manifest": built,
+                "files": _record_files(tmp, built),
             }
             tmp.child(WRITER_FILE).remove()
             tmp.child(COMMIT_FILE).write_text(json.dumps(record, indent=1) + "\n")
-    except BaseException:
+        if final.is_local:
+            _rename_into_place(tmp, final, kind, file)
+    except BaseException as exc:
         tmp.remove()
+        full = FULL_DISK.get(getattr(exc, "errno", None)) if isinstance(exc, OSError) else None
+        if full:
+            raise InputError(
+                f"{full} while writing the {kind} {final} (at {getattr(exc, 'filename', None) or final}); "
+                "nothing was left behind: free space there or choose another output path"
+            ) from None
         raise
-    if final.is_local:
-        _rename_into_place(tmp, final)
 
 
-def _rename_into_place(tmp: Location, final: Location) -> None:
-    if os.path.lexists(final.url):
-        # move the old output aside first so there is never a moment with neither
-        old = final.sibling(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(final.url, old.url)
-        os.replace(tmp.url, final.url)
-        old.remove()
-    else:
-        os.replace(tmp.url, final.url)
+def _check_single_file(final, kind: str, overwrite: bool) -> Location:
+    if kind != "file":
+        return check_file_output(final, kind=kind, overwrite=overwrite)
+    final = _follow_link(resolve(final))  # bookkeeping: a file of ours, never a directory
+    if final.exists() and _is_dir(final):
+        raise InputError(f"{final} is a directory where dhash keeps a file; move it away")
+    return final
+
+
+def _rename_into_place(tmp: Location, final: Location, kind: str, file: bool) -> None:
+    if file or not os.path.lexists(final.url):
+        os.replace(tmp.url, final.url)  # a file: one atomic replace
+        return
+    # move the old output aside first so there is never a moment with neither; check once
+    # more that dhash owns all of it (a user may have added files since the first check)
+    old = final.sibling(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+    os.replace(final.url, old.url)
+    record = read_commit(old)
+    foreign = foreign_entries(old, record) if record is not None and record.get("kind") == kind else ["?"]
+    if foreign:
+        os.replace(old.url, final.url)
+        raise InputError(
+            f"output {final} changed while dhash was writing (now holding {_name_some(foreign)}); nothing was "
+            "replaced. Move those entries out and run again"
+        )
+    os.replace(tmp.url, final.url)
+    old.remove()
 
 
 def write_text_atomic(path, text: str) -> None:
-    """A small local or remote text file replaced atomically (logs, stamps, JSON results)."""
+    """dhash's own small bookkeeping file (run state, logs), local or remote, replaced atomically."""
     with atomic_output(path, kind="file", overwrite=True, file=True) as tmp:
         tmp.write_text(text)
+
+
+def with_suffix(path, suffix: str) -> Location:
+    """``path`` with its last suffix replaced by ``suffix`` (added when it has none), as
+    pathlib's ``with_suffix`` does, for local paths and URLs alike."""
+    loc = resolve(path)
+    stem, dot, _ = loc.name[1:].rpartition(".")
+    return loc.sibling((loc.name[0] + stem if dot else loc.name) + suffix)
+
+
+def write_file_output(path, data: bytes, *, kind: str, overwrite: bool = False) -> Location:
+    """A user-facing single-file output (``check_file_output`` rules), written atomically."""
+    with atomic_output(path, kind=kind, overwrite=overwrite, file=True) as tmp:
+        tmp.write_bytes(data)
+    return resolve(path)

@@ -36,7 +36,7 @@ import zarr
 
 from pipeline import __version__, config
 from pipeline.errors import InputError
-from pipeline.storage.atomic import atomic_output, read_commit, require_committed
+from pipeline.storage.atomic import atomic_output, check_name, child_inside, read_commit, require_committed
 from pipeline.storage.chunkread import (
     ChunkReader,
     arrays_manifest,
@@ -290,7 +290,7 @@ class Dataset:
         )
 
     def _open_part(self, folder: str, name: str, kind: str, remedy: str) -> tuple[dict, dict, Location]:
-        loc = self.location.child(folder, name)
+        loc = child_inside(self.location, folder, name, what=f"{kind} name")
         record = require_committed(loc, kind, remedy)
         return record["manifest"], read_attrs(loc, f"{kind} {loc}", remedy), loc
 
@@ -304,19 +304,35 @@ class Dataset:
         return self._part_names("splits", "split")
 
     def get_split(self, name: str = "default") -> Split:
-        if name not in self.split_names():
+        loc = child_inside(self.location, "splits", name, what="split name")
+        if not loc.exists():
             raise InputError(
                 f"dataset {self.path} has no split {name!r}; create it with `dhash split --dataset {self.path} --name {name}`"
             )
-        remedy = f"re-create it with `dhash split --dataset {self.path} --name {name} --overwrite`"
+        # one remedy that always works: a damaged split cannot be shown to be dhash's, so
+        # --overwrite would refuse it
+        remedy = f"delete {loc} and re-create it with `dhash split --dataset {self.path} --name {name}`"
         manifest, attrs, loc = self._open_part("splits", name, "split", remedy)
+        self._check_identity(f"split {name}", attrs, remedy)
         query = self._part_array(loc, manifest, "query", remedy).read_all()
         if sha256_of(query) != attrs.get("query_sha256"):
             raise InputError(f"split {name} of {self.path} does not match its recorded checksum; {remedy}")
+        if len(query) and (query[0] < 0 or query[-1] >= self.n or np.any(np.diff(query) <= 0)):
+            raise InputError(f"split {name} of {self.path} lists rows that are not rows of this dataset; {remedy}")
         return Split(name, query, attrs)
+
+    def _check_identity(self, what: str, attrs: dict, remedy: str) -> None:
+        """A split or ground truth belongs to the dataset it was made from: the dataset id and
+        row count it recorded must be this dataset's (a copy from another dataset is refused)."""
+        if attrs.get("dataset_id") != self.content_id or attrs.get("n") != self.n:
+            raise InputError(
+                f"{what} of {self.path} was made from other data (dataset id {attrs.get('dataset_id')}, "
+                f"{attrs.get('n')} rows; this dataset is {self.content_id}, {self.n} rows); {remedy}"
+            )
 
     def make_split(self, n_queries: int, seed: int, name: str = "default", overwrite: bool = False) -> Split:
         """Draw ``n_queries`` distinct rows with ``seed``; the rest is the database."""
+        check_name(name, "split name")
         if not 0 < n_queries < self.n:
             raise InputError(
                 f"--queries must be in [1, {self.n - 1}] for a dataset of {self.n} points; got {n_queries}"
@@ -342,10 +358,9 @@ class Dataset:
             "dataset_id": self.content_id,
             "created": _now(),
         }
+        target = child_inside(self.location, "splits", name, what="split name")
         self._ensure_child_group("splits")
-        with atomic_output(
-            self.location.child("splits", name), kind="split", overwrite=overwrite, manifest=arrays_manifest("query")
-        ) as tmp:
+        with atomic_output(target, kind="split", overwrite=overwrite, manifest=arrays_manifest("query")) as tmp:
             g = new_group(tmp)
             create_array(g, "query", query.shape, len(query), "int64")[...] = query
             g.attrs.update(manifest)
@@ -356,13 +371,11 @@ class Dataset:
         return self._part_names("groundtruth", "groundtruth")
 
     def _open_groundtruth(self, name: str):
-        remedy = f"re-run `dhash groundtruth --dataset {self.path}` (it is recomputed when absent: delete {name})"
+        remedy = (
+            f"delete {self.location.child('groundtruth', name)} and re-run `dhash groundtruth --dataset {self.path}`"
+        )
         manifest, attrs, loc = self._open_part("groundtruth", name, "groundtruth", remedy)
-        if attrs.get("dataset_id") not in (None, self.content_id):
-            raise InputError(
-                f"ground truth {name} of {self.path} was computed on other data (dataset id "
-                f"{attrs.get('dataset_id')}, this one {self.content_id}); {remedy}"
-            )
+        self._check_identity(f"ground truth {name}", attrs, remedy)
         return manifest, attrs, loc, remedy
 
     def get_groundtruth(self, name: str):
@@ -395,9 +408,10 @@ class Dataset:
         return self._part_array(loc, manifest, "relevance", remedy), thresholds, attrs
 
     def _groundtruth_output(self, name: str, names: tuple):
+        target = child_inside(self.location, "groundtruth", name, what="ground truth name")
         self._ensure_child_group("groundtruth")
         return atomic_output(
-            self.location.child("groundtruth", name),
+            target,
             kind="groundtruth",
             overwrite=True,
             manifest=arrays_manifest(*names),
@@ -413,14 +427,18 @@ class Dataset:
             fill(tmp.child("relevance"))
             for key, value in thresholds.items():
                 create_array(g, key, value.shape, len(value), value.dtype)[...] = value
-            g.attrs.update({"schema": GROUNDTRUTH_SCHEMA, "created": _now(), "dataset_id": self.content_id, **attrs})
+            g.attrs.update({**self._identity(), "schema": GROUNDTRUTH_SCHEMA, "created": _now(), **attrs})
 
     def put_groundtruth(self, name: str, ids: np.ndarray, distances: np.ndarray, attrs: dict) -> None:
         with self._groundtruth_output(name, ("ids", "distances")) as tmp:
             g = new_group(tmp)
             create_array(g, "ids", ids.shape, len(ids), "int64")[...] = ids
             create_array(g, "distances", distances.shape, len(distances), "float64")[...] = distances
-            g.attrs.update({"schema": GROUNDTRUTH_SCHEMA, "created": _now(), "dataset_id": self.content_id, **attrs})
+            g.attrs.update({**self._identity(), "schema": GROUNDTRUTH_SCHEMA, "created": _now(), **attrs})
+
+    def _identity(self) -> dict:
+        """What a part records of the dataset it belongs to (checked by ``_check_identity``)."""
+        return {"dataset_id": self.content_id, "n": self.n}
 
     def _ensure_child_group(self, name: str) -> None:
         if not self.location.child(name, "zarr.json").exists():
