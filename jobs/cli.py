@@ -161,6 +161,16 @@ def _main(argv) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", EXIT_BAD_INPUT)
+    except Exception as exc:
+        # errors of the OS and object stores (credentials, missing buckets, unreachable
+        # endpoints), raised here or on a worker, are bad input too; anything else is a bug
+        from pipeline.storage.location import storage_error
+
+        translated = storage_error(exc, urls=[a for a in argv if "://" in str(a)])
+        if translated is None:
+            raise
+        print(f"error: {translated}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
@@ -179,5 +189,7 @@ def _run(values) -> int:
         if not sep or not name.strip():
             raise InputError(f"--set expects NAME=VALUE, got {item!r}")
         overrides[name.strip()] = toml_scalar(value)
-    options = pick(values, "scheduler", "workers", "threads", "force", "dry_run", "date", "workdir", "quiet")
+    options = pick(
+        values, "scheduler", "workers", "threads", "force", "dry_run", "date", "workdir", "quiet", "storage_options"
+    )
     return run_pipeline(values["pipeline"], overrides=overrides, **options)

@@ -84,6 +84,28 @@ def positive_int_list(text) -> list[int]:
         ) from None
 
 
+# Longest code length accepted. Hash codes exist to be much smaller than the vectors they
+# index: 4096 bits (512 bytes a row) is already the size of a 128-d float32 vector, and
+# every method keeps (features, bits) float64 projections and (rows, bits) codes in memory.
+MAX_BITS = 4096
+
+
+def _check_bits(value: int) -> int:
+    if value > MAX_BITS:
+        raise argparse.ArgumentTypeError(f"expected a code length of 1 to {MAX_BITS} bits, got {value}")
+    return value
+
+
+def bit_count(text) -> int:
+    """A code length: a positive integer up to ``MAX_BITS``."""
+    return _check_bits(positive_int(text))
+
+
+def bit_counts(text) -> list[int]:
+    """Code lengths, comma-separated (or a TOML array), each 1 to ``MAX_BITS``."""
+    return [_check_bits(v) for v in positive_int_list(text)]
+
+
 def name_list(text) -> list[str]:
     items = text if isinstance(text, list) else str(text).split(",")
     names = [str(v).strip().lower() for v in items if str(v).strip()]
@@ -213,7 +235,12 @@ class Option:
         key = self.name
         if self.switch:
             if not isinstance(value, bool):
-                raise InputError(f"{where}: {key} must be true or false, got {value!r}; write {key} = true")
+                # suggest the boolean the value spells ("false" -> false), not always true
+                spelt = str(value).strip().lower()
+                fix = f"{key} = {spelt}" if spelt in ("true", "false") else f"{key} = true or {key} = false"
+                raise InputError(
+                    f"{where}: {key} must be true or false, got {value!r}; write {fix} (a boolean, unquoted)"
+                )
             return value
         accepted = _TOML_TYPES.get(self.type, (str,))
         if isinstance(value, bool) or not isinstance(value, accepted):
@@ -292,8 +319,8 @@ OPTIONS: tuple[Option, ...] = (
          required=("train",)),
     _opt("method", ["bench"], "train: dish, dish-allreduce, itq, or itq-vs-faiss (ITQ vs faiss.ITQTransform: time, "
          "Fashion-MNIST map)", default="dish"),
-    _opt("bits", ["train", "bench"], "code length in bits", type=positive_int, default=32),
-    _opt("bits", _EVAL, "code lengths in bits, comma-separated", type=positive_int_list,
+    _opt("bits", ["train", "bench"], f"code length in bits (1 to {MAX_BITS})", type=bit_count, default=32),
+    _opt("bits", _EVAL, f"code lengths in bits (1 to {MAX_BITS}), comma-separated", type=bit_counts,
          default={"evaluate": [32], "demo": [32, 64]}),
     _opt("methods", _EVAL, "methods, comma-separated", type=name_list,
          default={"evaluate": ["lsh", "pcah", "itq"], "demo": ["lsh", "pcah", "itq", "dish"]}),
@@ -467,7 +494,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("out", ["evaluate"], "report directory", required=("evaluate",)),
     _opt("out", ["demo"], "report directory", default="runs/demo"),
     _opt("out", ["bench"], "result JSON file (a Markdown table is written beside it)", required=("bench",)),
-    _opt("overwrite", ["ingest", "synth", "split", "train", "encode", "index", "search"],
+    _opt("overwrite", ["ingest", "synth", "split", "train", "encode", "index", "search", "bench"],
          "replace an existing output of the same kind written by dhash (anything else is refused)", switch=True),
 )
 # fmt: on
@@ -503,6 +530,8 @@ _TOML_TYPES = {
     positive_float: (int, float),
     non_negative_float: (int, float),
     positive_int_list: (list, str, int),
+    bit_count: (int,),
+    bit_counts: (list, str, int),
     name_list: (list, str),
     json_object: (dict, str),
     topology: (str, list),
@@ -526,6 +555,14 @@ _JSON_TYPES = {
         "oneOf": [
             {"type": "array", "items": {"type": "integer", "minimum": 1}},
             {"type": "integer", "minimum": 1},
+            {"type": "string"},
+        ]
+    },
+    bit_count: {"type": "integer", "minimum": 1, "maximum": MAX_BITS},
+    bit_counts: {
+        "oneOf": [
+            {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": MAX_BITS}},
+            {"type": "integer", "minimum": 1, "maximum": MAX_BITS},
             {"type": "string"},
         ]
     },

@@ -66,7 +66,7 @@ from pipeline.data.sources import SOURCES
 from pipeline.errors import InputError
 from pipeline.hashing.checkpoint import STATE_FILE, checkpoint_path
 from pipeline.storage.atomic import write_text_atomic
-from pipeline.storage.location import resolve
+from pipeline.storage.location import resolve, storage_error
 
 EXIT_OK, EXIT_STEP_CRASHED, EXIT_BAD_INPUT, EXIT_LOCKED = 0, 1, 2, 75
 
@@ -136,7 +136,19 @@ def load_pipeline(path, *, date: str, overrides: dict | None = None, workdir=Non
     else:
         workdir = Path(head.get("workdir", "."))
         workdir = (workdir if workdir.is_absolute() else file.resolve().parent / workdir).resolve()
-    variables = {**data.get("vars", {}), **(overrides or {}), "date": date, "pipeline": name}
+    defined = data.get("vars", {})
+    for key in overrides or {}:
+        if key in ("date", "pipeline"):
+            fix = "pass --date YYYY-MM-DD" if key == "date" else "set name in [pipeline]"
+            raise InputError(f"--set {key}: {{{key}}} is not a [vars] entry, dhash run sets it; {fix}")
+        if key not in defined:
+            # a misspelt name would otherwise be ignored and the run use the file's value
+            known = ", ".join(sorted(defined)) or "none"
+            raise InputError(
+                f"--set {key}: pipeline file {path} has no variable {key!r} (its [vars]: {known}); "
+                "use one of those names, or add it under [vars]"
+            )
+    variables = {**defined, **(overrides or {}), "date": date, "pipeline": name}
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps or not all(isinstance(t, dict) for t in raw_steps):
         raise InputError(f"pipeline file {path} has no [[steps]] tables; add at least one step with a `command`")
@@ -408,8 +420,14 @@ def run_pipeline(
     overrides=None,
     workdir=None,
     quiet=False,
+    storage_options=None,
 ) -> int:
-    """Run a pipeline file; returns the exit status (see the module notes)."""
+    """Run a pipeline file; returns the exit status (see the module notes). ``storage_options``
+    (``dhash run --storage-options``) apply to every step that sets none of its own, and to
+    the fingerprints of remote inputs and outputs."""
+    from pipeline.storage.location import set_storage_options
+
+    set_storage_options(storage_options)
     date = date or dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     pipe = load_pipeline(path, date=date, overrides=overrides, workdir=workdir)
     stamps = Stamps(pipe.workdir)
@@ -441,7 +459,13 @@ def run_pipeline(
                 pipe,
                 stamps,
                 record,
-                {"scheduler": scheduler, "workers": workers, "threads": threads, "quiet": quiet},
+                {
+                    "scheduler": scheduler,
+                    "workers": workers,
+                    "threads": threads,
+                    "quiet": quiet,
+                    "storage_options": storage_options,
+                },
                 force,
             )
         record.update(finished=_now(), exit_code=status)
@@ -476,6 +500,8 @@ def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
                 return EXIT_BAD_INPUT
             values = _prepare_checkpoint(pipe, step, dict(step.values), force)
             values["quiet"] = values["quiet"] or cluster_args["quiet"]
+            if values.get("storage_options") is None:
+                values["storage_options"] = cluster_args["storage_options"]
             if commands.needs_cluster(step.command, values) and client is None:
                 # one cluster for the whole run, started on the first step that needs it
                 from pipeline.distributed.cluster import connect
@@ -491,8 +517,13 @@ def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
             try:
                 code = commands.execute(step.command, values)
             except Exception as exc:  # noqa: BLE001 - a crashed step ends the run with status 1, traceback in the log
-                traceback.print_exc()
-                code, entry["error"] = EXIT_STEP_CRASHED, f"{type(exc).__name__}: {exc}"
+                bad_input = storage_error(exc, urls=[*step.inputs, *step.outputs])
+                if bad_input is not None:  # refused credentials, a missing bucket...: bad input, one line
+                    print(f"error: {bad_input}", file=sys.stderr)
+                    code, entry["error"] = EXIT_BAD_INPUT, str(bad_input)
+                else:
+                    traceback.print_exc()
+                    code, entry["error"] = EXIT_STEP_CRASHED, f"{type(exc).__name__}: {exc}"
             entry.update(
                 seconds=round(time.perf_counter() - started, 3), status="ok" if code == 0 else "failed", exit_code=code
             )

@@ -36,14 +36,35 @@ def check_features_array(X, what: str = "features"):
     return X
 
 
+# Largest magnitude accepted in float features. Training sums squares and products of
+# features (covariances, norms, projections): with |x| <= sqrt(float64 max) / 2**32, a sum
+# of up to 2**64 such squares (rows x features) stays finite. Larger finite values (1e300
+# is a valid float64) would pass a finiteness check and make training fail on Inf/NaN.
+MAX_ABS_FEATURE = float(np.sqrt(np.finfo(np.float64).max)) / 2.0**32
+
+
 def check_finite_block(block: np.ndarray, row_offset: int = 0, what: str = "features") -> None:
-    """Reject NaN/Inf, naming the first bad row (only float data can hold them)."""
+    """Reject NaN/Inf and values too large to square (``MAX_ABS_FEATURE``), naming the first
+    bad row (only float data can hold them)."""
     if block.dtype.kind != "f":
         return
-    finite = np.isfinite(block).all(axis=1)
-    if not finite.all():
-        row = int(np.flatnonzero(~finite)[0]) + row_offset
-        raise InputError(f"{what} row {row} contains NaN or Inf; drop or impute non-finite rows before hashing")
+    if float(np.finfo(block.dtype).max) <= MAX_ABS_FEATURE:
+        ok = np.isfinite(block).all(axis=1)  # float32 and smaller: only Inf/NaN can be out of range
+    else:
+        ok = (np.abs(block) <= MAX_ABS_FEATURE).all(axis=1)  # False for NaN and Inf too
+    if ok.all():
+        return
+    row = int(np.flatnonzero(~ok)[0])
+    values = block[row]
+    if not np.isfinite(values).all():
+        raise InputError(
+            f"{what} row {row + row_offset} contains NaN or Inf; drop or impute non-finite rows before hashing"
+        )
+    biggest = float(np.abs(values).max())
+    raise InputError(
+        f"{what} row {row + row_offset} holds a value of magnitude {biggest:.3g}, above {MAX_ABS_FEATURE:.3g} "
+        "(its square overflows float64 in training); rescale the features (e.g. divide by a constant) first"
+    )
 
 
 def check_int_param(value, name: str, owner: str, low: int = 1, high: int | None = None) -> int:

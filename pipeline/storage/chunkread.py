@@ -199,14 +199,30 @@ def open_verified(loc: Location, manifest: dict | None, what: str, remedy: str) 
     if not manifest:
         raise InputError(f"{what} ({loc}) is not listed in its artifact's manifest; {remedy}")
     meta = _metadata(loc, what, remedy)
-    if (
-        list(meta["shape"]) != list(manifest["shape"])
-        or meta["dtype"] != manifest["dtype"]
-        or meta["chunk_rows"] != manifest["chunk_rows"]
-    ):
+    try:
+        recorded = {
+            "shape": [int(s) for s in manifest["shape"]],
+            "dtype": str(manifest["dtype"]),
+            "chunk_rows": int(manifest["chunk_rows"]),
+        }
+        checksums = [bytes.fromhex(c) for c in manifest["checksums"]]
+        if any(len(c) != 4 for c in checksums):
+            raise ValueError("a chunk checksum is not 4 bytes")
+    except (KeyError, TypeError, ValueError):
+        raise InputError(f"{what} ({loc}) has a damaged manifest entry in its commit record; {remedy}") from None
+    stored = {"shape": list(meta["shape"]), "dtype": meta["dtype"], "chunk_rows": meta["chunk_rows"]}
+    differ = [f"{field} {stored[field]} vs {recorded[field]}" for field in stored if stored[field] != recorded[field]]
+    if differ:
         raise InputError(
-            f"{what} ({loc}) has metadata that differs from its manifest (shape {list(meta['shape'])} vs "
-            f"{manifest['shape']}); {remedy}"
+            f"{what} ({loc}) has metadata that differs from its manifest ({'; '.join(differ)}, zarr.json vs "
+            f"manifest); {remedy}"
+        )
+    n_chunks = -(-recorded["shape"][0] // recorded["chunk_rows"]) if recorded["chunk_rows"] > 0 else -1
+    if len(checksums) != n_chunks:
+        # every chunk is verified against its own checksum: a list of another length would
+        # leave chunks unreadable (or, longer, claim chunks the array does not have)
+        raise InputError(
+            f"{what} ({loc}): its manifest lists {len(checksums)} chunk checksums for {n_chunks} chunks; {remedy}"
         )
     return ChunkReader(loc, manifest, what, remedy)
 

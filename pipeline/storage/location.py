@@ -13,14 +13,22 @@ JSON``, a config file's ``storage-options`` table or ``$DHASH_STORAGE_OPTIONS``.
 travel with the Location to the workers (inside the pickled task, like any argument) but
 never into a task key, a report or an artifact's metadata: ``str(location)`` is the URL
 alone and ``__dask_tokenize__`` hashes only the URL.
+
+Errors of the stores and the OS (refused or missing credentials, a missing bucket, an
+unreachable endpoint, an option the filesystem does not take) become one-line InputErrors
+in one place, ``storage_error``, where the command line catches errors; the client sees
+those raised on Dask workers as the same types.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import posixpath
+import re
 from functools import cached_property
+from urllib.parse import urlsplit
 
 from pipeline.errors import InputError
 
@@ -155,11 +163,23 @@ class Location:
         """The path inside ``fs`` (the URL without its protocol for remote filesystems)."""
         return self.url if self.is_local else self.fs._strip_protocol(self.url)
 
+    def _info(self) -> dict | None:
+        """fsspec's info of a remote location, None when absent. fsspec's own ``exists`` and
+        ``isfile`` answer False to any error, so wrong credentials or an unreachable endpoint
+        would read as "no such file"; here only "not found" is False, the rest is raised."""
+        try:
+            return self.fs.info(self.fs_path)
+        except FileNotFoundError:
+            return None
+
     def exists(self) -> bool:
-        return os.path.lexists(self.url) if self.is_local else self.fs.exists(self.fs_path)
+        return os.path.lexists(self.url) if self.is_local else self._info() is not None
 
     def is_file(self) -> bool:
-        return os.path.isfile(self.url) if self.is_local else self.fs.isfile(self.fs_path)
+        if self.is_local:
+            return os.path.isfile(self.url)
+        info = self._info()
+        return info is not None and info.get("type") == "file"
 
     def read_bytes(self) -> bytes:
         if self.is_local:
@@ -230,9 +250,128 @@ def resolve(where, options: dict | None = None) -> Location:
     text = os.fspath(where) if isinstance(where, os.PathLike) else str(where)
     if not text.strip():
         raise InputError("an empty path was given; name a file, directory or URL")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # a name with bytes that are not UTF-8 reaches Python as lone surrogates; artifacts
+        # record their paths in JSON and zarr metadata, which must be UTF-8
+        shown = os.fsencode(text).decode("utf-8", "backslashreplace")
+        raise InputError(
+            f"path {shown} is not valid UTF-8; rename it (or choose another path) with a UTF-8 name"
+        ) from None
     protocol = _protocol(text)
     if protocol == "file":
         text, protocol = text[len("file://") :], None
     if protocol is None:
         return Location(os.path.abspath(os.path.expanduser(text)))
     return Location(text.rstrip("/"), storage_options() if options is None else options)
+
+
+# ------------------------------------------------------------------ errors of stores ---
+
+# S3 error codes that mean the request's credentials were refused
+_CREDENTIAL_CODES = {
+    "403",
+    "AccessDenied",
+    "ExpiredToken",
+    "InvalidAccessKeyId",
+    "InvalidToken",
+    "SignatureDoesNotMatch",
+    "TokenRefreshRequired",
+}
+_OS_ERRNOS = {"EACCES", "EPERM", "ENOSPC", "EROFS", "EDQUOT", "ENOTDIR", "EISDIR", "ENAMETOOLONG", "ENOENT", "ELOOP"}
+
+
+def _chain(exc: BaseException):
+    """``exc`` and the exceptions it was raised from (s3fs wraps botocore's in OSErrors)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _module(exc: BaseException) -> str:
+    return type(exc).__module__.split(".")[0]
+
+
+def storage_error(exc: BaseException, urls=()) -> InputError | None:
+    """The one-line InputError for an error of the OS or an object store (refused or missing
+    credentials, a missing bucket, an unreachable endpoint, an unknown storage option, a
+    local path that cannot be written), or None when ``exc`` is none of these (a bug, which
+    keeps its traceback). ``urls``: the remote locations the command names; the message
+    names the one concerned (all of them when the error does not tell which). The error
+    may have been raised on a Dask worker: it reaches the client as the same type."""
+    urls = [str(u) for u in urls if _protocol(str(u))]
+    where = ", ".join(urls) if urls else "remote storage"
+    options_fix = "fix --storage-options (or the config's storage-options table / $" + STORAGE_OPTIONS_ENV + ")"
+    for e in _chain(exc):
+        name, module = type(e).__name__, _module(e)
+        if module == "botocore" and name in (
+            "NoCredentialsError",
+            "PartialCredentialsError",
+            "CredentialRetrievalError",
+        ):
+            return InputError(
+                f"{where}: no credentials for the object store ({e}); give key and secret in --storage-options, "
+                "or set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
+            )
+        if module == "botocore" and name in ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError"):
+            endpoint = urlsplit(getattr(e, "kwargs", {}).get("endpoint_url", ""))
+            endpoint = f"{endpoint.scheme}://{endpoint.netloc}" if endpoint.netloc else ""
+            return InputError(
+                f"{where}: cannot reach the object store{' at ' + endpoint if endpoint else ''} ({name}); "
+                "check endpoint_url in --storage-options and that the store is up and reachable"
+            )
+        response = getattr(e, "response", None)
+        if module == "botocore" and isinstance(response, dict):
+            error = response.get("Error", {})
+            code = str(error.get("Code", ""))
+            if code == "NoSuchBucket":
+                bucket = error.get("BucketName")
+                named = [u for u in urls if bucket and u.split("://", 1)[1].split("/", 1)[0] == bucket]
+                return InputError(
+                    f"{', '.join(named) or where}: the bucket{' ' + bucket if bucket else ''} does not exist; "
+                    "create the bucket, or fix the URL"
+                )
+            if code in _CREDENTIAL_CODES:
+                return InputError(
+                    f"{where}: the object store refused the request ({code}: {error.get('Message', '')}); "
+                    "check the credentials in --storage-options / the AWS environment (key, secret, token, "
+                    "profile) and the bucket's permissions"
+                )
+        if isinstance(e, TypeError):
+            # an option the filesystem does not take fails only when the client is made
+            match = re.search(r"unexpected keyword argument '(\w+)'", str(e))
+            if match and match.group(1) in _given_options():
+                return InputError(f"{where}: unknown storage option {match.group(1)!r}; {options_fix}")
+        if urls and isinstance(e, TimeoutError) and module in ("builtins", "asyncio", "aiohttp"):
+            return InputError(
+                f"{where}: a request to the object store timed out ({e or name}); check endpoint_url in "
+                "--storage-options, the network, and that the store is up"
+            )
+        if module == "aiohttp" and name in ("ClientConnectorError", "ServerTimeoutError", "ServerDisconnectedError"):
+            return InputError(
+                f"{where}: cannot reach the storage endpoint ({e}); check endpoint_url in --storage-options"
+            )
+    if urls and isinstance(exc, PermissionError) and not exc.filename:
+        # s3fs's translation of a refused request, whose botocore cause was lost on the way
+        # from a Dask worker
+        return InputError(
+            f"{where}: the object store refused the request ({exc}); check the credentials in --storage-options / "
+            "the AWS environment and the bucket's permissions"
+        )
+    if urls and isinstance(exc, FileNotFoundError) and "bucket does not exist" in str(exc):
+        return InputError(f"{where}: the bucket does not exist; create the bucket, or fix the URL")
+    if isinstance(exc, OSError) and exc.filename and errno.errorcode.get(exc.errno) in _OS_ERRNOS:
+        shown = os.fsencode(str(exc.filename)).decode("utf-8", "backslashreplace")
+        return InputError(f"{shown}: {exc.strerror}; check the path, its permissions and the free space")
+    return None
+
+
+def _given_options() -> dict:
+    """The storage options in force (none when they are themselves malformed)."""
+    try:
+        return storage_options()
+    except InputError:
+        return {}
