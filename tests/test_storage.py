@@ -513,6 +513,40 @@ def test_killed_writer_on_s3_does_not_block_the_next_run(s3_server, monkeypatch,
             assert not fs.exists(f"dhash-test/killed/ds.zarr/{WRITER_FILE}")
 
 
+def test_overwrite_on_s3_removes_exactly_what_dhash_wrote(s3_server, monkeypatch, capsys, tmp_path):
+    """On an object store, --overwrite is refused while the artifact's prefix holds an object
+    its commit record does not list (or an uncommitted prefix holds one its writer would not
+    make), and replacing deletes the listed objects only: a sibling prefix sharing the name's
+    start is untouched."""
+    import s3fs
+
+    from pipeline.storage.atomic import WRITER_FILE
+
+    fs = s3fs.S3FileSystem(**s3_server)
+    monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
+    src = tmp_path / "good.npy"
+    np.save(src, np.arange(60, dtype=np.float32).reshape(20, 3))
+    out = "s3://dhash-test/own/ds.zarr"
+    fs.pipe_file("dhash-test/own/ds.zarr-backup/keep.txt", b"mine")
+    assert run("ingest", src, "--out", out, "--quiet") == 0
+    fs.pipe_file("dhash-test/own/ds.zarr/notes.txt", b"mine")
+    fs.invalidate_cache()
+    capsys.readouterr()
+    assert run("ingest", src, "--out", out, "--overwrite", "--quiet") == 2
+    assert "notes.txt" in capsys.readouterr().err and fs.cat_file("dhash-test/own/ds.zarr/notes.txt") == b"mine"
+    fs.rm("dhash-test/own/ds.zarr/notes.txt")
+    fs.invalidate_cache()
+    assert run("ingest", src, "--out", out, "--overwrite", "--quiet") == 0
+    assert fs.cat_file("dhash-test/own/ds.zarr-backup/keep.txt") == b"mine"
+    # an uncommitted prefix (a killed writer's) holding a user's object is not dhash's to remove
+    fs.pipe_file("dhash-test/own/killed.zarr/features/c/0/0", b"half")
+    fs.pipe_file("dhash-test/own/killed.zarr/results.csv", b"mine")
+    fs.pipe_file(f"dhash-test/own/killed.zarr/{WRITER_FILE}", json.dumps({"host": "elsewhere", "pid": 1}).encode())
+    fs.invalidate_cache()
+    assert run("ingest", src, "--out", "s3://dhash-test/own/killed.zarr", "--overwrite", "--quiet") == 2
+    assert fs.cat_file("dhash-test/own/killed.zarr/results.csv") == b"mine"
+
+
 def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine, tmp_path, capsys, monkeypatch):
     """Two `dhash train --out X` at once: the second is refused while the first runs; the
     checkpoint a killed run left is discarded by --overwrite (or continued by --resume)."""
