@@ -68,6 +68,13 @@ def s3_auth():
     policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
     iam.put_user_policy(UserName="dhash", PolicyName="all", PolicyDocument=json.dumps(policy))
     key = iam.create_access_key(UserName="dhash")["AccessKey"]
+    # a user who may do everything but read feature chunks: the client opens a dataset, the
+    # workers are refused
+    iam.create_user(UserName="no-chunks")
+    deny = {"Effect": "Deny", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::dhash-bad/*/features/c/*"}
+    policy_no_chunks = {**policy, "Statement": [*policy["Statement"], deny]}
+    iam.put_user_policy(UserName="no-chunks", PolicyName="no-chunks", PolicyDocument=json.dumps(policy_no_chunks))
+    no_chunks = iam.create_access_key(UserName="no-chunks")["AccessKey"]
     s3 = boto3.client("s3", **setup)
     s3.create_bucket(Bucket="dhash-bad")
     buf = io.BytesIO()
@@ -75,7 +82,12 @@ def s3_auth():
     s3.put_object(Bucket="dhash-bad", Key="x.npy", Body=buf.getvalue())
     _moto_auth(endpoint, "0")  # from now on every request must be signed by a known key
     try:
-        yield {"endpoint_url": endpoint, "key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}
+        yield {
+            "endpoint_url": endpoint,
+            "key": key["AccessKeyId"],
+            "secret": key["SecretAccessKey"],
+            "no-chunks": {"key": no_chunks["AccessKeyId"], "secret": no_chunks["SecretAccessKey"]},
+        }
     finally:
         _moto_auth(endpoint, "inf")  # the setting is process-wide: other moto servers must not check
         server.stop()
@@ -92,25 +104,31 @@ def no_aws_env(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
+@pytest.fixture
+def s3_options(s3_auth) -> dict:
+    """Storage options of the user allowed everything."""
+    return {k: v for k, v in s3_auth.items() if k != "no-chunks"}
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _s3_case(s3_auth, case):
+def _s3_case(good, case):
     """(storage options, what the message must say) of each bad S3 setting."""
     return {
-        "wrong-secret": ({**s3_auth, "secret": "not-the-secret"}, "credentials"),
-        "no-credentials": ({"endpoint_url": s3_auth["endpoint_url"]}, "no credentials"),
-        "endpoint-down": ({**s3_auth, "endpoint_url": f"http://127.0.0.1:{_closed_port()}"}, "endpoint_url"),
-        "unknown-option": ({**s3_auth, "endpoint": s3_auth["endpoint_url"]}, "'endpoint'"),
+        "wrong-secret": ({**good, "secret": "not-the-secret"}, "credentials"),
+        "no-credentials": ({"endpoint_url": good["endpoint_url"]}, "no credentials"),
+        "endpoint-down": ({**good, "endpoint_url": f"http://127.0.0.1:{_closed_port()}"}, "endpoint_url"),
+        "unknown-option": ({**good, "endpoint": good["endpoint_url"]}, "'endpoint'"),
     }[case]
 
 
 @pytest.mark.parametrize("case", ["wrong-secret", "no-credentials", "endpoint-down", "unknown-option"])
-def test_s3_source_with_bad_storage_options_is_one_line(s3_auth, no_aws_env, tmp_path, capsys, case):
-    options, says = _s3_case(s3_auth, case)
+def test_s3_source_with_bad_storage_options_is_one_line(s3_options, no_aws_env, tmp_path, capsys, case):
+    options, says = _s3_case(s3_options, case)
     url = "s3://dhash-bad/x.npy"
     assert run("ingest", url, "--out", tmp_path / "ds.zarr", "--storage-options", json.dumps(options), "--quiet") == 2
     line = one_error_line(capsys)
@@ -119,8 +137,8 @@ def test_s3_source_with_bad_storage_options_is_one_line(s3_auth, no_aws_env, tmp
 
 
 @pytest.mark.parametrize("case", ["wrong-secret", "no-credentials", "endpoint-down", "unknown-option"])
-def test_s3_output_with_bad_storage_options_is_one_line(s3_auth, no_aws_env, tmp_path, capsys, case):
-    options, says = _s3_case(s3_auth, case)
+def test_s3_output_with_bad_storage_options_is_one_line(s3_options, no_aws_env, tmp_path, capsys, case):
+    options, says = _s3_case(s3_options, case)
     src = _npy(tmp_path / "x.npy", np.ones((10, 4), np.float32))
     url = "s3://dhash-bad/out/ds.zarr"
     assert run("ingest", src, "--out", url, "--storage-options", json.dumps(options), "--quiet") == 2
@@ -128,24 +146,54 @@ def test_s3_output_with_bad_storage_options_is_one_line(s3_auth, no_aws_env, tmp
     assert url in line and says in line, line
 
 
-def test_s3_missing_bucket_is_one_line(s3_auth, no_aws_env, tmp_path, capsys):
+def test_s3_missing_bucket_is_one_line(s3_options, no_aws_env, tmp_path, capsys):
     src = _npy(tmp_path / "x.npy", np.ones((10, 4), np.float32))
     url = "s3://no-such-bucket/ds.zarr"
-    assert run("ingest", src, "--out", url, "--storage-options", json.dumps(s3_auth), "--quiet") == 2
+    assert run("ingest", src, "--out", url, "--storage-options", json.dumps(s3_options), "--quiet") == 2
     line = one_error_line(capsys)
     assert url in line and "does not exist" in line and "create the bucket" in line, line
 
 
-def test_s3_good_credentials_work(s3_auth, no_aws_env, tmp_path, capsys):
+def test_s3_good_credentials_work(s3_options, no_aws_env, tmp_path, capsys):
     """The server of the cases above does accept the right key and secret."""
-    opts = json.dumps(s3_auth)
+    opts = json.dumps(s3_options)
     assert run("ingest", "s3://dhash-bad/x.npy", "--out", tmp_path / "ds.zarr", "--storage-options", opts) == 0
+
+
+def test_s3_error_on_a_dask_worker_is_one_line(s3_options, s3_auth, no_aws_env, tmp_path, cluster, capsys):
+    """The client may open the dataset; the workers reading its chunks are refused. The
+    error crosses from the worker to the client (as the same type, its cause dropped)."""
+    src = _npy(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(20, 4)))
+    url = "s3://dhash-bad/worker/ds.zarr"
+    good = json.dumps(s3_options)
+    assert run("ingest", src, "--out", url, "--chunk-rows", 5, "--storage-options", good, "--quiet") == 0
+    limited = json.dumps({**s3_options, **s3_auth["no-chunks"]})
+    argv = ["train", "--dataset", url, "--method", "pcah", "--bits", 2, "--out", tmp_path / "model"]
+    capsys.readouterr()
+    assert run(*argv, "--storage-options", limited, "--scheduler", cluster.scheduler_address, "--quiet") == 2
+    line = one_error_line(capsys)
+    assert url in line and "refused" in line and "credentials" in line, line
+    assert not (tmp_path / "model").exists()
+
+
+def test_s3_error_in_a_run_step_is_one_line(s3_options, no_aws_env, tmp_path, capsys):
+    src = _npy(tmp_path / "x.npy", np.ones((10, 4), np.float32))
+    pipe = tmp_path / "p.toml"
+    pipe.write_text(
+        f'[pipeline]\nname = "p"\nworkdir = "work"\n\n[[steps]]\ncommand = "ingest"\nsource = "{src}"\n'
+        'out = "s3://no-such-bucket/ds.zarr"\n'
+    )
+    assert run("run", pipe, "--storage-options", json.dumps(s3_options), "--quiet") == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in err and len(errors) == 1, err
+    assert "s3://no-such-bucket/ds.zarr" in errors[0] and "create the bucket" in errors[0], err
 
 
 # ------------------------------------------------------------------ dhash run --------
 
 
-def test_run_passes_its_storage_options_to_the_steps(s3_auth, no_aws_env, tmp_path, capsys):
+def test_run_passes_its_storage_options_to_the_steps(s3_options, no_aws_env, tmp_path, capsys):
     import s3fs
 
     src = _npy(tmp_path / "x.npy", np.ones((10, 4), np.float32))
@@ -154,8 +202,8 @@ def test_run_passes_its_storage_options_to_the_steps(s3_auth, no_aws_env, tmp_pa
         f'[pipeline]\nname = "p"\nworkdir = "work"\n\n[[steps]]\ncommand = "ingest"\nsource = "{src}"\n'
         'out = "s3://dhash-bad/run/ds.zarr"\n'
     )
-    assert run("run", pipe, "--storage-options", json.dumps(s3_auth), "--quiet") == 0, capsys.readouterr().err
-    fs = s3fs.S3FileSystem(**s3_auth, skip_instance_cache=True)
+    assert run("run", pipe, "--storage-options", json.dumps(s3_options), "--quiet") == 0, capsys.readouterr().err
+    fs = s3fs.S3FileSystem(**s3_options, skip_instance_cache=True)
     assert fs.exists("dhash-bad/run/ds.zarr/.dhash-commit.json")
 
 
