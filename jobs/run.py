@@ -65,7 +65,7 @@ from jobs.options import COMMANDS, options_of
 from pipeline.data.sources import SOURCES
 from pipeline.errors import InputError
 from pipeline.hashing.checkpoint import STATE_FILE, checkpoint_path
-from pipeline.storage.atomic import write_text_atomic
+from pipeline.storage.atomic import check_name, read_commit, write_text_atomic
 from pipeline.storage.location import resolve, storage_error
 
 EXIT_OK, EXIT_STEP_CRASHED, EXIT_BAD_INPUT, EXIT_LOCKED = 0, 1, 2, 75
@@ -128,14 +128,16 @@ def load_pipeline(path, *, date: str, overrides: dict | None = None, workdir=Non
             f"pipeline file {path}: unknown key(s) {', '.join(sorted(unknown))} in [pipeline]; "
             "it takes name and workdir"
         )
-    name = str(head.get("name", file.stem))
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise InputError(f"pipeline file {path}: name {name!r} must be letters, digits, '.', '_' or '-'")
+    name = check_name(str(head.get("name", file.stem)), f"pipeline file {path}: name")  # names its log files
     if workdir is not None:
         workdir = Path(workdir).resolve()  # --workdir: relative to where the run starts
     else:
         workdir = Path(head.get("workdir", "."))
         workdir = (workdir if workdir.is_absolute() else file.resolve().parent / workdir).resolve()
+    if workdir.is_file() or read_commit(resolve(workdir)) is not None:
+        # the run keeps its state and logs in the workdir: never inside a file or an artifact
+        what = "a file" if workdir.is_file() else "a dhash artifact"
+        raise InputError(f"pipeline workdir {workdir} is {what}; give a directory of its own (--workdir)")
     defined = data.get("vars", {})
     for key in overrides or {}:
         if key in ("date", "pipeline"):
