@@ -153,9 +153,7 @@ def check_untouched(before: dict, after: dict, declared: list[str]) -> None:
     new = [rel for rel in after if rel not in before]
     # a declared output, what is inside it, or a parent directory created to hold it
     stray = [
-        rel
-        for rel in new
-        if not any(rel == d or rel.startswith(d + "/") or d.startswith(rel + "/") for d in declared)
+        rel for rel in new if not any(rel == d or rel.startswith(d + "/") or d.startswith(rel + "/") for d in declared)
     ]
     assert not stray, f"entries created outside the declared outputs {declared}: {stray[:5]}"
 
@@ -397,3 +395,32 @@ def test_a_split_of_another_dataset_is_refused(inputs, cluster, tmp_path, capsys
     argv = ["train", "--dataset", other, "--method", "itq", "--bits", 16, "--split", "default", "--out", tmp_path / "m"]
     assert run(*argv, "--scheduler", cluster.scheduler_address, "--quiet") == 2
     assert "was made from other data" in capsys.readouterr().err and not (tmp_path / "m").exists()
+
+
+def test_evaluate_refusals_never_suggest_an_option_it_does_not_have(inputs, tmp_path, capsys):
+    taken = tmp_path / "rep"
+    taken.mkdir()
+    (taken / "mine.txt").write_text("x")
+    argv = ["evaluate", "--dataset", inputs / "ds.zarr", "--methods", "lsh", "--bits", 8, "--out", taken, "--quiet"]
+    assert run(*argv) == 2
+    err = capsys.readouterr().err
+    assert "--overwrite" not in err and "mine.txt" in err
+
+
+def test_a_damaged_split_has_one_remedy_that_works(inputs, cluster, tmp_path, capsys):
+    """Following the error's remedy once is enough (no loop between remedies)."""
+    ds = tmp_path / "ds.zarr"
+    shutil.copytree(inputs / "ds.zarr", ds)
+    record = ds / "splits" / "default" / ".dhash-commit.json"
+    record.write_text(record.read_text()[:40])  # damaged
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    train = ["train", "--dataset", ds, "--method", "lsh", "--bits", 8, "--split", "default", "--out", tmp_path / "m"]
+    capsys.readouterr()
+    assert run(*train, *sched) == 2
+    err = capsys.readouterr().err
+    remedy = err.split("; ", 1)[1]
+    assert remedy.startswith(f"delete {ds / 'splits' / 'default'} and re-create it with `dhash split"), err
+    shutil.rmtree(ds / "splits" / "default")
+    split = remedy.split("`")[1].split()[1:]
+    assert run(*split, "--queries", 20, *sched) == 0
+    assert run(*train, *sched) == 0

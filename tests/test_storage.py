@@ -577,7 +577,7 @@ def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine
             # the checkpoint as that process would have written it (a hand-edited one is refused)
             writer = {"host": socket.gethostname(), "pid": pid, "started": ""}
             with monkeypatch.context() as patched:
-                patched.setattr("pipeline.hashing.checkpoint.writer_record", lambda: writer)
+                patched.setattr("pipeline.hashing.checkpoint.writer_record", lambda writer=writer: writer)
                 Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"}).save(2, {"rotation": np.eye(16)}, {})
             capsys.readouterr()
             assert run(*train, *extra) == status

@@ -516,7 +516,7 @@ def write_result(result: dict, out, *, overwrite: bool = False) -> Path:
         check_file_output(path, kind=BENCH_KIND, overwrite=overwrite)
     result = {"schema": f"dhash.{BENCH_KIND}/1", **{k: v for k, v in result.items() if k != "schema"}}
     write_file_output(out, (dumps(result) + "\n").encode(), kind=BENCH_KIND, overwrite=overwrite)
-    text = FILE_MARK.format(kind=BENCH_KIND) + "\n" + markdown(result)
+    text = markdown(result) + "\n" + FILE_MARK.format(kind=BENCH_KIND) + "\n"
     write_file_output(md, text.encode(), kind=BENCH_KIND, overwrite=overwrite)
     return Path(out)
 
