@@ -32,7 +32,7 @@ from pipeline.evaluation.evaluate import DEFAULT_KS, evaluate_method
 from pipeline.evaluation.report import build_report, has_mac_path, write_report
 from pipeline.evaluation.truth import build_truth, query_rows
 from pipeline.hashing import METHOD_NAMES, Hasher, check_params_used, load_model, make_hasher, method_params
-from pipeline.hashing.checkpoint import checkpoint_path, live_writer
+from pipeline.hashing.checkpoint import CheckpointTarget, checkpoint_path, dataset_identity, live_writer
 from pipeline.kernels.rerank import candidate_values
 from pipeline.search.hamming import knn_search_lazy, radius_search
 from pipeline.search.mih import build_index, index_knn_lazy, index_radius
@@ -182,7 +182,13 @@ def train(
         _check_checkpoint(ckpt, resume=resume, overwrite=overwrite)
     split_ = ds.get_split(split) if split else None
     view = database_view(ds, split_)
-    model.fit(view.features, view.labels, checkpoint=ckpt)
+    target = None
+    if ckpt is not None:  # the checkpoint records which rows it learns from; resuming checks them
+        rows = int(view.features.shape[0])
+        query = split_.query if split_ else None
+        identity = dataset_identity(ds.content_id, ds.n, split_.name if split_ else None, query, rows)
+        target = CheckpointTarget(ckpt, identity)
+    model.fit(view.features, view.labels, checkpoint=target)
     model.dataset_ = {**dataset_summary(ds), "split": split_.manifest if split_ else {}}
     if out is not None:
         model.save(out, overwrite=overwrite)

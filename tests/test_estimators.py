@@ -132,6 +132,7 @@ def test_a_model_from_a_newer_major_version_is_refused(tmp_path):
     import json
 
     from pipeline import load_model
+    from tests.test_verified_artifacts import rewrite_committed_file
 
     X = np.random.default_rng(2).standard_normal((200, 12))
     ITQ(n_bits=8, n_iter=2).fit(X).save(tmp_path / "m")
@@ -139,6 +140,7 @@ def test_a_model_from_a_newer_major_version_is_refused(tmp_path):
     meta_file = tmp_path / "m" / "model.json"
     meta = json.loads(meta_file.read_text())
     for newer in ({"library_version": "7.0.0"}, {"schema": "dhash.model/2"}):
-        meta_file.write_text(json.dumps({**meta, **newer}))
+        # as a newer dhash writes it: its commit record lists these bytes
+        rewrite_committed_file(tmp_path / "m", "model.json", json.dumps({**meta, **newer}).encode())
         with pytest.raises(InputError, match="newer than this dhash .*upgrade dhash"):
             load_model(tmp_path / "m")

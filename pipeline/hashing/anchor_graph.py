@@ -30,6 +30,7 @@ from pipeline.kernels.agh import (
     updated_centres,
 )
 from pipeline.kernels.stats import add_partials
+from pipeline.storage.npz import FLOAT
 from pipeline.validation import check_int_param
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,16 @@ class AnchorGraphHasher(Hasher):
     def _learned_arrays(self):
         return {"anchors_": self.anchors_, "components_": self.components_, "sigma_": np.float64(self.sigma_)}
 
-    def _set_learned_arrays(self, arrays):
-        super()._set_learned_arrays(arrays)
+    def _fitted_array_spec(self, n_features):
+        m = self.n_anchors  # a fit refuses fewer rows than anchors: exactly m k-means centres
+        return {
+            "anchors_": (FLOAT, (m, n_features)),
+            "components_": (FLOAT, (m, self.n_bits)),
+            "sigma_": (FLOAT, ()),
+        }
+
+    def _set_learned_arrays(self, arrays, where="the learned arrays"):
+        super()._set_learned_arrays(arrays, where)
         self.sigma_ = float(arrays["sigma_"])
 
 
@@ -173,6 +182,15 @@ class AGH(AnchorGraphHasher):
             **({} if self.thresholds_ is None else {"thresholds_": self.thresholds_}),
         }
 
-    def _set_learned_arrays(self, arrays):
-        super()._set_learned_arrays(arrays)
+    def _fitted_array_spec(self, n_features):
+        functions = self.n_bits // self.layers
+        spec = super()._fitted_array_spec(n_features)
+        spec["components_"] = (FLOAT, (self.n_anchors, functions))
+        spec["eigenvalues_"] = (FLOAT, (functions,))
+        if self.layers == 2:
+            spec["thresholds_"] = (FLOAT, (2, functions))
+        return spec
+
+    def _set_learned_arrays(self, arrays, where="the learned arrays"):
+        super()._set_learned_arrays(arrays, where)
         self.thresholds_ = arrays.get("thresholds_")

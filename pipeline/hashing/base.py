@@ -29,17 +29,18 @@ from sklearn.utils.validation import validate_data
 from pipeline import __version__
 from pipeline.distributed.graph import as_dask, is_dask_array
 from pipeline.errors import InputError
-from pipeline.hashing.checkpoint import Checkpoint, data_fingerprint
+from pipeline.hashing.checkpoint import Checkpoint, CheckpointTarget, data_fingerprint
 from pipeline.kernels.codes import unpack_bits
 from pipeline.storage.atomic import atomic_output
 from pipeline.storage.jsonio import dumps
 from pipeline.storage.location import resolve
-from pipeline.storage.npz import npz_bytes
+from pipeline.storage.npz import check_arrays, npz_bytes
 from pipeline.validation import check_features_array, check_finite_block
 
 MODEL_SCHEMA = "dhash.model/1"
 ARRAYS_FILE = "arrays.npz"
 MODEL_FILE = "model.json"
+MODEL_REMEDY = "re-train it with `dhash train`"
 
 SEED = [Interval(Integral, 0, None, closed="left"), None]  # random_state: a seed, or None for fresh entropy
 BITS = [Interval(Integral, 1, None, closed="left")]
@@ -125,7 +126,8 @@ class Hasher(TransformerMixin, BaseEstimator):
         """Learn the hash functions from X (numpy or dask, rows = points). ``y``: one label
         (or multi-hot row) per row, used by semi-supervised methods and DisH's by-label
         partition, ignored by the others. ``checkpoint``: a directory (path or URL) for the
-        per-iteration state of iterative methods (``supports_checkpoint``); a checkpoint of
+        per-iteration state of iterative methods (``supports_checkpoint``), or a
+        ``CheckpointTarget`` that also names the dataset the rows come from; a checkpoint of
         the same run there is resumed."""
 
         started = time.perf_counter()
@@ -184,13 +186,17 @@ class Hasher(TransformerMixin, BaseEstimator):
         semi-supervised methods take them, others none (DisH: 1-D only, see there)."""
         return y if self.uses_labels else None
 
-    def _checkpoint(self, X, path):
-        """(Checkpoint or None, saved state or None) for this fit; call after ``mean_`` is set."""
+    def _checkpoint(self, X, target, spec: dict):
+        """(Checkpoint or None, saved state or None) for this fit; call after ``mean_`` is set.
+        ``target``: a path or a ``CheckpointTarget``; ``spec``: the arrays the fit saves in
+        it (``pipeline.storage.npz.check_arrays``), so a resumed state has exactly those."""
 
-        if path is None:
+        if target is None:
             return None, None
-        ckpt = Checkpoint(path, data_fingerprint(self, X, self.mean_))
-        return ckpt, ckpt.load()
+        if not isinstance(target, CheckpointTarget):
+            target = CheckpointTarget(resolve(target))
+        ckpt = Checkpoint(target.path, data_fingerprint(self, X, self.mean_, target.identity))
+        return ckpt, ckpt.load(spec)
 
     def _fit(self, X, y, checkpoint):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -270,20 +276,36 @@ class Hasher(TransformerMixin, BaseEstimator):
     def _learned_arrays(self) -> dict[str, np.ndarray]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _set_learned_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        for k, v in arrays.items():
-            setattr(self, k, v)
+    def _fitted_array_spec(self, n_features: int) -> dict[str, tuple]:  # pragma: no cover - abstract
+        """Every array ``_learned_arrays`` gives after a fit of these parameters on
+        ``n_features`` features: name -> (dtype kinds, e.g. ``npz.FLOAT``, or an exact dtype;
+        shape, None for a dimension only the data decides). Loading accepts exactly these."""
+        raise NotImplementedError
+
+    def check_learned_arrays(self, arrays: dict, where) -> None:
+        """Refuse stored arrays that are not exactly this model's declared ones (missing,
+        extra, ill-typed or ill-shaped): one line naming the array; needs ``n_features_in_``."""
+        check_arrays(arrays, self._fitted_array_spec(int(self.n_features_in_)), where, MODEL_REMEDY)
+
+    def _set_learned_arrays(self, arrays: dict[str, np.ndarray], where="the learned arrays") -> None:
+        """Take stored arrays as the learned state (``n_features_in_`` set first): checked
+        against the declared spec, so no other name is ever set on the estimator."""
+        self.check_learned_arrays(arrays, where)
+        for name in self._fitted_array_spec(int(self.n_features_in_)):
+            setattr(self, name, arrays[name])
 
     @property
     def model_id(self) -> str:
-        """Content hash of method, parameters and learned arrays: names codes' origin."""
+        """Content hash of everything stored that determines the codes: method, parameters,
+        the number of features, and every learned array's name, dtype, shape and bytes (each
+        header length-delimited by JSON, so no two states hash the same input)."""
         self._check_fitted()
-        h = hashlib.sha256(
-            json.dumps({"method": self.method, "params": self.get_params()}, sort_keys=True, default=str).encode()
-        )
+        head = {"method": self.method, "params": self.get_params(), "n_features": int(self.n_features_in_)}
+        h = hashlib.sha256(json.dumps(head, sort_keys=True, default=str).encode())
         for name, arr in sorted(self._learned_arrays().items()):
-            h.update(name.encode())
-            h.update(np.ascontiguousarray(arr).tobytes())
+            arr = np.ascontiguousarray(arr)
+            h.update(json.dumps([name, arr.dtype.str, list(arr.shape)]).encode())
+            h.update(arr.tobytes())
         return h.hexdigest()[:16]
 
     def save(self, path, *, dataset: dict | None = None, overwrite: bool = False):

@@ -34,6 +34,7 @@ from pipeline.kernels.cosdish import cosdish_chunk_pass, linear_hash, omega_step
 from pipeline.kernels.ranking import relevance_from_labels
 from pipeline.kernels.sdh import initial_codes, label_matrix
 from pipeline.kernels.stats import combine_moments
+from pipeline.storage.npz import FLOAT
 from pipeline.validation import check_int_param
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,10 @@ class COSDISH(Hasher):
 
     def _learned_arrays(self):
         return {"mean_": self.mean_, "scale_": self.scale_, "components_": self.components_}
+
+    def _fitted_array_spec(self, n_features):
+        d = n_features
+        return {"mean_": (FLOAT, (d,)), "scale_": (FLOAT, (d,)), "components_": (FLOAT, (d, self.n_bits))}
 
 
 def _start_codes(labels, classes, projection):

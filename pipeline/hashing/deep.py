@@ -9,6 +9,7 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.hashing.base import Hasher
 from pipeline.kernels.codes import pack_signs
+from pipeline.storage.npz import FLOAT
 
 
 def default_network(n_features: int) -> tuple[dict, tuple]:
@@ -31,17 +32,18 @@ class DeepHashFunction(Hasher):
     # does not name them
     default_network_options: dict = {}
 
-    def _network_spec(self) -> tuple[dict, tuple]:
-        spec, shape = default_network(self.n_features_in_)
+    def _network_spec(self, n_features: int | None = None) -> tuple[dict, tuple]:
+        n_features = self.n_features_in_ if n_features is None else n_features
+        spec, shape = default_network(n_features)
         if self.network is not None:
             spec = {"name": self.network} if isinstance(self.network, str) else dict(self.network)
         spec = {**self.default_network_options.get(spec.get("name"), {}), **spec}  # what the spec names wins
         if self.input_shape is not None:
             shape = tuple(int(s) for s in self.input_shape)
-        if int(np.prod(shape)) != self.n_features_in_:
+        if int(np.prod(shape)) != n_features:
             raise InputError(
                 f"{type(self).__name__}: input_shape {shape} holds {int(np.prod(shape))} values but the rows have "
-                f"{self.n_features_in_} features; give the shape of one row"
+                f"{n_features} features; give the shape of one row"
             )
         return spec, shape
 
@@ -69,14 +71,26 @@ class DeepHashFunction(Hasher):
 
         return {"mean_": self.mean_, "scale_": np.float64(self.scale_), **state_arrays(self.network_)}
 
-    def _set_learned_arrays(self, arrays):
+    def _fitted_array_spec(self, n_features):
+        """The network's weights are those of the network the parameters build for
+        ``n_features`` inputs (names, dtypes and shapes of its state), built here without
+        disturbing torch's random state."""
+        from pipeline.deep.networks import build_network, require_torch, state_arrays
+
+        spec, shape = self._network_spec(n_features)
+        with require_torch().random.fork_rng(devices=[]):
+            weights = state_arrays(build_network(spec, self.n_bits, shape))
+        return {
+            "mean_": (np.float32, (n_features,)),
+            "scale_": (FLOAT, ()),
+            **{name: (w.dtype, w.shape) for name, w in weights.items()},
+        }
+
+    def _set_learned_arrays(self, arrays, where="the learned arrays"):
         from pipeline.deep.networks import build_network, load_state_arrays
 
-        missing = sorted({"mean_", "scale_"} - set(arrays))
-        if missing:
-            raise KeyError(", ".join(missing))
+        self.check_learned_arrays(arrays, where)  # network weights are loaded into a network, not set as attributes
         self.mean_, self.scale_ = np.asarray(arrays["mean_"], dtype=np.float32), float(arrays["scale_"])
-        self.n_features_in_ = int(self.mean_.size)  # the network's input shape depends on it
         spec, shape = self._network_spec()
         self.network_ = build_network(spec, self.n_bits, shape)
         load_state_arrays(self.network_, arrays)

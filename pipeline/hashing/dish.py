@@ -61,6 +61,7 @@ from pipeline.kernels.dish import (
     row_sums,
 )
 from pipeline.kernels.stats import add, add_partials, top_eigenvectors
+from pipeline.storage.npz import FLOAT
 from pipeline.validation import check_finite_block
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,9 @@ class DisH(LinearHasher):
             "admm_seconds": [],
         }
         prev, start = None, 0
-        ckpt, saved = self._checkpoint(X, checkpoint)
+        ckpt, saved = self._checkpoint(
+            X, checkpoint, {"dictionaries": (FLOAT, (P, d, r)), "multipliers": (FLOAT, (P, d, r))}
+        )
         if saved is not None:  # resume: the dictionaries and multipliers after iteration `start`
             start, arrays, meta = saved
             C, Lam = list(arrays["dictionaries"]), list(arrays["multipliers"])
@@ -292,7 +295,7 @@ class DisH(LinearHasher):
         sq_norm = centred_sq_norm(n, col_sum, sq_sum, self.mean_)
         history = {"objective": []}
         prev, start = None, 0
-        ckpt, saved = self._checkpoint(X, checkpoint)
+        ckpt, saved = self._checkpoint(X, checkpoint, {"dictionary": (FLOAT, (d, r))})
         if saved is not None:
             start, arrays, meta = saved
             C, history, prev = arrays["dictionary"], meta["history"], meta["objective"]
@@ -335,6 +338,10 @@ class DisH(LinearHasher):
 
     def _learned_arrays(self):
         return {**super()._learned_arrays(), "dictionaries_": self.dictionaries_}
+
+    def _fitted_array_spec(self, n_features):
+        nodes = self.nodes if self.consensus == "admm" else 1  # allreduce: one shared dictionary
+        return {**super()._fitted_array_spec(n_features), "dictionaries_": (FLOAT, (nodes, n_features, self.n_bits))}
 
 
 def _gram_and_objective(pieces, mean, C, sq_norm, n, salt=None):

@@ -30,6 +30,7 @@ from pipeline.kernels.ksh import train_ksh
 from pipeline.kernels.l2 import squared_distances
 from pipeline.kernels.sgh import kernel_features
 from pipeline.kernels.splh import pair_labels
+from pipeline.storage.npz import FLOAT, INTEGER, REAL
 from pipeline.validation import check_int_param
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,20 @@ class AnchorKernelHasher(Hasher):
             "bandwidth_": np.float64(self.bandwidth_),
         }
 
-    def _set_learned_arrays(self, arrays):
-        super()._set_learned_arrays(arrays)
+    # KLSH's anchors are training rows as stored (any real dtype); KSH converts them to float
+    anchor_dtype = REAL
+
+    def _fitted_array_spec(self, n_features):
+        m, r = self.n_anchors, self.n_bits  # a fit refuses fewer rows than anchors: exactly m
+        return {
+            "anchors_": (self.anchor_dtype, (m, n_features)),
+            "kernel_mean_": (FLOAT, (m,)),
+            "components_": (FLOAT, (m, r)),
+            "bandwidth_": (FLOAT, ()),
+        }
+
+    def _set_learned_arrays(self, arrays, where="the learned arrays"):
+        super()._set_learned_arrays(arrays, where)
         self.bandwidth_ = float(arrays["bandwidth_"])
 
 
@@ -121,6 +134,9 @@ class KLSH(AnchorKernelHasher):
 
     def _learned_arrays(self):
         return {**super()._learned_arrays(), "subsets_": self.subsets_}
+
+    def _fitted_array_spec(self, n_features):
+        return {**super()._fitted_array_spec(n_features), "subsets_": (INTEGER, (self.n_bits, self.subset_size))}
 
 
 class BRE(Hasher):
@@ -203,6 +219,15 @@ class BRE(Hasher):
             "components_": self.components_,
         }
 
+    def _fitted_array_spec(self, n_features):
+        d, r, t = n_features, self.n_bits, self.points_per_bit  # a fit refuses fewer rows than t
+        return {
+            "mean_": (FLOAT, (d,)),
+            "points_": (FLOAT, (r, t, d)),
+            "weights_": (FLOAT, (r, t)),
+            "components_": (FLOAT, (d, r)),
+        }
+
 
 class KSH(AnchorKernelHasher):
     """Supervised hashing with kernels (kernels/ksh.py). ``n_labeled`` l labeled training rows
@@ -218,6 +243,7 @@ class KSH(AnchorKernelHasher):
 
     method = "ksh"
     uses_labels = True
+    anchor_dtype = FLOAT
     _parameter_constraints = {
         "n_bits": BITS,
         "n_labeled": [Interval(Integral, 2, None, closed="left")],

@@ -28,6 +28,7 @@ from pipeline.kernels.stats import (
     covariance,
     top_eigenvectors,
 )
+from pipeline.storage.npz import FLOAT
 from pipeline.validation import check_finite_block
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,11 @@ def training_covariance(X, name: str) -> tuple[np.ndarray, np.ndarray]:
     return covariance(moments)
 
 
+def rotated_pca_spec(spec: dict, n_features: int, n_bits: int) -> dict:
+    """``spec`` with the arrays of PCA followed by a rotation (ITQ, IsoHash)."""
+    return {**spec, "pca_components_": (FLOAT, (n_features, n_bits)), "rotation_": (FLOAT, (n_bits, n_bits))}
+
+
 class LinearHasher(Hasher):
     """Common encode/persistence of the linear family: mean_ (d,), components_ (d, r)."""
 
@@ -73,6 +79,9 @@ class LinearHasher(Hasher):
 
     def _learned_arrays(self):
         return {"mean_": self.mean_, "components_": self.components_}
+
+    def _fitted_array_spec(self, n_features):
+        return {"mean_": (FLOAT, (n_features,)), "components_": (FLOAT, (n_features, self.n_bits))}
 
 
 class LSH(LinearHasher):
@@ -109,6 +118,9 @@ class PCAH(LinearHasher):
     def _learned_arrays(self):
         return {**super()._learned_arrays(), "explained_variance_": self.explained_variance_}
 
+    def _fitted_array_spec(self, n_features):
+        return {**super()._fitted_array_spec(n_features), "explained_variance_": (FLOAT, (self.n_bits,))}
+
 
 class ITQ(LinearHasher):
     """Iterative quantization: PCA to n_bits, then the rotation R minimising ||B - V R||^2.
@@ -141,7 +153,7 @@ class ITQ(LinearHasher):
         chunks = chunk_reads(X)
         R = random_rotation(self.n_bits, rng)
         losses, start = [], 0
-        ckpt, saved = self._checkpoint(X, checkpoint)
+        ckpt, saved = self._checkpoint(X, checkpoint, {"rotation": (FLOAT, (self.n_bits, self.n_bits))})
         if saved is not None:  # resume: the rotation after iteration `start`
             start, arrays, meta = saved
             R, losses = arrays["rotation"], meta["quantization_loss"]
@@ -163,6 +175,9 @@ class ITQ(LinearHasher):
 
     def _learned_arrays(self):
         return {**super()._learned_arrays(), "pca_components_": self.pca_components_, "rotation_": self.rotation_}
+
+    def _fitted_array_spec(self, n_features):
+        return rotated_pca_spec(super()._fitted_array_spec(n_features), n_features, self.n_bits)
 
 
 class IsoHash(LinearHasher):
@@ -199,3 +214,6 @@ class IsoHash(LinearHasher):
 
     def _learned_arrays(self):
         return {**super()._learned_arrays(), "pca_components_": self.pca_components_, "rotation_": self.rotation_}
+
+    def _fitted_array_spec(self, n_features):
+        return rotated_pca_spec(super()._fitted_array_spec(n_features), n_features, self.n_bits)

@@ -83,6 +83,7 @@ from pipeline.kernels.hash_functions import (
 from pipeline.kernels.l2 import l2_topk
 from pipeline.kernels.ranking import relevance_from_labels, relevance_from_neighbours, signs_precision_at_k
 from pipeline.kernels.zstep import free_codes, z_steps
+from pipeline.storage.npz import FLOAT
 from pipeline.validation import check_int_param
 
 log = logging.getLogger(__name__)
@@ -357,14 +358,23 @@ class MAC(Hasher):
             arrays.update({"centres_": self.centres_, "bandwidth_": np.float64(self.bandwidth_)})
         return arrays
 
-    def _set_learned_arrays(self, arrays):
-        needed = {"weights_", "intercepts_", "mean_", "scale_"}
-        if self.hash_function == "kernel":
-            needed |= {"centres_", "bandwidth_"}
-        missing = sorted(needed - set(arrays))
-        if missing:  # e.g. a kernel model saved before its features were standardised
-            raise KeyError(", ".join(missing))  # load_model: "lacks or has a bad entry (...); re-train it"
-        super()._set_learned_arrays(arrays)
+    def _fitted_array_spec(self, n_features):
+        r = self.n_bits
+        if self.hash_function == "linear":  # one scale for all features
+            p, scale, kernel = n_features, (), {}
+        else:  # a fit refuses fewer training points than centres: exactly n_centres, each standardised
+            p, scale = self.n_centres, (self.n_centres,)
+            kernel = {"centres_": (FLOAT, (p, n_features)), "bandwidth_": (FLOAT, ())}
+        return {
+            "weights_": (FLOAT, (p, r)),
+            "intercepts_": (FLOAT, (r,)),
+            "mean_": (FLOAT, (p,)),
+            "scale_": (FLOAT, scale),
+            **kernel,
+        }
+
+    def _set_learned_arrays(self, arrays, where="the learned arrays"):
+        super()._set_learned_arrays(arrays, where)
         for name in ("bandwidth_", "scale_"):
             if name in arrays and np.ndim(arrays[name]) == 0:  # the kernel function's scale_ is per feature
                 setattr(self, name, float(arrays[name]))

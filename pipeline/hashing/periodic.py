@@ -26,6 +26,7 @@ from pipeline.hashing.linear import training_covariance
 from pipeline.kernels.dish import centred_sq_norm
 from pipeline.kernels.periodic import combine_ranges, encode_cosine, projection_range, spectral_hash_function
 from pipeline.kernels.stats import add_partials, top_eigenvectors
+from pipeline.storage.npz import FLOAT
 
 
 class PeriodicHasher(Hasher):
@@ -36,6 +37,15 @@ class PeriodicHasher(Hasher):
 
     def _learned_arrays(self):
         return {"mean_": self.mean_, "components_": self.components_, "phase_": self.phase_, "offset_": self.offset_}
+
+    def _fitted_array_spec(self, n_features):
+        d, r = n_features, self.n_bits
+        return {
+            "mean_": (FLOAT, (d,)),
+            "components_": (FLOAT, (d, r)),
+            "phase_": (FLOAT, (r,)),
+            "offset_": (FLOAT, (r,)),
+        }
 
 
 class SH(PeriodicHasher):
@@ -62,6 +72,11 @@ class SH(PeriodicHasher):
 
     def _learned_arrays(self):
         return {**super()._learned_arrays(), "pca_components_": self.pca_components_, "lo_": self.lo_, "hi_": self.hi_}
+
+    def _fitted_array_spec(self, n_features):
+        p = min(self.n_bits, n_features)  # principal directions whose modes make the bits
+        ranges = {"lo_": (FLOAT, (p,)), "hi_": (FLOAT, (p,))}
+        return {**super()._fitted_array_spec(n_features), "pca_components_": (FLOAT, (n_features, p)), **ranges}
 
 
 class SIKH(PeriodicHasher):
@@ -110,6 +125,9 @@ class SIKH(PeriodicHasher):
     def _learned_arrays(self):
         return {**super()._learned_arrays(), "bandwidth_": np.float64(self.bandwidth_)}
 
-    def _set_learned_arrays(self, arrays):
-        super()._set_learned_arrays(arrays)
+    def _fitted_array_spec(self, n_features):
+        return {**super()._fitted_array_spec(n_features), "bandwidth_": (FLOAT, ())}
+
+    def _set_learned_arrays(self, arrays, where="the learned arrays"):
+        super()._set_learned_arrays(arrays, where)
         self.bandwidth_ = float(arrays["bandwidth_"])

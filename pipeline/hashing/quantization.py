@@ -65,6 +65,7 @@ from pipeline.kernels.kmh import (
     update_codebook,
 )
 from pipeline.kernels.stats import add_partials, top_eigenvectors
+from pipeline.storage.npz import FLOAT
 
 log = logging.getLogger(__name__)
 
@@ -146,4 +147,16 @@ class KMH(Hasher):
             "explained_variance_": self.explained_variance_,
             "centroids_": self.centroids_,
             "scales_": self.scales_,
+        }
+
+    def _fitted_array_spec(self, n_features):
+        b = self.bits_per_subspace
+        M = self.n_bits // b
+        per = n_features // M  # principal directions per subspace
+        return {
+            "mean_": (FLOAT, (n_features,)),
+            "components_": (FLOAT, (n_features, M * per)),
+            "explained_variance_": (FLOAT, (M * per,)),
+            "centroids_": (FLOAT, (M, 2**b, per)),
+            "scales_": (FLOAT, (M,)),
         }

@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import json
 
+from sklearn.utils._param_validation import InvalidParameterError
+
 from pipeline import __version__
 from pipeline.errors import InputError
 from pipeline.hashing.adsh import ADSH
 from pipeline.hashing.anchor_graph import AGH
-from pipeline.hashing.base import ARRAYS_FILE, MODEL_FILE, MODEL_SCHEMA, Hasher, resolve_location, resolve_seed
+from pipeline.hashing.base import (
+    ARRAYS_FILE,
+    MODEL_FILE,
+    MODEL_REMEDY,
+    MODEL_SCHEMA,
+    Hasher,
+    resolve_location,
+    resolve_seed,
+)
 from pipeline.hashing.cosdish import COSDISH
 from pipeline.hashing.discrete_graph import DGH
 from pipeline.hashing.dish import DisH
@@ -22,8 +32,8 @@ from pipeline.hashing.quantization import KMH
 from pipeline.hashing.sdh import SDH
 from pipeline.hashing.sgh import SGH
 from pipeline.hashing.splh import SPLH, USPLH
-from pipeline.storage.atomic import require_committed
-from pipeline.storage.npz import load_npz
+from pipeline.storage.atomic import read_verified, require_committed
+from pipeline.storage.npz import npz_arrays
 
 _ESTIMATORS = (
     LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, DGH, KMH, DisH, SGH, SPLH, USPLH,
@@ -120,18 +130,20 @@ def _refuse_newer(meta, meta_file) -> None:
 
 
 def load_model(path) -> Hasher:
-    """Load a committed model directory written by ``Hasher.save`` (no pickle: JSON + .npz)."""
+    """Load a committed model directory written by ``Hasher.save`` (no pickle: JSON + .npz).
+    Both files are read only as the commit record lists them (size and checksum), the
+    arrays must be exactly those the method declares for its parameters, and their content
+    must give the recorded model id."""
 
     loc = resolve_location(path)
-    remedy = "re-train it with `dhash train`"
+    remedy = MODEL_REMEDY
     if not loc.child(MODEL_FILE).exists() and not loc.child(".dhash-commit.json").exists():
         raise InputError(f"{loc} is not a model directory (no {MODEL_FILE}); train one with `dhash train`")
-    require_committed(loc, "model", remedy)
+    record = require_committed(loc, "model", remedy)
     meta_file = loc.child(MODEL_FILE)
+    raw = read_verified(loc, MODEL_FILE, record, remedy)
     try:
-        meta = json.loads(meta_file.read_bytes())
-    except FileNotFoundError:
-        raise InputError(f"{meta_file} is missing; {remedy}") from None
+        meta = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"{meta_file} is not valid JSON ({str(exc)[:60]}); {remedy}") from None
     _refuse_newer(meta, meta_file)
@@ -140,14 +152,19 @@ def load_model(path) -> Hasher:
         raise InputError(
             f"{meta_file} has schema {got[0]!r} / method {got[1]!r}; expected {MODEL_SCHEMA} with one of {', '.join(HASHERS)}"
         )
+    arrays_file = loc.child(ARRAYS_FILE)
     try:
         model = HASHERS[meta["method"]](**meta["params"])
-        arrays = load_npz(loc.child(ARRAYS_FILE), remedy)
-        model._set_learned_arrays(arrays)
-        model.n_features_in_ = int(meta["n_features"])
+        model._validate_params()  # the declared arrays' shapes are computed from them
+        n_features = meta["n_features"]
+        if not isinstance(n_features, int) or isinstance(n_features, bool) or n_features < 1:
+            raise TypeError(f"n_features {n_features!r} is not a positive integer")
+        model.n_features_in_ = n_features
         expected_id = meta["model_id"]
-    except (KeyError, TypeError) as exc:
-        raise InputError(f"{meta_file} lacks or has a bad entry ({exc}); {remedy}") from None
+        arrays = npz_arrays(read_verified(loc, ARRAYS_FILE, record, remedy), arrays_file, remedy)
+        model._set_learned_arrays(arrays, arrays_file)
+    except (KeyError, TypeError, InvalidParameterError) as exc:
+        raise InputError(f"{meta_file} lacks or has a bad entry ({str(exc)[:120]}); {remedy}") from None
     model.training_stats_ = meta.get("training", {})
     model.dataset_ = meta.get("dataset", {})
     if "random_state" in model.get_params():

@@ -31,6 +31,7 @@ from pipeline.kernels.l2 import squared_distances
 from pipeline.kernels.sdh import ridge, sdh_chunk_pass
 from pipeline.kernels.sgh import kernel_features
 from pipeline.kernels.stats import add_partials
+from pipeline.storage.npz import FLOAT
 from pipeline.validation import check_int_param
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,15 @@ class SDH(Hasher):
             "bias_": self.bias_,
         }
 
-    def _set_learned_arrays(self, arrays):
-        super()._set_learned_arrays(arrays)
+    def _fitted_array_spec(self, n_features):
+        m, r = self.n_anchors, self.n_bits  # a fit refuses fewer labeled rows than anchors: exactly m
+        return {
+            "anchors_": (FLOAT, (m, n_features)),
+            "bandwidth_": (FLOAT, ()),
+            "components_": (FLOAT, (m, r)),
+            "bias_": (FLOAT, (r,)),
+        }
+
+    def _set_learned_arrays(self, arrays, where="the learned arrays"):
+        super()._set_learned_arrays(arrays, where)
         self.bandwidth_ = float(arrays["bandwidth_"])

@@ -50,6 +50,7 @@ from pipeline.kernels.sgh import (
     top_generalized_eigenvector,
 )
 from pipeline.kernels.stats import add, add_partials
+from pipeline.storage.npz import FLOAT, REAL
 from pipeline.validation import check_int_param
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,18 @@ class SGH(Hasher):
             "rho_": np.float64(self.rho_),
         }
 
-    def _set_learned_arrays(self, arrays):
-        super()._set_learned_arrays(arrays)
+    def _fitted_array_spec(self, n_features):
+        m = self.n_bases  # a fit refuses fewer rows than bases: exactly m, training rows as stored
+        return {
+            "mean_": (FLOAT, (n_features,)),
+            "bases_": (REAL, (m, n_features)),
+            "kernel_mean_": (FLOAT, (m,)),
+            "components_": (FLOAT, (m, self.n_bits)),
+            "bandwidth_": (FLOAT, ()),
+            "rho_": (FLOAT, ()),
+        }
+
+    def _set_learned_arrays(self, arrays, where="the learned arrays"):
+        super()._set_learned_arrays(arrays, where)
         self.bandwidth_ = float(arrays["bandwidth_"])
         self.rho_ = float(arrays["rho_"])

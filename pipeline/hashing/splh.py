@@ -47,6 +47,7 @@ from pipeline.kernels.splh import (
     truncated_label_update,
 )
 from pipeline.kernels.stats import top_eigenvectors
+from pipeline.storage.npz import FLOAT
 from pipeline.validation import check_int_param
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,12 @@ class SPLH(LinearHasher):
         if not self.sequential:
             arrays["explained_variance_"] = self.explained_variance_
         return arrays
+
+    def _fitted_array_spec(self, n_features):
+        spec = super()._fitted_array_spec(n_features)
+        if not self.sequential:
+            spec["explained_variance_"] = (FLOAT, (self.n_bits,))
+        return spec
 
 
 class USPLH(LinearHasher):
