@@ -37,6 +37,7 @@ from pipeline.kernels.rerank import candidate_values
 from pipeline.search.hamming import knn_search_lazy, radius_search
 from pipeline.search.mih import build_index, index_knn_lazy, index_radius
 from pipeline.search.rerank import check_rerank, rerank_lazy
+from pipeline.storage.atomic import check_output
 from pipeline.storage.codes import codes_dask, open_codes
 from pipeline.storage.datasets import Dataset, dataset_summary, write_dataset_like
 from pipeline.storage.mih_index import open_index
@@ -145,6 +146,7 @@ def _check_checkpoint(ckpt, *, resume: bool, overwrite: bool) -> None:
             f"{ckpt} holds the state of an interrupted training run; pass --resume to continue it, "
             "or --overwrite to start over"
         )
+    check_output(ckpt, kind="checkpoint", overwrite=True, flag=None)  # only a checkpoint dhash wrote whole
     ckpt.remove()
     log.warning("train: removed the interrupted run's checkpoint %s (--overwrite); training starts over", ckpt)
 
@@ -383,6 +385,9 @@ def evaluate(
     return report
 
 
+DEMO_DATASETS = ("sift-synth", "fashion-mnist")  # the demo's report directories below its out
+
+
 def demo(
     out="runs/demo",
     *,
@@ -408,7 +413,7 @@ def demo(
     reports = {
         "sift-synth": evaluate(
             sift,
-            out=f"{out}/sift-synth",
+            out=f"{out}/{DEMO_DATASETS[0]}",
             ground_truth="euclidean",
             top_k=top_k or (None if top_percent else 1000),
             top_percent=top_percent,
@@ -418,7 +423,7 @@ def demo(
     if fashion_mnist_available():
         say("demo: Fashion-MNIST (label ground truth)")
         fm = dataset("fashion-mnist", chunk_rows=chunk_rows, progress=progress)
-        reports["fashion-mnist"] = evaluate(fm, out=f"{out}/fashion-mnist", ground_truth="labels", **options)
+        reports["fashion-mnist"] = evaluate(fm, out=f"{out}/{DEMO_DATASETS[1]}", ground_truth="labels", **options)
     else:
         say("demo: Fashion-MNIST skipped (install it with `apt-get install dataset-fashion-mnist`)")
     return reports
@@ -442,9 +447,11 @@ def bench(
     data=None,
     threads: int | None = None,
     seed: int = 0,
+    overwrite: bool = False,
 ) -> dict:
     """Benchmark one stage against its peer (FAISS, or the plain-pass floor) and write the
-    result JSON (and a Markdown table beside it). Needs the ``bench`` extra (faiss, psutil)."""
+    result JSON (and a Markdown table beside it; ``overwrite`` replaces a previous result).
+    Needs the ``bench`` extra (faiss, psutil)."""
     try:
         from benchmarks.harness import runs
     except ImportError as exc:
@@ -466,7 +473,7 @@ def bench(
     else:
         raise InputError(f"unknown bench stage {stage!r}; use search, groundtruth, train or encode")
     result["cpu_steal_fraction_during_run"] = runs.steal_fraction(cpu_before, runs.cpu_jiffies())
-    runs.write_result(result, out)
+    runs.write_result(result, out, overwrite=overwrite)
     result["markdown"] = runs.markdown(result)
     return result
 
