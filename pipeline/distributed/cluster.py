@@ -11,6 +11,8 @@ from pipeline import config
 from pipeline.errors import InputError
 from pipeline.storage.atomic import atomic_output
 
+log = logging.getLogger(__name__)
+
 MAX_DEFAULT_WORKERS = 8  # beyond this, more threads per worker: memory per worker stays useful
 
 
@@ -64,8 +66,10 @@ def connect(
     """
     from distributed import Client, LocalCluster
 
+    _quiet_abandoned_gathers()
     address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or config.get("scheduler")
     if address:
+        check_address(address)
         try:
             client = Client(address, timeout="20s")
         except OSError as exc:
@@ -78,7 +82,10 @@ def connect(
 
         auto_workers, auto_threads = default_shape()
         workers, threads = workers or auto_workers, threads or auto_threads
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
+        with (
+            dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}),
+            _workers_ignore_interrupts(),
+        ):
             cluster = LocalCluster(
                 n_workers=workers,
                 threads_per_worker=threads,
@@ -89,10 +96,47 @@ def connect(
             )
         client = Client(cluster)
         client.register_plugin(QuietInputErrors())
+        client.register_plugin(IgnoreInterrupts())
         where = f"local cluster {workers} workers x {threads} threads"
     if not quiet:
         print(f"dask: {where}; dashboard {client.dashboard_link}", file=sys.stderr)
     return client
+
+
+def check_address(address: str) -> None:
+    """InputError naming the problem when ``address`` is no scheduler address at all (no
+    port, an unknown scheme): distributed would raise a ValueError deep in its comm layer."""
+    from distributed.comm import get_address_host_port
+
+    try:
+        get_address_host_port(address)
+    except ValueError as exc:
+        raise InputError(
+            f"--scheduler {address!r} is not a Dask scheduler address ({exc}); give one like "
+            "tcp://HOST:8786, or drop --scheduler to run a local cluster"
+        ) from None
+
+
+@contextlib.contextmanager
+def _workers_ignore_interrupts():
+    """Ctrl-C in a terminal reaches every process of the foreground job, the local cluster's
+    worker processes too: each would die with a KeyboardInterrupt traceback of its event loop
+    over the client's one-line message. Worker processes started while SIGINT is ignored
+    inherit that (an ignored signal stays ignored across exec); the client, which handles
+    the interrupt and closes its cluster, gets its handler back once they run. A Ctrl-C in
+    the moment the cluster starts is therefore ignored (blocking the signal instead would not
+    reach the cluster's threads, which exist already)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class _DropRecords(logging.Filter):
@@ -120,6 +164,25 @@ def _is_cancelled_feed(record) -> bool:
     return bool(record.exc_info) and isinstance(record.exc_info[1], asyncio.CancelledError)
 
 
+def _is_abandoned_gather(record) -> bool:
+    from distributed.client import AllExit
+
+    return bool(record.exc_info) and isinstance(record.exc_info[1], AllExit)
+
+
+_ABANDONED_GATHERS = _DropRecords(_is_abandoned_gather)
+
+
+def _quiet_abandoned_gathers() -> None:
+    """A gather interrupted by Ctrl-C (or an error) leaves distributed's per-key wait tasks
+    ending in AllExit, its internal "stop waiting" signal, which nobody awaits any more:
+    asyncio logs a "Task exception was never retrieved" traceback for each. They are not
+    errors; drop exactly those records (once per process)."""
+    asyncio_log = logging.getLogger("asyncio")
+    if _ABANDONED_GATHERS not in asyncio_log.filters:
+        asyncio_log.addFilter(_ABANDONED_GATHERS)
+
+
 def _worker_plugin_base():
     from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -138,11 +201,35 @@ class QuietInputErrors(_worker_plugin_base()):
         logging.getLogger("distributed.worker").addFilter(_DropRecords(_is_input_error_report))
 
 
+class IgnoreInterrupts(_worker_plugin_base()):
+    """Worker plugin of the embedded cluster: its worker processes ignore SIGINT, also the
+    ones a nanny starts later to replace a dead worker (see ``_workers_ignore_interrupts``);
+    the client handles Ctrl-C and closes them."""
+
+    name = "dhash-ignore-interrupts"
+    idempotent = True
+
+    def setup(self, worker):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():  # a worker process, not a thread of ours
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def disconnect(client) -> None:
     """Close a client from ``connect`` and the local cluster it started, if any; a cluster
-    reached by address keeps running for its other users."""
+    reached by address keeps running for its other users.
+
+    Closing happens after the job's outcome is decided, so it never changes that outcome:
+    a close that times out or fails (a busy machine can be slower than distributed's close
+    timeouts) is one warning line, and the processes of a local cluster end with this one."""
     cluster = getattr(client, "cluster", None)
-    client.close()
+    problems = []
+    try:
+        client.close()
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        problems.append(f"client: {_describe(exc)}")
     if cluster is not None:
         # a progress bar's scheduler feed sleeps up to its interval after the bar ends; closing
         # the scheduler cancels that sleep and logs a CancelledError traceback on every
@@ -152,8 +239,19 @@ def disconnect(client) -> None:
         logger.addFilter(quiet)
         try:
             cluster.close()
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            problems.append(f"local cluster: {_describe(exc)}")
         finally:
             logger.removeFilter(quiet)
+    if problems:
+        log.warning(
+            "warning: closing the Dask cluster did not finish cleanly (%s); the job's result stands",
+            "; ".join(problems),
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def cluster_shape(client=None) -> dict:
@@ -169,12 +267,36 @@ def cluster_shape(client=None) -> dict:
     return {"workers": len(threads), "threads": int(sum(threads)), "scheduler": client.scheduler.address}
 
 
-def worker_info(client) -> dict:
-    """Address -> the scheduler's description of every worker alive now."""
+SCHEDULER_ANSWER_SECONDS = 30  # how long a question to the scheduler may take on a busy machine
+
+
+def _ask_scheduler(client, timeout: float) -> dict:
+    # the scheduler's identity asked now, with every worker. Not client.scheduler_info(): that
+    # returns the client's cached copy, which a periodic refresh overwrites with one that has
+    # no per-worker entries, and which stays stale when a refresh fails.
+    return client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout)
+
+
+def scheduler_workers(client, timeout: float = SCHEDULER_ANSWER_SECONDS) -> dict | None:
+    """Address -> the scheduler's description of every worker it lists now, or None when
+    there is no trustworthy answer: the call failed or timed out, or the answer's per-worker
+    entries do not add up to its worker count. None means "unknown", never "no workers"."""
     try:
-        return client.scheduler_info(n_workers=-1)["workers"]  # newer distributed lists only a few workers by default
-    except TypeError:
-        return client.scheduler_info()["workers"]
+        info = _ask_scheduler(client, timeout)
+    except Exception as exc:  # noqa: BLE001 - a busy or reconnecting scheduler: the caller asks again
+        log.debug("no answer from the Dask scheduler: %s", _describe(exc))
+        return None
+    workers = info.get("workers") if isinstance(info, dict) else None
+    if not isinstance(workers, dict) or info.get("n_workers", len(workers)) != len(workers):
+        return None
+    return workers
+
+
+def worker_info(client) -> dict:
+    """Address -> the scheduler's description of every worker alive now (empty when the
+    scheduler does not answer)."""
+    workers = scheduler_workers(client)
+    return {} if workers is None else workers
 
 
 def cluster_memory_bytes() -> int:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 
 import numpy as np
 from dask.base import tokenize
 
-from pipeline.distributed.cluster import worker_info
+from pipeline.distributed import cluster
 from pipeline.distributed.graph import InlineRead, chunk_reads, compact_rows, row_bounds, take_rows
 from pipeline.errors import InputError
 
@@ -142,6 +143,8 @@ class WorkerLost(RuntimeError):
 
 MAX_REPLACEMENTS = 5  # worker losses one step survives before the error is raised
 WATCH_SECONDS = 0.5  # how often a waiting gather checks that the nodes' workers are alive
+LOSS_GRACE_SECONDS = 2.0  # a worker counts as lost once the scheduler has left it out this long
+PLACE_SECONDS = 60  # how long placing the nodes waits for a usable answer from the scheduler
 
 
 class NodeRunner:
@@ -154,6 +157,11 @@ class NodeRunner:
     ``retrying`` re-places the nodes on the workers alive now (e.g. the replacement a
     nanny started) and redoes the step from its inputs. Steps are pure functions of the
     client-side state they start from, so the redone step gives the same bytes.
+
+    Gone means the scheduler itself, asked afresh, lists the worker no more, and keeps not
+    listing it for ``LOSS_GRACE_SECONDS``. A failed, slow or incomplete answer, or one with
+    no workers at all, is no news: on a busy machine those happen while every worker is
+    fine, and redoing steps for them only makes the job slower or fail.
     """
 
     def __init__(self, n_nodes: int):
@@ -170,6 +178,7 @@ class NodeRunner:
         self.attempt = 0  # > 0 after a worker loss: redone steps salt their keys with it (the
         # scheduler may still hold the cancelled tasks, pinned to the dead worker)
         self._task_ids = itertools.count()  # every submitted step is a new task, even with equal inputs
+        self._missing: dict[str, float] = {}  # worker -> when the scheduler first left it out
         self.place()
 
     @property
@@ -177,16 +186,26 @@ class NodeRunner:
         """Every node has a worker of its own."""
         return bool(self.workers) and len(self.workers) >= self.n_nodes
 
-    def _alive(self) -> list[str]:
-
-        return sorted(worker_info(self.client))
+    def _alive(self) -> list[str] | None:
+        """Sorted addresses of the workers the scheduler lists now; None when it gave no
+        usable answer, or listed no workers (then nothing could run anyway, and a
+        replacement worker shows up in a later answer)."""
+        workers = cluster.scheduler_workers(self.client)
+        return sorted(workers) if workers else None
 
     def place(self) -> None:
-        """Nodes round-robin over the workers alive now (sorted addresses: reproducible)."""
+        """Nodes round-robin over the workers alive now (sorted addresses: reproducible).
+
+        Without a usable answer the placement stays as it is; before the first one, this
+        waits for it a while (then the nodes run anywhere until a later step places them)."""
         if self.client is None:
             return
         workers = self._alive()
-        if workers == self.workers:
+        deadline = time.monotonic() + PLACE_SECONDS
+        while workers is None and not self.workers and time.monotonic() < deadline:
+            time.sleep(WATCH_SECONDS)
+            workers = self._alive()
+        if workers is None or workers == self.workers:
             return
         if self.workers:
             log.warning(
@@ -196,7 +215,26 @@ class NodeRunner:
             )
             self.replacements += 1
         self.workers = workers
-        self.placement = [workers[i % len(workers)] for i in range(self.n_nodes)] if workers else [None] * self.n_nodes
+        self.placement = [workers[i % len(workers)] for i in range(self.n_nodes)]
+        self._missing.clear()
+
+    def _gone(self) -> set[str]:
+        """Workers of the placement that the scheduler has left out of every answer for
+        ``LOSS_GRACE_SECONDS`` (and at least two answers); see the class docstring."""
+        alive = self._alive()
+        if alive is None:
+            return set()
+        now = time.monotonic()
+        placed = {w for w in self.placement if w is not None}
+        for worker in list(self._missing):
+            if worker in alive or worker not in placed:
+                del self._missing[worker]
+        gone = set()
+        for worker in placed - set(alive):
+            first = self._missing.setdefault(worker, now)
+            if now - first >= LOSS_GRACE_SECONDS:
+                gone.add(worker)
+        return gone
 
     def retrying(self, step, *args):
         """``step(*args)``, redone on re-placed nodes when a node's worker dies during it."""
@@ -240,12 +278,13 @@ class NodeRunner:
         from distributed import futures_of, wait
 
         futures = futures_of(values)
+        self._missing.clear()
         while True:
             try:
                 wait(futures, timeout=WATCH_SECONDS)
                 break
             except TimeoutError:
-                gone = {w for w in self.placement if w is not None} - set(self._alive())
+                gone = self._gone()
                 if gone:
                     self.client.cancel(futures)
                     raise WorkerLost(
