@@ -9,7 +9,7 @@ import sys
 
 from pipeline import config
 from pipeline.errors import InputError
-from pipeline.storage.atomic import atomic_output
+from pipeline.storage.atomic import FILE_MARK, atomic_output
 
 log = logging.getLogger(__name__)
 
@@ -313,14 +313,20 @@ def cluster_memory_bytes() -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
+REPORT_KIND = "performance-report"
+
+
 @contextlib.contextmanager
-def performance_report(path):
+def performance_report(path, *, overwrite: bool = False):
     """Dask's performance report of everything the job computes, written atomically: a
-    failed job leaves no report (and no half-written file) behind."""
+    failed job leaves no report (and no half-written file) behind. The file ends with
+    dhash's mark, so a later ``overwrite`` may replace it and nothing else."""
     if not path:
         yield
         return
     from distributed import performance_report as dask_report
 
-    with atomic_output(path, kind="file", overwrite=True, file=True) as tmp, dask_report(filename=str(tmp)):
-        yield
+    with atomic_output(path, kind=REPORT_KIND, overwrite=overwrite, file=True) as tmp:
+        with dask_report(filename=str(tmp)):
+            yield
+        tmp.write_bytes(tmp.read_bytes() + ("\n" + FILE_MARK.format(kind=REPORT_KIND) + "\n").encode())
