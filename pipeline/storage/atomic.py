@@ -173,6 +173,7 @@ def _walk(loc: Location) -> dict[str, tuple[str, int]]:
                     found[rel] = ("file" if os.path.isfile(path) else "other", os.lstat(path).st_size)
         return found
     root = loc.fs_path.rstrip("/")
+    loc.fs.invalidate_cache()  # other filesystem instances (zarr's) may have written since the last listing
     for path, info in loc.fs.find(root, withdirs=True, detail=True).items():
         rel = path.rstrip("/")[len(root) + 1 :]
         if rel:

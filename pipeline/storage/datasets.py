@@ -54,7 +54,9 @@ from pipeline.validation import check_finite_block, check_numeric_dtype
 DATASET_SCHEMA = "dhash.dataset/1"
 SPLIT_SCHEMA = "dhash.split/1"
 GROUNDTRUTH_SCHEMA = "dhash.groundtruth/1"
-STORAGE_FORMAT = 2  # 2: committed artifacts with per-chunk checksums (1: plain zarr)
+STORAGE_FORMAT = (
+    3  # 3: commit records list every file, parts record their dataset (2: per-chunk checksums; 1: plain zarr)
+)
 DATASET_ARRAYS = ("features", "ids", "labels")  # what the dataset's manifest covers
 
 
