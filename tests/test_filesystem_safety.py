@@ -424,3 +424,12 @@ def test_a_damaged_split_has_one_remedy_that_works(inputs, cluster, tmp_path, ca
     split = remedy.split("`")[1].split()[1:]
     assert run(*split, "--queries", 20, *sched) == 0
     assert run(*train, *sched) == 0
+
+
+def test_an_output_under_proc_is_refused_before_any_work(inputs, cluster, capsys):
+    """/proc exists and looks writable to root, but nothing can be created there: found by
+    creating a temporary before training, not after."""
+    argv = ["train", "--dataset", inputs / "ds.zarr", "--method", "itq", "--bits", 16, "--out", "/proc/dhash-model"]
+    assert run(*argv, "--scheduler", cluster.scheduler_address, "--quiet") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write /proc/dhash-model") and err.count("\n") == 1, err
