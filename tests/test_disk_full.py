@@ -88,7 +88,9 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(command, inputs, small_disk,
     assert status == 2, err
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
     assert "no space left" in err and str(disk / name) in err, err
-    assert sorted(p.name for p in disk.iterdir()) == before  # no temporary, not even an empty one
+    assert sorted(p.name for p in disk.iterdir()) == before, [
+        str(p) for p in disk.rglob("*")
+    ]  # no temporary, not even an empty one
 
 
 def test_empty_temporaries_of_a_failed_writer_are_removed_by_the_next_one(tmp_path):

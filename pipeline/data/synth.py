@@ -67,7 +67,7 @@ import functools
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.storage.chunkread import open_for_write
+from pipeline.storage.chunkread import write_rows
 from pipeline.storage.datasets import create_dataset_group, dataset_output, default_chunk_rows, open_dataset
 
 D = 128
@@ -231,7 +231,7 @@ def _write_rows(features, seed: int, start: int, stop: int) -> int:
     file and the rows never travel back to the client.
     """
 
-    open_for_write(features)[start:stop] = sift_rows(seed, start, stop)
+    write_rows(features, slice(start, stop), sift_rows(seed, start, stop))
     return stop - start
 
 

@@ -9,7 +9,7 @@ from dask import delayed
 
 from pipeline.distributed.graph import chunk_reads, map_chunks, row_bounds, tree_reduce
 from pipeline.kernels.stats import add
-from pipeline.storage.chunkread import open_for_write
+from pipeline.storage.chunkread import write_rows
 from pipeline.storage.codes import codes_output, create_codes_array, regular_rows
 from pipeline.storage.location import resolve
 
@@ -33,7 +33,7 @@ def write_codes(path, codes, model, *, dataset=None, overwrite: bool = False, pr
 
 def _encode_chunk_into(block, start, *, model, target):
     """One task: encode a feature chunk and write its rows of the codes array."""
-    open_for_write(target)[start : start + block.shape[0]] = model._encode_block(block)
+    write_rows(target, slice(start, start + block.shape[0]), model._encode_block(block))
     return block.shape[0]
 
 

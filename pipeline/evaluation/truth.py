@@ -51,7 +51,7 @@ from pipeline.kernels.l2 import (
     window_members,
 )
 from pipeline.kernels.ranking import relevance_from_labels, relevance_from_neighbours
-from pipeline.storage.chunkread import ChunkReader, dask_from_reader, open_for_write
+from pipeline.storage.chunkread import ChunkReader, dask_from_reader, write_rows
 from pipeline.views import database_view, view_of
 
 MAX_LISTED_NEIGHBOURS = 10_000  # above: a K-th-neighbour threshold and relevance bits
@@ -284,7 +284,7 @@ def _mark_task(X, ids, *, excluded, queries, threshold, threshold_id, out):
     bits, per_query = relevance_bits(
         X, ids, _keep_rows(ids, excluded), queries=queries, threshold=threshold, threshold_id=threshold_id
     )
-    open_for_write(out)[int(ids[0]) : int(ids[0]) + len(ids)] = bits
+    write_rows(out, slice(int(ids[0]), int(ids[0]) + len(ids)), bits)
     return per_query
 
 

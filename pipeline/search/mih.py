@@ -27,7 +27,7 @@ from pipeline.kernels.mih import (
 )
 from pipeline.kernels.stats import add
 from pipeline.search.hamming import _aligned, _check_codes, _concat_radius, _merge_pair
-from pipeline.storage.chunkread import open_for_write
+from pipeline.storage.chunkread import write_rows
 from pipeline.storage.codes import codes_dask, open_codes
 from pipeline.storage.location import resolve
 from pipeline.storage.mih_index import create_index_arrays, index_output
@@ -133,8 +133,8 @@ def _build_shard_into(block, shard, *, n_bits, m, chunk_rows, target):
     of ``offsets`` (offsets < 2^31: a chunk has fewer rows)."""
     tables = build_tables(block, n_bits, m)
     start = shard * chunk_rows
-    open_for_write(target.child("order"))[start : start + len(block)] = tables["order"].T.astype(np.int32)
-    open_for_write(target.child("offsets"))[shard] = tables["offsets"].astype(np.int32)
+    write_rows(target.child("order"), slice(start, start + len(block)), tables["order"].T.astype(np.int32))
+    write_rows(target.child("offsets"), shard, tables["offsets"].astype(np.int32))
     return len(block)
 
 

@@ -181,11 +181,10 @@ def _walk(loc: Location) -> dict[str, tuple[str, int]]:
     return found
 
 
-def _record_files(loc: Location, manifest: dict) -> dict:
+def _record_files(loc: Location, chunk_sums: dict[str, str]) -> dict:
     """The ``files`` entry of a commit record: every file of the finished artifact with its
-    size and checksum (chunks: the zstd checksum already in the manifest, so committing
-    reads no data again; other files: sha256 of their bytes)."""
-    chunk_sums = _chunk_file_checksums(manifest)
+    size and checksum (chunks: ``chunk_sums``, the zstd checksums already in the manifest,
+    so committing reads no data again; other files: sha256 of their bytes)."""
     files = {}
     for rel, (kind, size) in sorted(_walk(loc).items()):
         if kind == "dir" or rel in (WRITER_FILE, COMMIT_FILE):
@@ -197,23 +196,17 @@ def _record_files(loc: Location, manifest: dict) -> dict:
     return files
 
 
-def _chunk_file_checksums(manifest: dict) -> dict[str, str]:
-    """Relative path of every chunk file of the manifest's arrays -> its zstd checksum."""
-    from pipeline.storage.chunkread import _chunk_key
-
-    sums = {}
-    for name, array in manifest.get("arrays", {}).items():
-        for i, checksum in enumerate(array.get("checksums", [])):
-            sums[f"{name}/{_chunk_key(len(array['shape']), i)}"] = f"zstd:{checksum}"
-    return sums
-
-
 def foreign_entries(loc: Location, record: dict) -> list[str]:
     """Entries under the artifact at ``loc`` that its commit record does not account for
     (top-most only: a foreign directory is named, not its content). Empty: dhash owns all."""
     files = record.get("files")
     if not isinstance(files, dict):
         return ["(no file list in its commit record: written by an older dhash)"]
+    # top level first: a home directory holding a copied record is refused without walking it
+    expected_top = {rel.split("/")[0] for rel in files} | set(PART_FOLDERS.get(record.get("kind"), {})) | {COMMIT_FILE}
+    unexpected = [name for name in loc.list_names() if name not in expected_top]
+    if unexpected:
+        return unexpected
     owned_dirs = {posixpath.dirname(rel) for rel in files}
     owned_dirs |= {d for rel in list(owned_dirs) for d in _ancestors(rel)}
     parts = PART_FOLDERS.get(record.get("kind"), {})
@@ -327,11 +320,12 @@ def _check_uncommitted(final: Location, kind: str, overwrite: bool, flag) -> Non
     ``overwrite``) when it holds nothing a writer of ``kind`` would not make; anything else
     is not dhash's."""
     writer = _read_writer(final)
-    entries = _walk(final)
-    foreign = [rel for rel in entries if not _could_be_ours(kind, rel)]
-    # on local disks dhash never writes in place: a directory there without a record is not ours
-    if writer is None or final.is_local or foreign or writer.get("kind") not in (None, kind):
-        found = f"entries such as {_name_some(sorted(foreign or entries))}" if entries else "an empty directory"
+    # on local disks dhash never writes in place: a directory there without a record is not
+    # ours (named by its top-level entries: it may be a whole home directory, never walked)
+    ours = writer is not None and not final.is_local and writer.get("kind") in (None, kind)
+    foreign = [rel for rel in _walk(final) if not _could_be_ours(kind, rel)] if ours else final.list_names()
+    if not ours or foreign:
+        found = f"entries such as {_name_some(foreign)}" if foreign else "an empty directory"
         raise InputError(
             f"output {final} exists and is not a dhash {kind} ({found}); dhash only replaces what it wrote. "
             "Choose another path or remove it yourself"
@@ -537,7 +531,8 @@ def atomic_output(final, *, kind: str, overwrite: bool = False, manifest=None, f
     """Yield a Location to write ``kind`` into; it appears at ``final`` only on success.
 
     ``manifest(location) -> dict`` is called on the finished temporary before the commit
-    and stored in the record. ``file=True``: a single file (no record; a rename on local
+    and stored in the record; its ``chunk_files(manifest)``, when it has one, gives the
+    checksums of the chunk files (see chunkread.arrays_manifest). ``file=True``: a single file (no record; a rename on local
     disk, a single PUT on object stores: both all-or-nothing), replacing only a file dhash
     wrote as ``kind`` (``kind="file"``: dhash's own bookkeeping files, replaced freely).
     """
@@ -565,13 +560,18 @@ def atomic_output(final, *, kind: str, overwrite: bool = False, manifest=None, f
                 "kind": kind,
                 "committed": _now(),
                 "manifest": built,
-                "files": _record_files(tmp, built),
+                "files": _record_files(tmp, getattr(manifest, "chunk_files", lambda _: {})(built)),
             }
             tmp.child(WRITER_FILE).remove()
             tmp.child(COMMIT_FILE).write_text(json.dumps(record, indent=1) + "\n")
         if final.is_local:
             _rename_into_place(tmp, final, kind, file)
     except BaseException as exc:
+        if final.is_local and not file:
+            # the writer record first: tasks still running see the job stopped and undo their
+            # own writes (chunkread.write_rows); whatever they wrote before is removed here
+            with contextlib.suppress(OSError):
+                tmp.child(WRITER_FILE).remove()
         tmp.remove()
         full = FULL_DISK.get(getattr(exc, "errno", None)) if isinstance(exc, OSError) else None
         if full:

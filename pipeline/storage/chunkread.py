@@ -67,6 +67,28 @@ def open_for_write(loc: Location):
         return zarr.open_array(loc.zarr_store(), mode="r+")
 
 
+def write_rows(loc: Location, index, value) -> None:
+    """``array[index] = value`` for the array at ``loc`` in an artifact being written, by a
+    task on any worker.
+
+    A job stops at its first failed task while others still run; it removes its temporary
+    at once. A task that finishes later must not bring the temporary back (zarr creates the
+    directories a chunk needs): it writes only while the writer record is there, and when the
+    record is gone after its write (the job failed meanwhile) it removes the temporary again.
+    Local temporaries only: their names are unique to one job (on object stores a job writes
+    in place, where another job's artifact may already stand)."""
+    from pipeline.storage.atomic import WRITER_FILE
+
+    record = loc.parent.child(WRITER_FILE)
+    if loc.is_local and not record.exists():
+        raise InputError(f"{loc.parent} is no longer being written (its job stopped); this task wrote nothing")
+    try:
+        open_for_write(loc)[index] = value
+    finally:  # a failed write (a full disk) may have created the chunk's directories too
+        if loc.is_local and not record.exists():
+            loc.parent.remove()
+
+
 def _chunk_key(ndim: int, i: int) -> str:
     return "c/" + "/".join([str(i)] + ["0"] * (ndim - 1))
 
@@ -240,16 +262,27 @@ def dask_from_reader(reader: ChunkReader, name: str):
     return da.Array(HighLevelGraph.from_collections(name, graph, dependencies=()), name, chunks, dtype=reader.dtype)
 
 
-def arrays_manifest(*names: str):
+class arrays_manifest:  # noqa: N801 - used like a function: atomic_output(manifest=arrays_manifest("codes"))
     """A ``manifest`` callable for ``atomic_output``: the manifests of the named arrays
-    that exist in the artifact (optional ones, such as labels, may be absent)."""
+    that exist in the artifact (optional ones, such as labels, may be absent). Its
+    ``chunk_files`` names every chunk file with its checksum, so committing lists them in
+    the record without reading them again."""
 
-    def build(loc: Location) -> dict:
+    def __init__(self, *names: str):
+        self.names = names
+
+    def __call__(self, loc: Location) -> dict:
+        names = [name for name in self.names if loc.child(name, "zarr.json").exists()]
+        return {"arrays": {name: array_manifest(loc.child(name)) for name in names}}
+
+    @staticmethod
+    def chunk_files(manifest: dict) -> dict[str, str]:
+        """Relative path of every chunk file of the manifest's arrays -> "zstd:<checksum>"."""
         return {
-            "arrays": {name: array_manifest(loc.child(name)) for name in names if loc.child(name, "zarr.json").exists()}
+            f"{name}/{_chunk_key(len(array['shape']), i)}": f"zstd:{checksum}"
+            for name, array in manifest.get("arrays", {}).items()
+            for i, checksum in enumerate(array.get("checksums", []))
         }
-
-    return build
 
 
 def content_id(manifest: dict, names=None) -> str:
