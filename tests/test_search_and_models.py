@@ -130,7 +130,7 @@ def test_search_rejects_non_uint8_and_mismatched_codes():
 
 def test_encode_to_zarr_equals_encode_for_regular_and_irregular_chunks(client, tmp_path):
     """`dhash encode`'s one-task-per-chunk writer gives the same codes as model.encode, and
-    irregular row chunks (where two tasks could share a codes chunk) take the da.store path."""
+    irregular row chunks (where two tasks could share a codes chunk) are re-cut to the array's chunks first."""
     from pipeline.distributed.encode import encode_to_zarr
     from pipeline.distributed.graph import drop_rows
     from pipeline.storage.codes import open_codes

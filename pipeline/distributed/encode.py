@@ -22,13 +22,27 @@ def write_codes(path, codes, model, *, dataset=None, overwrite: bool = False, pr
         # same zarr chunk concurrently (lock=False): lost rows. Align them with the array's.
         codes = codes.rechunk({0: chunk_rows})
     with codes_output(path, overwrite) as tmp:
-        arr = create_codes_array(tmp, codes.shape[0], chunk_rows, model, dataset)
-        stored = da.store(codes, arr, lock=False, compute=False)
-        if progress is not None:
-            progress(stored)
-        else:
-            stored.compute()
+        create_codes_array(tmp, codes.shape[0], chunk_rows, model, dataset)
+        # one task per block, each block exactly one zarr chunk: written through write_rows,
+        # so a task still running after the job failed never brings the temporary back
+        starts = row_bounds(codes)[:-1].tolist()
+        parts = [
+            delayed(_store_rows, pure=True)(
+                block, start, target=tmp.child("codes"), dask_key_name=f"codes-store-{i}-{codes.name}"
+            )
+            for i, (block, start) in enumerate(zip(codes.to_delayed().ravel().tolist(), starts))
+        ]
+        done = tree_reduce(f"{model.method}-codes-rows", parts, add)
+        written = progress(done) if progress is not None else done.compute()
+        if written is not None and written != codes.shape[0]:
+            raise RuntimeError(f"stored {written} rows of codes, expected {codes.shape[0]}")
     return resolve(path)
+
+
+def _store_rows(block, start, *, target):
+    """One task: rows [start, start + len(block)) of the codes array (one zarr chunk)."""
+    write_rows(target, slice(start, start + block.shape[0]), block)
+    return block.shape[0]
 
 
 def _encode_chunk_into(block, start, *, model, target):
@@ -42,7 +56,7 @@ def encode_to_zarr(path, X, model, *, dataset=None, overwrite: bool = False, pro
     chunk reads the chunk, encodes it and writes its own codes chunk, so no feature chunk
     or code block is ever a separate task result, stored and released between two tasks
     (benchmarks/results/encode_*.md: encoding against one plain read-and-project pass).
-    Irregular row chunks (where two tasks could share a codes chunk) go through da.store.
+    Irregular row chunks (where two tasks could share a codes chunk) are re-cut first (write_codes).
     ``dataset``: the Dataset the features come from (its location and content id are recorded)."""
     X = model._check_encode_input(X)
     rows = X.chunks[0]
