@@ -495,7 +495,8 @@ OPTIONS: tuple[Option, ...] = (
     _opt("out", ["demo"], "report directory", default="runs/demo"),
     _opt("out", ["bench"], "result JSON file (a Markdown table is written beside it)", required=("bench",)),
     _opt("overwrite", ["ingest", "synth", "split", "train", "encode", "index", "search", "bench"],
-         "replace an existing output of the same kind written by dhash (anything else is refused)", switch=True),
+         "replace an existing output of the same kind that dhash wrote whole (one that holds anything else is "
+         "refused), and an earlier --performance-report", switch=True),
 )
 # fmt: on
 
