@@ -65,7 +65,7 @@ from jobs.options import COMMANDS, options_of
 from pipeline.data.sources import SOURCES
 from pipeline.errors import InputError
 from pipeline.hashing.checkpoint import STATE_FILE, checkpoint_path
-from pipeline.storage.atomic import check_name, read_commit, write_text_atomic
+from pipeline.storage.atomic import check_name, read_commit, remove_artifact, write_text_atomic
 from pipeline.storage.location import resolve, storage_error
 
 EXIT_OK, EXIT_STEP_CRASHED, EXIT_BAD_INPUT, EXIT_LOCKED = 0, 1, 2, 75
@@ -348,7 +348,7 @@ def _prepare_checkpoint(pipe: Pipeline, step: Step, values: dict, force: bool) -
     if not ckpt.exists():
         return values
     if force:
-        ckpt.remove()
+        remove_artifact(ckpt, kind="checkpoint")  # refused, and nothing removed, unless dhash wrote all of it
         _say(pipe, f"{step.label}: --force: removed the checkpoint {ckpt}, training starts over")
         return values
     try:

@@ -37,7 +37,7 @@ from pipeline.kernels.rerank import candidate_values
 from pipeline.search.hamming import knn_search_lazy, radius_search
 from pipeline.search.mih import build_index, index_knn_lazy, index_radius
 from pipeline.search.rerank import check_rerank, rerank_lazy
-from pipeline.storage.atomic import check_output
+from pipeline.storage.atomic import remove_artifact
 from pipeline.storage.codes import codes_dask, open_codes
 from pipeline.storage.datasets import Dataset, dataset_summary, write_dataset_like
 from pipeline.storage.mih_index import open_index
@@ -146,8 +146,7 @@ def _check_checkpoint(ckpt, *, resume: bool, overwrite: bool) -> None:
             f"{ckpt} holds the state of an interrupted training run; pass --resume to continue it, "
             "or --overwrite to start over"
         )
-    check_output(ckpt, kind="checkpoint", overwrite=True, flag=None)  # only a checkpoint dhash wrote whole
-    ckpt.remove()
+    remove_artifact(ckpt, kind="checkpoint")  # only a checkpoint dhash wrote whole
     log.warning("train: removed the interrupted run's checkpoint %s (--overwrite); training starts over", ckpt)
 
 
@@ -195,7 +194,7 @@ def train(
     if out is not None:
         model.save(out, overwrite=overwrite)
         if ckpt is not None:
-            ckpt.remove()  # the model holds everything now
+            remove_artifact(ckpt, kind="checkpoint")  # the model holds everything now
     if codes is not None:
         query_rows = split_.query if split_ else np.empty(0, dtype=np.int64)
         write_codes(

@@ -433,3 +433,28 @@ def test_an_output_under_proc_is_refused_before_any_work(inputs, cluster, capsys
     assert run(*argv, "--scheduler", cluster.scheduler_address, "--quiet") == 2
     err = capsys.readouterr().err
     assert err.startswith("error: cannot write /proc/dhash-model") and err.count("\n") == 1, err
+
+
+def test_a_user_directory_where_a_checkpoint_goes_is_never_removed(inputs, cluster, tmp_path, capsys):
+    """``OUT.checkpoint`` is derived from ``--out``: train --overwrite, the library's train and
+    `dhash run --force` (which discard an interrupted run's checkpoint) all refuse a directory
+    there that dhash did not write, and remove nothing."""
+    from pipeline import workflows
+    from pipeline.errors import InputError
+
+    mine = tmp_path / "m.checkpoint"
+    (mine / "data").mkdir(parents=True)
+    (mine / "data" / "keep.txt").write_text("mine")
+    train = ["train", "--dataset", inputs / "ds.zarr", "--method", "itq", "--bits", 16, "--out", tmp_path / "m"]
+    assert run(*train, "--overwrite", "--scheduler", cluster.scheduler_address, "--quiet") == 2
+    with pytest.raises(InputError, match="m.checkpoint"):
+        workflows.train(inputs / "ds.zarr", "itq", tmp_path / "m", bits=16, overwrite=True)
+    pipeline = tmp_path / "p.toml"
+    pipeline.write_text(
+        '[pipeline]\nname = "p"\n[[steps]]\ncommand = "train"\n'
+        f'dataset = "{inputs / "ds.zarr"}"\nmethod = "itq"\nbits = 16\nout = "{tmp_path / "m"}"\n'
+    )
+    capsys.readouterr()
+    status = run("run", pipeline, "--force", "--workdir", tmp_path / "work", "--scheduler", cluster.scheduler_address)
+    assert status == 2, capsys.readouterr().err
+    assert (mine / "data" / "keep.txt").read_text() == "mine" and not (tmp_path / "m").exists()

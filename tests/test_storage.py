@@ -538,6 +538,13 @@ def test_overwrite_on_s3_removes_exactly_what_dhash_wrote(s3_server, monkeypatch
     fs.invalidate_cache()
     assert run("ingest", src, "--out", out, "--overwrite", "--quiet") == 0
     assert fs.cat_file("dhash-test/own/ds.zarr-backup/keep.txt") == b"mine"
+    # a record that names paths outside its prefix (edited, or copied) deletes nothing there
+    record = json.loads(fs.cat_file("dhash-test/own/ds.zarr/.dhash-commit.json"))
+    record["files"]["../ds.zarr-backup/keep.txt"] = {"size": 4, "checksum": "sha256:" + "0" * 64}
+    fs.pipe_file("dhash-test/own/ds.zarr/.dhash-commit.json", json.dumps(record).encode())
+    fs.invalidate_cache()
+    assert run("ingest", src, "--out", out, "--overwrite", "--quiet") == 0
+    assert fs.cat_file("dhash-test/own/ds.zarr-backup/keep.txt") == b"mine"
     # an uncommitted prefix (a killed writer's) holding a user's object is not dhash's to remove
     fs.pipe_file("dhash-test/own/killed.zarr/features/c/0/0", b"half")
     fs.pipe_file("dhash-test/own/killed.zarr/results.csv", b"mine")

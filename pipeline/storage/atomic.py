@@ -292,7 +292,8 @@ def check_output(final, *, kind: str, overwrite: bool, flag: str = "--overwrite"
         _check_writable_parent(final)
         return final
     if not _is_dir(final):
-        what = f"a dhash {_file_kind(final)} file" if _file_kind(final) else "a file"
+        found = file_kind(final)
+        what = f"a dhash {found} file" if found else "a file"
         raise InputError(f"output {final} exists and is {what}, not a dhash {kind}; choose another path")
     record = read_commit(final)
     if record is None:
@@ -389,9 +390,6 @@ def file_kind(loc: Location) -> str | None:
         if isinstance(schema, str) and schema.startswith("dhash."):
             return schema[len("dhash.") :].rpartition("/")[0] or None
     return None
-
-
-_file_kind = file_kind
 
 
 def _parquet_kind(loc: Location) -> str | None:
@@ -504,26 +502,62 @@ def remove_stale_temporaries(final: Location) -> list[str]:
 
 
 def _remove_owned(final: Location, record: dict | None, kind: str) -> None:
-    """Object stores: delete exactly what a replaced output consists of, the commit record
-    first (so the prefix is unreadable at once), never a whole prefix."""
-    if record is None:  # an uncommitted write, checked to hold only what its writer makes
-        paths = [final.child(rel) for rel, (k, _) in _walk(final).items() if k != "dir"]
+    """Object stores: delete exactly what a replaced output consists of, never a whole
+    prefix. Checked again here (the prefix may have changed since ``check_output``): a
+    committed artifact loses only the entries found under it that its record lists (a record
+    naming paths outside it deletes nothing there), its commit record first so the prefix is
+    unreadable at once; an uncommitted write loses only what its writer makes."""
+    entries = _walk(final)
+    if record is None:
+        foreign = [rel for rel in entries if not _could_be_ours(kind, rel)]
+        listed = [rel for rel, (k, _) in entries.items() if k == "file"]
     else:
+        foreign = foreign_entries(final, record)
+        files = record.get("files") or {}
+        listed = [rel for rel, (k, _) in entries.items() if k == "file" and rel in files]
+    if foreign:
+        raise InputError(
+            f"output {final} changed since it was checked (now holding {_name_some(foreign)}); nothing was "
+            "replaced. Move those entries out and run again"
+        )
+    if record is not None:
         final.child(COMMIT_FILE).remove()
-        paths = [final.child(rel) for rel in record.get("files", {})]
         for folder in PART_FOLDERS.get(kind, {}):
             for name in final.child(folder).list_names():
                 sub = final.child(folder, name)
                 sub_record = read_commit(sub)
                 if sub_record is not None:
                     _remove_owned(sub, sub_record, sub_record.get("kind"))
-            paths.append(final.child(folder, "zarr.json"))
-    if paths:
+            if f"{folder}/zarr.json" in entries:
+                listed.append(f"{folder}/zarr.json")
+    if listed:
         with contextlib.suppress(FileNotFoundError):
-            final.fs.rm([p.fs_path for p in paths])
-    with contextlib.suppress(FileNotFoundError, OSError):
-        final.child(WRITER_FILE).remove()
+            final.fs.rm([final.child(rel).fs_path for rel in listed])
     final.fs.invalidate_cache()
+
+
+def _remove_written(final: Location, kind: str) -> None:
+    """Object stores, after a failed write in place: delete what a writer of ``kind`` makes
+    (its files and record), never anything else that may lie under the prefix."""
+    with contextlib.suppress(FileNotFoundError, OSError):
+        ours = [rel for rel, (k, _) in _walk(final).items() if k == "file" and _could_be_ours(kind, rel)]
+        if ours:
+            final.fs.rm([final.child(rel).fs_path for rel in ours])
+        final.fs.invalidate_cache()
+
+
+def remove_artifact(loc, *, kind: str) -> None:
+    """Delete the ``kind`` at ``loc`` (a checkpoint dhash no longer needs) when dhash wrote
+    all of it, by ``check_output``'s rule, checked again at removal; anything else is a
+    one-line refusal and nothing is removed. A symlink is judged and removed at its target."""
+    loc = _follow_link(resolve(loc))
+    if not loc.exists():
+        return
+    check_output(loc, kind=kind, overwrite=True, flag=None)
+    if loc.is_local:
+        _move_aside_owned(loc, kind).remove()
+    else:
+        _remove_owned(loc, read_commit(loc), kind)
 
 
 @contextlib.contextmanager
@@ -572,7 +606,10 @@ def atomic_output(final, *, kind: str, overwrite: bool = False, manifest=None, f
             # own writes (chunkread.write_rows); whatever they wrote before is removed here
             with contextlib.suppress(OSError):
                 tmp.child(WRITER_FILE).remove()
-        tmp.remove()
+        if final.is_local:
+            tmp.remove()  # a uniquely named temporary: all of it is this job's
+        elif not file:  # written in place: only what this writer makes (a single PUT is all-or-nothing)
+            _remove_written(final, kind)
         full = FULL_DISK.get(getattr(exc, "errno", None)) if isinstance(exc, OSError) else None
         if full:
             raise InputError(
@@ -592,11 +629,26 @@ def _check_single_file(final, kind: str, overwrite: bool) -> Location:
 
 
 def _rename_into_place(tmp: Location, final: Location, kind: str, file: bool) -> None:
-    if file or not os.path.lexists(final.url):
-        os.replace(tmp.url, final.url)  # a file: one atomic replace
+    if file:
+        # checked once more: a file that appeared since the first check is replaced only if it is ours
+        if kind != "file" and os.path.lexists(final.url) and file_kind(final) != kind:
+            raise InputError(
+                f"output {final} appeared while dhash was writing and is not a dhash {kind}; nothing was replaced"
+            )
+        os.replace(tmp.url, final.url)  # one atomic replace
         return
-    # move the old output aside first so there is never a moment with neither; check once
-    # more that dhash owns all of it (a user may have added files since the first check)
+    if not os.path.lexists(final.url):
+        os.replace(tmp.url, final.url)
+        return
+    old = _move_aside_owned(final, kind)  # never a moment with neither
+    os.replace(tmp.url, final.url)
+    old.remove()
+
+
+def _move_aside_owned(final: Location, kind: str) -> Location:
+    """Move a local ``kind`` out of the way (``.NAME.old-*``) after checking once more that
+    dhash owns all of it (a user may have added files since the first check); when it does
+    not, it is moved back and a one-line error raised."""
     old = final.sibling(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
     os.replace(final.url, old.url)
     record = read_commit(old)
@@ -607,8 +659,7 @@ def _rename_into_place(tmp: Location, final: Location, kind: str, file: bool) ->
             f"output {final} changed while dhash was writing (now holding {_name_some(foreign)}); nothing was "
             "replaced. Move those entries out and run again"
         )
-    os.replace(tmp.url, final.url)
-    old.remove()
+    return old
 
 
 def write_text_atomic(path, text: str) -> None:

@@ -77,7 +77,7 @@ def write_rows(loc: Location, index, value) -> None:
     record is gone after its write (the job failed meanwhile) it removes the temporary again.
     Local temporaries only: their names are unique to one job (on object stores a job writes
     in place, where another job's artifact may already stand)."""
-    from pipeline.storage.atomic import WRITER_FILE
+    from pipeline.storage.atomic import TEMPORARY_NAME, WRITER_FILE
 
     record = loc.parent.child(WRITER_FILE)
     if loc.is_local and not record.exists():
@@ -85,8 +85,8 @@ def write_rows(loc: Location, index, value) -> None:
     try:
         open_for_write(loc)[index] = value
     finally:  # a failed write (a full disk) may have created the chunk's directories too
-        if loc.is_local and not record.exists():
-            loc.parent.remove()
+        if loc.is_local and not record.exists() and TEMPORARY_NAME.match(loc.parent.name):
+            loc.parent.remove()  # only ever a temporary: by name, it is no one else's
 
 
 def _chunk_key(ndim: int, i: int) -> str:
