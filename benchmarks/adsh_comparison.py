@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.measure import machine_info  # noqa: E402
-from pipeline import workflows  # noqa: E402
-from pipeline.distributed.cluster import connect, disconnect  # noqa: E402
+from dhash import workflows  # noqa: E402
+from dhash.distributed.cluster import connect, disconnect  # noqa: E402
 
 
 def summary(report: dict, args) -> str:

@@ -35,8 +35,8 @@ def synthetic_labels(X, seed: int):
     """Each row's sift-synth centre as a dask array chunked like X (computed on the workers)."""
     import dask.array as da
 
-    from pipeline.data.synth import sift_centres
-    from pipeline.distributed.graph import row_bounds
+    from dhash.data.synth import sift_centres
+    from dhash.distributed.graph import row_bounds
 
     bounds = row_bounds(X)
     parts = [
@@ -54,7 +54,7 @@ def _delayed_centres(fn, seed, a, b):
 
 def numpy_v_step_pass(labels_parts, n_bits: int, m: int, seed: int) -> float:
     """Seconds of one V-step pass of the per-chunk kernel over every chunk in this process."""
-    from pipeline.kernels.adsh import chunk_pass
+    from dhash.kernels.adsh import chunk_pass
 
     rng = np.random.default_rng(seed)
     n = sum(len(p) for p in labels_parts)
@@ -79,9 +79,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
-    from pipeline import workflows
-    from pipeline.distributed.cluster import connect, disconnect
-    from pipeline.hashing import ADSH
+    from dhash import workflows
+    from dhash.distributed.cluster import connect, disconnect
+    from dhash.hashing import ADSH
 
     client = connect()
     try:

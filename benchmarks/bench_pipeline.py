@@ -5,7 +5,7 @@ paper's Fig. 5 protocol on SIFT-10M), each step a `dhash` command, timed end to 
 
     .venv/bin/python benchmarks/bench_pipeline.py --n 10000000 --out benchmarks/results/pipeline_10M.json
 
-Steps (each one `python -m jobs ...`, exactly what `dhash` runs, watched for peak RSS):
+Steps (each one `python -m dhash.jobs ...`, exactly what `dhash` runs, watched for peak RSS):
 1. `dhash synth sift --n N --out WORK/sift.zarr`
 2. `dhash evaluate --dataset WORK/sift.zarr --methods lsh,dish --bits 32,64 --queries 1000
    --ground-truth euclidean --top-percent 2 --ks 50,100,200,500,1000`: the seeded split,
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="dhash-pipeline-", dir=REPO.parent))
     work.mkdir(parents=True, exist_ok=True)
-    py = [sys.executable, "-m", "jobs"]
+    py = [sys.executable, "-m", "dhash.jobs"]
     truth_args = ["--top-k", str(args.ground_truth_top_k)] if args.ground_truth_top_k else ["--top-percent", "2"]
     truth_text = (
         f"exact top-{args.ground_truth_top_k}" if args.ground_truth_top_k else "exact top 2 percent"

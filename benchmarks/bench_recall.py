@@ -54,11 +54,11 @@ def timed(fn):
 def load(dataset: str, n: int | None, n_queries: int, seed: int):
     """(database X, its ids, queries Q, description)."""
     if dataset == "sift-synth":
-        from pipeline.data.synth import sift_rows
+        from dhash.data.synth import sift_rows
 
         n = n or 1_000_000
         return sift_rows(seed, 0, n), np.arange(n), sift_rows(seed, n, n + n_queries), f"sift-synth, {n:,} rows"
-    from pipeline.data.sources import resolve_dataset
+    from dhash.data.sources import resolve_dataset
 
     ds = resolve_dataset(dataset)
     X = np.asarray(ds.features[...])
@@ -89,7 +89,7 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 def train(method: str, bits: int, X: np.ndarray, seed: int, **params):
     import dask.array as da
 
-    from pipeline.hashing import make_hasher
+    from dhash.hashing import make_hasher
 
     model = make_hasher(method, bits, random_state=seed, **params)
     return timed(lambda: model.fit(da.from_array(X, chunks=(131072, X.shape[1]))))
@@ -97,9 +97,9 @@ def train(method: str, bits: int, X: np.ndarray, seed: int, **params):
 
 def our_rows(model, method, bits, X, ids, Q, truth, candidates):
     """Linear scan, MIH, asymmetric and exact re-ranking of the Hamming top-R."""
-    from pipeline.kernels.hamming import hamming_topk
-    from pipeline.kernels.mih import build_tables, default_substrings, mih_topk
-    from pipeline.kernels.rerank import (
+    from dhash.kernels.hamming import hamming_topk
+    from dhash.kernels.mih import build_tables, default_substrings, mih_topk
+    from dhash.kernels.rerank import (
         exact_pair_distances,
         lower_bound_pair_distances,
         lower_bound_tables,
@@ -205,7 +205,7 @@ def faiss_binary_rows(X, ids, Q, truth, codes, qcodes, bits, m, candidates):
     """FAISS's binary indexes over our codes: multi-hash, and flat + our exact re-ranking."""
     import faiss
 
-    from pipeline.kernels.rerank import exact_pair_distances, pairs_topk
+    from dhash.kernels.rerank import exact_pair_distances, pairs_topk
 
     rows = []
     multi = faiss.IndexBinaryMultiHash(bits, m, bits // m)
@@ -238,7 +238,7 @@ def faiss_binary_rows(X, ids, Q, truth, codes, qcodes, bits, m, candidates):
 def code_quality(X, ids, Q, truth, bits_list, at, seed, specs, train_rows=None):
     """recall@at of the exact top-100 in Hamming order, per method (``specs``: "name key=value
     ...") and length."""
-    from pipeline.kernels.hamming import hamming_topk
+    from dhash.kernels.hamming import hamming_topk
 
     out = []
     for bits in bits_list:
@@ -297,7 +297,7 @@ def main(argv=None) -> int:
 
     from distributed import Client, LocalCluster
 
-    from pipeline.kernels.l2 import l2_topk
+    from dhash.kernels.l2 import l2_topk
 
     X, _, Q, what = load(args.dataset, args.n, args.queries, args.seed)
     ids = np.arange(len(X), dtype=np.int64)  # database positions: ordered as the dataset's ids, so ties agree

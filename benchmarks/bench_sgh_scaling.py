@@ -35,7 +35,7 @@ from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sy
 
 def numpy_sgh_run(X, n_bits, bases, bandwidth, rho, order, gamma=1e-6):
     """First sweep then the refinement sweep in ``order`` (add the bit's term back, refit)."""
-    from pipeline.kernels.sgh import (
+    from dhash.kernels.sgh import (
         initial_residual,
         kernel_features,
         top_generalized_eigenvector,
@@ -76,9 +76,9 @@ def main(argv=None) -> int:
     import dask
     from distributed import Client, LocalCluster
 
-    from pipeline.data.synth import write_sift_synth
-    from pipeline.distributed.cluster import worker_environ
-    from pipeline.hashing import SGH
+    from dhash.data.synth import write_sift_synth
+    from dhash.distributed.cluster import worker_environ
+    from dhash.hashing import SGH
 
     work = Path(tempfile.mkdtemp(prefix="dhash-sgh-", dir=REPO.parent))
     runs = []

@@ -1,1 +1,1 @@
-"""Batch entry points: a thin CLI over the pipeline library (``dhash``, ``python -m jobs``)."""
+"""Batch entry points: a thin CLI over the pipeline library (``dhash``, ``python -m dhash.jobs``)."""

@@ -1,3 +1,3 @@
-from jobs.cli import main
+from dhash.jobs.cli import main
 
 raise SystemExit(main())

@@ -12,12 +12,12 @@ import contextlib
 import logging
 import sys
 
-from jobs import commands
-from jobs.commands import pick
-from jobs.config import load_config
-from jobs.options import COMMANDS, OptionParser, options_of, toml_scalar
-from jobs.run import run_pipeline
-from pipeline.errors import InputError
+from dhash.errors import InputError
+from dhash.jobs import commands
+from dhash.jobs.commands import pick
+from dhash.jobs.config import load_config
+from dhash.jobs.options import COMMANDS, OptionParser, options_of, toml_scalar
+from dhash.jobs.run import run_pipeline
 
 EXIT_BAD_INPUT = 2
 
@@ -99,7 +99,7 @@ class _StderrHandler(logging.StreamHandler):
 
 def _configure_logging(quiet: bool) -> None:
     """Per-iteration training figures from the library's loggers go to stderr."""
-    logger = logging.getLogger("pipeline")
+    logger = logging.getLogger("dhash")
     if not any(getattr(h, "_dhash", False) for h in logger.handlers):
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
@@ -149,7 +149,7 @@ def _main(argv) -> int:
             return _run(values)
         commands.check_before_work(command, values)
         if commands.needs_cluster(command, values):
-            from pipeline.distributed.cluster import connect
+            from dhash.distributed.cluster import connect
 
             client = connect(
                 values["scheduler"], workers=values["workers"], threads=values["threads"], quiet=values["quiet"]
@@ -164,7 +164,7 @@ def _main(argv) -> int:
     except Exception as exc:
         # errors of the OS and object stores (credentials, missing buckets, unreachable
         # endpoints), raised here or on a worker, are bad input too; anything else is a bug
-        from pipeline.storage.location import storage_error
+        from dhash.storage.location import storage_error
 
         translated = storage_error(exc, urls=[a for a in argv if "://" in str(a)])
         if translated is None:
@@ -176,7 +176,7 @@ def _main(argv) -> int:
         return 130
     finally:
         if client is not None:
-            from pipeline.distributed.cluster import disconnect
+            from dhash.distributed.cluster import disconnect
 
             # disconnect turns a failed close into one warning line, so the status stays the
             # job's; a second Ctrl-C while closing only cuts the close short (the local

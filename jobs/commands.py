@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import sys
 
-from jobs.options import method_params
-from pipeline import workflows
-from pipeline.distributed.cluster import REPORT_KIND, performance_report
-from pipeline.errors import InputError
-from pipeline.evaluation.report import quality_table
-from pipeline.hashing.checkpoint import checkpoint_path
-from pipeline.search.rerank import check_rerank
-from pipeline.storage.atomic import (
+from dhash import workflows
+from dhash.distributed.cluster import REPORT_KIND, performance_report
+from dhash.errors import InputError
+from dhash.evaluation.report import quality_table
+from dhash.hashing.checkpoint import checkpoint_path
+from dhash.jobs.options import method_params
+from dhash.search.rerank import check_rerank
+from dhash.storage.atomic import (
     TEMPORARY_NAME,
     check_file_output,
     check_output,
@@ -25,7 +25,7 @@ from pipeline.storage.atomic import (
     read_commit,
     with_suffix,
 )
-from pipeline.storage.location import resolve, set_storage_options
+from dhash.storage.location import resolve, set_storage_options
 
 EXIT_BAD_INPUT = 2
 # what each command writes at its ``out``: an existing path is replaced only if it is this kind
@@ -51,7 +51,7 @@ def log(message: str) -> None:
 
 def needs_cluster(command: str, values: dict) -> bool:
     if command == "bench":
-        return values["stage"] in workflows.BENCH_NEEDS_CLUSTER
+        return values["stage"] in ("train", "encode")  # search and groundtruth time single-process kernels
     return command not in ("ingest", "run")
 
 
@@ -249,7 +249,15 @@ def bench(values):
     options = pick(
         values, "n", "bits", "queries", "k", "method", "iterations", "nodes", "floor_repeats", "data", "seed"
     )
-    result = workflows.bench(
+    # The benchmark harness lives in the repository, not in the installed library.
+    try:
+        from benchmarks.harness import runs
+    except ImportError as exc:
+        raise InputError(
+            f"dhash bench needs the benchmark extra ({exc.name} is missing); "
+            "pip install 'dhash[bench]' in a checkout of the repository and run it from there"
+        ) from None
+    result = runs.run_stage(
         values["stage"], values["out"], threads=values["bench_threads"], overwrite=bool(values["overwrite"]), **options
     )
     log(result.pop("markdown"))

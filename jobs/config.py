@@ -11,8 +11,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from jobs.options import COMMANDS, STORAGE_TABLE, option_names, options_of
-from pipeline.errors import InputError
+from dhash.errors import InputError
+from dhash.jobs.options import COMMANDS, STORAGE_TABLE, option_names, options_of
 
 
 def read_toml(path, what: str = "config file", hint: str = "give the path of a TOML file") -> dict:

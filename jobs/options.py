@@ -2,7 +2,7 @@
 
 The command-line parser (jobs/cli.py), ``--config`` TOML files (jobs/config.py), the steps
 of ``dhash run`` pipelines (jobs/run.py), ``dhash --help`` and the config schema
-(``data_schemas/config.schema.json``, written by ``python -m jobs.options``) are all built
+(``data_schemas/config.schema.json``, written by ``python -m dhash.jobs.options``) are all built
 from ``OPTIONS``: a name, the commands taking it, a value type, a default and a help text.
 
 A flag's text and a TOML value go through the same ``type`` callable; a TOML value must
@@ -18,7 +18,7 @@ import datetime as dt
 import json
 from dataclasses import dataclass
 
-from pipeline.errors import InputError
+from dhash.errors import InputError
 
 
 class OptionParser(argparse.ArgumentParser):
@@ -618,5 +618,5 @@ def config_schema() -> dict:
     }
 
 
-if __name__ == "__main__":  # python -m jobs.options > data_schemas/config.schema.json
+if __name__ == "__main__":  # python -m dhash.jobs.options > data_schemas/config.schema.json
     print(json.dumps(config_schema(), indent=1))

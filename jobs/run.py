@@ -59,14 +59,14 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs import commands
-from jobs.config import check_values, read_toml
-from jobs.options import COMMANDS, options_of
-from pipeline.data.sources import SOURCES
-from pipeline.errors import InputError
-from pipeline.hashing.checkpoint import STATE_FILE, checkpoint_path
-from pipeline.storage.atomic import check_name, read_commit, remove_artifact, write_text_atomic
-from pipeline.storage.location import resolve, storage_error
+from dhash.data.sources import SOURCES
+from dhash.errors import InputError
+from dhash.hashing.checkpoint import STATE_FILE, checkpoint_path
+from dhash.jobs import commands
+from dhash.jobs.config import check_values, read_toml
+from dhash.jobs.options import COMMANDS, options_of
+from dhash.storage.atomic import check_name, read_commit, remove_artifact, write_text_atomic
+from dhash.storage.location import resolve, storage_error
 
 EXIT_OK, EXIT_STEP_CRASHED, EXIT_BAD_INPUT, EXIT_LOCKED = 0, 1, 2, 75
 
@@ -427,7 +427,7 @@ def run_pipeline(
     """Run a pipeline file; returns the exit status (see the module notes). ``storage_options``
     (``dhash run --storage-options``) apply to every step that sets none of its own, and to
     the fingerprints of remote inputs and outputs."""
-    from pipeline.storage.location import set_storage_options
+    from dhash.storage.location import set_storage_options
 
     set_storage_options(storage_options)
     date = date or dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
@@ -471,7 +471,7 @@ def run_pipeline(
                 force,
             )
         record.update(finished=_now(), exit_code=status)
-        from pipeline.storage.atomic import write_text_atomic
+        from dhash.storage.atomic import write_text_atomic
 
         write_text_atomic(logs / f"{pipe.name}-{stamp}.json", json.dumps(record, indent=1))
         return status
@@ -506,7 +506,7 @@ def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
                 values["storage_options"] = cluster_args["storage_options"]
             if commands.needs_cluster(step.command, values) and client is None:
                 # one cluster for the whole run, started on the first step that needs it
-                from pipeline.distributed.cluster import connect
+                from dhash.distributed.cluster import connect
 
                 client = connect(
                     cluster_args["scheduler"],
@@ -541,6 +541,6 @@ def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
         return EXIT_OK
     finally:
         if client is not None:
-            from pipeline.distributed.cluster import disconnect
+            from dhash.distributed.cluster import disconnect
 
             disconnect(client)

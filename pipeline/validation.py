@@ -6,7 +6,7 @@ import numbers
 
 import numpy as np
 
-from pipeline.errors import InputError
+from dhash.errors import InputError
 
 
 def check_numeric_dtype(dtype, what: str = "features") -> np.dtype:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.distributed.graph import as_dask, drop_rows, row_numbers
+from dhash.distributed.graph import as_dask, drop_rows, row_numbers
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """The jobs as functions: what ``dhash COMMAND``, ``dhash run`` steps and notebooks call.
 
 Each function takes objects or locations (paths or URLs) and returns objects, runs its
-Dask work on the current client (``pipeline.connect()`` starts or joins a cluster), and
+Dask work on the current client (``dhash.connect()`` starts or joins a cluster), and
 prints nothing: progress bars go to stderr when ``progress=True``, and decisions worth
 knowing (a checkpoint resumed or discarded) go to the ``pipeline`` logger.
 
-    from pipeline import connect, workflows
+    from dhash import connect, workflows
     connect()
     ds = workflows.synth("sift", "data/s.zarr", n=100_000)
     workflows.split(ds, queries=1000)
@@ -21,34 +21,32 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.data.ingest import ingest
-from pipeline.data.sources import fashion_mnist_available, resolve_dataset
-from pipeline.data.synth import write_sift_synth
-from pipeline.distributed.cluster import cluster_shape
-from pipeline.distributed.encode import all_rows_codes, encode_to_zarr, write_codes
-from pipeline.distributed.progress import compute_with_progress
-from pipeline.errors import InputError
-from pipeline.evaluation.evaluate import DEFAULT_KS, evaluate_method
-from pipeline.evaluation.report import build_report, has_mac_path, write_report
-from pipeline.evaluation.truth import build_truth, query_rows
-from pipeline.hashing import METHOD_NAMES, Hasher, check_params_used, load_model, make_hasher, method_params
-from pipeline.hashing.checkpoint import CheckpointTarget, checkpoint_path, dataset_identity, live_writer
-from pipeline.kernels.rerank import candidate_values
-from pipeline.search.hamming import knn_search_lazy, radius_search
-from pipeline.search.mih import build_index, index_knn_lazy, index_radius
-from pipeline.search.rerank import check_rerank, rerank_lazy
-from pipeline.storage.atomic import remove_artifact
-from pipeline.storage.codes import codes_dask, open_codes
-from pipeline.storage.datasets import Dataset, dataset_summary, write_dataset_like
-from pipeline.storage.mih_index import open_index
-from pipeline.storage.results import write_knn_results, write_radius_results
-from pipeline.views import database_view
+from dhash.data.ingest import ingest
+from dhash.data.sources import fashion_mnist_available, resolve_dataset
+from dhash.data.synth import write_sift_synth
+from dhash.distributed.cluster import cluster_shape
+from dhash.distributed.encode import all_rows_codes, encode_to_zarr, write_codes
+from dhash.distributed.progress import compute_with_progress
+from dhash.errors import InputError
+from dhash.evaluation.evaluate import DEFAULT_KS, evaluate_method
+from dhash.evaluation.report import build_report, has_mac_path, write_report
+from dhash.evaluation.truth import build_truth, query_rows
+from dhash.hashing import METHOD_NAMES, Hasher, check_params_used, load_model, make_hasher, method_params
+from dhash.hashing.checkpoint import CheckpointTarget, checkpoint_path, dataset_identity, live_writer
+from dhash.kernels.rerank import candidate_values
+from dhash.search.hamming import knn_search_lazy, radius_search
+from dhash.search.mih import build_index, index_knn_lazy, index_radius
+from dhash.search.rerank import check_rerank, rerank_lazy
+from dhash.storage.atomic import remove_artifact
+from dhash.storage.codes import codes_dask, open_codes
+from dhash.storage.datasets import Dataset, dataset_summary, write_dataset_like
+from dhash.storage.mih_index import open_index
+from dhash.storage.results import write_knn_results, write_radius_results
+from dhash.views import database_view
 
 __all__ = [
-    "BENCH_NEEDS_CLUSTER",
     "Encoded",
     "Searched",
-    "bench",
     "dataset",
     "demo",
     "encode",
@@ -426,55 +424,3 @@ def demo(
     else:
         say("demo: Fashion-MNIST skipped (install it with `apt-get install dataset-fashion-mnist`)")
     return reports
-
-
-# ------------------------------------------------------------------ benchmarks ---------
-
-
-def bench(
-    stage: str,
-    out,
-    *,
-    n: int,
-    bits: int = 32,
-    queries: int = 1000,
-    k: int = 100,
-    method: str = "dish",
-    iterations: int = 10,
-    nodes: int = 10,
-    floor_repeats: int = 2,
-    data=None,
-    threads: int | None = None,
-    seed: int = 0,
-    overwrite: bool = False,
-) -> dict:
-    """Benchmark one stage against its peer (FAISS, or the plain-pass floor) and write the
-    result JSON (and a Markdown table beside it; ``overwrite`` replaces a previous result).
-    Needs the ``bench`` extra (faiss, psutil)."""
-    try:
-        from benchmarks.harness import runs
-    except ImportError as exc:
-        raise InputError(
-            f"dhash bench needs the benchmark extra ({exc.name} is missing); "
-            "pip install 'dhash[bench]' in a checkout of the repository"
-        ) from None
-    cpu_before = runs.cpu_jiffies()
-    if stage in ("search", "groundtruth"):
-        fn = runs.bench_search if stage == "search" else runs.bench_groundtruth
-        kwargs = {"bits": bits} if stage == "search" else {"data": data}
-        result = fn(n, queries=queries, k=k, threads=threads, seed=seed, **kwargs)
-    elif stage == "train" and method == "itq-vs-faiss":
-        result = runs.bench_itq_vs_faiss(n, bits, seed, data, threads)
-    elif stage == "train":
-        result = runs.bench_train(n, bits, method, iterations, nodes, seed, data, floor_repeats)
-    elif stage == "encode":
-        result = runs.bench_encode(n, bits, seed, data)
-    else:
-        raise InputError(f"unknown bench stage {stage!r}; use search, groundtruth, train or encode")
-    result["cpu_steal_fraction_during_run"] = runs.steal_fraction(cpu_before, runs.cpu_jiffies())
-    runs.write_result(result, out, overwrite=overwrite)
-    result["markdown"] = runs.markdown(result)
-    return result
-
-
-BENCH_NEEDS_CLUSTER = ("train", "encode")  # search and groundtruth time single-process kernels

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pipeline.data.sources import fashion_mnist_available
+from dhash.data.sources import fashion_mnist_available
 
 
 @pytest.fixture(scope="session")
@@ -45,6 +45,6 @@ def require_fashion_mnist():
 def fmnist_paths(data_dir):
     """Fashion-MNIST ingested twice: 20000-row and 5000-row feature chunks."""
     require_fashion_mnist()
-    from pipeline.data.sources import write_fashion_mnist
+    from dhash.data.sources import write_fashion_mnist
 
     return {rows: write_fashion_mnist(data_dir / f"fmnist-{rows}.zarr", chunk_rows=rows).path for rows in (20000, 5000)}

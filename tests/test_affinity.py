@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from pipeline.kernels.affinity import (
+from dhash.kernels.affinity import (
     affinity_loss,
     affinity_shortfall,
     bit_coefficients,

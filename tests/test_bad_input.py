@@ -1,6 +1,6 @@
 """Bad input through the real command line: one line ``error: <problem; fix>``, exit 2.
 
-Each case runs ``jobs.cli.main`` in-process on real files, zarr stores and a real S3 API
+Each case runs ``dhash.jobs.cli.main`` in-process on real files, zarr stores and a real S3 API
 (moto's standalone server on loopback, set to check every request's signature against
 an IAM user it holds), and checks: status 2, exactly one line on stderr starting with
 ``error:``, no traceback, and a message that names the problem and its fix.
@@ -17,7 +17,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from jobs.cli import main
+from dhash.jobs.cli import main
 
 
 def run(*argv):

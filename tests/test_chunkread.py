@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import zarr
 
-from pipeline.errors import InputError
-from pipeline.storage.chunkread import array_manifest, create_array, dask_from_reader, open_verified
-from pipeline.storage.location import resolve
+from dhash.errors import InputError
+from dhash.storage.chunkread import array_manifest, create_array, dask_from_reader, open_verified
+from dhash.storage.location import resolve
 
 
 def _array(tmp_path, dtype, shape=(1000, 7), chunk_rows=300):
@@ -89,7 +89,7 @@ def test_damaged_metadata_and_foreign_layouts_are_refused(tmp_path):
 def test_all_zero_chunks_of_a_dataset_are_written_and_read(tmp_path):
     """zarr skips all-zero chunks by default (and reads them back as its fill value); every
     dhash writer stores them, so a missing chunk always means damage."""
-    from pipeline.storage.datasets import write_dataset
+    from dhash.storage.datasets import write_dataset
 
     X = np.ones((900, 5), np.uint8)
     X[300:600] = 0

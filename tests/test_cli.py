@@ -7,10 +7,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli import main
-from pipeline.data.texmex import write_vecs
-from pipeline.storage.codes import open_codes
-from pipeline.storage.datasets import open_dataset
+from dhash.data.texmex import write_vecs
+from dhash.jobs.cli import main
+from dhash.storage.codes import open_codes
+from dhash.storage.datasets import open_dataset
 from tests import reference as ref
 
 

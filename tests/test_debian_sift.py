@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from pipeline.data import debian_sift
-from pipeline.errors import InputError
+from dhash.data import debian_sift
+from dhash.errors import InputError
 
 try:
     import cv2

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from distributed import Client
 
-from pipeline import workflows
-from pipeline.data import debian_text
-from pipeline.data.debian_text import parse_dumpavail, select_descriptions
-from pipeline.errors import InputError
+from dhash import workflows
+from dhash.data import debian_text
+from dhash.data.debian_text import parse_dumpavail, select_descriptions
+from dhash.errors import InputError
 
 
 def _stanza(package, section, description):

@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.errors import InputError
+from dhash.errors import InputError
 
 torch = pytest.importorskip("torch")
 
-from pipeline.deep.networks import build_network, load_state_arrays, register_network, state_arrays  # noqa: E402
+from dhash.deep.networks import build_network, load_state_arrays, register_network, state_arrays  # noqa: E402
 
 
 @pytest.mark.parametrize(

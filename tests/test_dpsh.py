@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the test extra installs the deep extra's torch: CI never skips
 
-from pipeline.deep.training import dpsh_loss  # noqa: E402
-from pipeline.hashing import DPSH  # noqa: E402
+from dhash.deep.training import dpsh_loss  # noqa: E402
+from dhash.hashing import DPSH  # noqa: E402
 
 SMALL_NET = {"name": "mlp", "hidden": [32]}
 
@@ -30,7 +30,7 @@ def test_the_loss_is_the_pairwise_likelihood_plus_the_quantisation_error():
 
 
 def test_the_default_cnn_has_no_dropout_unless_the_spec_names_it():
-    from pipeline.hashing import ADSH
+    from dhash.hashing import ADSH
 
     def spec(estimator):
         estimator.n_features_in_ = 28 * 28
@@ -43,15 +43,15 @@ def test_the_default_cnn_has_no_dropout_unless_the_spec_names_it():
 
 @pytest.fixture(scope="module")
 def fmnist(fmnist_paths):
-    from pipeline.storage.datasets import open_dataset
+    from dhash.storage.datasets import open_dataset
 
     ds = open_dataset(fmnist_paths[5000])
     return np.asarray(ds.features[:3000], dtype=np.float32), np.asarray(ds.labels[:3000])
 
 
 def test_a_seed_fixes_the_codes_and_a_saved_model_encodes_the_same(fmnist, tmp_path, client):
-    from pipeline import InputError
-    from pipeline.hashing import load_model
+    from dhash import InputError
+    from dhash.hashing import load_model
 
     X, y = fmnist
     params = {"epochs": 2, "n_labeled": 800, "network": SMALL_NET}
@@ -69,8 +69,8 @@ def test_dpsh_beats_itq_on_fashion_mnist(fmnist_paths, cluster):
     benchmarks/results/adsh/."""
     from distributed import Client
 
-    from pipeline import workflows
-    from pipeline.storage.datasets import open_dataset
+    from dhash import workflows
+    from dhash.storage.datasets import open_dataset
 
     with Client(cluster):
         report = workflows.evaluate(

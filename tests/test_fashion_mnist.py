@@ -6,9 +6,9 @@ import json
 import pytest
 from distributed import Client, LocalCluster
 
-from jobs.cli import main
-from pipeline import workflows
-from pipeline.storage.datasets import open_dataset
+from dhash import workflows
+from dhash.jobs.cli import main
+from dhash.storage.datasets import open_dataset
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.hash_functions import (
+from dhash.kernels.hash_functions import (
     apply_bits,
     fit_bit,
     keep_better_bits,

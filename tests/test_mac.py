@@ -8,11 +8,11 @@ import pytest
 from distributed import Client, LocalCluster
 from scipy import sparse
 
-from pipeline import InputError
-from pipeline.hashing import make_hasher
-from pipeline.kernels.affinity import affinity_loss, knn_affinities, label_affinities, neighbour_blocks
-from pipeline.kernels.ranking import signs_precision_at_k
-from pipeline.kernels.zstep import free_codes, z_steps
+from dhash import InputError
+from dhash.hashing import make_hasher
+from dhash.kernels.affinity import affinity_loss, knn_affinities, label_affinities, neighbour_blocks
+from dhash.kernels.ranking import signs_precision_at_k
+from dhash.kernels.zstep import free_codes, z_steps
 
 
 def _planted(n=60, classes=3, seed=0):
@@ -67,7 +67,7 @@ def test_validation_precision_equals_a_brute_force_ranking():
 @pytest.fixture(scope="module")
 def fmnist_rows(fmnist_paths):
     """The first 3000 Fashion-MNIST rows (features as float32) and their labels."""
-    from pipeline.storage.datasets import open_dataset
+    from dhash.storage.datasets import open_dataset
 
     ds = open_dataset(fmnist_paths[5000])
     return np.asarray(ds.features[:3000], dtype=np.float32), np.asarray(ds.labels[:3000])
@@ -105,7 +105,7 @@ def test_validation_precision_is_the_brute_force_ranking_of_its_database(fmnist_
     """The precision early stopping compares: by default (held-out) the even-numbered validation
     rows ranking the odd-numbered ones, which no SVM was fitted to; with 'training' the
     validation rows ranking the training points (brute force here)."""
-    from pipeline.hashing.mac import _draw_rows
+    from dhash.hashing.mac import _draw_rows
 
     X, y = fmnist_rows[0][:1000], fmnist_rows[1][:1000]
     params = {"n_labeled": 500, "n_similar": 20, "n_dissimilar": 60, "validation_size": 200}
@@ -126,7 +126,7 @@ def test_validation_precision_is_the_brute_force_ranking_of_its_database(fmnist_
 def test_training_rows_do_not_depend_on_the_validation_size():
     """MAC with a validation set and its two-step baseline without one learn from the same
     points; the validation rows are apart from them."""
-    from pipeline.hashing.mac import _draw_rows
+    from dhash.hashing.mac import _draw_rows
 
     draws = {n_val: _draw_rows(np.random.default_rng(3), 10_000, 500, n_val) for n_val in (0, 100, 2000)}
     for train, val in draws.values():
@@ -140,8 +140,8 @@ def mac_report(fmnist_paths, cluster):
     """The MAC paper's comparison, reduced: 1500 labeled training points, 16 bits, linear h,
     label ground truth on 1000 test queries (5000 points and 16-48 bits:
     benchmarks/results/mac/)."""
-    from pipeline import workflows
-    from pipeline.storage.datasets import open_dataset
+    from dhash import workflows
+    from dhash.storage.datasets import open_dataset
 
     ds = open_dataset(fmnist_paths[20000])
     with Client(cluster):
@@ -188,8 +188,8 @@ def test_supervised_codes_beat_itq_by_far(mac_report):
 def test_ksh_bit_reproduces_a_separable_labelling_exactly():
     """Two classes separated in the kernel features: one KSH bit can make b b^T equal S on
     every pair, so its score b^T (r S) b reaches the maximum l^2 and the bit splits the classes."""
-    from pipeline.kernels.ksh import train_ksh
-    from pipeline.kernels.splh import pair_labels
+    from dhash.kernels.ksh import train_ksh
+    from dhash.kernels.splh import pair_labels
 
     rng = np.random.default_rng(4)
     labels = np.repeat([0, 1], 40)
@@ -218,8 +218,8 @@ def test_a_saved_kernel_model_without_its_feature_scaling_is_refused_in_one_line
     """A kernel MAC model round-trips through save/load with identical codes; one whose
     arrays lack the standardisation of its RBF features (as saved before it existed) is
     refused with a one-line error naming the missing array, not an AttributeError at encode."""
-    from pipeline.hashing.registry import load_model
-    from pipeline.storage.npz import npz_bytes
+    from dhash.hashing.registry import load_model
+    from dhash.storage.npz import npz_bytes
     from tests.test_verified_artifacts import rewrite_committed_file
 
     rng = np.random.default_rng(0)

@@ -98,7 +98,7 @@ def test_learned_codes_beat_lsh_on_fashion_mnist(executed):
 
 def test_models_codes_and_outputs_left_by_the_notebook(executed):
     nb, out, _ = executed
-    from pipeline import load_model, open_codes
+    from dhash import load_model, open_codes
 
     for method in ("lsh", "itq", "dish"):
         model = load_model(out / "models" / f"{method}32")
@@ -140,4 +140,4 @@ def test_committed_notebook_shows_a_real_run_and_imports_only_the_public_api(exe
     ]
     assert len(imports) <= 3, [ast.unparse(i) for i in imports]
     ours = [i for i in imports if isinstance(i, ast.ImportFrom) and i.module.split(".")[0] == "pipeline"]
-    assert [i.module for i in ours] == ["pipeline"], "only the public API: from pipeline import ..."
+    assert [i.module for i in ours] == ["pipeline"], "only the public API: from dhash import ..."

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import build_parser, parse_args
-from jobs.options import COMMANDS, OPTIONS, config_schema, options_of
+from dhash.jobs.cli import build_parser, parse_args
+from dhash.jobs.options import COMMANDS, OPTIONS, config_schema, options_of
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,9 @@ def test_each_command_help_shows_exactly_the_table_options(command):
 
 def test_committed_config_schema_is_the_table():
     committed = json.loads((REPO / "data_schemas" / "config.schema.json").read_text())
-    assert committed == config_schema(), "re-generate it: python -m jobs.options > data_schemas/config.schema.json"
+    assert committed == config_schema(), (
+        "re-generate it: python -m dhash.jobs.options > data_schemas/config.schema.json"
+    )
     for command in COMMANDS:
         keys = set(committed["properties"][command]["properties"])
         assert keys == {o.name for o in options_of(command).values()} - {"config"}

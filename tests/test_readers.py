@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.data.formats import open_reader
-from pipeline.data.idx import read_idx_labels, write_idx
-from pipeline.data.ingest import ingest as ingest_file
-from pipeline.data.readers import READ_BLOCK_BYTES, block_rows_for
-from pipeline.data.texmex import write_vecs
-from pipeline.errors import InputError
-from pipeline.storage.datasets import open_dataset
+from dhash.data.formats import open_reader
+from dhash.data.idx import read_idx_labels, write_idx
+from dhash.data.ingest import ingest as ingest_file
+from dhash.data.readers import READ_BLOCK_BYTES, block_rows_for
+from dhash.data.texmex import write_vecs
+from dhash.errors import InputError
+from dhash.storage.datasets import open_dataset
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
+from dhash.jobs.cli import main
 from tests.killing import kill_after_checkpoint
 
 PIPELINE = """

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from pipeline import InputError
-from pipeline.distributed.graph import as_dask
-from pipeline.hashing import COSDISH, SDH
-from pipeline.kernels.cosdish import bit_objective, gamma_step, linear_hash, omega_step, regression_sums, solve_bit
-from pipeline.kernels.sdh import dcc_codes, ridge
-from pipeline.kernels.stats import combine_moments
+from dhash import InputError
+from dhash.distributed.graph import as_dask
+from dhash.hashing import COSDISH, SDH
+from dhash.kernels.cosdish import bit_objective, gamma_step, linear_hash, omega_step, regression_sums, solve_bit
+from dhash.kernels.sdh import dcc_codes, ridge
+from dhash.kernels.stats import combine_moments
 
 ALL_SIGNS = lambda m: np.array(list(itertools.product([-1.0, 1.0], repeat=m)))  # noqa: E731
 
@@ -93,7 +93,7 @@ def test_the_gamma_step_is_the_sign_of_s_times_b_omega_and_the_regression_a_ridg
 
 @pytest.fixture(scope="module")
 def fmnist(fmnist_paths):
-    from pipeline.storage.datasets import open_dataset
+    from dhash.storage.datasets import open_dataset
 
     ds = open_dataset(fmnist_paths[5000])
     return np.asarray(ds.features[:3000], dtype=np.float32), np.asarray(ds.labels[:3000])
@@ -117,7 +117,7 @@ def test_codes_are_identical_for_one_and_two_workers_and_two_chunk_sizes(fmnist,
 
 @pytest.mark.parametrize("cls", [SDH, COSDISH])
 def test_a_saved_model_encodes_the_same_and_bad_input_gives_one_line_errors(fmnist, tmp_path, client, cls):
-    from pipeline.hashing import load_model
+    from dhash.hashing import load_model
 
     X, y = fmnist
     small = {"n_anchors": 300} if cls is SDH else {}
@@ -135,8 +135,8 @@ def test_a_saved_model_encodes_the_same_and_bad_input_gives_one_line_errors(fmni
 def test_sdh_and_cosdish_beat_itq_on_fashion_mnist(fmnist_paths, cluster):
     """Table 1's setting at 24 bits (5000 labelled training rows); the full comparison is in
     benchmarks/results/adsh/."""
-    from pipeline import workflows
-    from pipeline.storage.datasets import open_dataset
+    from dhash import workflows
+    from dhash.storage.datasets import open_dataset
 
     with Client(cluster):
         report = workflows.evaluate(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from distributed import Client
 
-from pipeline import workflows
-from pipeline.storage.datasets import open_dataset
+from dhash import workflows
+from dhash.storage.datasets import open_dataset
 
 
 def _by_method(report):
@@ -42,7 +42,7 @@ def test_sgh_and_usplh_above_lsh_and_pcah_on_sift_synth(tmp_path, cluster):
     """50k points at 32 and 64 bits here; 100k at 32/64/128 bits is in
     benchmarks/results/quality.md. USPLH is checked at 64 bits only: at 32 bits it is within
     0.005 of PCAH on this generator, either side (benchmarks/results/quality.md)."""
-    from pipeline.data.synth import write_sift_synth
+    from dhash.data.synth import write_sift_synth
 
     ds = write_sift_synth(tmp_path / "sift.zarr", 50_000, seed=0)
     with Client(cluster):

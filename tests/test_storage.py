@@ -27,9 +27,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli import main
-from pipeline.data.texmex import write_vecs
-from pipeline.storage.codes import open_codes
+from dhash.data.texmex import write_vecs
+from dhash.jobs.cli import main
+from dhash.storage.codes import open_codes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -116,7 +116,7 @@ def test_pipeline_from_and_to_s3_equals_local_disk(s3_server, cluster, tmp_path,
     monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
     remote = _pipeline(cluster, "s3://dhash-test/inbox/base.fvecs", "s3://dhash-test/run")
 
-    from pipeline.storage.location import set_storage_options
+    from dhash.storage.location import set_storage_options
 
     set_storage_options(s3_server)
     try:
@@ -163,9 +163,9 @@ def test_uncommitted_prefix_on_s3_is_refused(s3_server, monkeypatch, capsys):
 @pytest.fixture(scope="module")
 def pristine(cluster, tmp_path_factory):
     """A small pipeline on local disk: dataset with split, listed and bit ground truth, model, codes."""
-    from pipeline.data.synth import write_sift_synth
-    from pipeline.evaluation import truth as T
-    from pipeline.storage.datasets import open_dataset
+    from dhash.data.synth import write_sift_synth
+    from dhash.evaluation import truth as T
+    from dhash.storage.datasets import open_dataset
 
     base = tmp_path_factory.mktemp("pristine")
     write_sift_synth(base / "ds.zarr", 6000, seed=2, chunk_rows=1500)
@@ -261,7 +261,7 @@ def test_damaged_chunk_makes_the_reader_exit_2_naming_it(pristine, cluster, tmp_
     work = tmp_path / "work"
     shutil.copytree(pristine, work)
     if case == "relevance-bits":
-        from pipeline.evaluation import truth as T
+        from dhash.evaluation import truth as T
 
         monkeypatch.setattr(T, "MAX_LISTED_NEIGHBOURS", 10)  # K = 30 is then read from the bits
         shutil.rmtree(work / "ds.zarr" / "groundtruth" / "q20-s0-l2-top30")
@@ -343,7 +343,7 @@ def test_damaged_metadata_is_a_one_line_error(pristine, tmp_path, capsys, target
 
 
 def test_codes_of_another_dataset_are_refused(pristine, cluster, tmp_path, capsys):
-    from pipeline.data.synth import write_sift_synth
+    from dhash.data.synth import write_sift_synth
 
     other = write_sift_synth(tmp_path / "other.zarr", 6000, seed=3, chunk_rows=1500).path
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
@@ -402,7 +402,7 @@ def test_unwritable_out_is_refused_before_any_work(tmp_path, capsys):
 
 
 def test_next_writer_removes_temporaries_of_killed_writers(tmp_path):
-    from pipeline.storage.atomic import WRITER_FILE, atomic_output
+    from dhash.storage.atomic import WRITER_FILE, atomic_output
 
     final = tmp_path / "out"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -459,10 +459,10 @@ def test_sigterm_removes_the_temporary_and_exits_143(tmp_path):
 def test_damaged_npz_of_models_and_checkpoints_is_a_one_line_error(tmp_path, damage):
     """A checkpoint's changed arrays are refused by its commit record's checksum; bytes that
     are no .npz are a one-line error of the reader too."""
-    from pipeline.errors import InputError
-    from pipeline.hashing.checkpoint import Checkpoint
-    from pipeline.storage.location import resolve
-    from pipeline.storage.npz import load_npz, npz_arrays, npz_bytes
+    from dhash.errors import InputError
+    from dhash.hashing.checkpoint import Checkpoint
+    from dhash.storage.location import resolve
+    from dhash.storage.npz import load_npz, npz_arrays, npz_bytes
 
     ckpt = Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"})
     ckpt.save(3, {"rotation": np.eye(8)}, {"quantization_loss": [1.0]})
@@ -487,7 +487,7 @@ def test_killed_writer_on_s3_does_not_block_the_next_run(s3_server, monkeypatch,
     --overwrite when it may still be running elsewhere."""
     import s3fs
 
-    from pipeline.storage.atomic import WRITER_FILE
+    from dhash.storage.atomic import WRITER_FILE
 
     fs = s3fs.S3FileSystem(**s3_server)
     monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
@@ -520,7 +520,7 @@ def test_overwrite_on_s3_removes_exactly_what_dhash_wrote(s3_server, monkeypatch
     start is untouched."""
     import s3fs
 
-    from pipeline.storage.atomic import WRITER_FILE
+    from dhash.storage.atomic import WRITER_FILE
 
     fs = s3fs.S3FileSystem(**s3_server)
     monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
@@ -557,7 +557,7 @@ def test_overwrite_on_s3_removes_exactly_what_dhash_wrote(s3_server, monkeypatch
 def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine, tmp_path, capsys, monkeypatch):
     """Two `dhash train --out X` at once: the second is refused while the first runs; the
     checkpoint a killed run left is discarded by --overwrite (or continued by --resume)."""
-    from pipeline.hashing.checkpoint import Checkpoint
+    from dhash.hashing.checkpoint import Checkpoint
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -584,7 +584,7 @@ def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine
             # the checkpoint as that process would have written it (a hand-edited one is refused)
             writer = {"host": socket.gethostname(), "pid": pid, "started": ""}
             with monkeypatch.context() as patched:
-                patched.setattr("pipeline.hashing.checkpoint.writer_record", lambda writer=writer: writer)
+                patched.setattr("dhash.hashing.checkpoint.writer_record", lambda writer=writer: writer)
                 Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"}).save(2, {"rotation": np.eye(16)}, {})
             capsys.readouterr()
             assert run(*train, *extra) == status
@@ -624,8 +624,8 @@ def test_a_successful_job_prints_no_error_lines(tmp_path):
 def test_writer_record_survives_the_zarr_group_creation(tmp_path):
     """A killed writer is recognised by its record: creating the artifact's zarr group must
     not delete it (zarr's mode "w" clears the directory)."""
-    from pipeline.storage.atomic import WRITER_FILE, atomic_output
-    from pipeline.storage.chunkread import new_group
+    from dhash.storage.atomic import WRITER_FILE, atomic_output
+    from dhash.storage.chunkread import new_group
 
     with atomic_output(tmp_path / "c.zarr", kind="codes") as tmp:
         new_group(tmp).attrs["x"] = 1

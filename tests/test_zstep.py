@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from pipeline.kernels.affinity import bit_coefficients, label_affinities
-from pipeline.kernels.zstep import bit_energy, cut_block, penalised_loss, quad_bit, z_step
+from dhash.kernels.affinity import bit_coefficients, label_affinities
+from dhash.kernels.zstep import bit_energy, cut_block, penalised_loss, quad_bit, z_step
 
 
 @pytest.mark.parametrize("loss", ["ksh", "esplh"])
@@ -92,7 +92,7 @@ def test_the_penalised_spectral_start_is_eq_9s_eigenvector_truncated_to_the_box(
     (alpha = (z, 1)); the start is its smallest eigenvector (ARPACK path, 80 points, checked
     against a dense eigendecomposition) scaled to norm sqrt(N + 1) with alpha_0 >= 0 and
     truncated to [-1, 1]; and with a dominant penalty it points along h."""
-    from pipeline.kernels.zstep import _spectral_box_start, augmented_matrix, symmetric_part
+    from dhash.kernels.zstep import _spectral_box_start, augmented_matrix, symmetric_part
 
     rng = np.random.default_rng(3)
     labels = np.repeat([0, 1], 5)

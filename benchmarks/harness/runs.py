@@ -26,8 +26,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from benchmarks.harness.measure import TreeWatcher, disk_usage, machine_info, tree_memory
-from pipeline.errors import InputError
-from pipeline.kernels.stats import add
+from dhash.errors import InputError
+from dhash.kernels.stats import add
 
 SEARCH_CHUNK_ROWS = 1 << 20
 
@@ -115,7 +115,7 @@ def random_codes(n: int, n_bits: int, seed: int) -> np.ndarray:
 
 
 def _true_hamming(queries, codes, ids):
-    from pipeline.kernels.hamming import hamming_distances
+    from dhash.kernels.hamming import hamming_distances
 
     return np.stack([hamming_distances(queries[q : q + 1], codes[ids[q]])[0] for q in range(len(queries))])
 
@@ -138,7 +138,7 @@ def topk_agreement(D_peer, I_peer, D_ours, I_ours, true_distances) -> dict:
 def bench_search(
     n: int, bits: int, queries: int = 1000, k: int = 100, threads: int | None = None, seed: int = 0
 ) -> dict:
-    from pipeline.search.hamming import knn_search
+    from dhash.search.hamming import knn_search
 
     faiss = _faiss()
     threads = threads or os.cpu_count()
@@ -192,13 +192,13 @@ def bench_search(
 
 def _sift_rows(n: int, seed: int, data: str | None) -> np.ndarray:
     if data:
-        from pipeline.storage.datasets import open_dataset
+        from dhash.storage.datasets import open_dataset
 
         ds = open_dataset(data)
         if n > ds.n:
             raise InputError(f"--n {n} exceeds the {ds.n} rows of {data}; lower --n")
         return ds.features[:n]
-    from pipeline.data.synth import sift_rows
+    from dhash.data.synth import sift_rows
 
     return sift_rows(seed, 0, n)
 
@@ -206,9 +206,9 @@ def _sift_rows(n: int, seed: int, data: str | None) -> np.ndarray:
 def bench_groundtruth(
     n: int, queries: int = 1000, k: int = 100, threads: int | None = None, seed: int = 0, data: str | None = None
 ) -> dict:
-    from pipeline.data.synth import sift_rows
-    from pipeline.evaluation.truth import euclidean_neighbours
-    from pipeline.kernels.l2 import squared_distances
+    from dhash.data.synth import sift_rows
+    from dhash.evaluation.truth import euclidean_neighbours
+    from dhash.kernels.l2 import squared_distances
 
     faiss = _faiss()
     threads = threads or os.cpu_count()
@@ -280,7 +280,7 @@ def bench_groundtruth(
 
 def _project_only(block, mean, C):
     """The floor of a pass: read the chunk (done by the task's input) and project it."""
-    from pipeline.kernels.codes import project_slabs
+    from dhash.kernels.codes import project_slabs
 
     total = 0.0
     for _, projected in project_slabs(block, mean, C):
@@ -289,7 +289,7 @@ def _project_only(block, mean, C):
 
 
 def floor_passes(X, mean, C, passes: int) -> float:
-    from pipeline.distributed.graph import chunk_reads, map_reduce
+    from dhash.distributed.graph import chunk_reads, map_reduce
 
     started = time.perf_counter()
     for _ in range(passes):
@@ -299,8 +299,8 @@ def floor_passes(X, mean, C, passes: int) -> float:
 
 def _warm_kernels() -> None:
     """Load every numba kernel a pass uses (from the on-disk cache) before anything is timed."""
-    from pipeline.kernels.codes import encode_linear
-    from pipeline.kernels.dish import gram_chunk, row_sums
+    from dhash.kernels.codes import encode_linear
+    from dhash.kernels.dish import gram_chunk, row_sums
 
     block = np.zeros((8, 4), np.uint8)
     C = np.eye(4, 2)
@@ -317,7 +317,7 @@ def _warm_cluster() -> None:
 
 
 def _training_rows(n: int, data: str | None, seed: int):
-    from pipeline.data.sources import resolve_dataset
+    from dhash.data.sources import resolve_dataset
 
     ds = resolve_dataset(data or "sift-synth", n=n, seed=seed)
     if n > ds.n:
@@ -326,7 +326,7 @@ def _training_rows(n: int, data: str | None, seed: int):
 
 
 def _train_model(method: str, bits: int, iterations: int, nodes: int, seed: int):
-    from pipeline.hashing import ITQ, DisH
+    from dhash.hashing import ITQ, DisH
 
     if method == "dish":
         return DisH(
@@ -349,8 +349,8 @@ def bench_train(
     data: str | None = None,
     floor_repeats: int = 2,
 ) -> dict:
-    from pipeline.distributed.cluster import cluster_shape
-    from pipeline.kernels.dish import random_orthonormal
+    from dhash.distributed.cluster import cluster_shape
+    from dhash.kernels.dish import random_orthonormal
 
     ds, X = _training_rows(n, data, seed)
     model = _train_model(method, bits, iterations, nodes, seed)
@@ -413,10 +413,10 @@ def bench_encode(n: int, bits: int, seed: int = 0, data: str | None = None, out_
     import shutil
     import tempfile
 
-    from pipeline.distributed.cluster import cluster_shape
-    from pipeline.distributed.encode import encode_to_zarr
-    from pipeline.distributed.progress import compute_with_progress
-    from pipeline.hashing import LSH
+    from dhash.distributed.cluster import cluster_shape
+    from dhash.distributed.encode import encode_to_zarr
+    from dhash.distributed.progress import compute_with_progress
+    from dhash.hashing import LSH
 
     ds, X = _training_rows(n, data, seed)
     model = LSH(bits, random_state=seed).fit(X)  # encoding cost is the same for every linear model
@@ -508,8 +508,8 @@ BENCH_KIND = "bench"
 def write_result(result: dict, out, *, overwrite: bool = False) -> Path:
     """The result JSON (schema dhash.bench/1) and its Markdown table beside it; an existing
     file is replaced only with ``overwrite`` and only when it is a bench result dhash wrote."""
-    from pipeline.storage.atomic import FILE_MARK, check_file_output, with_suffix, write_file_output
-    from pipeline.storage.jsonio import dumps
+    from dhash.storage.atomic import FILE_MARK, check_file_output, with_suffix, write_file_output
+    from dhash.storage.jsonio import dumps
 
     md = with_suffix(out, ".md")
     for path in (out, md):  # both checked before either is written
@@ -536,7 +536,7 @@ def _faiss_itq(X: np.ndarray, bits: int, threads: int):
 
 
 def _faiss_itq_codes(transform, X: np.ndarray) -> np.ndarray:
-    from pipeline.kernels.codes import pack_signs
+    from dhash.kernels.codes import pack_signs
 
     out = []
     for start in range(0, len(X), 1 << 16):
@@ -547,11 +547,11 @@ def _faiss_itq_codes(transform, X: np.ndarray) -> np.ndarray:
 def bench_itq_vs_faiss(n: int, bits: int, seed: int = 0, data: str | None = None, threads: int | None = None) -> dict:
     """Our ITQ (cluster, 50 iterations) vs faiss.ITQTransform (in memory): training time on
     the first n sift-synth rows, and map on Fashion-MNIST (labels, 1000 queries)."""
-    from pipeline.data.sources import resolve_dataset
-    from pipeline.distributed.graph import drop_rows
-    from pipeline.evaluation.evaluate import _database_views, code_metrics, evaluate_method
-    from pipeline.evaluation.truth import build_truth
-    from pipeline.hashing import ITQ
+    from dhash.data.sources import resolve_dataset
+    from dhash.distributed.graph import drop_rows
+    from dhash.evaluation.evaluate import _database_views, code_metrics, evaluate_method
+    from dhash.evaluation.truth import build_truth
+    from dhash.hashing import ITQ
 
     threads = threads or os.cpu_count()
     _, X = _training_rows(n, data, seed)
@@ -604,3 +604,45 @@ def bench_itq_vs_faiss(n: int, bits: int, seed: int = 0, data: str | None = None
             "fashion_mnist_precision@1000": round(peer_metrics["precision@1000"], 4),
         },
     )
+
+
+STAGES_ON_A_CLUSTER = ("train", "encode")  # search and groundtruth time single-process kernels
+
+
+def run_stage(
+    stage: str,
+    out,
+    *,
+    n: int,
+    bits: int = 32,
+    queries: int = 1000,
+    k: int = 100,
+    method: str = "dish",
+    iterations: int = 10,
+    nodes: int = 10,
+    floor_repeats: int = 2,
+    data=None,
+    threads: int | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> dict:
+    """Benchmark one stage against its peer (FAISS, or the plain-pass floor) and write the
+    result JSON (and a Markdown table beside it; ``overwrite`` replaces a previous result).
+    ``dhash bench`` calls this in a checkout of the repository."""
+    cpu_before = cpu_jiffies()
+    if stage in ("search", "groundtruth"):
+        fn = bench_search if stage == "search" else bench_groundtruth
+        kwargs = {"bits": bits} if stage == "search" else {"data": data}
+        result = fn(n, queries=queries, k=k, threads=threads, seed=seed, **kwargs)
+    elif stage == "train" and method == "itq-vs-faiss":
+        result = bench_itq_vs_faiss(n, bits, seed, data, threads)
+    elif stage == "train":
+        result = bench_train(n, bits, method, iterations, nodes, seed, data, floor_repeats)
+    elif stage == "encode":
+        result = bench_encode(n, bits, seed, data)
+    else:
+        raise InputError(f"unknown bench stage {stage!r}; use search, groundtruth, train or encode")
+    result["cpu_steal_fraction_during_run"] = steal_fraction(cpu_before, cpu_jiffies())
+    write_result(result, out, overwrite=overwrite)
+    result["markdown"] = markdown(result)
+    return result

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.distributed.progress import rows_bar
-from pipeline.errors import InputError
-from pipeline.storage.datasets import write_dataset
+from dhash.distributed.progress import rows_bar
+from dhash.errors import InputError
+from dhash.storage.datasets import write_dataset
 
 IMAGE_PACKAGES = ("mate-backgrounds", "plasma-workspace-wallpapers", "ukui-wallpapers")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")

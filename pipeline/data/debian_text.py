@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.distributed.progress import rows_bar
-from pipeline.errors import InputError
-from pipeline.storage.datasets import write_dataset
+from dhash.distributed.progress import rows_bar
+from dhash.errors import InputError
+from dhash.storage.datasets import write_dataset
 
 MIN_SECTION_ROWS = 100
 EMBED_BATCH = 2048  # descriptions per encoder call (one progress step)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pipeline.data.idx import IdxReader
-from pipeline.data.npyfile import NpyReader
-from pipeline.data.parquetfile import ParquetReader
-from pipeline.data.readers import VectorReader, existing_file
-from pipeline.data.texmex import VecsReader
-from pipeline.errors import InputError
+from dhash.data.idx import IdxReader
+from dhash.data.npyfile import NpyReader
+from dhash.data.parquetfile import ParquetReader
+from dhash.data.readers import VectorReader, existing_file
+from dhash.data.texmex import VecsReader
+from dhash.errors import InputError
 
 FORMATS = ("fvecs", "bvecs", "ivecs", "npy", "idx", "parquet")
 # MNIST-style names: train-images-idx3-ubyte, t10k-labels.idx1-ubyte (optionally .gz)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.data.readers import check_not_empty, existing_file, row_ranges
-from pipeline.errors import InputError
+from dhash.data.readers import check_not_empty, existing_file, row_ranges
+from dhash.errors import InputError
 
 IDX_DTYPES = {
     0x08: np.dtype("u1"),

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.data.debian_sift import write_debian_sift
-from pipeline.data.formats import detect_format, open_reader
-from pipeline.data.parquetfile import ParquetReader
-from pipeline.data.readers import VectorReader, block_rows_for, existing_file
-from pipeline.data.sources import SOURCES, write_fashion_mnist
-from pipeline.distributed.progress import rows_bar
-from pipeline.errors import InputError
-from pipeline.storage.datasets import Dataset, write_dataset_like
-from pipeline.storage.location import resolve
+from dhash.data.debian_sift import write_debian_sift
+from dhash.data.formats import detect_format, open_reader
+from dhash.data.parquetfile import ParquetReader
+from dhash.data.readers import VectorReader, block_rows_for, existing_file
+from dhash.data.sources import SOURCES, write_fashion_mnist
+from dhash.distributed.progress import rows_bar
+from dhash.errors import InputError
+from dhash.storage.datasets import Dataset, write_dataset_like
+from dhash.storage.location import resolve
 
 
 def read_labels_file(path) -> np.ndarray:
@@ -28,17 +28,17 @@ def read_labels_file(path) -> np.ndarray:
     path = existing_file(path)
     fmt = detect_format(path)
     if fmt == "idx":
-        from pipeline.data.idx import read_idx_labels
+        from dhash.data.idx import read_idx_labels
 
         return read_idx_labels(path)
     if fmt == "ivecs":
-        from pipeline.data.texmex import VecsReader
+        from dhash.data.texmex import VecsReader
 
         reader = VecsReader(path, kind="ivecs")
         blocks = reader.iter_blocks(block_rows_for(reader.d, reader.dtype.itemsize))
         return np.concatenate([block[:, 0] for block in blocks])
     if fmt == "npy":
-        from pipeline.data.npyfile import read_npy_header
+        from dhash.data.npyfile import read_npy_header
 
         shape, dtype = read_npy_header(path)
         if len(shape) not in (1, 2) or dtype.kind not in "iu":

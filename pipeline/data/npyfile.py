@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from pipeline.data.readers import check_not_empty, existing_file, row_ranges
-from pipeline.errors import InputError
-from pipeline.validation import check_numeric_dtype
+from dhash.data.readers import check_not_empty, existing_file, row_ranges
+from dhash.errors import InputError
+from dhash.validation import check_numeric_dtype
 
 
 def read_npy_header(path) -> tuple[tuple[int, ...], np.dtype]:

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.data.readers import check_not_empty, existing_file
-from pipeline.errors import InputError
-from pipeline.validation import check_numeric_dtype
+from dhash.data.readers import check_not_empty, existing_file
+from dhash.errors import InputError
+from dhash.validation import check_numeric_dtype
 
 _LIST_TYPES = (pa.types.is_fixed_size_list, pa.types.is_list, pa.types.is_large_list)
 

@@ -1,6 +1,6 @@
 """Streaming readers for the vector file formats users have, behind one small protocol.
 
-Every reader (opened by ``pipeline.data.formats.open_reader``) has ``n``, ``d``, ``dtype`` (native byte
+Every reader (opened by ``dhash.data.formats.open_reader``) has ``n``, ``d``, ``dtype`` (native byte
 order), ``source`` (``"FORMAT:/abs/path"``, recorded in the dataset) and
 ``iter_blocks(block_rows)``, which yields ``(rows, d)`` arrays of at most ``block_rows``
 rows. Readers only hold file metadata; each ``iter_blocks`` call opens the file afresh,
@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pipeline.errors import InputError
+from dhash.errors import InputError
 
 READ_BLOCK_BYTES = 8 * 2**20  # per block read from disk: big enough for fast I/O, small next to RAM
 

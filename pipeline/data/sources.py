@@ -3,11 +3,11 @@
 * ``fashion-mnist``: Debian's ``dataset-fashion-mnist`` package (IDX files under
   /usr/share/datasets/fashion-mnist), train (60k) then test (10k) rows, 784-d uint8,
   10 class labels.
-* ``sift-synth``: the deterministic SIFT-like generator (pipeline.data.synth).
+* ``sift-synth``: the deterministic SIFT-like generator (dhash.data.synth).
 * ``debian-minilm``: MiniLM sentence embeddings (384-d float32, unit norm) of the Debian
-  package descriptions, label = section (pipeline.data.debian_text); ``n`` takes a prefix.
+  package descriptions, label = section (dhash.data.debian_text); ``n`` takes a prefix.
 * ``debian-sift``: real SIFT descriptors (128-d uint8) of the wallpaper photographs of three
-  Debian packages, label = image (pipeline.data.debian_sift).
+  Debian packages, label = image (dhash.data.debian_sift).
 
 A named source is materialised once into the data directory (dask config dhash.data-dir or
 $DHASH_DATA_DIR; default: the platform's user cache directory, ~/.cache/dhash on Linux) and
@@ -22,15 +22,15 @@ from pathlib import Path
 import numpy as np
 import platformdirs
 
-from pipeline import config
-from pipeline.data.debian_sift import write_debian_sift
-from pipeline.data.debian_text import write_debian_minilm
-from pipeline.data.idx import IdxReader, read_idx_labels
-from pipeline.data.synth import write_sift_synth
-from pipeline.distributed.progress import compute_with_progress
-from pipeline.errors import InputError
-from pipeline.storage.datasets import STORAGE_FORMAT, open_dataset, write_dataset
-from pipeline.storage.location import resolve
+from dhash import config
+from dhash.data.debian_sift import write_debian_sift
+from dhash.data.debian_text import write_debian_minilm
+from dhash.data.idx import IdxReader, read_idx_labels
+from dhash.data.synth import write_sift_synth
+from dhash.distributed.progress import compute_with_progress
+from dhash.errors import InputError
+from dhash.storage.datasets import STORAGE_FORMAT, open_dataset, write_dataset
+from dhash.storage.location import resolve
 
 FASHION_MNIST_PARTS = ("train", "t10k")
 SOURCES = ("fashion-mnist", "sift-synth", "debian-minilm", "debian-sift")
@@ -84,7 +84,7 @@ def default_path(name: str, *, n: int | None = None, seed: int = 0, chunk_rows: 
     suffix = (f"-c{chunk_rows}" if chunk_rows else "") + f"-f{STORAGE_FORMAT}"
     if name == "sift-synth":
         # the generator version is in the name: a cached set from an older generator is not reused
-        from pipeline.data.synth import GENERATOR_VERSION
+        from dhash.data.synth import GENERATOR_VERSION
 
         return data_dir() / f"sift-synth-v{GENERATOR_VERSION}-n{n or DEFAULT_SYNTH_N}-s{seed}{suffix}.zarr"
     if name == "debian-minilm" and n:

@@ -66,9 +66,9 @@ import functools
 
 import numpy as np
 
-from pipeline.errors import InputError
-from pipeline.storage.chunkread import write_rows
-from pipeline.storage.datasets import create_dataset_group, dataset_output, default_chunk_rows, open_dataset
+from dhash.errors import InputError
+from dhash.storage.chunkread import write_rows
+from dhash.storage.datasets import create_dataset_group, dataset_output, default_chunk_rows, open_dataset
 
 D = 128
 CELLS = 4  # 4 x 4 spatial cells

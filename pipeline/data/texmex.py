@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.data.readers import block_rows_for, existing_file, row_ranges
-from pipeline.errors import InputError
+from dhash.data.readers import block_rows_for, existing_file, row_ranges
+from dhash.errors import InputError
 
 VECS_DTYPES = {"fvecs": np.dtype("<f4"), "bvecs": np.dtype("u1"), "ivecs": np.dtype("<i4")}
 MAX_DIM = 2**20  # far above any real descriptor; a larger header means "not a vecs file"

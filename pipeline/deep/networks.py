@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.errors import InputError
+from dhash.errors import InputError
 
 DEEP_EXTRA_HINT = "install the deep extra: pip install 'dhash[deep]' (torch==2.13.0, the CPU build)"
 
@@ -91,7 +91,7 @@ def build_network(spec: dict, n_bits: int, input_shape):
     if name not in _FACTORIES:
         raise InputError(
             f"unknown network {name!r} (known: {', '.join(sorted(_FACTORIES))}); register it with "
-            "pipeline.deep.networks.register_network before training or loading"
+            "dhash.deep.networks.register_network before training or loading"
         )
     try:
         return _FACTORIES[name](n_bits, input_shape, **spec)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.deep.networks import require_torch
+from dhash.deep.networks import require_torch
 
 
 def set_deterministic(seed: int, threads: int) -> None:

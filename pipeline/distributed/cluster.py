@@ -7,9 +7,9 @@ import logging
 import os
 import sys
 
-from pipeline import config
-from pipeline.errors import InputError
-from pipeline.storage.atomic import FILE_MARK, atomic_output
+from dhash import config
+from dhash.errors import InputError
+from dhash.storage.atomic import FILE_MARK, atomic_output
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ import dask.array as da
 import numpy as np
 from dask import delayed
 
-from pipeline.distributed.graph import chunk_reads, map_chunks, row_bounds, tree_reduce
-from pipeline.kernels.stats import add
-from pipeline.storage.chunkread import write_rows
-from pipeline.storage.codes import codes_output, create_codes_array, regular_rows
-from pipeline.storage.location import resolve
+from dhash.distributed.graph import chunk_reads, map_chunks, row_bounds, tree_reduce
+from dhash.kernels.stats import add
+from dhash.storage.chunkread import write_rows
+from dhash.storage.codes import codes_output, create_codes_array, regular_rows
+from dhash.storage.location import resolve
 
 
 def write_codes(path, codes, model, *, dataset=None, overwrite: bool = False, progress=None):

@@ -13,8 +13,8 @@ import numpy as np
 from dask import delayed
 from dask.base import tokenize
 
-from pipeline import config
-from pipeline.errors import InputError
+from dhash import config
+from dhash.errors import InputError
 
 
 def chunk_delayeds(x) -> list:
@@ -253,7 +253,7 @@ def as_dask(X, chunk_rows: int | None = None):
         return X
     X = np.asarray(X)
     if chunk_rows is None:
-        from pipeline.storage.datasets import default_chunk_rows
+        from dhash.storage.datasets import default_chunk_rows
 
         chunk_rows = default_chunk_rows(X.shape[1] if X.ndim == 2 else 1, X.dtype.itemsize)
     return da.from_array(X, chunks=(chunk_rows,) + X.shape[1:])

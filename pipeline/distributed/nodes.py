@@ -16,9 +16,9 @@ import time
 import numpy as np
 from dask.base import tokenize
 
-from pipeline.distributed import cluster
-from pipeline.distributed.graph import InlineRead, chunk_reads, compact_rows, row_bounds, take_rows
-from pipeline.errors import InputError
+from dhash.distributed import cluster
+from dhash.distributed.graph import InlineRead, chunk_reads, compact_rows, row_bounds, take_rows
+from dhash.errors import InputError
 
 log = logging.getLogger(__name__)
 

@@ -44,10 +44,10 @@ def rows_bar(total: int, desc: str, show: bool = True):
 def steps_bar(total: int, desc: str):
     """tqdm bar counting the steps of an iterative fit (a network epoch, a pass over the
     chunks) on stderr, shown when the ``pipeline`` logger reports INFO: the command line
-    unless --quiet; in Python, after ``logging.getLogger("pipeline").setLevel("INFO")``."""
+    unless --quiet; in Python, after ``logging.getLogger("dhash").setLevel("INFO")``."""
     import logging
 
     from tqdm import tqdm
 
-    show = logging.getLogger("pipeline").isEnabledFor(logging.INFO)
+    show = logging.getLogger("dhash").isEnabledFor(logging.INFO)
     return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, disable=not show, mininterval=1.0)

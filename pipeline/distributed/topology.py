@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.errors import InputError
+from dhash.errors import InputError
 
 TOPOLOGIES = ("random", "ring", "star", "complete")
 RANDOM_EXTRA_EDGE_PROBABILITY = 0.2

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.fused_metrics import fused_histograms, fused_precision_sums, relevance_spec
-from pipeline.kernels.hamming import n_queries, query_distances, query_rows
-from pipeline.kernels.ranking import ap_precision_sums, distance_histograms
+from dhash.kernels.fused_metrics import fused_histograms, fused_precision_sums, relevance_spec
+from dhash.kernels.hamming import n_queries, query_distances, query_rows
+from dhash.kernels.ranking import ap_precision_sums, distance_histograms
 
 PAIRS_PER_BATCH = 1 << 23
 

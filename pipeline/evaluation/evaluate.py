@@ -14,17 +14,17 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from pipeline.distributed.graph import as_dask, chunk_delayeds, map_chunks, tree_reduce
-from pipeline.distributed.nodes import node_groups, partition_rows
-from pipeline.errors import InputError
-from pipeline.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
-from pipeline.evaluation.truth import Truth
-from pipeline.hashing import DisH, make_hasher, method_params
-from pipeline.kernels.codes import encode_linear_grouped
-from pipeline.kernels.ranking import mean_ap, radius_precision_recall, rank_offsets, tie_aware_ap, topk_metrics
-from pipeline.kernels.stats import add
-from pipeline.search.hamming import knn_search_lazy
-from pipeline.views import view_of
+from dhash.distributed.graph import as_dask, chunk_delayeds, map_chunks, tree_reduce
+from dhash.distributed.nodes import node_groups, partition_rows
+from dhash.errors import InputError
+from dhash.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
+from dhash.evaluation.truth import Truth
+from dhash.hashing import DisH, make_hasher, method_params
+from dhash.kernels.codes import encode_linear_grouped
+from dhash.kernels.ranking import mean_ap, radius_precision_recall, rank_offsets, tie_aware_ap, topk_metrics
+from dhash.kernels.stats import add
+from dhash.search.hamming import knn_search_lazy
+from dhash.views import view_of
 
 DEFAULT_KS = (1, 10, 50, 100, 200, 500, 1000)
 

@@ -6,10 +6,10 @@ import datetime as _dt
 
 import numpy as np
 
-from pipeline import __version__
-from pipeline.storage.atomic import atomic_output
-from pipeline.storage.jsonio import dumps
-from pipeline.storage.location import Location, resolve
+from dhash import __version__
+from dhash.storage.atomic import atomic_output
+from dhash.storage.jsonio import dumps
+from dhash.storage.location import Location, resolve
 
 REPORT_SCHEMA = "dhash.report/1"
 TABLE_KS = (100, 1000)

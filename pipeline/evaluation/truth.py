@@ -37,9 +37,9 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from pipeline.distributed.graph import as_dask, chunk_reads, map_chunks, row_numbers, tree_reduce
-from pipeline.errors import InputError
-from pipeline.kernels.l2 import (
+from dhash.distributed.graph import as_dask, chunk_reads, map_chunks, row_numbers, tree_reduce
+from dhash.errors import InputError
+from dhash.kernels.l2 import (
     l2_topk,
     merge_l2_topk,
     partial_distances,
@@ -50,9 +50,9 @@ from pipeline.kernels.l2 import (
     window_counts,
     window_members,
 )
-from pipeline.kernels.ranking import relevance_from_labels, relevance_from_neighbours
-from pipeline.storage.chunkread import ChunkReader, dask_from_reader, write_rows
-from pipeline.views import database_view, view_of
+from dhash.kernels.ranking import relevance_from_labels, relevance_from_neighbours
+from dhash.storage.chunkread import ChunkReader, dask_from_reader, write_rows
+from dhash.views import database_view, view_of
 
 MAX_LISTED_NEIGHBOURS = 10_000  # above: a K-th-neighbour threshold and relevance bits
 SAMPLE_ROWS = 131_072  # database rows that place the first windows
@@ -147,7 +147,7 @@ _NEIGHBOUR_CACHE: dict = {}  # per process: the stored neighbour lists last read
 def _stored_neighbours(location, name: str, fingerprint: str) -> np.ndarray:
     key = (str(location), name, fingerprint)
     if key not in _NEIGHBOUR_CACHE:
-        from pipeline.storage.datasets import open_dataset
+        from dhash.storage.datasets import open_dataset
 
         ds = open_dataset(location)
         if ds.groundtruth_fingerprint(name) != fingerprint:

@@ -1,18 +1,18 @@
 """Hash-function learners (one module per method family) and the method registry."""
 
-from pipeline.hashing.adsh import ADSH
-from pipeline.hashing.anchor_graph import AGH
-from pipeline.hashing.base import Hasher
-from pipeline.hashing.cosdish import COSDISH
-from pipeline.hashing.discrete_graph import DGH
-from pipeline.hashing.dish import DisH
-from pipeline.hashing.dpsh import DPSH
-from pipeline.hashing.kernel import BRE, KLSH, KSH
-from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
-from pipeline.hashing.mac import MAC
-from pipeline.hashing.periodic import SH, SIKH
-from pipeline.hashing.quantization import KMH
-from pipeline.hashing.registry import (
+from dhash.hashing.adsh import ADSH
+from dhash.hashing.anchor_graph import AGH
+from dhash.hashing.base import Hasher
+from dhash.hashing.cosdish import COSDISH
+from dhash.hashing.discrete_graph import DGH
+from dhash.hashing.dish import DisH
+from dhash.hashing.dpsh import DPSH
+from dhash.hashing.kernel import BRE, KLSH, KSH
+from dhash.hashing.linear import ITQ, LSH, PCAH, IsoHash
+from dhash.hashing.mac import MAC
+from dhash.hashing.periodic import SH, SIKH
+from dhash.hashing.quantization import KMH
+from dhash.hashing.registry import (
     HASHERS,
     METHOD_NAMES,
     METHOD_VARIANTS,
@@ -22,9 +22,9 @@ from pipeline.hashing.registry import (
     method_class,
     method_params,
 )
-from pipeline.hashing.sdh import SDH
-from pipeline.hashing.sgh import SGH
-from pipeline.hashing.splh import SPLH, USPLH
+from dhash.hashing.sdh import SDH
+from dhash.hashing.sgh import SGH
+from dhash.hashing.splh import SPLH, USPLH
 
 __all__ = [
     "ADSH",

@@ -28,14 +28,14 @@ import numpy as np
 from dask import delayed
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import gather_rows, row_bounds, select_rows, update_and_reduce
-from pipeline.distributed.progress import steps_bar
-from pipeline.hashing.base import BITS, SEED, label_chunks, labels_of_rows
-from pipeline.hashing.deep import DeepHashFunction
-from pipeline.kernels.adsh import add_chunk_sums, chunk_pass, negative_weight, similarity_product
-from pipeline.kernels.codes import pack_signs
-from pipeline.kernels.ranking import tie_aware_ap
-from pipeline.validation import check_int_param
+from dhash.distributed.graph import gather_rows, row_bounds, select_rows, update_and_reduce
+from dhash.distributed.progress import steps_bar
+from dhash.hashing.base import BITS, SEED, label_chunks, labels_of_rows
+from dhash.hashing.deep import DeepHashFunction
+from dhash.kernels.adsh import add_chunk_sums, chunk_pass, negative_weight, similarity_product
+from dhash.kernels.codes import pack_signs
+from dhash.kernels.ranking import tie_aware_ap
+from dhash.validation import check_int_param
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +103,8 @@ class ADSH(DeepHashFunction):
 
     # ---------------------------------------------------------------- fit -------------
     def _fit(self, X, y, checkpoint):
-        from pipeline.deep.networks import build_network, require_torch
-        from pipeline.deep.training import network_epoch, network_outputs, set_deterministic
+        from dhash.deep.networks import build_network, require_torch
+        from dhash.deep.training import network_epoch, network_outputs, set_deterministic
 
         torch = require_torch()
         n = X.shape[0]

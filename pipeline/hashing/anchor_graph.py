@@ -16,10 +16,10 @@ import dask
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import chunk_reads, map_reduce, select_rows
-from pipeline.errors import InputError
-from pipeline.hashing.base import BITS, SEED, Hasher
-from pipeline.kernels.agh import (
+from dhash.distributed.graph import chunk_reads, map_reduce, select_rows
+from dhash.errors import InputError
+from dhash.hashing.base import BITS, SEED, Hasher
+from dhash.kernels.agh import (
     agh_projection,
     anchor_gram,
     encode_anchor_graph,
@@ -29,9 +29,9 @@ from pipeline.kernels.agh import (
     sth_distance_sum,
     updated_centres,
 )
-from pipeline.kernels.stats import add_partials
-from pipeline.storage.npz import FLOAT
-from pipeline.validation import check_int_param
+from dhash.kernels.stats import add_partials
+from dhash.storage.npz import FLOAT
+from dhash.validation import check_int_param
 
 log = logging.getLogger(__name__)
 

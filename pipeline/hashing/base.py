@@ -26,16 +26,16 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, InvalidParameterError
 from sklearn.utils.validation import validate_data
 
-from pipeline import __version__
-from pipeline.distributed.graph import as_dask, is_dask_array
-from pipeline.errors import InputError
-from pipeline.hashing.checkpoint import Checkpoint, CheckpointTarget, data_fingerprint
-from pipeline.kernels.codes import unpack_bits
-from pipeline.storage.atomic import atomic_output
-from pipeline.storage.jsonio import dumps
-from pipeline.storage.location import resolve
-from pipeline.storage.npz import check_arrays, npz_bytes
-from pipeline.validation import check_features_array, check_finite_block
+from dhash import __version__
+from dhash.distributed.graph import as_dask, is_dask_array
+from dhash.errors import InputError
+from dhash.hashing.checkpoint import Checkpoint, CheckpointTarget, data_fingerprint
+from dhash.kernels.codes import unpack_bits
+from dhash.storage.atomic import atomic_output
+from dhash.storage.jsonio import dumps
+from dhash.storage.location import resolve
+from dhash.storage.npz import check_arrays, npz_bytes
+from dhash.validation import check_features_array, check_finite_block
 
 MODEL_SCHEMA = "dhash.model/1"
 ARRAYS_FILE = "arrays.npz"
@@ -95,7 +95,7 @@ def label_chunks(y, X) -> list:
     import dask
     from dask import delayed
 
-    from pipeline.distributed.graph import row_bounds
+    from dhash.distributed.graph import row_bounds
 
     if is_dask_array(y):
         parts = y.rechunk({0: X.chunks[0], **({1: -1} if y.ndim == 2 else {})}).to_delayed().ravel().tolist()
@@ -189,7 +189,7 @@ class Hasher(TransformerMixin, BaseEstimator):
     def _checkpoint(self, X, target, spec: dict):
         """(Checkpoint or None, saved state or None) for this fit; call after ``mean_`` is set.
         ``target``: a path or a ``CheckpointTarget``; ``spec``: the arrays the fit saves in
-        it (``pipeline.storage.npz.check_arrays``), so a resumed state has exactly those."""
+        it (``dhash.storage.npz.check_arrays``), so a resumed state has exactly those."""
 
         if target is None:
             return None, None

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.errors import InputError
-from pipeline.storage.atomic import atomic_output, read_verified, require_committed, writer_alive, writer_record
-from pipeline.storage.location import Location, resolve
-from pipeline.storage.npz import check_arrays, npz_arrays, npz_bytes
+from dhash.errors import InputError
+from dhash.storage.atomic import atomic_output, read_verified, require_committed, writer_alive, writer_record
+from dhash.storage.location import Location, resolve
+from dhash.storage.npz import check_arrays, npz_arrays, npz_bytes
 
 CHECKPOINT_SCHEMA = "dhash.checkpoint/2"  # 2: the fingerprint names the training data's dataset
 STATE_FILE = "state.json"

@@ -25,17 +25,17 @@ import dask
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import chunk_delayeds, map_chunks, row_bounds, tree_reduce, update_and_reduce
-from pipeline.hashing.base import BITS, SEED, Hasher, label_chunks
-from pipeline.hashing.sdh import label_classes, training_rows
-from pipeline.kernels.adsh import add_chunk_sums, negative_weight, similarity_product
-from pipeline.kernels.codes import encode_linear, project_linear
-from pipeline.kernels.cosdish import cosdish_chunk_pass, linear_hash, omega_step, regression_sums
-from pipeline.kernels.ranking import relevance_from_labels
-from pipeline.kernels.sdh import initial_codes, label_matrix
-from pipeline.kernels.stats import combine_moments
-from pipeline.storage.npz import FLOAT
-from pipeline.validation import check_int_param
+from dhash.distributed.graph import chunk_delayeds, map_chunks, row_bounds, tree_reduce, update_and_reduce
+from dhash.hashing.base import BITS, SEED, Hasher, label_chunks
+from dhash.hashing.sdh import label_classes, training_rows
+from dhash.kernels.adsh import add_chunk_sums, negative_weight, similarity_product
+from dhash.kernels.codes import encode_linear, project_linear
+from dhash.kernels.cosdish import cosdish_chunk_pass, linear_hash, omega_step, regression_sums
+from dhash.kernels.ranking import relevance_from_labels
+from dhash.kernels.sdh import initial_codes, label_matrix
+from dhash.kernels.stats import combine_moments
+from dhash.storage.npz import FLOAT
+from dhash.validation import check_int_param
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.errors import InputError
-from pipeline.hashing.base import Hasher
-from pipeline.kernels.codes import pack_signs
-from pipeline.storage.npz import FLOAT
+from dhash.errors import InputError
+from dhash.hashing.base import Hasher
+from dhash.kernels.codes import pack_signs
+from dhash.storage.npz import FLOAT
 
 
 def default_network(n_features: int) -> tuple[dict, tuple]:
@@ -62,12 +62,12 @@ class DeepHashFunction(Hasher):
         return pack_signs(self._project_kernel(block))
 
     def _project_kernel(self, block):
-        from pipeline.deep.training import network_outputs
+        from dhash.deep.training import network_outputs
 
         return network_outputs(self.network_, self._scaled(block))
 
     def _learned_arrays(self):
-        from pipeline.deep.networks import state_arrays
+        from dhash.deep.networks import state_arrays
 
         return {"mean_": self.mean_, "scale_": np.float64(self.scale_), **state_arrays(self.network_)}
 
@@ -75,7 +75,7 @@ class DeepHashFunction(Hasher):
         """The network's weights are those of the network the parameters build for
         ``n_features`` inputs (names, dtypes and shapes of its state), built here without
         disturbing torch's random state."""
-        from pipeline.deep.networks import build_network, require_torch, state_arrays
+        from dhash.deep.networks import build_network, require_torch, state_arrays
 
         spec, shape = self._network_spec(n_features)
         with require_torch().random.fork_rng(devices=[]):
@@ -87,7 +87,7 @@ class DeepHashFunction(Hasher):
         }
 
     def _set_learned_arrays(self, arrays, where="the learned arrays"):
-        from pipeline.deep.networks import build_network, load_state_arrays
+        from dhash.deep.networks import build_network, load_state_arrays
 
         self.check_learned_arrays(arrays, where)  # network weights are loaded into a network, not set as attributes
         self.mean_, self.scale_ = np.asarray(arrays["mean_"], dtype=np.float32), float(arrays["scale_"])

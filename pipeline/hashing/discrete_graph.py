@@ -18,10 +18,10 @@ import numpy as np
 from dask import delayed
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import chunk_delayeds, chunk_reads, map_chunks, map_reduce, row_numbers, tree_reduce
-from pipeline.hashing.anchor_graph import ANCHOR_GRAPH_PARAMETERS, AnchorGraphHasher
-from pipeline.kernels.agh import agh_projection
-from pipeline.kernels.dgh import (
+from dhash.distributed.graph import chunk_delayeds, chunk_reads, map_chunks, map_reduce, row_numbers, tree_reduce
+from dhash.hashing.anchor_graph import ANCHOR_GRAPH_PARAMETERS, AnchorGraphHasher
+from dhash.kernels.agh import agh_projection
+from dhash.kernels.dgh import (
     anchor_sums,
     centred_spectrum,
     code_moments,
@@ -34,7 +34,7 @@ from pipeline.kernels.dgh import (
     signed_gradient_step,
     y_step,
 )
-from pipeline.kernels.stats import add, add_partials
+from dhash.kernels.stats import add, add_partials
 
 log = logging.getLogger(__name__)
 

@@ -43,13 +43,13 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from pipeline.distributed.graph import chunk_reads, map_reduce
-from pipeline.distributed.nodes import PARTITIONS, NodeRunner, node_pieces, partition_rows
-from pipeline.distributed.topology import TOPOLOGIES, build_topology, edges
-from pipeline.errors import InputError
-from pipeline.hashing.base import BITS, SEED
-from pipeline.hashing.linear import LinearHasher, training_covariance
-from pipeline.kernels.dish import (
+from dhash.distributed.graph import chunk_reads, map_reduce
+from dhash.distributed.nodes import PARTITIONS, NodeRunner, node_pieces, partition_rows
+from dhash.distributed.topology import TOPOLOGIES, build_topology, edges
+from dhash.errors import InputError
+from dhash.hashing.base import BITS, SEED
+from dhash.hashing.linear import LinearHasher, training_covariance
+from dhash.kernels.dish import (
     admm_dictionary_step,
     centred_sq_norm,
     gram_chunk,
@@ -60,9 +60,9 @@ from pipeline.kernels.dish import (
     relative_residual,
     row_sums,
 )
-from pipeline.kernels.stats import add, add_partials, top_eigenvectors
-from pipeline.storage.npz import FLOAT
-from pipeline.validation import check_finite_block
+from dhash.kernels.stats import add, add_partials, top_eigenvectors
+from dhash.storage.npz import FLOAT
+from dhash.validation import check_finite_block
 
 log = logging.getLogger(__name__)
 BYTES_PER_FLOAT = 8

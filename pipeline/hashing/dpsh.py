@@ -16,11 +16,11 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import select_rows
-from pipeline.distributed.progress import steps_bar
-from pipeline.hashing.base import BITS, SEED, labels_of_rows
-from pipeline.hashing.deep import DeepHashFunction
-from pipeline.kernels.ranking import relevance_from_labels
+from dhash.distributed.graph import select_rows
+from dhash.distributed.progress import steps_bar
+from dhash.hashing.base import BITS, SEED, labels_of_rows
+from dhash.hashing.deep import DeepHashFunction
+from dhash.kernels.ranking import relevance_from_labels
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,8 @@ class DPSH(DeepHashFunction):
         self.random_state = random_state
 
     def _fit(self, X, y, checkpoint):
-        from pipeline.deep.networks import build_network, require_torch
-        from pipeline.deep.training import dpsh_epoch, set_deterministic
+        from dhash.deep.networks import build_network, require_torch
+        from dhash.deep.training import dpsh_epoch, set_deterministic
 
         torch = require_torch()
         n = X.shape[0]

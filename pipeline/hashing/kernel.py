@@ -20,18 +20,18 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import select_rows
-from pipeline.errors import InputError
-from pipeline.hashing.base import BITS, SEED, Hasher, labels_of_rows
-from pipeline.kernels.bre import scaled_distances, train_bre, unit_rows
-from pipeline.kernels.codes import encode_linear, project_linear
-from pipeline.kernels.klsh import gaussian_kernel, klsh_weights
-from pipeline.kernels.ksh import train_ksh
-from pipeline.kernels.l2 import squared_distances
-from pipeline.kernels.sgh import kernel_features
-from pipeline.kernels.splh import pair_labels
-from pipeline.storage.npz import FLOAT, INTEGER, REAL
-from pipeline.validation import check_int_param
+from dhash.distributed.graph import select_rows
+from dhash.errors import InputError
+from dhash.hashing.base import BITS, SEED, Hasher, labels_of_rows
+from dhash.kernels.bre import scaled_distances, train_bre, unit_rows
+from dhash.kernels.codes import encode_linear, project_linear
+from dhash.kernels.klsh import gaussian_kernel, klsh_weights
+from dhash.kernels.ksh import train_ksh
+from dhash.kernels.l2 import squared_distances
+from dhash.kernels.sgh import kernel_features
+from dhash.kernels.splh import pair_labels
+from dhash.storage.npz import FLOAT, INTEGER, REAL
+from dhash.validation import check_int_param
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,13 @@ import dask
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import chunk_reads, map_reduce, row_bounds
-from pipeline.hashing.base import BITS, SEED, Hasher
-from pipeline.kernels.codes import encode_linear, project_linear
-from pipeline.kernels.dish import gram_chunk
-from pipeline.kernels.isohash import isotropic_rotation
-from pipeline.kernels.itq import itq_loss, itq_rotation, random_rotation
-from pipeline.kernels.stats import (
+from dhash.distributed.graph import chunk_reads, map_reduce, row_bounds
+from dhash.hashing.base import BITS, SEED, Hasher
+from dhash.kernels.codes import encode_linear, project_linear
+from dhash.kernels.dish import gram_chunk
+from dhash.kernels.isohash import isotropic_rotation
+from dhash.kernels.itq import itq_loss, itq_rotation, random_rotation
+from dhash.kernels.stats import (
     add,
     add_partials,
     chunk_count_sum,
@@ -28,8 +28,8 @@ from pipeline.kernels.stats import (
     covariance,
     top_eigenvectors,
 )
-from pipeline.storage.npz import FLOAT
-from pipeline.validation import check_finite_block
+from dhash.storage.npz import FLOAT
+from dhash.validation import check_finite_block
 
 log = logging.getLogger(__name__)
 

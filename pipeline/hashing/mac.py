@@ -54,11 +54,11 @@ from dask import delayed
 from dask.base import tokenize
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from pipeline.distributed.graph import select_rows
-from pipeline.distributed.progress import active_client
-from pipeline.errors import InputError
-from pipeline.hashing.base import BITS, SEED, Hasher, labels_of_rows
-from pipeline.kernels.affinity import (
+from dhash.distributed.graph import select_rows
+from dhash.distributed.progress import active_client
+from dhash.errors import InputError
+from dhash.hashing.base import BITS, SEED, Hasher, labels_of_rows
+from dhash.kernels.affinity import (
     LOSSES,
     Pairs,
     affinity_loss,
@@ -69,8 +69,8 @@ from pipeline.kernels.affinity import (
     neighbour_blocks,
     penalty_scale,
 )
-from pipeline.kernels.codes import pack_signs
-from pipeline.kernels.hash_functions import (
+from dhash.kernels.codes import pack_signs
+from dhash.kernels.hash_functions import (
     apply_bits,
     fit_bit,
     linear_features,
@@ -80,11 +80,11 @@ from pipeline.kernels.hash_functions import (
     rbf_features,
     standard_scaling,
 )
-from pipeline.kernels.l2 import l2_topk
-from pipeline.kernels.ranking import relevance_from_labels, relevance_from_neighbours, signs_precision_at_k
-from pipeline.kernels.zstep import free_codes, z_steps
-from pipeline.storage.npz import FLOAT
-from pipeline.validation import check_int_param
+from dhash.kernels.l2 import l2_topk
+from dhash.kernels.ranking import relevance_from_labels, relevance_from_neighbours, signs_precision_at_k
+from dhash.kernels.zstep import free_codes, z_steps
+from dhash.storage.npz import FLOAT
+from dhash.validation import check_int_param
 
 log = logging.getLogger(__name__)
 

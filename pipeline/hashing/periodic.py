@@ -19,14 +19,14 @@ import dask
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import chunk_reads, map_reduce
-from pipeline.hashing.base import BITS, SEED, Hasher
-from pipeline.hashing.dish import _checked_row_sums
-from pipeline.hashing.linear import training_covariance
-from pipeline.kernels.dish import centred_sq_norm
-from pipeline.kernels.periodic import combine_ranges, encode_cosine, projection_range, spectral_hash_function
-from pipeline.kernels.stats import add_partials, top_eigenvectors
-from pipeline.storage.npz import FLOAT
+from dhash.distributed.graph import chunk_reads, map_reduce
+from dhash.hashing.base import BITS, SEED, Hasher
+from dhash.hashing.dish import _checked_row_sums
+from dhash.hashing.linear import training_covariance
+from dhash.kernels.dish import centred_sq_norm
+from dhash.kernels.periodic import combine_ranges, encode_cosine, projection_range, spectral_hash_function
+from dhash.kernels.stats import add_partials, top_eigenvectors
+from dhash.storage.npz import FLOAT
 
 
 class PeriodicHasher(Hasher):

@@ -50,11 +50,11 @@ import dask
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import chunk_reads, map_reduce
-from pipeline.errors import InputError
-from pipeline.hashing.base import BITS, Hasher
-from pipeline.hashing.linear import training_covariance
-from pipeline.kernels.kmh import (
+from dhash.distributed.graph import chunk_reads, map_reduce
+from dhash.errors import InputError
+from dhash.hashing.base import BITS, Hasher
+from dhash.hashing.linear import training_covariance
+from dhash.kernels.kmh import (
     assignment_sums,
     balanced_partition,
     encode_kmh,
@@ -64,8 +64,8 @@ from pipeline.kernels.kmh import (
     projected_sums,
     update_codebook,
 )
-from pipeline.kernels.stats import add_partials, top_eigenvectors
-from pipeline.storage.npz import FLOAT
+from dhash.kernels.stats import add_partials, top_eigenvectors
+from dhash.storage.npz import FLOAT
 
 log = logging.getLogger(__name__)
 

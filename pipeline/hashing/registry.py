@@ -7,11 +7,11 @@ import json
 
 from sklearn.utils._param_validation import InvalidParameterError
 
-from pipeline import __version__
-from pipeline.errors import InputError
-from pipeline.hashing.adsh import ADSH
-from pipeline.hashing.anchor_graph import AGH
-from pipeline.hashing.base import (
+from dhash import __version__
+from dhash.errors import InputError
+from dhash.hashing.adsh import ADSH
+from dhash.hashing.anchor_graph import AGH
+from dhash.hashing.base import (
     ARRAYS_FILE,
     MODEL_FILE,
     MODEL_REMEDY,
@@ -20,20 +20,20 @@ from pipeline.hashing.base import (
     resolve_location,
     resolve_seed,
 )
-from pipeline.hashing.cosdish import COSDISH
-from pipeline.hashing.discrete_graph import DGH
-from pipeline.hashing.dish import DisH
-from pipeline.hashing.dpsh import DPSH
-from pipeline.hashing.kernel import BRE, KLSH, KSH
-from pipeline.hashing.linear import ITQ, LSH, PCAH, IsoHash
-from pipeline.hashing.mac import MAC
-from pipeline.hashing.periodic import SH, SIKH
-from pipeline.hashing.quantization import KMH
-from pipeline.hashing.sdh import SDH
-from pipeline.hashing.sgh import SGH
-from pipeline.hashing.splh import SPLH, USPLH
-from pipeline.storage.atomic import read_verified, require_committed
-from pipeline.storage.npz import npz_arrays
+from dhash.hashing.cosdish import COSDISH
+from dhash.hashing.discrete_graph import DGH
+from dhash.hashing.dish import DisH
+from dhash.hashing.dpsh import DPSH
+from dhash.hashing.kernel import BRE, KLSH, KSH
+from dhash.hashing.linear import ITQ, LSH, PCAH, IsoHash
+from dhash.hashing.mac import MAC
+from dhash.hashing.periodic import SH, SIKH
+from dhash.hashing.quantization import KMH
+from dhash.hashing.sdh import SDH
+from dhash.hashing.sgh import SGH
+from dhash.hashing.splh import SPLH, USPLH
+from dhash.storage.atomic import read_verified, require_committed
+from dhash.storage.npz import npz_arrays
 
 _ESTIMATORS = (
     LSH, PCAH, ITQ, IsoHash, SH, SIKH, KLSH, BRE, AGH, DGH, KMH, DisH, SGH, SPLH, USPLH,

@@ -23,16 +23,16 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import chunk_delayeds, is_dask_array, select_rows, update_and_reduce
-from pipeline.errors import InputError
-from pipeline.hashing.base import BITS, SEED, Hasher, label_chunks, labels_of_rows
-from pipeline.kernels.codes import pack_signs
-from pipeline.kernels.l2 import squared_distances
-from pipeline.kernels.sdh import ridge, sdh_chunk_pass
-from pipeline.kernels.sgh import kernel_features
-from pipeline.kernels.stats import add_partials
-from pipeline.storage.npz import FLOAT
-from pipeline.validation import check_int_param
+from dhash.distributed.graph import chunk_delayeds, is_dask_array, select_rows, update_and_reduce
+from dhash.errors import InputError
+from dhash.hashing.base import BITS, SEED, Hasher, label_chunks, labels_of_rows
+from dhash.kernels.codes import pack_signs
+from dhash.kernels.l2 import squared_distances
+from dhash.kernels.sdh import ridge, sdh_chunk_pass
+from dhash.kernels.sgh import kernel_features
+from dhash.kernels.stats import add_partials
+from dhash.storage.npz import FLOAT
+from dhash.validation import check_int_param
 
 log = logging.getLogger(__name__)
 

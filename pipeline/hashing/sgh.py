@@ -28,18 +28,18 @@ import dask
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from pipeline.distributed.cluster import cluster_memory_bytes
-from pipeline.distributed.graph import (
+from dhash.distributed.cluster import cluster_memory_bytes
+from dhash.distributed.graph import (
     chunk_delayeds,
     chunk_reads,
     map_reduce,
     select_rows,
 )
-from pipeline.errors import InputError
-from pipeline.hashing.base import BITS, SEED, Hasher
-from pipeline.hashing.dish import _checked_row_sums
-from pipeline.kernels.codes import encode_linear, project_linear
-from pipeline.kernels.sgh import (
+from dhash.errors import InputError
+from dhash.hashing.base import BITS, SEED, Hasher
+from dhash.hashing.dish import _checked_row_sums
+from dhash.kernels.codes import encode_linear, project_linear
+from dhash.kernels.sgh import (
     combine_max_sum,
     gram_terms,
     initial_residual,
@@ -49,9 +49,9 @@ from pipeline.kernels.sgh import (
     sq_distance_moments,
     top_generalized_eigenvector,
 )
-from pipeline.kernels.stats import add, add_partials
-from pipeline.storage.npz import FLOAT, REAL
-from pipeline.validation import check_int_param
+from dhash.kernels.stats import add, add_partials
+from dhash.storage.npz import FLOAT, REAL
+from dhash.validation import check_int_param
 
 log = logging.getLogger(__name__)
 KERNEL_CACHE_FRACTION = 0.25  # of the cluster's worker memory that cached kernel features may take

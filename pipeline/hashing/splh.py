@@ -31,11 +31,11 @@ import dask
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from pipeline.distributed.graph import chunk_reads, map_reduce, row_numbers, select_rows
-from pipeline.errors import InputError
-from pipeline.hashing.base import BITS, SEED
-from pipeline.hashing.linear import LinearHasher, training_covariance
-from pipeline.kernels.splh import (
+from dhash.distributed.graph import chunk_reads, map_reduce, row_numbers, select_rows
+from dhash.errors import InputError
+from dhash.hashing.base import BITS, SEED
+from dhash.hashing.linear import LinearHasher, training_covariance
+from dhash.kernels.splh import (
     boundary_regions,
     deflate,
     label_scale,
@@ -46,9 +46,9 @@ from pipeline.kernels.splh import (
     top_direction,
     truncated_label_update,
 )
-from pipeline.kernels.stats import top_eigenvectors
-from pipeline.storage.npz import FLOAT
-from pipeline.validation import check_int_param
+from dhash.kernels.stats import top_eigenvectors
+from dhash.storage.npz import FLOAT
+from dhash.validation import check_int_param
 
 log = logging.getLogger(__name__)
 

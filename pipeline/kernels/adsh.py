@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.codes import pack_signs
-from pipeline.kernels.hamming import hamming_distances
-from pipeline.kernels.ranking import distance_histograms, relevance_from_labels
+from dhash.kernels.codes import pack_signs
+from dhash.kernels.hamming import hamming_distances
+from dhash.kernels.ranking import distance_histograms, relevance_from_labels
 
 
 def similar_pairs(query_labels: np.ndarray, labels: np.ndarray) -> int:

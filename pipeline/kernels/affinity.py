@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 
-from pipeline.kernels.l2 import l2_topk
+from dhash.kernels.l2 import l2_topk
 
 LOSSES = ("ksh", "esplh")
 

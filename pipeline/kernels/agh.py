@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 
-from pipeline.kernels.codes import SLAB_ROWS, code_bytes, pack_signs
-from pipeline.kernels.l2 import squared_distances
+from dhash.kernels.codes import SLAB_ROWS, code_bytes, pack_signs
+from dhash.kernels.l2 import squared_distances
 
 
 def _slabs(X: np.ndarray):

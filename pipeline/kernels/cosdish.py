@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.adsh import database_sums, share_transpose_times
-from pipeline.kernels.stats import chunk_moments
+from dhash.kernels.adsh import database_sums, share_transpose_times
+from dhash.kernels.stats import chunk_moments
 
 
 def bit_objective(b: np.ndarray, A: np.ndarray, c: np.ndarray) -> float:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.agh import anchor_rows
+from dhash.kernels.agh import anchor_rows
 
 RANK_TOLERANCE = 1e-9  # eigenvalues of (JB)^T JB below this x n are zero (its rounding is ~1e-14 x n)
 _UINT64_SCALE = 2.0**-53

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.kernels.codes import SLAB_ROWS, code_bytes, pack_signs, project_slabs
+from dhash.kernels.codes import SLAB_ROWS, code_bytes, pack_signs, project_slabs
 
 
 def random_orthonormal(d: int, r: int, rng: np.random.Generator) -> np.ndarray:

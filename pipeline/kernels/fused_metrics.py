@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.kernels.hamming import TILE_CODES, _tile_distances, as_words, word_major_tiles
-from pipeline.kernels.l2 import relevant_positions
+from dhash.kernels.hamming import TILE_CODES, _tile_distances, as_words, word_major_tiles
+from dhash.kernels.l2 import relevant_positions
 
 BY_LABEL, BY_POSITION = 0, 1
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.l2 import squared_distances
-from pipeline.kernels.sgh import kernel_features
+from dhash.kernels.l2 import squared_distances
+from dhash.kernels.sgh import kernel_features
 
 BANDWIDTH_POINTS = 300  # sigma: mean distance between the first 300 training points (MAC paper)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from pipeline.kernels.codes import BIT_ORDER, SLAB_ROWS, code_bytes
+from dhash.kernels.codes import BIT_ORDER, SLAB_ROWS, code_bytes
 
 _FLOOR = 1e-20  # eigenvalues below this (rank-deficient data, rounding) count as this in the log-balance
 

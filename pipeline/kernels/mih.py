@@ -25,7 +25,7 @@ import math
 import numpy as np
 from numba import njit
 
-from pipeline.kernels.hamming import ID_BITS, _popcount, empty_topk, sort_radius_results
+from dhash.kernels.hamming import ID_BITS, _popcount, empty_topk, sort_radius_results
 
 MAX_SUBSTRING_BITS = 26  # offsets of 2^26 + 1 int64 entries: 512 MB per table at most
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.codes import code_bytes, pack_signs, project_slabs
+from dhash.kernels.codes import code_bytes, pack_signs, project_slabs
 
 
 def spectral_modes(ranges: np.ndarray, n_bits: int) -> tuple[np.ndarray, np.ndarray]:

@@ -21,8 +21,8 @@ import numpy as np
 from numba import njit
 from scipy.special import digamma
 
-from pipeline.kernels.codes import pack_signs
-from pipeline.kernels.hamming import hamming_topk
+from dhash.kernels.codes import pack_signs
+from dhash.kernels.hamming import hamming_topk
 
 # ---------------------------------------------------------------- relevance ----------
 

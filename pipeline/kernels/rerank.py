@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pipeline.kernels.codes import BIT_ORDER
-from pipeline.kernels.l2 import _heap_less, _heap_replace_top
+from dhash.kernels.codes import BIT_ORDER
+from dhash.kernels.l2 import _heap_less, _heap_replace_top
 
 
 @njit(nogil=True, cache=True)

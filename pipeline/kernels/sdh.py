@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.sgh import kernel_features
+from dhash.kernels.sgh import kernel_features
 
 
 def label_matrix(labels: np.ndarray, classes: np.ndarray | None) -> np.ndarray:

@@ -22,7 +22,7 @@ import math
 import numpy as np
 import scipy.linalg
 
-from pipeline.kernels.l2 import exact_dtype
+from dhash.kernels.l2 import exact_dtype
 
 SLAB_ROWS = 2048  # rows of kernel features handled at a time: a float64 slab of 300 bases stays ~5 MB
 E = math.e

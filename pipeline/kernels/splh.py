@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.codes import project_linear
-from pipeline.kernels.stats import top_eigenvectors
+from dhash.kernels.codes import project_linear
+from dhash.kernels.stats import top_eigenvectors
 
 
 def pair_labels(labels: np.ndarray) -> np.ndarray:

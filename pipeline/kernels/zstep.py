@@ -29,7 +29,7 @@ import numpy as np
 from scipy import optimize, sparse
 from scipy.sparse.linalg import eigsh
 
-from pipeline.kernels.affinity import Pairs, affinity_loss
+from dhash.kernels.affinity import Pairs, affinity_loss
 
 
 def bit_energy(A, z: np.ndarray, mu: float, h: np.ndarray) -> float:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from pipeline.distributed.graph import as_dask, chunk_delayeds, chunk_reads, map_chunks, row_numbers, tree_reduce
-from pipeline.errors import InputError
-from pipeline.kernels.hamming import hamming_radius, hamming_topk, merge_topk, sort_radius_results
+from dhash.distributed.graph import as_dask, chunk_delayeds, chunk_reads, map_chunks, row_numbers, tree_reduce
+from dhash.errors import InputError
+from dhash.kernels.hamming import hamming_radius, hamming_topk, merge_topk, sort_radius_results
 
 
 def _check_codes(query_codes, codes):

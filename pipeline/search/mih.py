@@ -1,7 +1,7 @@
 """Exact Hamming search through multi-index hashing (kernels.mih), over chunked codes on the
 cluster. Every codes chunk is a shard with its own substring tables; each search sends the
 queries to every shard (``mih-topk`` / ``mih-radius`` tasks) and merges the shards' results
-exactly like the linear scan (pipeline.search.hamming), so both give the same answer, ties by
+exactly like the linear scan (dhash.search.hamming), so both give the same answer, ties by
 id, whatever the chunking.
 
 Two forms: ``MultiIndex`` builds the tables of in-memory or dask codes and keeps them on the
@@ -15,9 +15,9 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from pipeline.distributed.graph import chunk_delayeds, chunk_reads, map_chunks, tree_reduce
-from pipeline.errors import InputError
-from pipeline.kernels.mih import (
+from dhash.distributed.graph import chunk_delayeds, chunk_reads, map_chunks, tree_reduce
+from dhash.errors import InputError
+from dhash.kernels.mih import (
     build_tables,
     default_substrings,
     mih_radius,
@@ -25,12 +25,12 @@ from pipeline.kernels.mih import (
     substring_starts,
     tables_from_arrays,
 )
-from pipeline.kernels.stats import add
-from pipeline.search.hamming import _aligned, _check_codes, _concat_radius, _merge_pair
-from pipeline.storage.chunkread import write_rows
-from pipeline.storage.codes import codes_dask, open_codes
-from pipeline.storage.location import resolve
-from pipeline.storage.mih_index import create_index_arrays, index_output
+from dhash.kernels.stats import add
+from dhash.search.hamming import _aligned, _check_codes, _concat_radius, _merge_pair
+from dhash.storage.chunkread import write_rows
+from dhash.storage.codes import codes_dask, open_codes
+from dhash.storage.location import resolve
+from dhash.storage.mih_index import create_index_arrays, index_output
 
 
 def checked_substrings(n_bits: int, m: int) -> np.ndarray:
@@ -81,7 +81,7 @@ class MultiIndex:
 
     def radius(self, query_codes, radius: int):
         """Every code within Hamming ``radius``: flat (query_index, id, distance) sorted by
-        (query, distance, id), as pipeline.search.hamming.radius_search."""
+        (query, distance, id), as dhash.search.hamming.radius_search."""
         if not isinstance(radius, (int, np.integer)) or radius < 0:
             raise InputError(f"radius must be a non-negative int; got {radius!r}")
         parts = map_chunks(

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 from dask import delayed
 
-from pipeline.distributed.graph import InlineRead, chunk_reads, map_chunks, row_bounds, take_rows, tree_reduce
-from pipeline.errors import InputError
-from pipeline.kernels.l2 import merge_l2_topk
-from pipeline.kernels.rerank import exact_pair_distances, lower_bound_pair_distances, pairs_topk
+from dhash.distributed.graph import InlineRead, chunk_reads, map_chunks, row_bounds, take_rows, tree_reduce
+from dhash.errors import InputError
+from dhash.kernels.l2 import merge_l2_topk
+from dhash.kernels.rerank import exact_pair_distances, lower_bound_pair_distances, pairs_topk
 
 RERANKERS = {"exact": exact_pair_distances, "asymmetric": lower_bound_pair_distances}
 

@@ -42,8 +42,8 @@ import socket
 import time
 import uuid
 
-from pipeline.errors import InputError
-from pipeline.storage.location import Location, resolve
+from dhash.errors import InputError
+from dhash.storage.location import Location, resolve
 
 COMMIT_FILE = ".dhash-commit.json"
 WRITER_FILE = ".dhash-writer.json"

@@ -23,8 +23,8 @@ import json
 
 import numpy as np
 
-from pipeline.errors import InputError
-from pipeline.storage.location import Location
+from dhash.errors import InputError
+from dhash.storage.location import Location
 
 # level 1: 2.7x faster than zstd's default level on SIFT-like chunks and a slightly
 # better ratio (Nov 2026, 2-core Xeon VM)
@@ -77,7 +77,7 @@ def write_rows(loc: Location, index, value) -> None:
     record is gone after its write (the job failed meanwhile) it removes the temporary again.
     Local temporaries only: their names are unique to one job (on object stores a job writes
     in place, where another job's artifact may already stand)."""
-    from pipeline.storage.atomic import TEMPORARY_NAME, WRITER_FILE
+    from dhash.storage.atomic import TEMPORARY_NAME, WRITER_FILE
 
     record = loc.parent.child(WRITER_FILE)
     if loc.is_local and not record.exists():

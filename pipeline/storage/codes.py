@@ -8,10 +8,10 @@ of another model or another dataset.
 
 from __future__ import annotations
 
-from pipeline.errors import InputError
-from pipeline.kernels.codes import BIT_ORDER
-from pipeline.storage.atomic import atomic_output, require_committed
-from pipeline.storage.chunkread import (
+from dhash.errors import InputError
+from dhash.kernels.codes import BIT_ORDER
+from dhash.storage.atomic import atomic_output, require_committed
+from dhash.storage.chunkread import (
     arrays_manifest,
     create_array,
     dask_from_reader,
@@ -19,7 +19,7 @@ from pipeline.storage.chunkread import (
     open_verified,
     read_attrs,
 )
-from pipeline.storage.location import resolve
+from dhash.storage.location import resolve
 
 CODES_SCHEMA = "dhash.codes/2"
 

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 import numpy as np
 import zarr
 
-from pipeline import __version__, config
-from pipeline.errors import InputError
-from pipeline.storage.atomic import atomic_output, check_name, child_inside, read_commit, require_committed
-from pipeline.storage.chunkread import (
+from dhash import __version__, config
+from dhash.errors import InputError
+from dhash.storage.atomic import atomic_output, check_name, child_inside, read_commit, require_committed
+from dhash.storage.chunkread import (
     ChunkReader,
     arrays_manifest,
     content_id,
@@ -48,8 +48,8 @@ from pipeline.storage.chunkread import (
     open_verified,
     read_attrs,
 )
-from pipeline.storage.location import Location, resolve
-from pipeline.validation import check_finite_block, check_numeric_dtype
+from dhash.storage.location import Location, resolve
+from dhash.validation import check_finite_block, check_numeric_dtype
 
 DATASET_SCHEMA = "dhash.dataset/1"
 SPLIT_SCHEMA = "dhash.split/1"

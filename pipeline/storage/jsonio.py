@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from pipeline.storage.atomic import write_text_atomic
+from dhash.storage.atomic import write_text_atomic
 
 
 def dumps(obj) -> str:

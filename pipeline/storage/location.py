@@ -30,7 +30,7 @@ import re
 from functools import cached_property
 from urllib.parse import urlsplit
 
-from pipeline.errors import InputError
+from dhash.errors import InputError
 
 STORAGE_OPTIONS_ENV = "DHASH_STORAGE_OPTIONS"
 _default_options: dict | None = None
@@ -62,7 +62,7 @@ def storage_options() -> dict:
         return dict(_default_options)
     text = os.environ.get(STORAGE_OPTIONS_ENV, "").strip()
     if not text:
-        from pipeline import config
+        from dhash import config
 
         configured = config.get("storage-options")
         return dict(configured) if configured else {}

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.errors import InputError
-from pipeline.kernels.mih import table_layout
-from pipeline.storage.atomic import atomic_output, require_committed
-from pipeline.storage.chunkread import arrays_manifest, content_id, create_array, new_group, open_verified, read_attrs
-from pipeline.storage.location import resolve
+from dhash.errors import InputError
+from dhash.kernels.mih import table_layout
+from dhash.storage.atomic import atomic_output, require_committed
+from dhash.storage.chunkread import arrays_manifest, content_id, create_array, new_group, open_verified, read_attrs
+from dhash.storage.location import resolve
 
 INDEX_SCHEMA = "dhash.mih-index/1"
 INDEX_KIND = "mih-index"

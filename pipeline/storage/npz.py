@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.errors import InputError
+from dhash.errors import InputError
 
 # dtype kinds of an array spec (a string of numpy dtype kinds, or one exact dtype)
 FLOAT = "f"  # floating point of any width

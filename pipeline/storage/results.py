@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.storage.atomic import atomic_output
+from dhash.storage.atomic import atomic_output
 
 RESULTS_SCHEMA = "dhash.search-results/1"
 RESULTS_KIND = "search-results"
