@@ -7,8 +7,8 @@ Built in:
 * ``cnn`` for images (n, h, w) or (n, channels, h, w): two 5x5 convolutions with ReLU and
   2x2 max pooling, a fully connected hidden layer with ``dropout`` 0.5 (as in the fully
   connected layers of CNN-F, the ADSH paper's network), then one output per bit. Without the
-  dropout, ADSH's 32-bit codes on Fashion-MNIST reached a map of 0.943 on database rows the
-  network had seen and 0.909 on the test queries: the network over-fits the sampled rows;
+  dropout the network over-fits the sampled rows: its codes rank the database rows it has
+  seen much better than unseen queries (benchmarks/results/adsh/);
 * ``mlp`` for feature vectors: ``hidden`` fully connected ReLU layers (``dropout`` after
   each, 0 by default), then one output per bit.
 

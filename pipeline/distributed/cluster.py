@@ -38,8 +38,8 @@ def worker_environ() -> dict:
 
     Setting that variable switches off glibc's adaptive mmap threshold, so every buffer of
     a chunk (compressed bytes, decoded chunk, float32 slabs: MBs each) is a fresh mmap that
-    is page-faulted in and unmapped again, which slows every chunk read (a DisH/ITQ pass
-    took up to 1.8x longer, Nov 2026, 2-core Xeon VM). Our tasks allocate
+    is page-faulted in and unmapped again, which slows every chunk read and every DisH/ITQ pass.
+    Our tasks allocate
     the same few chunk-sized buffers over and over, so glibc's default reuse is what we
     want; the BLAS/OpenMP thread caps (1 thread per worker thread) stay."""
     import dask

@@ -154,10 +154,9 @@ class DGH(AnchorGraphHasher):
 
     s = 3 and rho = 10 are the best of s in {2, 3, 4} x rho in {0.01, 0.1, 1, 3, 10} on a
     Fashion-MNIST validation split (precision@1000, top 2% Euclidean ground truth, 32 and 64
-    bits; benchmarks/results/sweep_dgh_fashion-mnist*.md): 0.540 / 0.577 against 0.494 /
-    0.523 at rho = 0.1 and 0.525 / 0.558 with AGH's s = 2. With s = 2 rho hardly matters
-    (0.518-0.525 at 32 bits over 0.01-10); with s = 3 or 4 a small rho loses up to 0.16:
-    the more anchors per point, the more the bits need the pull of the balanced Y."""
+    bits; benchmarks/results/sweep_dgh_fashion-mnist*.md). With AGH's s = 2 rho hardly
+    matters; with s = 3 or 4 a small rho loses much: the more anchors per point, the more the
+    bits need the pull of the balanced Y."""
 
     method = "dgh"
     _parameter_constraints = {

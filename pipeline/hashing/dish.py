@@ -9,29 +9,21 @@ chunks are summed by a tree reduction and one SVD gives the shared dictionary.
 
 Penalty rho: the paper's rho = 100 is tied to its data scale. The ADMM step balances
 2 B_i^T X_i (entries grow like n_i x the data scale) against rho * t_i dictionaries (entries
-of order 1), so the default is rho = rho_scale * mean(n_i) * sqrt(mean ||x - mu||^2) with
-rho_scale = 0.03, chosen on validation splits (test queries removed) of four sets: real SIFT
-(debian-sift), Fashion-MNIST (iid and one class per node), sentence embeddings
-(debian-minilm) and sift-synth, by recall@1000 of the exact L2 top-100 against ITQ at 32 and
-64 bits (benchmarks/results/dish_rho_validation.md). A large penalty holds the nodes'
-dictionaries together but slows the objective's descent so much that 50 iterations end far
-from the optimum (rho_scale 0.3: up to 0.057 below ITQ on Fashion-MNIST; 1.0: up to 0.14), and
-the stopping rule below can even mistake the slow descent for convergence. At 0.03 DisH is
-level with ITQ on every set (-0.006 to +0.008); at 0.01 the nodes drift apart (one class per
-node: DisH1 0.014 below DisH2 at 32 bits), so 0.03 keeps consensus while descending fast.
-The consensus residual is then ~0.004 (iid) to ~0.02 (one class per node) after 50
-iterations rather than 1e-3 (benchmarks/results/dish_rho_scale.md, bench_dish_rho.py).
+of order 1), so the default is rho = rho_scale * mean(n_i) * sqrt(mean ||x - mu||^2). The
+value of rho_scale was chosen on validation splits (test queries removed) of four data sets,
+by recall of the exact L2 neighbours against ITQ: a large penalty holds the nodes'
+dictionaries together but slows the objective's descent so much that the iteration cap ends
+far from the optimum (and the stopping rule can mistake the slow descent for convergence);
+a small one lets the nodes drift apart. The chosen value keeps consensus while descending
+fast (benchmarks/results/dish_rho_validation.md, dish_rho_scale.md; docs: DisH page).
 
 Stopping: after an outer iteration whose objective changed by at most ``tol`` (relative) while
 the nodes' dictionaries agree to ``consensus_tol`` (largest relative difference over the graph's
-edges), or after ``max_iter`` = 50 iterations, ITQ's iteration count. From a random dictionary,
-DisH must first find the leading subspace: on data whose variance sits in a few directions
-(Fashion-MNIST) the rule stops it after ~15 iterations, but on flat spectra (sentence
-embeddings, debian-minilm) the objective still falls ~0.02% per iteration at 20, where the
-cap used to be, and DisH2 ended 2-7% below ITQ in map; at 50 it is level with ITQ (-2% to
-+4%), and 100 adds another 0.002-0.004 for twice the passes
-(benchmarks/results/sweep_dish_debian-minilm.md and sweep_itq_debian-minilm.md, on a
-validation split).
+edges), or after ``max_iter`` iterations (ITQ's count). From a random dictionary, DisH must
+first find the leading subspace: on data whose variance sits in a few directions the rule
+stops it early, but on flat spectra (sentence embeddings) the objective still falls slowly
+after many iterations, and a lower cap left DisH below ITQ (validation sweeps:
+benchmarks/results/sweep_dish_debian-minilm.md and sweep_itq_debian-minilm.md).
 """
 
 from __future__ import annotations

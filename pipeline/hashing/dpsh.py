@@ -36,8 +36,8 @@ class DPSH(DeepHashFunction):
 
     method = "dpsh"
     uses_labels = True
-    # no dropout in the default cnn: with ADSH's 0.5, DPSH on 5000 Fashion-MNIST rows lost map
-    # at every length (0.736 against 0.761 at 32 bits; 0.524 against 0.725 at 12)
+    # no dropout in the default cnn: with ADSH's 0.5, DPSH on its few thousand training rows
+    # lost map at every code length (benchmarks/results/adsh/)
     default_network_options = {"cnn": {"dropout": 0.0}}
     _parameter_constraints = {
         "n_bits": BITS,

@@ -149,9 +149,8 @@ class BRE(Hasher):
     Rows are centred by the training subset's mean before they are scaled to unit norm (the
     paper's assumption): a linear-kernel hash is a hyperplane through the origin, and data in
     one orthant (pixels, histograms) has the origin outside it, where such hyperplanes split
-    it badly (Fashion-MNIST, 32 bits, Euclidean top 2%, test split: map 0.315 uncentred vs
-    0.442 centred, LSH 0.333). The paper does not centre; its unit rows are these centred
-    ones.
+    it badly (uncentred, BRE fell below LSH on Fashion-MNIST). The paper does not centre;
+    its unit rows are these centred ones.
 
     Learned: ``mean_`` (d,), ``points_`` (n_bits, t, d) the unit training rows x_pq,
     ``weights_`` (n_bits, t) W, ``components_`` (d, n_bits) = sum_q W_pq x_pq, the encoder.

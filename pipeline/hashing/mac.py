@@ -9,14 +9,13 @@ the constraint Z = h(X) and minimises L(Z) + mu ||Z - h(X)||^2 while mu grows
 
 * h-step: fit each bit's classifier to Z's column (the bits are independent Dask tasks).
   The SVM only stands in for the misclassification count ||Z - h(X)||^2 the step minimises,
-  and a refit can miss more of Z's column than the previous SVM did (Fashion-MNIST, 5000
-  points, 32 bits, C = 1: 1 bit early on, all 32 late in the path, where Z nears h(X)). So
-  the step has two candidates, the refit and the refit with each bit's previous SVM kept
-  where that fits the column better (``keep_better_bits``, a descent step on the count), and
-  takes the one with the lower loss L(h(X)) (``lower_loss_h``), the quantity MAC is there to
-  lower. Always the refit ended Fashion-MNIST paths on refits that raised L(h(X)) by up to
-  1.4%; always the per-bit choice held debian-minilm paths near their start (a loss 1.2%
-  below cut's instead of 2.0%) until they stopped at Z = h(X);
+  and a refit can miss more of Z's column than the previous SVM did (rarely early on, for
+  most bits late in the path, where Z nears h(X)). So the step has two candidates, the refit
+  and the refit with each bit's previous SVM kept where that fits the column better
+  (``keep_better_bits``, a descent step on the count), and takes the one with the lower loss
+  L(h(X)) (``lower_loss_h``), the quantity MAC is there to lower. Always taking the refit
+  ended paths on refits that raised L(h(X)); always taking the per-bit choice held paths
+  near their start until they stopped at Z = h(X) (benchmarks/results/mac/);
 * Z-step: bit by bit, with the other bits fixed, by the quadratic surrogate (``quad``) or by
   GraphCut over blocks of points (``cut``), repeated until Z stops changing or ``z_passes``
   passes ran (kernels/zstep.py), never raising the penalised loss;
@@ -119,33 +118,26 @@ class MAC(Hasher):
       ``max_iter`` MAC iterations at most (0: the two-step method), ``z_passes`` Z-step
       passes per iteration at most, ``start_passes`` passes of the mu = 0 start at most;
     * ``validation_size`` rows for early stopping (0: none; drawn after the training
-      points, so it does not change them), ``block_size`` of knn-mode GraphCut blocks. The
-      default, 2000, is 4x the 500 first used here: on Fashion-MNIST at 16 bits, 500 rows
-      kept a MACquad iterate that raised their precision@100 by 0.0007 while the test map
-      fell by 0.0002;
+      points, so it does not change them), ``block_size`` of knn-mode GraphCut blocks. Too
+      few validation rows let noise decide which iterate is kept;
     * ``validation_database``: what the validation rows are ranked against: "held-out" (by
       default: the even-numbered validation rows are the queries, the odd-numbered ones the
       database, coded as the test's database is) or "training" (the training points). The
       training points' codes come from SVMs fitted to them, so "training" rewards a closer
-      fit rather than retrieval: at 32 bits on Fashion-MNIST, C = 10 gave cut a validation
-      precision of 0.7712 against 0.7709 at C = 1, yet a test map of 0.703 against 0.721,
-      while the held-out precision prefers C = 1 (0.6612 against 0.6500) as the test does;
+      fit rather than retrieval, while held-out rows are coded as the database is;
     * ``svm_c``: LIBLINEAR's C (1, its default). The features are centred and scaled to unit
-      RMS norm, so C = 1 regularises firmly: on 3000 Fashion-MNIST training points at 16 bits,
-      cut's SVMs miss 8.9% of the free codes' bits at C = 1 against 2.2% at C = 784 (raw
-      pixel scale / 28), yet the looser fit generalises worse (validation precision 0.782
-      vs 0.751 at C = 100) and trains 10x slower.
+      RMS norm, so C = 1 regularises firmly: the SVMs miss more of the free codes' bits than
+      at a large C, but the looser fit generalised worse and trains much slower
+      (benchmarks/results/mac/).
 
     The scale of mu (``penalty_scale``): with the KSH loss the Z-step weighs the penalty by
     b^2, i.e. mu is measured against the normalised loss (z_n^T z_m / b - y_nm)^2. A bit's
     coefficient per pair is A_nm = 2 (s_nm - b y_nm) (s_nm: the other bits' inner product)
     over ~1200 pairs per point, so flipping a bit against h, which costs 4 mu, competes with
     couplings of order 10^3 - 10^4 at eq. 3's raw scale. There the paper's schedule (mu_1 = 0.3,
-    alpha = 1.4) changed no bit or a handful for ~20 iterations and ended at Z = h(X) after
-    32-35 (Fashion-MNIST, 5000 points, 16-48 bits), where the paper reports 10-20; on the
-    normalised scale MACcut ends after 10-15 (MACquad, from mu_1 = 0.01: 22-26), and on 2000
-    points at 32 bits MACcut's training loss went from 0.14% above cut's (raw scale, 34
-    iterations) to 0.25% below it (13).
+    alpha = 1.4) changed almost no bit for many iterations and took far longer to reach
+    Z = h(X) than the paper reports; on the normalised scale MACcut ends within the paper's
+    iteration range and reaches a lower training loss than its two-step start.
 
     The SVMs see centred, scaled features (``mean_``, ``scale_``): the linear function's
     divided by one number (their RMS norm), the kernel function's standardised feature by

@@ -32,8 +32,8 @@ code where it has one):
   position (the authors use Matlab's fminunc, a quasi-Newton method); here Newton's method
   with the analytic Hessian and a backtracking line search (the majoriser's step, SMACOF's,
   where the Hessian is not positive definite), to a gradient norm of 1e-6 in units of s per
-  point of the codeword: the same minima as BFGS (the dense reference test), 6x faster on a
-  16-codeword, 32-d subspace.
+  point of the codeword: the same minima as BFGS (the dense reference test), in a fraction
+  of its time.
   A codeword without points is not in E and stays where it is.
 * Training uses every row given to ``fit`` (the authors' code: "better to use all samples");
   each iteration is one pass.

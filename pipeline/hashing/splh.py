@@ -63,15 +63,12 @@ class SPLH(LinearHasher):
     gives no value: eta = 1 was chosen on validation splits (1000 labeled points) of two
     kinds of data, Fashion-MNIST (steep spectrum, 10 classes) and debian-minilm (flat
     spectrum, 51 classes), as the best mean of map / (the best map at that length on that
-    set) over 24 and 48 bits: 0.965, against 0.963 for eta = 0.3 and 0.88 for eta = 0.1.
-    Fashion-MNIST alone prefers 0.1 at 24 bits (map 0.430 vs 0.387) and 1 at 48 (0.450 vs
-    0.429); on debian-minilm eta = 0.1 barely moves S3PLH from PCAH (0.130 / 0.137) while
-    0.3-1 gives 0.151-0.157 / 0.178-0.184 (benchmarks/results/sweep_splh_*.md). alpha = 1 / max ||x_l - mean||^2 by
-    default, the paper's step that keeps |alpha S~_ij| <= 1.
+    set) over 24 and 48 bits; a small eta barely moves S3PLH from PCAH on the flat spectrum
+    (benchmarks/results/sweep_splh_*.md). alpha = 1 / max ||x_l - mean||^2 by default, the
+    paper's step that keeps |alpha S~_ij| <= 1.
 
-    The single-shot ``pcah-adjusted`` does not gain from the labels on Fashion-MNIST: at 24
-    bits its map approaches PCAH's as eta -> 0 and never exceeds it (eta 100 / 3 / 1 / 0.1 / 0.01:
-    0.255 / 0.259 / 0.279 / 0.278 / 0.284, PCAH 0.284). With the labels' classes, X_l^T S
+    The single-shot ``pcah-adjusted`` does not gain from the labels on Fashion-MNIST: its map
+    approaches PCAH's as eta -> 0 and never exceeds it. With the labels' classes, X_l^T S
     X_l is about the between-class scatter, whose directions PCA already ranks first there;
     the sequential updates, not the adjusted covariance, carry S3PLH's gain."""
 
@@ -176,28 +173,26 @@ class USPLH(LinearHasher):
     (paper: 2000), ``eta`` weighs the pseudo-label term against the covariance, ``decay``
     (lambda) discounts the pseudo-labels of earlier bits.
 
-    Choices the paper leaves open, and their measured effect (map, Euclidean top-2% ground
-    truth, 1000 queries, sift-synth 100k rows, 32 bits, against 0.139 with every choice as
-    below; PCAH 0.131. Ablations on the quality protocol's split, not used for tuning):
+    Choices the paper leaves open (their measured effect, as ablations on sift-synth, is on
+    the SGH and SPLH documentation page):
 
     * Regions: the paper samples pairs from M (split, |w^T (x_i - x_j)| small) and C (same
       bit, far apart) without giving the thresholds. Here r-/r+ are the ``region_size`` rows
       closest to the boundary on each side and R-/R+ the ``region_size`` farthest, by the
       encoder's projection (the bit's own errors). region_size 2000 as the paper's
-      experiment (500: 0.116, 8000: 0.130).
+      experiment.
     * Pair weights: (r-, r+) pairs weigh 1 in total and each of (r-, R-) and (r+, R+) 1/2,
-      so neighbour and non-neighbour pairs weigh the same. Equal weights per pair block
-      (1 : 1 : 1): 0.132 (0.170 against 0.178 at 48 bits).
-    * Rows: Algorithm 2 samples the current residual X (deflated by the earlier bits); the
-      rows of the original data instead: 0.068 at the same eta.
+      so neighbour and non-neighbour pairs weigh the same (equal weights per pair block did
+      worse).
+    * Rows: Algorithm 2 samples the current residual X (deflated by the earlier bits), not
+      the rows of the original data (which did far worse).
     * Scale: the pseudo-label term is scaled, like S3PLH's label term, so that at eta = 1 its
       norm equals the covariance's top eigenvalue at its first bit (the region means grow
       with n as the far regions get more extreme, so an unscaled eta meant a different
       balance at every n).
-    * lambda = 0.5 (0.3: 0.133, 0.8: 0.097) and eta = 2, from validation sweeps (test
-      queries removed) at two sizes: eta = 2 is the best of 0.5 / 1 / 2 / 4 on sift-synth at
-      100k and at 400k rows, 32 and 48 bits; on Fashion-MNIST eta = 4 is better by 0.03 /
-      0.015 map at 32 / 48 bits but loses up to 0.015 on sift-synth
+    * lambda = 0.5 and eta = 2, from validation sweeps (test queries removed) at two sizes:
+      eta = 2 is the best of 0.5 / 1 / 2 / 4 on sift-synth at 100k and at 400k rows, 32 and
+      48 bits; on Fashion-MNIST a larger eta is better but loses on sift-synth
       (benchmarks/results/sweep_usplh_*.md). eta -> 0 is PCAH (deflating the covariance
       yields its principal directions in order)."""
 

@@ -35,8 +35,7 @@ SLAB_ROWS = 2048  # rows converted to float32 at a time: the slab stays in L2 fo
 @njit(nogil=True, cache=True)
 def _centre_into(X, mean, out):
     """out = float32(X) - mean, in one pass (numpy's astype then subtract makes two and its
-    uint8 -> float32 cast is unvectorised: ~9x slower on a 131072 x 128 chunk,
-    Nov 2026, 2-core Xeon VM)."""
+    uint8 -> float32 cast is unvectorised; the timing is in benchmarks/results/performance.md)."""
     for i in range(X.shape[0]):
         for j in range(X.shape[1]):
             out[i, j] = np.float32(X[i, j]) - mean[j]

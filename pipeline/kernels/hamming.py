@@ -96,7 +96,7 @@ def _tile_distances(query, tile, out):
 def _hot_blocks(dist, lim, hot):
     """Starts of the SCAN_BLOCK-blocks of dist holding a value < lim, into hot; returns how
     many. Always the whole tile: a data-dependent trip count here makes LLVM drop the
-    vectorisation (7x slower, Nov 2026, 2-core Xeon VM); padding codes past the end are skipped
+    vectorisation; padding codes past the end are skipped
     by pass 2."""
     n_hot = 0
     for block in range(0, TILE_CODES, SCAN_BLOCK):

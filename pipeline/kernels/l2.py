@@ -3,7 +3,7 @@
 ||q - x||^2 = ||q||^2 - 2 q.x + ||x||^2. The ranking term ||x||^2 - 2 q.x comes from a
 BLAS GEMM over slabs of SLAB_ROWS database rows, laid out rows x queries: slab @ (-2 Q)^T.
 That orientation is what makes the kernel as fast as FAISS's: OpenBLAS runs this shape
-20% faster than Q @ slab^T (98 against 82 GFLOP/s on one AMD EPYC core), and the scans
+faster than Q @ slab^T (benchmarks/results/groundtruth_*.md has the GFLOP/s), and the scans
 below then read each row's distances to all queries contiguously, with the queries' current
 heap tops in one small array. -2 is folded into the queries once (a power of two: exact).
 A numba loop keeps a bounded max-heap of (distance, id) per query, entered only by distances

@@ -86,7 +86,7 @@ def _quad(S, z: np.ndarray, mu: float, h: np.ndarray, max_iter: int) -> np.ndarr
     z = np.asarray(z, dtype=np.float64)
     linear = -2.0 * mu * np.asarray(h, dtype=np.float64)
     # L-BFGS-B's cost is S x, bound by reading S (nnz ~ 2 N (kappa+ + kappa-)): with S's values
-    # in float32 the product reads 8 instead of 12 bytes per entry and runs ~1.8x faster, while
+    # in float32 the product reads 8 instead of 12 bytes per entry and runs faster, while
     # its rounding (~1e-7 relative) is far below what changes a sign of the relaxed solution;
     # the energies that decide whether to keep the new bit are computed in float64
     S_single = S.astype(np.float32)

@@ -13,7 +13,7 @@ decode or decodes to the wrong size raises ``InputError`` naming the array, the 
 the command that re-creates it, on whichever worker reads it. zarr itself would return
 its fill value for a missing chunk, i.e. train, encode or score on zeros. Direct reads
 are also faster: ``zarr.Array.__getitem__`` adds event-loop hand-offs and copies around
-the decode (a 16 MiB chunk: 30 ms through zarr, ~17 ms direct; Nov 2026, 2-core Xeon VM). The
+the decode. The
 cost of a verified read pass is in benchmarks/results/verify_10M.md.
 """
 
@@ -26,8 +26,7 @@ import numpy as np
 from dhash.errors import InputError
 from dhash.storage.location import Location
 
-# level 1: 2.7x faster than zstd's default level on SIFT-like chunks and a slightly
-# better ratio (Nov 2026, 2-core Xeon VM)
+# level 1: much faster than zstd's default level on SIFT-like chunks, with no worse a ratio
 ZSTD_LEVEL = 1
 
 
