@@ -159,7 +159,6 @@ def main(argv=None) -> int:
     finally:
         disconnect(client)
     report["machine"] = machine_info()
-    Path(args.out + ".json").write_text(json.dumps(report["results"], indent=1, default=str) + "\n")
     Path(args.out + ".md").write_text(summary(report, args))
     print(Path(args.out + ".md").read_text())
     return 0

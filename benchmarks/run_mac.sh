@@ -14,6 +14,11 @@ OUT=benchmarks/results/mac
 run() {
     if [ -n "${DRY_RUN:-}" ]; then echo "$*"; return; fi
     echo "== $*" >&2
+    # dhash replaces a report directory only where it wrote it (its commit record is not in
+    # git), so the committed report is removed first; git keeps the old one
+    local out="" prev=""
+    for arg in "$@"; do [ "$prev" = --out ] && out=$arg; prev=$arg; done
+    [ -n "$out" ] && rm -rf -- "$out"
     "$PY" benchmarks/mac_comparison.py "$@"
 }
 

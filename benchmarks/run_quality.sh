@@ -8,7 +8,10 @@
 #   scaling  SGH training time at 250k / 500k / 1M sift-synth, against plain numpy
 set -euo pipefail
 R=benchmarks/results
-E=".venv/bin/dhash evaluate --quiet"  # replaces its own earlier report
+# dhash replaces a report directory only where it wrote it (its commit record is not in git),
+# so the committed report (the last argument, --out's value) is removed first; git keeps it
+evaluate() { rm -rf -- "${!#}"; .venv/bin/dhash evaluate --quiet "$@"; }
+E=evaluate
 only=${1:-all}
 run() { if [[ $only == all || $only == "$1" ]]; then shift; echo "+ $*" >&2; "$@"; fi; }
 S=".venv/bin/python benchmarks/sweep_params.py"
@@ -27,6 +30,13 @@ run sweeps $S --dataset fashion-mnist --method sgh --bits 32,64,128 \
 run sweeps $S --dataset fashion-mnist --method sgh --bits 32,64,128 \
   --grid '[{"rho_scale": [0.25]}, {"rho_scale": [0.5], "bandwidth_scale": [0.5]}]' \
   --ground-truth euclidean --top-percent 2 --out $R/sweep_sgh_fashion-mnist_round2.json
+run sweeps $S --dataset sift-synth --n 100000 --method sgh --bits 32,64 \
+  --grid '{"rho_scale": [0.25, 0.5, 1, 2], "bandwidth_scale": [0.5, 1, 2]}' \
+  --ground-truth euclidean --top-percent 2 --out $R/sweep_sgh_sift-synth-100k.json
+run sweeps $S --dataset fashion-mnist --method dgh --bits 32,64 --grid '{"n_nearest": [2, 3, 4], "rho": [0.01, 0.1, 1]}' \
+  --ground-truth euclidean --top-percent 2 --out $R/sweep_dgh_fashion-mnist.json
+run sweeps $S --dataset fashion-mnist --method dgh --bits 32,64 --grid '{"n_nearest": [2, 3], "rho": [3, 10]}' \
+  --ground-truth euclidean --top-percent 2 --out $R/sweep_dgh_fashion-mnist_round2.json
 run sweeps $S --dataset fashion-mnist --method splh --bits 24,48 --grid '{"eta": [0.01, 0.03, 0.1, 0.3, 1, 3]}' \
   --metric map --out $R/sweep_splh_fashion-mnist.json
 run sweeps $S --dataset debian-minilm --method splh --bits 24,48 --grid '{"eta": [0.03, 0.1, 0.3, 1, 3, 10]}' \

@@ -116,7 +116,8 @@ def _mark(r: dict, cpu: str | None, row: str) -> str:
     return row.replace(" | ", MACHINE_MARK + " | ", 1) if other else row
 
 
-def main() -> int:
+def table() -> str:
+    """performance.md's text, from the result files."""
     any_result = next(
         (RESULTS / f for f in ("train_10M_dish.json", "search_10M_32b.json") if (RESULTS / f).exists()), None
     )
@@ -153,15 +154,19 @@ def main() -> int:
             f"LSH + DisH training, encoding, search, "
             f"precision@50..1000 at 32 and 64 bits): **{p['total_seconds'] / 60:.1f} min**; see `pipeline_10M.md`.",
         ]
-    table = "\n".join(lines) + "\n"
-    (RESULTS / "performance.md").write_text(table)
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    text = table()
+    (RESULTS / "performance.md").write_text(text)
     readme = RESULTS.parent.parent / "README.md"
-    text = readme.read_text()
+    readme_text = readme.read_text()
     start, end = "<!-- performance:start -->\n", "<!-- performance:end -->"
-    if start in text and end in text:
-        head, rest = text.split(start, 1)
-        readme.write_text(head + start + table + end + rest.split(end, 1)[1])
-    print(table)
+    if start in readme_text and end in readme_text:
+        head, rest = readme_text.split(start, 1)
+        readme.write_text(head + start + text + end + rest.split(end, 1)[1])
+    print(text)
     return 0
 
 
