@@ -16,9 +16,15 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 from dataclasses import dataclass
+from numbers import Integral
 
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from dhash.deep import networks
 from dhash.errors import InputError
+from dhash.hashing.registry import HASHERS, METHOD_VARIANTS
 
 
 class OptionParser(argparse.ArgumentParser):
@@ -114,18 +120,6 @@ def name_list(text) -> list[str]:
     return names
 
 
-def topology(value):
-    """A topology name, or (config files only) an explicit edge list [[0, 1], [1, 2], ...]."""
-    if isinstance(value, list):
-        if not all(
-            isinstance(e, list) and len(e) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in e)
-            for e in value
-        ):
-            raise argparse.ArgumentTypeError(f"expected a topology name or a list of [i, j] node pairs, got {value!r}")
-        return value
-    return str(value)
-
-
 def json_object(text) -> dict:
     """``--storage-options '{"anon": true}'`` -> dict (a TOML table passes through)."""
     if isinstance(text, dict):
@@ -198,8 +192,9 @@ REPORT_COMMANDS = ("evaluate", "demo")
 @dataclass(frozen=True)
 class Option:
     """One option. ``default`` may be a dict {command: default}; ``required`` names the
-    commands that need it (from the command line or the config); ``param`` is the method
-    parameter it sets (``method``: for that method only)."""
+    commands that need it (from the command line or the config). A method option sets the
+    estimator parameter ``param`` of the estimators ``methods`` (base method names); its
+    ``default`` is None (not given: the estimator's own default, ``estimator_defaults``)."""
 
     name: str
     commands: tuple
@@ -212,7 +207,8 @@ class Option:
     choices: tuple | None = None
     group: str = "options"
     param: str | None = None
-    method: str | None = None
+    methods: tuple = ()
+    estimator_defaults: dict | None = None
     dest_name: str | None = None
     repeat: bool = False
     metavar: str | None = None
@@ -242,8 +238,8 @@ class Option:
                     f"{where}: {key} must be true or false, got {value!r}; write {fix} (a boolean, unquoted)"
                 )
             return value
-        accepted = _TOML_TYPES.get(self.type, (str,))
-        if isinstance(value, bool) or not isinstance(value, accepted):
+        accepted = toml_types(self.type)
+        if (isinstance(value, bool) and bool not in accepted) or not isinstance(value, accepted):
             want = " or ".join(_TOML_NAMES[t] for t in accepted)
             hint = f"; write {key} = {int(value)}" if isinstance(value, float) and int in accepted else ""
             raise InputError(f"{where}: {key} must be {want}, got {value!r}{hint}")
@@ -260,10 +256,456 @@ def _opt(name, commands, help_, **kw) -> Option:
     return Option(name, tuple(commands), help_, **kw)
 
 
-_DISH = "DisH (methods dish, dish-allreduce)"
-_SGH = "SGH, SPLH, USPLH and baselines (methods sgh, splh, usplh, pcah-adjusted, sikh, klsh, bre, agh, agh2, dgh, kmh)"
-_MAC = "MAC, its two-step baselines and KSH (methods maccut, macquad, cut, quad, ksh)"
-_ADSH = "ADSH and DPSH (methods adsh, dpsh; the deep extra)"
+# ------------------------------------------------------------ method options -----------
+# Method options are generated from the estimators: a flag's parameter, value type, range,
+# choices and default are read from the estimator class (``get_params()`` and
+# ``_parameter_constraints``); only the flag's name (PARAM_FLAGS) and a short description
+# (PARAM_HELP) are written here.
+
+# CLI name <-> estimator parameter: the one place a method option is named.
+# (flag, method, param): the flag sets ``param`` of ``method`` and of its variants (agh2 for
+# agh, dish-allreduce for dish, ...) unless the variant fixes it (cut and quad fix mac's
+# max_iter). method None: a shared flag, setting ``param`` of every estimator that takes it
+# and has no flag of its own for it (--rho: dish and sgh, while dgh's rho is --dgh-rho). A
+# parameter whose meaning differs between methods gets a method-prefixed flag per method.
+PARAM_FLAGS: tuple[tuple[str, str | None, str], ...] = (
+    ("n-iter", "itq", "n_iter"),
+    ("isohash-max-iter", "isohash", "max_iter"),
+    ("dictionary", "dish", "dictionary"),
+    ("nodes", "dish", "nodes"),
+    ("topology", "dish", "topology"),
+    ("partition", "dish", "partition"),
+    ("rho", None, "rho"),
+    ("rho-scale", "dish", "rho_scale"),
+    ("inner-steps", "dish", "inner_steps"),
+    ("max-iter", "dish", "max_iter"),
+    ("init", "dish", "init"),
+    ("dish-tol", "dish", "tol"),
+    ("dish-consensus-tol", "dish", "consensus_tol"),
+    ("n-bases", "sgh", "n_bases"),
+    ("bandwidth-scale", "sgh", "bandwidth_scale"),
+    ("sgh-rho-scale", "sgh", "rho_scale"),
+    ("sgh-gamma", "sgh", "gamma"),
+    ("sgh-refine", "sgh", "refine"),
+    ("kernel-cache", "sgh", "kernel_cache"),
+    ("sikh-bandwidth", "sikh", "bandwidth"),
+    ("sikh-bandwidth-scale", "sikh", "bandwidth_scale"),
+    ("klsh-anchors", "klsh", "n_anchors"),
+    ("klsh-subset-size", "klsh", "subset_size"),
+    ("klsh-bandwidth-scale", "klsh", "bandwidth_scale"),
+    ("bre-train-size", "bre", "train_size"),
+    ("bre-points-per-bit", "bre", "points_per_bit"),
+    ("bre-sweeps", "bre", "n_iter"),
+    ("agh-anchors", "agh", "n_anchors"),
+    ("agh-nearest", "agh", "n_nearest"),
+    ("kmeans-iter", "agh", "kmeans_iter"),
+    ("dgh-anchors", "dgh", "n_anchors"),
+    ("dgh-nearest", "dgh", "n_nearest"),
+    ("dgh-kmeans-iter", "dgh", "kmeans_iter"),
+    ("dgh-rho", "dgh", "rho"),
+    ("dgh-max-iter", "dgh", "max_iter"),
+    ("dgh-max-b-iter", "dgh", "max_b_iter"),
+    ("kmh-bits-per-subspace", "kmh", "bits_per_subspace"),
+    ("kmh-iter", "kmh", "n_iter"),
+    ("kmh-affinity-weight", "kmh", "affinity_weight"),
+    ("labeled", None, "n_labeled"),
+    ("eta", None, "eta"),
+    ("splh-alpha", "splh", "alpha"),
+    ("region-size", "usplh", "region_size"),
+    ("decay", "usplh", "decay"),
+    ("affinity", "mac", "affinity"),
+    ("mac-loss", "mac", "loss"),
+    ("mac-hash", "mac", "hash_function"),
+    ("kappa-plus", "mac", "n_similar"),
+    ("kappa-minus", "mac", "n_dissimilar"),
+    ("mac-centres", "mac", "n_centres"),
+    ("mu-start", "mac", "mu_start"),
+    ("mu-factor", "mac", "mu_factor"),
+    ("mac-max-iter", "mac", "max_iter"),
+    ("z-passes", "mac", "z_passes"),
+    ("mac-start-passes", "mac", "start_passes"),
+    ("mac-block-size", "mac", "block_size"),
+    ("mac-svm-c", "mac", "svm_c"),
+    ("validation-size", "mac", "validation_size"),
+    ("validation-database", "mac", "validation_database"),
+    ("ksh-anchors", "ksh", "n_anchors"),
+    ("ksh-max-iter", "ksh", "max_iter"),
+    ("sdh-anchors", "sdh", "n_anchors"),
+    ("sdh-bandwidth-scale", "sdh", "bandwidth_scale"),
+    ("sdh-lambda-g", "sdh", "lambda_g"),
+    ("sdh-lambda-f", "sdh", "lambda_f"),
+    ("sdh-nu", "sdh", "nu"),
+    ("sdh-max-iter", "sdh", "max_iter"),
+    ("cosdish-columns", "cosdish", "n_columns"),
+    ("cosdish-max-iter", "cosdish", "max_iter"),
+    ("cosdish-alternations", "cosdish", "alternations"),
+    ("cosdish-ridge", "cosdish", "ridge"),
+    ("adsh-gamma", "adsh", "gamma"),
+    ("outer-iter", "adsh", "outer_iter"),
+    ("inner-iter", "adsh", "inner_iter"),
+    ("omega", "adsh", "n_samples"),
+    ("adsh-validation-size", "adsh", "validation_size"),
+    ("batch-size", None, "batch_size"),
+    ("learning-rate", None, "learning_rate"),
+    ("network", None, "network"),
+    ("input-shape", None, "input_shape"),
+    ("torch-threads", None, "threads"),
+    ("epochs", "dpsh", "epochs"),
+    ("dpsh-eta", "dpsh", "quantisation_weight"),
+    ("dpsh-balance", "dpsh", "balance"),
+)
+# make_hasher's own arguments, set by these flags of the workflows (not method parameters)
+ARGUMENT_FLAGS = {"n_bits": "bits", "random_state": "seed"}
+# parameters no flag sets, and why (a parameter fixed by a method name, e.g. agh2 is agh
+# with layers = 2, is set by --method/--methods: hashing.registry.METHOD_VARIANTS)
+NOT_FLAGS = {
+    # row indices are an argument of the library's API; the jobs draw --labeled rows with the seed
+    "labeled_rows",
+}
+# method options some METHOD_COMMANDS do not take: evaluate and demo score every node's
+# dictionary (--dish2-dictionaries), so only train picks one
+_FLAG_COMMANDS = {"dictionary": ("train",)}
+
+# What each parameter means: one short text per (method, param), or per ((methods), param)
+# when several methods share it. Never a default, a type or a range: the help adds those
+# from the estimator.
+PARAM_HELP: dict = {
+    ("itq", "n_iter"): "rotation iterations",
+    ("isohash", "max_iter"): "lift-and-projection iterations at most",
+    ("dish", "dictionary"): "node whose dictionary encodes (DisH2)",
+    ("dish", "nodes"): "number of nodes P",
+    ("dish", "topology"): "graph of the nodes; a config file may give an edge list [[i, j], ...]",
+    ("dish", "partition"): "how the rows are divided among the nodes",
+    ("dish", "rho"): "ADMM penalty; none: scaled to the data (see --rho-scale)",
+    ("dish", "rho_scale"): "rho = this x mean node size x RMS distance to the mean (unless --rho is given)",
+    ("dish", "inner_steps"): "ADMM steps per outer iteration K",
+    ("dish", "max_iter"): "outer iterations at most",
+    ("dish", "init"): "starting dictionaries",
+    ("dish", "tol"): "stop after an outer iteration that changes the objective by at most this (relative) while "
+    "the dictionaries agree to --dish-consensus-tol",
+    ("dish", "consensus_tol"): "largest relative difference between the nodes' dictionaries at which they agree",
+    ("sgh", "n_bases"): "kernel bases m",
+    ("sgh", "bandwidth_scale"): "kernel width = this x RMS distance to the bases",
+    ("sgh", "rho"): "width rho of the similarity 2 exp(-||x_i - x_j||^2 / rho) - 1; none: from --sgh-rho-scale",
+    ("sgh", "rho_scale"): "rho = this x 2 max ||x - mean||^2 (unless --rho is given)",
+    ("sgh", "gamma"): "ridge gamma of the kernel regression",
+    ("sgh", "refine"): "re-fit each bit against all the others after the first sweep",
+    ("sgh", "kernel_cache"): "keep kernel features on the workers between passes (auto: when they fit)",
+    ("sikh", "bandwidth"): "Gaussian kernel width sigma; none: from --sikh-bandwidth-scale",
+    ("sikh", "bandwidth_scale"): "Gaussian kernel width = this x RMS distance to the mean",
+    ("klsh", "n_anchors"): "anchor rows p drawn with the seed",
+    ("klsh", "subset_size"): "anchors t averaged per bit",
+    ("klsh", "bandwidth_scale"): "Gaussian kernel width = this x RMS distance between anchors",
+    ("bre", "train_size"): "training rows n_t drawn with the seed",
+    ("bre", "points_per_bit"): "training rows t in each hash function's kernel sum",
+    ("bre", "n_iter"): "coordinate-descent sweeps at most",
+    (("agh", "dgh"), "n_anchors"): "k-means anchors m",
+    (("agh", "dgh"), "n_nearest"): "nearest anchors s per point",
+    (("agh", "dgh"), "kmeans_iter"): "Lloyd steps of the anchors' k-means",
+    ("dgh", "rho"): "weight rho of the penalty tying the bits to the balanced, uncorrelated Y",
+    ("dgh", "max_iter"): "alternations of the B- and Y-steps at most",
+    ("dgh", "max_b_iter"): "signed-gradient steps per B-step at most, one pass over the workers' graph rows each",
+    ("kmh", "bits_per_subspace"): "bits b per subspace, 2^b codewords each; the bits must be a multiple of b",
+    ("kmh", "n_iter"): "iterations, one pass each",
+    ("kmh", "affinity_weight"): "weight lambda of the affinity error against the quantisation error",
+    ("splh", "n_labeled"): "labeled training points drawn with the seed",
+    ("splh", "eta"): "weight of the label term relative to the covariance",
+    ("splh", "alpha"): "step alpha of the label update; none: 1 / max ||x_l - mean||^2",
+    ("usplh", "eta"): "weight of the pseudo-label term relative to the covariance",
+    ("usplh", "region_size"): "points per boundary region",
+    ("usplh", "decay"): "decay lambda of earlier pseudo-labels",
+    ("mac", "n_labeled"): "training points of the affinities",
+    ("mac", "affinity"): "similar = same class (labels) or exact Euclidean neighbours (knn: no labels needed)",
+    ("mac", "loss"): "pairwise loss: ksh or esplh",
+    ("mac", "hash_function"): "hash function per bit: linear SVM, or kernel (linear SVM on RBF features)",
+    ("mac", "n_similar"): "similar pairs per training point",
+    ("mac", "n_dissimilar"): "dissimilar pairs per training point",
+    ("mac", "n_centres"): "RBF centres of the kernel hash function",
+    ("mac", "mu_start"): "first penalty mu_1; none: by the solver",
+    ("mac", "mu_factor"): "penalty multiplier alpha per iteration",
+    ("mac", "max_iter"): "MAC iterations at most (0: the two-step method)",
+    ("mac", "z_passes"): "Z-step passes over the bits per iteration at most",
+    ("mac", "start_passes"): "Z-step passes of the mu = 0 start at most",
+    ("mac", "block_size"): "rows per GraphCut block in knn mode",
+    ("mac", "svm_c"): "LIBLINEAR's C of the hash functions' SVMs",
+    ("mac", "validation_size"): "training rows held out for early stopping (0: none)",
+    ("mac", "validation_database"): "what early stopping ranks the validation rows against: held-out (half the "
+    "validation rows rank the other half) or the training points",
+    ("ksh", "n_labeled"): "labeled points",
+    ("ksh", "n_anchors"): "kernel anchors m drawn among the labeled points",
+    ("ksh", "max_iter"): "L-BFGS steps of each bit's smoothed problem",
+    (("sdh", "cosdish", "dpsh"), "n_labeled"): "training points, every row when at least their number",
+    ("sdh", "n_anchors"): "RBF anchors drawn from the training rows",
+    ("sdh", "bandwidth_scale"): "kernel width = this x mean distance of the training rows to the anchors",
+    ("sdh", "lambda_g"): "ridge lambda of the G-step (labels from codes)",
+    ("sdh", "lambda_f"): "ridge lambda_F of the F-step (codes from kernel features)",
+    ("sdh", "nu"): "weight nu of the kernel features' fit to the codes in the B-step",
+    ("sdh", "max_iter"): "iterations",
+    ("cosdish", "n_columns"): "columns |Omega| sampled per iteration; none: the code length",
+    ("cosdish", "max_iter"): "iterations T_sto",
+    ("cosdish", "alternations"): "alternations T_alt per iteration",
+    ("cosdish", "ridge"): "ridge lambda of the hash functions' regression",
+    ("adsh", "gamma"): "weight gamma of the quantisation term",
+    ("adsh", "outer_iter"): "outer iterations T_out, each with a new Omega",
+    ("adsh", "inner_iter"): "network epochs + V-steps per Omega, T_in",
+    ("adsh", "n_samples"): "database rows sampled per outer iteration, |Omega|",
+    ("adsh", "validation_size"): "database rows whose network codes are ranked after every outer iteration (0: none)",
+    (("adsh", "dpsh"), "batch_size"): "network mini-batch",
+    (("adsh", "dpsh"), "learning_rate"): "Adam's learning rate",
+    (("adsh", "dpsh"), "network"): "cnn (images; dropout 0.5 in its hidden layer for adsh, none for dpsh) or mlp "
+    "(feature vectors); none: by the row's size, a square image (side >= 16, grey or 3 colours) gets the cnn",
+    (("adsh", "dpsh"), "input_shape"): "shape of a row as the network's input (28,28 or 3,32,32); none: by the "
+    "row's size",
+    (("adsh", "dpsh"), "threads"): "threads of the network step (fixed, for reproducible results)",
+    ("dpsh", "epochs"): "passes of the network over its training rows",
+    ("dpsh", "quantisation_weight"): "weight eta of the quantisation term",
+    ("dpsh", "balance"): "weigh the similar and the dissimilar pairs equally",
+}
+
+
+@dataclass(frozen=True)
+class Number:
+    """A number option read from an estimator's ``Interval`` constraint: the flag's text or
+    a TOML number, converted and range-checked before any work starts. Integer bounds are
+    kept closed (an open bound 0 is a closed bound 1)."""
+
+    integer: bool
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    @classmethod
+    def of(cls, interval: Interval) -> Number:
+        integer = interval.type is Integral
+        low, high = interval.left, interval.right
+        low_open = low is not None and interval.closed in ("right", "neither")
+        high_open = high is not None and interval.closed in ("left", "neither")
+        if integer:  # closed integer bounds read best: "an integer >= 2", not "> 1"
+            low = None if low is None else math.floor(low) + 1 if low_open or low != int(low) else int(low)
+            high = None if high is None else math.ceil(high) - 1 if high_open or high != int(high) else int(high)
+            low_open = high_open = False
+        return cls(integer, low, high, low_open, high_open)
+
+    def narrowed(self, other: Number) -> Number:
+        """The values both accept (a flag shared by methods whose ranges differ)."""
+        if other.integer != self.integer:
+            raise TypeError("an integer and a real parameter cannot share a flag")
+        low, low_open = self.low, self.low_open
+        if other.low is not None and (low is None or (other.low, other.low_open) > (low, low_open)):
+            low, low_open = other.low, other.low_open
+        high, high_open = self.high, self.high_open
+        if other.high is not None and (high is None or (other.high, not other.high_open) < (high, not high_open)):
+            high, high_open = other.high, other.high_open
+        return Number(self.integer, low, high, low_open, high_open)
+
+    @property
+    def what(self) -> str:
+        """The values accepted, as error messages say them."""
+        kind = "an integer" if self.integer else "a number"
+        low, high = _number(self.low), _number(self.high)
+        if self.low is not None and self.high is not None:
+            if self.integer:
+                return f"an integer from {low} to {high}"
+            return f"a number in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            if self.integer and self.low == 1:
+                return "a positive integer"
+            if not self.integer and self.low == 0 and self.low_open:
+                return "a positive number"
+            return f"{kind} {'>' if self.low_open else '>='} {low}"
+        if self.high is not None:
+            return f"{kind} {'<' if self.high_open else '<='} {high}"
+        return kind
+
+    def __call__(self, text):
+        if isinstance(text, bool):
+            raise argparse.ArgumentTypeError(f"expected {self.what}, got {text!r}")
+        try:
+            value = int(str(text).strip()) if self.integer else float(str(text).strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {self.what}, got {text!r}") from None
+        if not math.isfinite(value) or not self._holds(value):
+            raise argparse.ArgumentTypeError(f"expected {self.what}, got {value if self.integer else repr(text)}")
+        return value
+
+    def _holds(self, value) -> bool:
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return False
+        return self.high is None or not (value > self.high or (self.high_open and value == self.high))
+
+    @property
+    def toml_types(self) -> tuple:
+        return (int,) if self.integer else (int, float)
+
+    def json(self) -> dict:
+        prop = {"type": "integer" if self.integer else "number"}
+        if self.low is not None:
+            prop["exclusiveMinimum" if self.low_open else "minimum"] = self.low
+        if self.high is not None:
+            prop["exclusiveMaximum" if self.high_open else "maximum"] = self.high
+        return prop
+
+
+def _number(value) -> str:
+    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class NameOrPairs:
+    """A name among ``names``, or (config files only) an explicit edge list [[0, 1], [1, 2], ...]."""
+
+    names: tuple
+
+    def __call__(self, value):
+        if isinstance(value, list):
+            if not all(
+                isinstance(e, list) and len(e) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in e)
+                for e in value
+            ):
+                raise argparse.ArgumentTypeError(f"expected a name or a list of [i, j] node pairs, got {value!r}")
+            return value
+        if str(value) not in self.names:
+            raise argparse.ArgumentTypeError(
+                f"expected one of {', '.join(self.names)} (or, in a config file, a list of [i, j] node pairs), "
+                f"got {value!r}"
+            )
+        return str(value)
+
+    toml_types = (str, list)
+
+    def json(self) -> dict:
+        pairs = {
+            "type": "array",
+            "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
+        }
+        return {"oneOf": [{"type": "string", "enum": list(self.names)}, pairs]}
+
+
+def boolean(text) -> bool:
+    """true or false (a TOML boolean, or the flag's text)."""
+    if isinstance(text, bool):
+        return text
+    spelt = str(text).strip().lower()
+    if spelt not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return spelt == "true"
+
+
+# names of a str parameter without a choice set in its constraints: the networks built in
+# (a library user may register more; the command line cannot, so these are its choices)
+_STR_CHOICES = {"network": tuple(sorted(networks._FACTORIES))}
+
+
+def _value_type(method: str, param: str) -> tuple:
+    """(type, choices) of a method parameter, from the estimator's ``_parameter_constraints``."""
+    constraints = [c for c in HASHERS[method]._parameter_constraints[param] if c is not None]
+    numbers = [c for c in constraints if isinstance(c, Interval)]
+    names = [tuple(sorted(c.options)) for c in constraints if isinstance(c, StrOptions)]
+    if len(numbers) == 1:
+        return Number.of(numbers[0]), None
+    if names and list in constraints:
+        return NameOrPairs(names[0]), None
+    if names:
+        return text, names[0]
+    if "boolean" in constraints:
+        return boolean, None
+    if tuple in constraints or list in constraints:
+        return positive_int_list, None
+    if str in constraints and param in _STR_CHOICES:
+        return text, _STR_CHOICES[param]
+    raise TypeError(f"{HASHERS[method].__name__}.{param}: no option type for the constraints {constraints}")
+
+
+def _variants(method: str, param: str | None = None) -> list[str]:
+    """The method names that reach ``method``'s ``param``: its own and its variants' that do not fix it."""
+    return [method] + [v for v, (base, fixed) in METHOD_VARIANTS.items() if base == method and param not in fixed]
+
+
+def flag_methods(method: str | None, param: str) -> tuple[str, ...]:
+    """The estimators a PARAM_FLAGS entry sets ``param`` of."""
+    if method is not None:
+        return (method,)
+    own = {m for _, m, p in PARAM_FLAGS if m is not None and p == param}
+    return tuple(m for m, cls in HASHERS.items() if param in cls._get_param_names() and m not in own)
+
+
+def _descriptions() -> dict:
+    out = {}
+    for (methods, param), text_ in PARAM_HELP.items():
+        for method in (methods,) if isinstance(methods, str) else methods:
+            out[method, param] = text_
+    return out
+
+
+DESCRIPTIONS = _descriptions()
+
+
+def show_value(value) -> str:
+    """A default as the help prints it (TOML's spelling of booleans, none for None)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def _method_help(methods, param: str, defaults: dict) -> str:
+    """``method: description (default X)`` per description, the defaults read from the estimators."""
+    groups: dict = {}
+    for method in methods:
+        try:
+            groups.setdefault(DESCRIPTIONS[method, param], []).append(method)
+        except KeyError:
+            raise LookupError(f"PARAM_HELP describes no parameter {param} of {method}; add it") from None
+    parts = []
+    for description, members in groups.items():
+        shown = {m: show_value(defaults[m]) for m in members}
+        if len(set(shown.values())) == 1:
+            default = f"default {next(iter(shown.values()))}"
+        else:
+            default = "default " + ", ".join(f"{m} {v}" for m, v in shown.items())
+        parts.append(f"{', '.join(members)}: {description} ({default})")
+    return "; ".join(parts)
+
+
+def _method_option(flag: str, method: str | None, param: str) -> Option:
+    methods = flag_methods(method, param)
+    if not methods:
+        raise LookupError(f"flag --{flag}: no estimator takes a parameter {param}")
+    kinds = [_value_type(m, param) for m in methods]
+    type_, choices = kinds[0]
+    for other in kinds[1:]:
+        if isinstance(type_, Number) and isinstance(other[0], Number):
+            type_ = type_.narrowed(other[0])
+        elif other != kinds[0]:
+            raise TypeError(
+                f"flag --{flag}: {param} has different types in {', '.join(methods)}; name a flag per method"
+            )
+    defaults = {m: HASHERS[m]().get_params()[param] for m in methods}
+    if len(methods) == 1:
+        group = f"{HASHERS[methods[0]].__name__} (method {', '.join(_variants(methods[0]))})"
+    else:
+        group = "options of several methods"
+    return Option(
+        flag,
+        _FLAG_COMMANDS.get(flag, METHOD_COMMANDS),
+        _method_help(methods, param, defaults),
+        type=type_,
+        choices=choices,
+        group=group,
+        param=param,
+        methods=methods,
+        estimator_defaults=defaults,
+        metavar="{true,false}" if type_ is boolean else None,
+    )
+
+
+METHOD_OPTIONS: tuple[Option, ...] = tuple(_method_option(*entry) for entry in PARAM_FLAGS)
+
+
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
 
@@ -340,122 +782,9 @@ OPTIONS: tuple[Option, ...] = (
          type=positive_int),
     _opt("codes", ["train"], "adsh: codes store for the learned database codes (every row of the dataset; the "
          "split's queries encoded by the network)"),
-    _opt("n-iter", ["train"], "itq: iterations (default 50)", type=positive_int, param="n_iter", method="itq"),
-    _opt("dictionary", ["train"], "dish: node whose dictionary encodes (DisH2, default 0)", type=non_negative_int,
-         param="dictionary", method="dish", group=_DISH),
     _opt("resume", ["train"], "continue an interrupted run from OUT.checkpoint (itq, dish: saved after every "
          "iteration)", switch=True),
-    _opt("nodes", METHOD_COMMANDS, "number of nodes P (default 10)", type=positive_int, param="nodes", group=_DISH),
-    _opt("topology", METHOD_COMMANDS, "random (default), ring, star, complete; a config file may give an edge list",
-         type=topology, param="topology", group=_DISH),
-    _opt("partition", METHOD_COMMANDS, "contiguous (default), random, by-label", param="partition", group=_DISH),
-    _opt("rho", METHOD_COMMANDS, "ADMM penalty (default: scaled to the data, see --rho-scale)", type=positive_float,
-         param="rho", group=_DISH),
-    _opt("rho-scale", METHOD_COMMANDS, "rho = this x mean node size x RMS distance to the mean (default 0.03)",
-         type=positive_float, param="rho_scale", method="dish", group=_DISH),
-    _opt("inner-steps", METHOD_COMMANDS, "ADMM steps per outer iteration K (default 5)", type=positive_int,
-         param="inner_steps", group=_DISH),
-    _opt("max-iter", METHOD_COMMANDS, "outer iterations at most (default 50)", type=positive_int, param="max_iter",
-         method="dish", group=_DISH),
-    _opt("init", METHOD_COMMANDS, "random (default) or pca", param="init", group=_DISH),
-    _opt("n-bases", METHOD_COMMANDS, "sgh: kernel bases m (default 300)", type=positive_int, param="n_bases",
-         group=_SGH),
-    _opt("bandwidth-scale", METHOD_COMMANDS, "sgh: kernel width = this x RMS distance to the bases (default 0.5)",
-         type=positive_float, param="bandwidth_scale", method="sgh", group=_SGH),
-    _opt("sikh-bandwidth-scale", METHOD_COMMANDS, "sikh: Gaussian kernel width = this x RMS distance to the mean "
-         "(default 1)", type=positive_float, param="bandwidth_scale", method="sikh", group=_SGH),
-    _opt("klsh-anchors", METHOD_COMMANDS, "klsh: anchor rows p drawn with the seed (default 300)",
-         type=positive_int, param="n_anchors", method="klsh", group=_SGH),
-    _opt("klsh-subset-size", METHOD_COMMANDS, "klsh: anchors t averaged per bit (default 30)",
-         type=positive_int, param="subset_size", method="klsh", group=_SGH),
-    _opt("klsh-bandwidth-scale", METHOD_COMMANDS, "klsh: Gaussian kernel width = this x RMS distance between "
-         "anchors (default 1)", type=positive_float, param="bandwidth_scale", method="klsh", group=_SGH),
-    _opt("bre-train-size", METHOD_COMMANDS, "bre: training rows n_t drawn with the seed (default 1000)",
-         type=positive_int, param="train_size", method="bre", group=_SGH),
-    _opt("bre-points-per-bit", METHOD_COMMANDS, "bre: training rows t in each hash function's kernel sum "
-         "(default 20)", type=positive_int, param="points_per_bit", method="bre", group=_SGH),
-    _opt("bre-sweeps", METHOD_COMMANDS, "bre: coordinate-descent sweeps at most (default 10)",
-         type=positive_int, param="n_iter", method="bre", group=_SGH),
-    _opt("agh-anchors", METHOD_COMMANDS, "agh, agh2: k-means anchors m (default 300)",
-         type=positive_int, param="n_anchors", method="agh", group=_SGH),
-    _opt("agh-nearest", METHOD_COMMANDS, "agh, agh2: nearest anchors s per point (default 2)",
-         type=positive_int, param="n_nearest", method="agh", group=_SGH),
-    _opt("kmeans-iter", METHOD_COMMANDS, "agh, agh2: Lloyd steps of the anchors' k-means (default 5)",
-         type=positive_int, param="kmeans_iter", method="agh", group=_SGH),
-    _opt("dgh-rho", METHOD_COMMANDS, "dgh: weight rho of the penalty tying the bits to the balanced, uncorrelated "
-         "Y (default 10)", type=positive_float, param="rho", method="dgh", group=_SGH),
-    _opt("dgh-max-iter", METHOD_COMMANDS, "dgh: alternations of the B- and Y-steps at most (default 20)",
-         type=positive_int, param="max_iter", method="dgh", group=_SGH),
-    _opt("dgh-max-b-iter", METHOD_COMMANDS, "dgh: signed-gradient steps per B-step at most, one pass over the "
-         "workers' graph rows each (default 300)", type=positive_int, param="max_b_iter", method="dgh", group=_SGH),
-    _opt("kmh-bits-per-subspace", METHOD_COMMANDS, "kmh: bits b per subspace, 2^b codewords each; the bits must be "
-         "a multiple of b (default 4)", type=positive_int, param="bits_per_subspace", method="kmh", group=_SGH),
-    _opt("kmh-iter", METHOD_COMMANDS, "kmh: iterations, one pass each (default 50)",
-         type=positive_int, param="n_iter", method="kmh", group=_SGH),
-    _opt("sgh-rho-scale", METHOD_COMMANDS, "sgh: rho = this x 2 max ||x - mean||^2 (default 0.5)",
-         type=positive_float, param="rho_scale", method="sgh", group=_SGH),
-    _opt("kernel-cache", METHOD_COMMANDS, "sgh: keep kernel features on the workers between passes (default auto: "
-         "when they fit)", choices=("auto", "memory", "recompute"), param="kernel_cache", group=_SGH),
-    _opt("labeled", METHOD_COMMANDS, "splh, pcah-adjusted: labeled training points drawn with the seed (default "
-         "1000); maccut, macquad, cut, quad: training points of the affinities, ksh: labeled points; sdh, cosdish, "
-         "dpsh: training points, every row when at least their number (default 5000)", type=positive_int,
-         param="n_labeled", group=_SGH),
-    _opt("eta", METHOD_COMMANDS, "splh, usplh: weight of the (pseudo-)label term relative to the covariance (default: splh 1, usplh 2)",
-         type=positive_float, param="eta", group=_SGH),
-    _opt("region-size", METHOD_COMMANDS, "usplh: points per boundary region (default 2000)", type=positive_int,
-         param="region_size", group=_SGH),
-    _opt("decay", METHOD_COMMANDS, "usplh: decay lambda of earlier pseudo-labels, in (0, 1] (default 0.5)",
-         type=positive_float, param="decay", group=_SGH),
-    _opt("affinity", METHOD_COMMANDS, "labels (similar = same class; default) or knn (similar = exact Euclidean "
-         "neighbours, no labels needed)", choices=("labels", "knn"), param="affinity", method="mac", group=_MAC),
-    _opt("mac-loss", METHOD_COMMANDS, "ksh (default) or esplh", choices=("ksh", "esplh"), param="loss", method="mac",
-         group=_MAC),
-    _opt("mac-hash", METHOD_COMMANDS, "hash function per bit: linear SVM (default) or kernel (linear SVM on RBF "
-         "features)", choices=("linear", "kernel"), param="hash_function", method="mac", group=_MAC),
-    _opt("kappa-plus", METHOD_COMMANDS, "similar pairs per training point (default 100)", type=positive_int,
-         param="n_similar", method="mac", group=_MAC),
-    _opt("kappa-minus", METHOD_COMMANDS, "dissimilar pairs per training point (default 500)", type=positive_int,
-         param="n_dissimilar", method="mac", group=_MAC),
-    _opt("mac-centres", METHOD_COMMANDS, "RBF centres of the kernel hash function (default 500)", type=positive_int,
-         param="n_centres", method="mac", group=_MAC),
-    _opt("mu-start", METHOD_COMMANDS, "first penalty mu_1 (default: cut 0.3, quad 0.01)", type=positive_float,
-         param="mu_start", method="mac", group=_MAC),
-    _opt("mu-factor", METHOD_COMMANDS, "penalty multiplier alpha per iteration, > 1 (default 1.4)",
-         type=positive_float, param="mu_factor", method="mac", group=_MAC),
-    _opt("mac-max-iter", METHOD_COMMANDS, "MAC iterations at most (default 40)", type=non_negative_int,
-         param="max_iter", method="mac", group=_MAC),
-    _opt("z-passes", METHOD_COMMANDS, "Z-step passes over the bits per iteration at most (default 2)",
-         type=positive_int, param="z_passes", method="mac", group=_MAC),
-    _opt("ksh-anchors", METHOD_COMMANDS, "ksh: kernel anchors m drawn among the labeled points (default 300)",
-         type=positive_int, param="n_anchors", method="ksh", group=_MAC),
-    _opt("ksh-max-iter", METHOD_COMMANDS, "ksh: L-BFGS steps of each bit's smoothed problem (default 500)",
-         type=non_negative_int, param="max_iter", method="ksh", group=_MAC),
-    _opt("validation-size", METHOD_COMMANDS, "training rows held out for early stopping (default 2000; 0: none)",
-         type=non_negative_int, param="validation_size", method="mac", group=_MAC),
-    _opt("validation-database", METHOD_COMMANDS, "what early stopping ranks the validation rows against: "
-         "held-out (default: half the validation rows rank the other half) or the training points",
-         choices=("held-out", "training"),
-         param="validation_database", method="mac", group=_MAC),
-    _opt("adsh-gamma", METHOD_COMMANDS, "weight gamma of the quantisation term (default 200)", type=non_negative_float,
-         param="gamma", method="adsh", group=_ADSH),
-    _opt("outer-iter", METHOD_COMMANDS, "outer iterations T_out, each with a new Omega (default 50)", type=positive_int,
-         param="outer_iter", method="adsh", group=_ADSH),
-    _opt("inner-iter", METHOD_COMMANDS, "network epochs + V-steps per Omega, T_in (default 3)", type=positive_int,
-         param="inner_iter", method="adsh", group=_ADSH),
-    _opt("omega", METHOD_COMMANDS, "database rows sampled per outer iteration, |Omega| (default 2000)", type=positive_int,
-         param="n_samples", method="adsh", group=_ADSH),
-    _opt("batch-size", METHOD_COMMANDS, "network mini-batch (default 64)", type=positive_int, param="batch_size",
-         group=_ADSH),
-    _opt("learning-rate", METHOD_COMMANDS, "Adam's learning rate (default 0.001)", type=positive_float,
-         param="learning_rate", group=_ADSH),
-    _opt("network", METHOD_COMMANDS, "cnn (images; dropout 0.5 in its hidden layer for adsh, none for dpsh) or "
-         "mlp (feature vectors); default by the row's size: a square image (side >= 16, grey or 3 colours) gets the cnn", choices=("cnn", "mlp"), param="network", group=_ADSH),
-    _opt("torch-threads", METHOD_COMMANDS, "threads of the network step (fixed, for reproducible results; default "
-         "adsh 2, dpsh 1)", type=positive_int, param="threads", group=_ADSH),
-    _opt("epochs", METHOD_COMMANDS, "dpsh: passes of the network over its training rows (default 50)",
-         type=positive_int, param="epochs", method="dpsh", group=_ADSH),
-    _opt("dpsh-eta", METHOD_COMMANDS, "dpsh: weight eta of the quantisation term (default 0.1)",
-         type=non_negative_float, param="quantisation_weight", method="dpsh", group=_ADSH),
+    *METHOD_OPTIONS,
     # -- search
     _opt("k", ["search"], "neighbours per query (default 100)", type=positive_int),
     _opt("k", ["bench"], "search/groundtruth: neighbours per query", type=positive_int, default=100),
@@ -511,16 +840,15 @@ def option_names(options) -> str:
 
 
 def method_params(command: str, values: dict) -> dict:
-    """The method parameters set by ``values`` (dest -> value): shared ones by name, and
-    method-only ones under the method's name (the form ``hashing.method_params`` reads)."""
-    params = {}
+    """The method parameters set by ``values`` (dest -> value), under the name of each
+    estimator a flag sets (``{"dish": {"rho": 5.0}, "sgh": {"rho": 5.0}}``: the form
+    ``hashing.method_params`` reads; a variant such as dish-allreduce reads its base's)."""
+    params: dict = {}
     for dest, opt in options_of(command).items():
         if opt.param is None or values.get(dest) is None:
             continue
-        if opt.method is None:
-            params[opt.param] = values[dest]
-        else:
-            params.setdefault(opt.method, {})[opt.param] = values[dest]
+        for method in opt.methods:
+            params.setdefault(method, {})[opt.param] = values[dest]
     return params
 
 
@@ -535,7 +863,7 @@ _TOML_TYPES = {
     bit_counts: (list, str, int),
     name_list: (list, str),
     json_object: (dict, str),
-    topology: (str, list),
+    boolean: (bool,),
     date: (str, dt.date),
 }
 _TOML_NAMES = {
@@ -569,20 +897,23 @@ _JSON_TYPES = {
     },
     name_list: {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]},
     json_object: {"oneOf": [{"type": "object"}, {"type": "string"}]},
-    topology: {
-        "oneOf": [
-            {"type": "string"},
-            {"type": "array", "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}},
-        ]
-    },
+    boolean: {"type": "boolean"},
     date: {"type": "string", "format": "date"},
     text: {"type": "string"},
 }
 STORAGE_TABLE = "storage-options"
 
 
+def toml_types(type_) -> tuple:
+    """The TOML types a value of an option of this type may have."""
+    return getattr(type_, "toml_types", None) or _TOML_TYPES.get(type_, (str,))
+
+
 def _json_property(opt: Option) -> dict:
-    prop = {"type": "boolean"} if opt.switch else dict(_JSON_TYPES[opt.type])
+    if opt.switch:
+        prop = {"type": "boolean"}
+    else:
+        prop = opt.type.json() if hasattr(opt.type, "json") else dict(_JSON_TYPES[opt.type])
     if opt.choices is not None:
         prop["enum"] = list(opt.choices)
     prop["description"] = opt.help
