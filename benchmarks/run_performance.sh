@@ -14,7 +14,15 @@ R=benchmarks/results
 # --overwrite: a result is replaced only when it is a bench result dhash wrote ("schema": "dhash.bench/1")
 B=".venv/bin/dhash bench"
 only=${1:-all}
-run() { if [[ $only == all || $only == "$1" ]]; then shift; echo "+ $*" >&2; "$@"; fi; }
+# DRY_RUN=1 prints the commands without running them (tests/test_results_index.py checks them
+# against the commands the committed results record)
+run() {
+  [[ $only == all || $only == "$1" ]] || return 0
+  shift
+  if [ -n "${DRY_RUN:-}" ]; then echo "$*"; return; fi
+  echo "+ $*" >&2
+  "$@"
+}
 for bits in 32 64; do
   run search $B search --n 10000000 --bits $bits --out $R/search_10M_${bits}b.json --quiet --overwrite
 done

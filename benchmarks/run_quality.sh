@@ -10,10 +10,18 @@ set -euo pipefail
 R=benchmarks/results
 # dhash replaces a report directory only where it wrote it (its commit record is not in git),
 # so the committed report (the last argument, --out's value) is removed first; git keeps it
-evaluate() { rm -rf -- "${!#}"; .venv/bin/dhash evaluate --quiet "$@"; }
-E=evaluate
+fresh_report() { rm -rf -- "${!#}"; "$@"; }
+E="fresh_report .venv/bin/dhash evaluate --quiet"
 only=${1:-all}
-run() { if [[ $only == all || $only == "$1" ]]; then shift; echo "+ $*" >&2; "$@"; fi; }
+# DRY_RUN=1 prints the commands without running them (tests/test_results_index.py checks them
+# against the commands the committed results record)
+run() {
+  [[ $only == all || $only == "$1" ]] || return 0
+  shift
+  if [ -n "${DRY_RUN:-}" ]; then echo "$*"; return; fi
+  echo "+ $*" >&2
+  "$@"
+}
 S=".venv/bin/python benchmarks/sweep_params.py"
 run sweeps $S --dataset fashion-mnist --method pcah --bits 32,48 --grid '{}' --ground-truth euclidean \
   --top-percent 2 --metric map --out $R/sweep_pcah_fashion-mnist.json
