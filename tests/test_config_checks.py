@@ -59,6 +59,35 @@ CLI_CASES = [
     ),
     (["train", "--dataset", "d.zarr", "--method", "itq", "--out", "m", "--bogus"], "unrecognized arguments: --bogus"),
     (["train", "--dataset", "d.zarr", "--out", "m"], "--method is required"),
+    # method options: ranges and choices read from the estimators' _parameter_constraints
+    (
+        ["train", "--dataset", "d.zarr", "--method", "usplh", "--decay", "1.5", "--out", "m"],
+        "--decay: expected a number in (0, 1], got '1.5'",
+    ),
+    (
+        ["train", "--dataset", "d.zarr", "--method", "kmh", "--kmh-bits-per-subspace", "9", "--out", "m"],
+        "--kmh-bits-per-subspace: expected an integer from 1 to 8, got 9",
+    ),
+    (
+        ["train", "--dataset", "d.zarr", "--method", "mac", "--mu-factor", "1", "--out", "m"],
+        "--mu-factor: expected a number > 1, got '1'",
+    ),
+    (
+        ["train", "--dataset", "d.zarr", "--method", "splh", "--labeled", "1", "--out", "m"],
+        "--labeled: expected an integer >= 2, got 1",
+    ),
+    (
+        ["train", "--dataset", "d.zarr", "--method", "sgh", "--sgh-refine", "no", "--out", "m"],
+        "--sgh-refine: expected true or false, got 'no'",
+    ),
+    (
+        ["train", "--dataset", "d.zarr", "--method", "dish", "--topology", "mesh", "--out", "m"],
+        "--topology: expected one of complete, random, ring, star",
+    ),
+    (
+        ["train", "--dataset", "d.zarr", "--method", "dish", "--partition", "even", "--out", "m"],
+        "--partition: invalid choice: 'even'",
+    ),
 ]
 
 CONFIG_CASES = [
@@ -81,6 +110,15 @@ CONFIG_CASES = [
         '[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\nkernel-cache = "disk"\n',
         "kernel-cache must be one of auto, memory",
     ),
+    (
+        '[train]\ndataset = "d.zarr"\nmethod = "dpsh"\nout = "m"\ndpsh-balance = "false"\n',
+        "dpsh-balance must be true or false, got 'false'",
+    ),
+    (
+        '[train]\ndataset = "d.zarr"\nmethod = "dish"\nout = "m"\ntopology = [[0, 1, 2]]\n',
+        "bad value for topology (expected a name or a list of [i, j] node pairs",
+    ),
+    ('[train]\ndataset = "d.zarr"\nmethod = "dish"\nout = "m"\nnodes = 2.5\n', "nodes must be an integer"),
     (
         'storage-options = 5\n[train]\ndataset = "d.zarr"\nmethod = "itq"\nout = "m"\n',
         "storage-options must be a table or a string",
