@@ -25,7 +25,7 @@ from dhash.storage.atomic import (
     read_commit,
     with_suffix,
 )
-from dhash.storage.location import resolve, set_storage_options
+from dhash.storage.location import resolve
 
 EXIT_BAD_INPUT = 2
 # what each command writes at its ``out``: an existing path is replaced only if it is this kind
@@ -59,7 +59,7 @@ def check_before_work(command: str, values: dict) -> None:
     """Checks that need no data, before any cluster starts or any computation runs: option
     combinations, and where this command will write (writable, replaceable when it exists)."""
 
-    set_storage_options(values.get("storage_options"))
+    values = {**values, **{key: _located(values, key) for key in ("out", "codes") if values.get(key)}}
     if command == "search" and values["radius"] is not None and values["k"] is not None:
         raise InputError("give either --k (top-k search) or --radius (radius search), not both")
     if command == "search":
@@ -117,6 +117,17 @@ def execute(command: str, values: dict) -> int:
         return getattr(exc, "exit_code", EXIT_BAD_INPUT)
 
 
+def _located(values: dict, key: str):
+    """The location option ``key`` (a URL resolved with the command's storage options)."""
+    where = values[key]
+    return resolve(where, storage=values.get("storage_options")) if "://" in str(where) else where
+
+
+def _storage(values: dict):
+    """The command's storage options (None: the environment's), passed to its workflow."""
+    return values.get("storage_options")
+
+
 def _progress(values) -> bool:
     return not values["quiet"]
 
@@ -133,12 +144,15 @@ def _dataset(values, name=None):
         seed=values.get("seed", 0),
         chunk_rows=values.get("chunk_rows"),
         progress=_progress(values),
+        storage=_storage(values),
     )
 
 
 def ingest(values):
     options = pick(values, "format", "column", "labels", "label_column", "chunk_rows", "overwrite")
-    ds = workflows.ingest(values["source"], values["out"], progress=_progress(values), **options)
+    ds = workflows.ingest(
+        values["source"], values["out"], progress=_progress(values), storage=_storage(values), **options
+    )
     print(f"dataset: {ds.path} ({ds.n} x {ds.d} {ds.dtype}, labels: {ds.has_labels})")
 
 
@@ -147,7 +161,7 @@ def synth(values):
 
     started = time.perf_counter()
     options = pick(values, "n", "seed", "chunk_rows", "overwrite")
-    ds = workflows.synth(values["kind"], values["out"], progress=_progress(values), **options)
+    ds = workflows.synth(values["kind"], values["out"], progress=_progress(values), storage=_storage(values), **options)
     secs = time.perf_counter() - started
     print(f"dataset: {ds.path} ({ds.n} x {ds.d} {ds.dtype}) in {secs:.1f}s ({ds.n / secs:,.0f} rows/s)")
 
@@ -173,7 +187,13 @@ def train(values):
     options = pick(values, "bits", "seed", "split", "overwrite", "resume")
     params = method_params("train", values)
     model = workflows.train(
-        _dataset(values), values["method"], values["out"], params=params, codes=values.get("codes"), **options
+        _dataset(values),
+        values["method"],
+        values["out"],
+        params=params,
+        codes=values.get("codes"),
+        storage=_storage(values),
+        **options,
     )
     stats = model.training_stats_
     secs, passes, rows = stats["train_seconds"], stats.get("passes", 1), stats["n_train"]
@@ -186,7 +206,12 @@ def train(values):
 def encode(values):
     ds = _dataset(values)
     done = workflows.encode(
-        ds, values["model"], values["out"], overwrite=values["overwrite"], progress=_progress(values)
+        ds,
+        values["model"],
+        values["out"],
+        overwrite=values["overwrite"],
+        progress=_progress(values),
+        storage=_storage(values),
     )
     print(
         f"codes: {done.path} ({done.n} x {done.code_bytes} bytes) in {done.seconds:.1f}s "
@@ -197,7 +222,7 @@ def encode(values):
 def index(values):
     done = workflows.index(
         values["codes"], values["out"], substrings=values["substrings"], overwrite=values["overwrite"],
-        progress=_progress(values),
+        progress=_progress(values), storage=_storage(values),
     )  # fmt: skip
     print(f"index: {done.path} ({done.n:,} codes, {done.m} substring tables per shard) in {done.seconds:.1f}s")
 
@@ -205,7 +230,7 @@ def index(values):
 def search(values):
     where = (values["model"], values["codes"], values["out"])
     options = pick(values, "split", "k", "radius", "index", "rerank", "candidates", "overwrite")
-    done = workflows.search(_dataset(values), *where, progress=_progress(values), **options)
+    done = workflows.search(_dataset(values), *where, progress=_progress(values), storage=_storage(values), **options)
     print(
         f"results: {done.path} ({done.n_queries} queries x {done.n_database:,} codes, {done.rows} rows) in "
         f"{done.seconds:.2f}s ({done.n_queries * done.n_database / done.seconds / 1e9:.2f} G query-code pairs/s)"
@@ -233,14 +258,16 @@ def _print_report(ds_name: str, report: dict, out) -> None:
 def evaluate(values):
     ds = _dataset(values)
     options = _evaluate_options("evaluate", values)
-    report = workflows.evaluate(ds, out=values["out"], ground_truth=values["ground_truth"], **options)
+    report = workflows.evaluate(
+        ds, out=values["out"], ground_truth=values["ground_truth"], storage=_storage(values), **options
+    )
     _print_report(ds.source, report, values["out"])
 
 
 def demo(values):
     options = _evaluate_options("demo", values)
     where = pick(values, "out", "n", "chunk_rows")
-    reports = workflows.demo(progress=_progress(values), **where, **options)
+    reports = workflows.demo(progress=_progress(values), storage=_storage(values), **where, **options)
     for name, report in reports.items():
         _print_report(name, report, f"{values['out']}/{name}")
 

@@ -237,9 +237,10 @@ def fingerprint(paths) -> dict:
     """Files, bytes and newest modification time under each path (absent: None); for a URL,
     its objects' count, bytes and a digest of their names, sizes and ETags / times."""
     out = {}
-    for path in map(str, paths):
+    for where in paths:
+        path = str(where)
         if "://" in path:
-            out[path] = _remote_fingerprint(path)
+            out[path] = _remote_fingerprint(where)
             continue
         p = Path(path)
         if p.is_file():
@@ -257,9 +258,9 @@ def fingerprint(paths) -> dict:
     return out
 
 
-def _remote_fingerprint(url: str):
+def _remote_fingerprint(url):
 
-    loc = resolve(url)
+    loc = resolve(url)  # a Location keeps its storage options
     try:
         infos = loc.fs.find(loc.fs_path, detail=True) or (
             {loc.fs_path: loc.fs.info(loc.fs_path)} if loc.is_file() else {}
@@ -278,14 +279,26 @@ def _remote_fingerprint(url: str):
     return [len(infos), int(sum(i.get("size") or 0 for i in infos.values())), digest.hexdigest()[:16]]
 
 
+def step_location(step: Step, where, storage_options=None):
+    """The Location of a step's input or output: a URL with the step's storage options (else
+    the run's, else the environment's)."""
+    own = step.values.get("storage_options")
+    return resolve(where, storage=own if own is not None else storage_options)
+
+
 class Stamps:
     """What each finished step ran on (WORKDIR/.dhash-run/stamps/KEY.json)."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, storage_options=None):
         self.dir = workdir / STATE_DIR / "stamps"
+        self.storage_options = storage_options  # the run's; a step's own win
 
     def _state(self, step: Step) -> dict:
-        return {"argv": step.argv, "files": fingerprint([*step.inputs, *step.outputs])}
+        paths = [
+            step_location(step, p, self.storage_options) if "://" in str(p) else p
+            for p in [*step.inputs, *step.outputs]
+        ]
+        return {"argv": step.argv, "files": fingerprint(paths)}
 
     def up_to_date(self, step: Step) -> bool:
         file = self.dir / f"{step.key}.json"
@@ -307,8 +320,9 @@ class Outputs:
     with --overwrite, but an existing ``out`` the pipeline did not write is refused: a
     scheduled job never replaces data someone else put there."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, storage_options=None):
         self.file = workdir / STATE_DIR / "outputs.json"
+        self.storage_options = storage_options
 
     def owned(self) -> set[str]:
         try:
@@ -319,7 +333,7 @@ class Outputs:
     def check(self, step: Step) -> None:
 
         for out in _step_outputs(step):
-            if resolve(out).exists() and out not in self.owned():
+            if step_location(step, out, self.storage_options).exists() and out not in self.owned():
                 raise InputError(
                     f"{step.label}: output {out} exists and was not written by this pipeline; "
                     "delete it, or give the step another `out`"
@@ -427,12 +441,9 @@ def run_pipeline(
     """Run a pipeline file; returns the exit status (see the module notes). ``storage_options``
     (``dhash run --storage-options``) apply to every step that sets none of its own, and to
     the fingerprints of remote inputs and outputs."""
-    from dhash.storage.location import set_storage_options
-
-    set_storage_options(storage_options)
     date = date or dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     pipe = load_pipeline(path, date=date, overrides=overrides, workdir=workdir)
-    stamps = Stamps(pipe.workdir)
+    stamps = Stamps(pipe.workdir, storage_options)
     if dry_run:
         for step in pipe.steps:
             state = "up to date, would skip" if stamps.up_to_date(step) and not force else "would run"
@@ -483,7 +494,7 @@ def _say(pipe: Pipeline, message: str) -> None:
 
 def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
     client, done = None, []
-    outputs = Outputs(pipe.workdir)
+    outputs = Outputs(pipe.workdir, cluster_args["storage_options"])
     _say(pipe, f"{len(pipe.steps)} steps in {pipe.workdir} (pid {os.getpid()})")
     try:
         for step in pipe.steps:

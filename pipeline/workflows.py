@@ -1,9 +1,14 @@
 """The jobs as functions: what ``dhash COMMAND``, ``dhash run`` steps and notebooks call.
 
-Each function takes objects or locations (paths or URLs) and returns objects, runs its
-Dask work on the current client (``dhash.connect()`` starts or joins a cluster), and
-prints nothing: progress bars go to stderr when ``progress=True``, and decisions worth
-knowing (a checkpoint resumed or discarded) go to the ``pipeline`` logger.
+Each function takes handles (Dataset, Split, Model, Codes: opened and verified once) or
+locations (paths or URLs, opened once at the top and passed down as handles) and returns
+objects, runs its Dask work on the current client (``dhash.connect()`` starts or joins a
+cluster), and prints nothing: progress bars go to stderr when ``progress=True``, and
+decisions worth knowing (a checkpoint resumed or discarded) go to the ``pipeline`` logger.
+
+URLs are opened with the ``storage=`` keyword's fsspec options (a ``dhash.Storage``, a
+dict, or None: ``$DHASH_STORAGE_OPTIONS`` or the config's ``storage-options`` table);
+nothing is set for the whole process.
 
     from dhash import connect, workflows
     connect()
@@ -15,31 +20,42 @@ knowing (a checkpoint resumed or discarded) go to the ``pipeline`` logger.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from dhash.data.ingest import ingest
+from dhash.data.ingest import ingest as ingest_file
 from dhash.data.sources import fashion_mnist_available, resolve_dataset
 from dhash.data.synth import write_sift_synth
 from dhash.distributed.cluster import cluster_shape
 from dhash.distributed.encode import all_rows_codes, encode_to_zarr, write_codes
 from dhash.distributed.progress import compute_with_progress
 from dhash.errors import InputError
-from dhash.evaluation.evaluate import DEFAULT_KS, evaluate_method
-from dhash.evaluation.report import build_report, has_mac_path, write_report
+from dhash.evaluation.evaluate import DEFAULT_KS, evaluate_method, evaluation_protocol
+from dhash.evaluation.report import build_report, has_training_plot, write_report
 from dhash.evaluation.truth import build_truth, query_rows
-from dhash.hashing import METHOD_NAMES, Hasher, check_params_used, load_model, make_hasher, method_params
+from dhash.hashing import (
+    BASELINE_METHODS,
+    DEMO_METHODS,
+    METHOD_NAMES,
+    Hasher,
+    check_params_used,
+    load_model,
+    make_hasher,
+    method_params,
+)
 from dhash.hashing.checkpoint import CheckpointTarget, checkpoint_path, dataset_identity, live_writer
-from dhash.kernels.rerank import candidate_values
-from dhash.search.hamming import knn_search_lazy, radius_search
-from dhash.search.mih import build_index, index_knn_lazy, index_radius
-from dhash.search.rerank import check_rerank, rerank_lazy
+from dhash.search.hamming import flat_hits
+from dhash.search.index import FlatIndex, MIHIndex, Queries, Rerank
+from dhash.search.mih import build_index
+from dhash.search.rerank import check_rerank
 from dhash.storage.atomic import remove_artifact
-from dhash.storage.codes import codes_dask, open_codes
-from dhash.storage.datasets import Dataset, dataset_summary, write_dataset_like
+from dhash.storage.codes import Codes, open_codes
+from dhash.storage.datasets import Dataset, Split, dataset_summary, open_dataset, write_dataset_like
+from dhash.storage.location import Location, resolve
 from dhash.storage.mih_index import open_index
 from dhash.storage.results import write_knn_results, write_radius_results
 from dhash.views import database_view
@@ -53,6 +69,7 @@ __all__ = [
     "evaluate",
     "groundtruth",
     "head",
+    "index",
     "ingest",
     "search",
     "split",
@@ -62,26 +79,70 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+def _at(where, storage):
+    """A URL resolved (once) with the storage options; local paths, handles and None as
+    given: they need no options, and the layers below resolve them as before."""
+    if isinstance(where, (str, os.PathLike)) and "://" in os.fspath(where):
+        return resolve(where, storage=storage)
+    return where
+
+
 def _show(progress: bool):
 
     return lambda tasks: compute_with_progress(tasks, show=progress)
 
 
 def dataset(
-    name_or_path, *, n: int | None = None, seed: int = 0, chunk_rows: int | None = None, progress: bool = False
+    name_or_path,
+    *,
+    n: int | None = None,
+    seed: int = 0,
+    chunk_rows: int | None = None,
+    progress: bool = False,
+    storage=None,
 ) -> Dataset:
-    """A Dataset object as given, a dataset location opened, or a built-in source
-    (``fashion-mnist``, ``sift-synth`` of ``n`` rows, ``debian-minilm``: its first ``n`` rows
-    when ``n`` is given) materialised once in the data
-    directory and opened."""
+    """A Dataset handle as given, a dataset location opened (a URL with ``storage``), or a
+    built-in source (``fashion-mnist``, ``sift-synth`` of ``n`` rows, ``debian-minilm``: its
+    first ``n`` rows when ``n`` is given) materialised once in the data directory and opened."""
     if isinstance(name_or_path, Dataset):
         return name_or_path
-
+    where = _at(name_or_path, storage)
+    if isinstance(where, Location):
+        return open_dataset(where)
     return resolve_dataset(str(name_or_path), n=n, seed=seed, chunk_rows=chunk_rows, progress=progress)
 
 
 # ------------------------------------------------------------------ data ---------------
-# ingest(source, out, ...): a file (path or URL) or fashion-mnist into a dataset (data/ingest.py)
+
+
+def ingest(
+    source,
+    out,
+    *,
+    format: str = "auto",
+    column: str | None = None,
+    labels=None,
+    label_column: str | None = None,
+    chunk_rows: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    storage=None,
+) -> Dataset:
+    """Copy the vectors in file ``source`` (fvecs/bvecs/ivecs, IDX, npy, parquet; and optional
+    ``labels``) into a new dataset at ``out``, or materialise the built-in ``fashion-mnist``
+    or ``debian-sift`` there; each a local path or a URL (opened with ``storage``). See
+    dhash.data.ingest.ingest."""
+    return ingest_file(
+        _at(source, storage),
+        _at(out, storage),
+        format=format,
+        column=column,
+        labels=_at(labels, storage),
+        label_column=label_column,
+        chunk_rows=chunk_rows,
+        overwrite=overwrite,
+        progress=progress,
+    )
 
 
 def synth(
@@ -93,19 +154,22 @@ def synth(
     chunk_rows: int | None = None,
     overwrite: bool = False,
     progress: bool = False,
+    storage=None,
 ) -> Dataset:
     """Generate a synthetic dataset chunk-parallel on the cluster (``kind``: ``sift``)."""
 
     if kind != "sift":
         raise InputError(f"unknown synthetic kind {kind!r}; use sift")
-    return write_sift_synth(out, n, seed=seed, chunk_rows=chunk_rows, overwrite=overwrite, progress=_show(progress))
+    return write_sift_synth(
+        _at(out, storage), n, seed=seed, chunk_rows=chunk_rows, overwrite=overwrite, progress=_show(progress)
+    )
 
 
-def head(dataset_, n: int, out, *, chunk_rows: int | None = None, overwrite: bool = False) -> Dataset:
+def head(dataset_, n: int, out, *, chunk_rows: int | None = None, overwrite: bool = False, storage=None) -> Dataset:
     """The first ``n`` rows (and labels) of a dataset as a dataset of their own at ``out``
     (read through memory: meant for subsets of a few hundred MB, e.g. a quick notebook run)."""
 
-    ds = dataset(dataset_)
+    ds, out = dataset(dataset_, storage=storage), _at(out, storage)
     if n >= ds.n:
         return ds
     labels = None if ds.labels is None else ds.labels[:n]
@@ -113,15 +177,24 @@ def head(dataset_, n: int, out, *, chunk_rows: int | None = None, overwrite: boo
     return write_dataset_like(ds, out, rows, n=n, labels=labels, chunk_rows=chunk_rows, overwrite=overwrite)
 
 
-def split(dataset_, *, queries: int = 1000, seed: int = 0, name: str = "default", overwrite: bool = False):
+def split(
+    dataset_, *, queries: int = 1000, seed: int = 0, name: str = "default", overwrite: bool = False, storage=None
+) -> Split:
     """Draw a seeded query/database split and store it in the dataset; returns the Split."""
-    return dataset(dataset_).make_split(queries, seed, name=name, overwrite=overwrite)
+    return dataset(dataset_, storage=storage).make_split(queries, seed, name=name, overwrite=overwrite)
 
 
-def groundtruth(dataset_, *, split: str = "default", top_k: int | None = None, top_percent: float | None = None):
+def groundtruth(
+    dataset_,
+    *,
+    split: str | Split = "default",
+    top_k: int | None = None,
+    top_percent: float | None = None,
+    storage=None,
+):
     """Exact Euclidean neighbours of a split's queries, computed once and stored in the
     dataset; returns the Truth."""
-    ds = dataset(dataset_)
+    ds = dataset(dataset_, storage=storage)
     return build_truth(ds, ds.get_split(split), ground_truth="euclidean", top_k=top_k, top_percent=top_percent)
 
 
@@ -135,17 +208,17 @@ def _check_checkpoint(ckpt, *, resume: bool, overwrite: bool) -> None:
     writer = live_writer(ckpt)
     if writer is not None:
         raise InputError(
-            f"another training run (pid {writer['pid']}) is writing {ckpt}; wait for it or train into another --out"
+            f"another training run (pid {writer['pid']}) is writing {ckpt}; wait for it or train into another `out`"
         )
     if resume:
         return
     if not overwrite:
         raise InputError(
-            f"{ckpt} holds the state of an interrupted training run; pass --resume to continue it, "
-            "or --overwrite to start over"
+            f"{ckpt} holds the state of an interrupted training run; pass `resume=True` to continue it, "
+            "or `overwrite=True` to start over"
         )
     remove_artifact(ckpt, kind="checkpoint")  # only a checkpoint dhash wrote whole
-    log.warning("train: removed the interrupted run's checkpoint %s (--overwrite); training starts over", ckpt)
+    log.warning("train: overwriting: removed the interrupted run's checkpoint %s; training starts over", ckpt)
 
 
 def train(
@@ -160,6 +233,7 @@ def train(
     overwrite: bool = False,
     resume: bool = False,
     codes=None,
+    storage=None,
 ) -> Hasher:
     """Learn ``method``'s hash functions on the dataset's rows (the database rows of
     ``split`` when given) and, with ``out``, save the model there. Iterative methods save a
@@ -167,15 +241,17 @@ def train(
     learn the database's codes (adsh) write them to the codes store ``codes``: every row of
     the dataset, the split's query rows encoded by the learned hash function."""
 
-    ds = dataset(dataset_)
+    ds, out, codes = dataset(dataset_, storage=storage), _at(out, storage), _at(codes, storage)
     check_params_used([method], params)
     model = make_hasher(method, bits, random_state=seed, **method_params(method, params))
     if model.learns_database_codes and codes is None:
         raise InputError(
-            f"{method} learns the database's codes; give --codes PATH to store them (then search with them)"
+            f"{method} learns the database's codes; give `codes=PATH` to store them (then search with them)"
         )
     if codes is not None and not model.learns_database_codes:
-        raise InputError(f"{method} learns hash functions only; drop --codes and encode with `dhash encode`")
+        raise InputError(
+            f"{method} learns hash functions only; drop `codes` and encode the dataset with the trained model"
+        )
     ckpt = checkpoint_path(out) if out is not None and model.supports_checkpoint else None
     if ckpt is not None and ckpt.exists():
         _check_checkpoint(ckpt, resume=resume, overwrite=overwrite)
@@ -201,8 +277,9 @@ def train(
     return model
 
 
-def _model(model) -> Hasher:
-    return model if isinstance(model, Hasher) else load_model(model)
+def _model(model, storage=None) -> Hasher:
+    """A model (Hasher) as given, or the model at a location loaded (and verified) once."""
+    return model if isinstance(model, Hasher) else load_model(_at(model, storage))
 
 
 @dataclass(frozen=True)
@@ -213,11 +290,11 @@ class Encoded:
     seconds: float
 
 
-def encode(dataset_, model, out, *, overwrite: bool = False, progress: bool = False) -> Encoded:
+def encode(dataset_, model, out, *, overwrite: bool = False, progress: bool = False, storage=None) -> Encoded:
     """Encode every row of the dataset with ``model`` (object or model location) into a
     codes store at ``out``."""
 
-    ds, model = dataset(dataset_), _model(model)
+    ds, model, out = dataset(dataset_, storage=storage), _model(model, storage), _at(out, storage)
     started = time.perf_counter()
     encode_to_zarr(out, ds.features_dask(), model, dataset=ds, overwrite=overwrite, progress=_show(progress))
     return Encoded(str(out), ds.n, model.code_bytes, time.perf_counter() - started)
@@ -231,32 +308,60 @@ class Indexed:
     seconds: float
 
 
-def index(codes, out, *, substrings: int | None = None, overwrite: bool = False, progress: bool = False) -> Indexed:
-    """Multi-index hashing tables of the codes store at ``codes`` (one shard per codes chunk),
-    written to ``out`` for ``search(..., index=out)``; ``substrings`` m (default: the paper's
-    b / log2(rows per shard))."""
+def index(
+    codes,
+    out,
+    *,
+    substrings: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    storage=None,
+) -> Indexed:
+    """Multi-index hashing tables of a codes store (a Codes handle or its location; one shard
+    per codes chunk), written to ``out`` for ``search(..., index=out)``; ``substrings`` m
+    (default: the paper's b / log2(rows per shard))."""
     started = time.perf_counter()
-    reader, _ = open_codes(codes)
-    loc, m = build_index(codes, out, m=substrings, overwrite=overwrite, progress=_show(progress))
-    return Indexed(str(loc), int(reader.shape[0]), m, time.perf_counter() - started)
+    codes = open_codes(codes, storage=storage)
+    loc, m = build_index(codes, out, m=substrings, overwrite=overwrite, progress=_show(progress), storage=storage)
+    return Indexed(str(loc), codes.n, m, time.perf_counter() - started)
 
 
 @dataclass(frozen=True)
 class Searched:
-    path: str
+    """What a search found: ``path`` of the parquet results (None when not written), and the
+    FAISS-shaped ``results``: (D, I) of a top-k search, (lims, D, I) of a radius search."""
+
+    path: str | None
     n_queries: int
     n_database: int
     rows: int
     seconds: float
+    results: tuple = ()
+
+
+def search_index(
+    dataset_: Dataset, model: Hasher, codes: Codes, split_: Split, *, index=None, rerank=None, candidates=None
+):
+    """The index a search of ``split_``'s queries goes through: the linear scan of the
+    codes, or the stored multi-index ``index``, minus the split's query rows; wrapped in a
+    Rerank step when ``rerank`` is given (``candidates``: its R)."""
+    if index is None:
+        base = FlatIndex(codes, exclude=split_.query, model=model)
+    else:
+        base = MIHIndex(open_index(index, codes), exclude=split_.query, model=model)
+    if rerank is None:
+        return base
+    source = dataset_ if rerank == "exact" else codes
+    return Rerank(rerank, base, candidates, source=source, model=model)
 
 
 def search(
     dataset_,
     model,
     codes,
-    out,
+    out=None,
     *,
-    split: str = "default",
+    split: str | Split = "default",
     k: int | None = None,
     radius: int | None = None,
     index=None,
@@ -264,56 +369,50 @@ def search(
     candidates: int | None = None,
     overwrite: bool = False,
     progress: bool = False,
+    storage=None,
 ) -> Searched:
     """Hamming top-``k`` (default 100) or radius search of the split's queries against the
-    other rows' codes; results to a parquet file at ``out``. With ``index`` (made by
+    other rows' codes; results to a parquet file at ``out`` when given, and in
+    ``Searched.results`` (FAISS's (D, I) or (lims, D, I)). With ``index`` (made by
     ``index()`` from these codes) the search goes through its substring tables (multi-index
     hashing): the same results, fewer codes compared. With ``rerank`` ("exact": squared L2
     to the original vectors; "asymmetric": the queries' real projections against the
-    codes) the Hamming top-``candidates`` (default 10 k) are re-ranked and the top k kept."""
+    codes) the Hamming top-``candidates`` (default 10 k) are re-ranked and the top k kept.
+
+    Each location is opened once, here, into its handle (Dataset, Model, Codes, Split, the
+    index's tables); the Index objects (dhash.search.index) do the searching."""
 
     if k is not None and radius is not None:
-        raise InputError("give either --k (top-k search) or --radius (radius search), not both")
+        raise InputError("give either `k` (top-k search) or `radius` (radius search), not both")
     candidates = check_rerank(rerank, candidates, k, radius)
-    ds, model = dataset(dataset_), _model(model)
-    reader, _ = open_codes(codes, model, ds)
-    if reader.shape[0] != ds.n:
-        raise InputError(
-            f"codes at {codes} have {reader.shape[0]} rows but the dataset has {ds.n}; encode this dataset"
-        )
+    ds, model = dataset(dataset_, storage=storage), _model(model, storage)
+    codes_ = open_codes(_at(codes, storage), model, ds)
+    if codes_.n != ds.n:
+        raise InputError(f"codes at {codes_.path} have {codes_.n} rows but the dataset has {ds.n}; encode this dataset")
     split_ = ds.get_split(split)
-    view = database_view(ds, split_)
-    queries, db = reader.take(split_.query), view.of(codes_dask(reader))
-    tables = None if index is None else open_index(index, codes, reader)
+    out = _at(out, storage)
+    searcher = search_index(ds, model, codes_, split_, index=_at(index, storage), rerank=rerank, candidates=candidates)
+    queries = Queries(codes=codes_.take(split_.query), vectors=query_rows(ds, split_) if rerank else None)
+    n_database = ds.n - split_.n_query
     started = time.perf_counter()
-    if rerank is not None:  # the query side first: a model without projections is refused before any search
-        query_side = query_rows(ds, split_)
-        source = ds.features_dask() if rerank == "exact" else codes_dask(reader)
-        if rerank == "asymmetric":
-            query_side = model.project(query_side)
     if radius is not None:
-        if tables is None:
-            res = radius_search(queries, db, radius, ids=view.ids)
-        else:
-            res = index_radius(queries, reader, tables, radius, excluded_rows=split_.query)
-        write_radius_results(out, split_.query, *res, overwrite=overwrite)
-        found = len(res[0])
+        lims, dist, ids = results = searcher.range_search(queries, radius)
+        if out is not None:
+            write_radius_results(out, split_.query, flat_hits(lims), ids, dist, overwrite=overwrite)
+        found = len(ids)
     else:
         k = 100 if k is None else k
-        hamming_k = k if candidates is None else candidates
-        if tables is None:
-            lazy = knn_search_lazy(queries, db, hamming_k, ids=view.ids)
-        else:
-            lazy = index_knn_lazy(queries, reader, tables, hamming_k, excluded_rows=split_.query)
-        dist, nn = compute_with_progress(lazy, show=progress)
-        reranked = None
         if rerank is not None:
-            scores, ranked = compute_with_progress(rerank_lazy(rerank, query_side, source, nn, k), show=progress)
-            dist, nn = candidate_values(nn, dist, ranked), ranked
-            reranked = (rerank, candidates, scores)
-        write_knn_results(out, split_.query, dist, nn, rerank=reranked, overwrite=overwrite)
+            scores, nn, dist = searcher.search_with_hamming(queries, k, progress=progress)
+            reranked, results = (rerank, candidates, scores), (scores, nn)
+        else:
+            dist, nn = results = searcher.search(queries, k, progress=progress)
+            reranked = None
+        if out is not None:
+            write_knn_results(out, split_.query, dist, nn, rerank=reranked, overwrite=overwrite)
         found = int((nn >= 0).sum())
-    return Searched(str(out), len(queries), int(db.shape[0]), found, time.perf_counter() - started)
+    path = None if out is None else str(out)
+    return Searched(path, len(queries), n_database, found, time.perf_counter() - started, results)
 
 
 # ------------------------------------------------------------------ evaluation ---------
@@ -322,7 +421,7 @@ def search(
 def evaluate(
     dataset_,
     *,
-    methods=("lsh", "pcah", "itq"),
+    methods=BASELINE_METHODS,
     bits=(32,),
     queries: int = 1000,
     seed: int = 0,
@@ -332,23 +431,27 @@ def evaluate(
     top_percent: float | None = None,
     ks=DEFAULT_KS,
     params: dict | None = None,
-    dish2_dictionaries: int | None = None,
+    evaluation_options: dict | None = None,
     split_name: str | None = None,
     log_lines=None,
+    storage=None,
 ) -> dict:
     """Train, encode, search and score ``methods`` x ``bits`` on a seeded split of
     ``queries`` rows (stored in the dataset as ``split_name``, default ``q{queries}-s{seed}``);
     returns the report, and writes report.json, report.md and plots to ``out`` when given.
-    ``log_lines``: a callable receiving one line per trained model."""
+    ``log_lines``: a callable receiving one line per trained model. ``evaluation_options``:
+    options of how particular methods are scored (``Hasher.evaluation_options``, e.g.
+    ``{"dish2_dictionaries": 1}``), each given to the methods that declare it."""
     unknown = [m for m in methods if m not in METHOD_NAMES]
     if unknown:
         raise InputError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHOD_NAMES)}")
     check_params_used(methods, params)
-    ds = dataset(dataset_)
+    recorded_options = evaluation_protocol(evaluation_options)  # an unknown option fails before any work
+    ds = dataset(dataset_, storage=storage)
     split_ = ds.make_split(queries, seed, name=split_name or f"q{queries}-s{seed}")
     truth = build_truth(ds, split_, ground_truth=ground_truth, top_k=top_k, top_percent=top_percent)
     features = ds.features_dask()
-    options = {"seed": seed, "ks": ks, "params": params, "log": log_lines, "dish2_count": dish2_dictionaries}
+    options = {"seed": seed, "ks": ks, "params": params, "log": log_lines, "evaluation_options": evaluation_options}
     results = [
         row
         for b in bits
@@ -363,11 +466,8 @@ def evaluate(
         "ks": sorted(ks),
         "train_set": "database",
         "method_params": params or {},
-        "dish2_dictionaries": "all" if dish2_dictionaries is None else int(dish2_dictionaries),
-        "has_training_plot": any(
-            "objective" in r["training"] or has_mac_path(r["training"]) or r["training"].get("adsh_path")
-            for r in results
-        ),
+        **recorded_options,
+        "has_training_plot": has_training_plot(results),
     }
     report = build_report(
         dataset=dataset_summary(ds),
@@ -378,7 +478,7 @@ def evaluate(
         protocol=protocol,
     )
     if out is not None:
-        write_report(out, report)
+        write_report(_at(out, storage), report)
     return report
 
 
@@ -389,13 +489,14 @@ def demo(
     out="runs/demo",
     *,
     n: int = 1_000_000,
-    methods=("lsh", "pcah", "itq", "dish"),
+    methods=DEMO_METHODS,
     bits=(32, 64),
     top_k: int | None = None,
     top_percent: float | None = None,
     chunk_rows: int | None = None,
     progress: bool = False,
     log_lines=None,
+    storage=None,
     **evaluate_options,
 ) -> dict:
     """The end-to-end demo: sift-synth of ``n`` points with Euclidean ground truth (top
@@ -406,7 +507,7 @@ def demo(
     say = log_lines or (lambda line: None)
     say(f"demo: sift-synth with {n:,} points (generated chunk-parallel, cached in the data directory)")
     sift = dataset("sift-synth", n=n, seed=evaluate_options.get("seed", 0), chunk_rows=chunk_rows, progress=progress)
-    options = {"methods": methods, "bits": bits, "log_lines": log_lines, **evaluate_options}
+    options = {"methods": methods, "bits": bits, "log_lines": log_lines, "storage": storage, **evaluate_options}
     reports = {
         "sift-synth": evaluate(
             sift,

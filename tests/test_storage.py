@@ -30,6 +30,7 @@ import pytest
 from dhash.data.texmex import write_vecs
 from dhash.jobs.cli import main
 from dhash.storage.codes import open_codes
+from dhash.storage.location import Storage
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -116,17 +117,14 @@ def test_pipeline_from_and_to_s3_equals_local_disk(s3_server, cluster, tmp_path,
     monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
     remote = _pipeline(cluster, "s3://dhash-test/inbox/base.fvecs", "s3://dhash-test/run")
 
-    from dhash.storage.location import set_storage_options
-
-    set_storage_options(s3_server)
-    try:
-        (l_codes, l_attrs), (r_codes, r_attrs) = open_codes(local["codes"]), open_codes(remote["codes"])
-        assert l_codes[:].tobytes() == r_codes[:].tobytes()  # byte-identical codes
-        assert l_attrs["model_id"] == r_attrs["model_id"] and l_attrs["dataset_id"] == r_attrs["dataset_id"]
-        assert r_attrs["dataset"] == "s3://dhash-test/run/ds.zarr"
-        assert not any('dhash-test"' in json.dumps(v) or "secret" in json.dumps(v) for v in r_attrs.values())
-    finally:
-        set_storage_options(None)
+    # the options are passed explicitly: a Storage (or a dict) for this call, nothing process-wide
+    storage = Storage(s3_server)
+    (l_codes, l_attrs), (r_codes, r_attrs) = open_codes(local["codes"]), open_codes(remote["codes"], storage=storage)
+    assert l_codes[:].tobytes() == r_codes[:].tobytes()  # byte-identical codes
+    assert l_attrs["model_id"] == r_attrs["model_id"] and l_attrs["dataset_id"] == r_attrs["dataset_id"]
+    assert r_attrs["dataset"] == "s3://dhash-test/run/ds.zarr"
+    assert not any('dhash-test"' in json.dumps(v) or "secret" in json.dumps(v) for v in r_attrs.values())
+    assert s3_server["secret"] not in repr(storage) and storage.options == s3_server
     local_table = pq.read_table(local["results"])
     with fs.open("dhash-test/run/res.parquet", "rb") as f:
         remote_table = pq.read_table(f)

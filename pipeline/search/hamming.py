@@ -96,3 +96,14 @@ def radius_search(query_codes, codes, radius: int, ids=None):
         radius=int(radius),
     )
     return dask.compute(tree_reduce("hamming-radius-merge", parts, _concat_radius))[0]
+
+
+def lims_of(query_index: np.ndarray, n_queries: int) -> np.ndarray:
+    """FAISS's range-search ``lims`` (n_queries + 1) of flat hits sorted by query: query q's
+    hits are ``lims[q]:lims[q + 1]``."""
+    return np.searchsorted(np.asarray(query_index), np.arange(n_queries + 1)).astype(np.int64)
+
+
+def flat_hits(lims: np.ndarray) -> np.ndarray:
+    """The query index of every hit of a (lims, D, I) range result (the inverse of lims_of)."""
+    return np.repeat(np.arange(len(lims) - 1, dtype=np.int64), np.diff(lims))

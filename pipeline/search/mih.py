@@ -26,9 +26,9 @@ from dhash.kernels.mih import (
     tables_from_arrays,
 )
 from dhash.kernels.stats import add
-from dhash.search.hamming import _aligned, _check_codes, _concat_radius, _merge_pair
+from dhash.search.hamming import _aligned, _check_codes, _concat_radius, _merge_pair, lims_of
 from dhash.storage.chunkread import write_rows
-from dhash.storage.codes import codes_dask, open_codes
+from dhash.storage.codes import open_codes
 from dhash.storage.location import resolve
 from dhash.storage.mih_index import create_index_arrays, index_output
 
@@ -90,6 +90,27 @@ class MultiIndex:
         )  # fmt: skip
         return dask.compute(tree_reduce("mih-radius-merge", parts, _concat_radius))[0]
 
+    # the Index interface (search.index): FAISS-shaped results
+    def search(self, queries, k: int, *, progress: bool = False):
+        """(D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k``."""
+        from dhash.distributed.progress import compute_with_progress
+
+        return compute_with_progress(self.knn_lazy(_codes_of(queries), k), show=progress)
+
+    def range_search(self, queries, radius: int):
+        """(lims, D, I): every code within Hamming ``radius``, sorted by (distance, id) per query."""
+        codes = _codes_of(queries)
+        query_index, ids, dist = self.radius(codes, radius)
+        return lims_of(query_index, len(codes)), dist, ids
+
+
+def _codes_of(queries):
+    """Packed query codes, from an array or search.index.Queries."""
+    codes = getattr(queries, "codes", queries)
+    if codes is None:
+        raise InputError("a MultiIndex searches packed codes; encode the query vectors with the model first")
+    return codes
+
 
 def _topk_shard(codes, ids, tables, *, queries, k, n_bits):
     return mih_topk(codes, ids, tables, queries=queries, k=k, n_bits=n_bits)
@@ -102,20 +123,23 @@ def _radius_shard(codes, ids, tables, *, queries, radius, n_bits):
 # ------------------------------------------------------------------ stored index ---------
 
 
-def build_index(codes, out, *, m: int | None = None, overwrite: bool = False, progress=None):
-    """Write the substring tables of the codes store at ``codes`` into a new index at ``out``
-    (atomically): one ``mih-build`` task per codes chunk reads the chunk, builds its tables and
-    writes its rows of ``order`` and its row of ``offsets``. Returns (index location, m)."""
-    reader, _ = open_codes(codes)
+def build_index(codes, out, *, m: int | None = None, overwrite: bool = False, progress=None, storage=None):
+    """Write the substring tables of a codes store (a Codes handle or its location) into a new
+    index at ``out`` (atomically): one ``mih-build`` task per codes chunk reads the chunk,
+    builds its tables and writes its rows of ``order`` and its row of ``offsets``. Returns
+    (index location, m)."""
+    codes = open_codes(codes, storage=storage)
+    reader = codes.reader
     n_bits = 8 * int(reader.shape[1])
     m = default_substrings(n_bits, reader.chunk_rows) if m is None else int(m)
     starts = checked_substrings(n_bits, m)
+    out = resolve(out, storage=storage)
     with index_output(out, overwrite) as tmp:
-        create_index_arrays(tmp, codes=codes, codes_reader=reader, starts=starts)
+        create_index_arrays(tmp, codes=codes, starts=starts)
         parts = map_chunks(
             "mih-build",
             _build_shard_into,
-            [(block, i) for i, block in enumerate(chunk_reads(codes_dask(reader)))],
+            [(block, i) for i, block in enumerate(chunk_reads(codes.dask()))],
             n_bits=n_bits,
             m=m,
             chunk_rows=reader.chunk_rows,
@@ -125,7 +149,7 @@ def build_index(codes, out, *, m: int | None = None, overwrite: bool = False, pr
         written = progress(done) if progress is not None else done.compute()
         if written is not None and written != reader.shape[0]:
             raise RuntimeError(f"indexed {written} rows, expected {reader.shape[0]}")
-    return resolve(out), m
+    return out, m
 
 
 def _build_shard_into(block, shard, *, n_bits, m, chunk_rows, target):
@@ -170,27 +194,29 @@ def _stored_radius(shard, start, excluded, *, readers, queries, radius, n_bits):
     return mih_radius(codes, ids, tables, queries=queries, radius=radius, n_bits=n_bits, allowed=allowed)
 
 
-def _stored_tasks(name, fn, query_codes, codes_reader, index, excluded_rows, **kwargs):
-    """One ``name`` task per shard of a stored index, each loading its shard."""
-    order_reader, offsets_reader, attrs = index
-    readers = (codes_reader, order_reader, offsets_reader, np.asarray(attrs["starts"], np.int64))
+def _stored_tasks(name, fn, query_codes, tables, excluded_rows, **kwargs):
+    """One ``name`` task per shard of a stored index (StoredTables), each loading its shard."""
+    codes_reader, attrs = tables.codes.reader, tables.attrs
+    readers = (codes_reader, tables.order, tables.offsets, np.asarray(attrs["starts"], np.int64))
     return map_chunks(
         name, fn, _stored_shards(codes_reader, excluded_rows), readers=readers,
         queries=_check_codes(query_codes, codes_reader[:0]), n_bits=int(attrs["n_bits"]), **kwargs,
     )  # fmt: skip
 
 
-def index_knn_lazy(query_codes, codes_reader, index, k: int, excluded_rows=()):
+def index_knn_lazy(query_codes, tables, k: int, excluded_rows=()):
     """Delayed exact top-k (distances, ids = row numbers) of ``query_codes`` against every row
-    of a codes store except ``excluded_rows``, through its stored ``index`` (the
-    (order reader, offsets reader, attrs) of storage.mih_index.open_index)."""
-    parts = _stored_tasks("mih-topk", _stored_topk, query_codes, codes_reader, index, excluded_rows, k=int(k))
+    of a codes store except ``excluded_rows``, through its stored index (the StoredTables of
+    storage.mih_index.open_index)."""
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"k must be a positive int; got {k!r}")
+    parts = _stored_tasks("mih-topk", _stored_topk, query_codes, tables, excluded_rows, k=int(k))
     return tree_reduce("mih-topk-merge", parts, _merge_pair(int(k)))
 
 
-def index_radius(query_codes, codes_reader, index, radius: int, excluded_rows=()):
+def index_radius(query_codes, tables, radius: int, excluded_rows=()):
     """Every row within ``radius`` (flat (query_index, id, distance), sorted), as index_knn_lazy."""
-    parts = _stored_tasks(
-        "mih-radius", _stored_radius, query_codes, codes_reader, index, excluded_rows, radius=int(radius)
-    )
+    if not isinstance(radius, (int, np.integer)) or radius < 0:
+        raise InputError(f"radius must be a non-negative int; got {radius!r}")
+    parts = _stored_tasks("mih-radius", _stored_radius, query_codes, tables, excluded_rows, radius=int(radius))
     return dask.compute(tree_reduce("mih-radius-merge", parts, _concat_radius))[0]

@@ -225,10 +225,12 @@ class Dataset:
     """A committed dataset opened read-only (splits and ground truth are added atomically).
 
     ``location`` is resolved once (local paths absolute), so tasks that read it run the
-    same on any worker. Every array is read through the verified reader (chunkread)."""
+    same on any worker. Every array is read through the verified reader (chunkread). It is
+    the handle the workflows pass down: the dataset's commit record and metadata are read
+    when it is opened, not again by each step that uses it."""
 
-    def __init__(self, path):
-        self.location = resolve(path)
+    def __init__(self, path, *, storage=None):
+        self.location = resolve(path, storage=storage)
         remedy = "re-create it with `dhash ingest` or `dhash synth`"
         record = require_committed(self.location, "dataset", remedy)
         attrs = read_attrs(self.location, f"dataset {self.location}", remedy)
@@ -305,15 +307,23 @@ class Dataset:
     def split_names(self) -> list[str]:
         return self._part_names("splits", "split")
 
-    def get_split(self, name: str = "default") -> Split:
+    def get_split(self, name: str | Split = "default") -> Split:
+        """The stored split ``name``, read and checked; a Split of this dataset is returned as is."""
+        if isinstance(name, Split):
+            if name.manifest.get("dataset_id") != self.content_id:
+                raise InputError(
+                    f"split {name.name} was made from another dataset than {self.path}; "
+                    f"use one of this dataset's splits ({', '.join(self.split_names()) or 'none yet'})"
+                )
+            return name
         loc = child_inside(self.location, "splits", name, what="split name")
         if not loc.exists():
             raise InputError(
-                f"dataset {self.path} has no split {name!r}; create it with `dhash split --dataset {self.path} --name {name}`"
+                f"dataset {self.path} has no split {name!r}; create it by splitting the dataset with `name={name!r}`"
             )
         # one remedy that always works: a damaged split cannot be shown to be dhash's, so
-        # --overwrite would refuse it
-        remedy = f"delete {loc} and re-create it with `dhash split --dataset {self.path} --name {name}`"
+        # overwrite=True would refuse it
+        remedy = f"delete {loc} and re-create it by splitting the dataset with `name={name!r}`"
         manifest, attrs, loc = self._open_part("splits", name, "split", remedy)
         self._check_identity(f"split {name}", attrs, remedy)
         query = self._part_array(loc, manifest, "query", remedy).read_all()
@@ -337,14 +347,14 @@ class Dataset:
         check_name(name, "split name")
         if not 0 < n_queries < self.n:
             raise InputError(
-                f"--queries must be in [1, {self.n - 1}] for a dataset of {self.n} points; got {n_queries}"
+                f"`n_queries` must be in [1, {self.n - 1}] for a dataset of {self.n} points; got {n_queries}"
             )
         if name in self.split_names() and not overwrite:
             existing = self.get_split(name)
             if existing.manifest["seed"] == seed and existing.n_query == n_queries:
                 return existing
             raise InputError(
-                f"dataset {self.path} already has split {name!r} with another seed/size; pick another --name or pass --overwrite"
+                f"dataset {self.path} already has split {name!r} with another seed/size; pick another `name` or pass `overwrite=True`"
             )
         rng = np.random.default_rng(seed)
         query = np.sort(rng.choice(self.n, size=n_queries, replace=False)).astype(np.int64)
@@ -373,9 +383,7 @@ class Dataset:
         return self._part_names("groundtruth", "groundtruth")
 
     def _open_groundtruth(self, name: str):
-        remedy = (
-            f"delete {self.location.child('groundtruth', name)} and re-run `dhash groundtruth --dataset {self.path}`"
-        )
+        remedy = f"delete {self.location.child('groundtruth', name)} and compute the ground truth of {self.path} again"
         manifest, attrs, loc = self._open_part("groundtruth", name, "groundtruth", remedy)
         self._check_identity(f"ground truth {name}", attrs, remedy)
         return manifest, attrs, loc, remedy
@@ -457,8 +465,10 @@ def _token(path) -> str:
     return hashlib.sha1(str(path).encode()).hexdigest()[:10]
 
 
-def open_dataset(path) -> Dataset:
-    return Dataset(path)
+def open_dataset(path, *, storage=None) -> Dataset:
+    """The Dataset handle of a dataset location (a Dataset is returned as is); a URL is
+    opened with ``storage`` (a Storage, a dict of options, or None: the environment's)."""
+    return path if isinstance(path, Dataset) else Dataset(path, storage=storage)
 
 
 def dataset_summary(ds: Dataset) -> dict:

@@ -8,11 +8,15 @@ Every dataset, model, codes array, result file and report is named by a ``Locati
 * a URL (``s3://``, ``gs://``, ``abfs://``, ``memory://``...) stays a URL and is opened
   through fsspec with the storage options in force when it was resolved.
 
-Storage options (endpoint, profile, anonymous access...) come from ``--storage-options
-JSON``, a config file's ``storage-options`` table or ``$DHASH_STORAGE_OPTIONS``. They
-travel with the Location to the workers (inside the pickled task, like any argument) but
-never into a task key, a report or an artifact's metadata: ``str(location)`` is the URL
-alone and ``__dask_tokenize__`` hashes only the URL.
+Storage options (endpoint, profile, anonymous access...) are held by a ``Storage``, an
+immutable context passed explicitly: ``resolve(url, storage=...)``, the workflows'
+``storage=`` keyword. It is built from an explicit dict (``--storage-options JSON``, a
+``dhash run`` file's ``storage-options`` table) or, when none is given, from
+``$DHASH_STORAGE_OPTIONS`` or the config's ``storage-options`` table (``Storage.from_env``).
+There is no process-wide setting: two workflows in one process may use two stores. The
+options travel with the Location to the workers (inside the pickled task, like any
+argument) but never into a task key, a report or an artifact's metadata:
+``str(location)`` is the URL alone and ``__dask_tokenize__`` hashes only the URL.
 
 Errors of the stores and the OS (refused or missing credentials, a missing bucket, an
 unreachable endpoint, an option the filesystem does not take) become one-line InputErrors
@@ -33,7 +37,6 @@ from urllib.parse import urlsplit
 from dhash.errors import InputError
 
 STORAGE_OPTIONS_ENV = "DHASH_STORAGE_OPTIONS"
-_default_options: dict | None = None
 # the optional extra that provides each protocol's fsspec filesystem
 EXTRAS = {
     "s3": ("s3fs", "s3"),
@@ -46,35 +49,81 @@ EXTRAS = {
 }
 
 
-def set_storage_options(options: dict | None) -> None:
-    """Storage options for the URLs resolved from now on in this process (None: from the environment)."""
-    global _default_options
-    if options is not None and not isinstance(options, dict):
-        raise InputError(
-            f"storage options must be a JSON object, got {type(options).__name__}; "
-            'write e.g. --storage-options \'{"endpoint_url": "http://127.0.0.1:9000"}\''
-        )
-    _default_options = dict(options) if options is not None else None
+_OPTIONS_EXAMPLE = 'write e.g. `storage_options={"endpoint_url":"http://127.0.0.1:9000"}`'
 
 
-def storage_options() -> dict:
-    if _default_options is not None:
-        return dict(_default_options)
-    text = os.environ.get(STORAGE_OPTIONS_ENV, "").strip()
-    if not text:
-        from dhash import config
+class Storage:
+    """The fsspec storage options URLs are opened with: an immutable value (the options are
+    kept as canonical JSON), passed explicitly to ``resolve`` and the workflows rather than
+    set for the whole process. ``Storage.of(x)`` accepts a Storage, a dict of options, or
+    None (the environment's: ``Storage.from_env``). Its repr names the option keys only,
+    never their values (credentials)."""
 
-        configured = config.get("storage-options")
-        return dict(configured) if configured else {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"${STORAGE_OPTIONS_ENV} is not JSON ({exc.msg}); set it to a JSON object or unset it"
-        ) from None
-    if not isinstance(value, dict):
-        raise InputError(f"${STORAGE_OPTIONS_ENV} must be a JSON object; got {text[:40]!r}")
-    return value
+    __slots__ = ("_json",)
+
+    def __init__(self, options: dict | None = None):
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            raise InputError(f"storage options must be a JSON object, got {type(options).__name__}; {_OPTIONS_EXAMPLE}")
+        try:
+            text = json.dumps(options, sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"storage options must be JSON values ({exc}); {_OPTIONS_EXAMPLE}") from None
+        object.__setattr__(self, "_json", text)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a Storage is immutable; make a new one with Storage(options)")
+
+    def __reduce__(self):
+        return (Storage, (self.options,))
+
+    @property
+    def options(self) -> dict:
+        """A fresh copy of the options (changing it changes no Storage)."""
+        return json.loads(self._json)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Storage) and other._json == self._json
+
+    def __hash__(self) -> int:
+        return hash(self._json)
+
+    def __repr__(self) -> str:
+        return f"Storage(keys={sorted(self.options)})"
+
+    @classmethod
+    def from_env(cls) -> Storage:
+        """``$DHASH_STORAGE_OPTIONS`` (a JSON object) when set, else the config's
+        ``storage-options`` table, else no options."""
+        text = os.environ.get(STORAGE_OPTIONS_ENV, "").strip()
+        if not text:
+            from dhash import config
+
+            configured = config.get("storage-options")
+            return cls(dict(configured) if configured else {})
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                f"${STORAGE_OPTIONS_ENV} is not JSON ({exc.msg}); set it to a JSON object or unset it"
+            ) from None
+        if not isinstance(value, dict):
+            raise InputError(f"${STORAGE_OPTIONS_ENV} must be a JSON object; got {text[:40]!r}")
+        return cls(value)
+
+    @classmethod
+    def of(cls, storage) -> Storage:
+        """A Storage from a Storage (as is), a dict of options, or None (``from_env``)."""
+        if storage is None:
+            return cls.from_env()
+        if isinstance(storage, Storage):
+            return storage
+        return cls(storage)
+
+    def resolve(self, where) -> Location:
+        """``resolve(where, storage=self)``."""
+        return resolve(where, storage=self)
 
 
 def _protocol(text: str) -> str | None:
@@ -155,7 +204,7 @@ class Location:
             ) from None
         except (ValueError, TypeError) as exc:
             raise InputError(
-                f"{self.url}: bad storage options for {protocol}:// ({exc}); fix --storage-options"
+                f"{self.url}: bad storage options for {protocol}:// ({exc}); fix `storage_options`"
             ) from None
 
     @property
@@ -243,8 +292,10 @@ class Location:
         return FsspecStore.from_url(self.url, storage_options=self.options, read_only=read_only)
 
 
-def resolve(where, options: dict | None = None) -> Location:
-    """A Location from a path, ``file://`` URL, remote URL or Location (returned as is)."""
+def resolve(where, storage=None) -> Location:
+    """A Location from a path, ``file://`` URL, remote URL or Location (returned as is: it
+    keeps the options it was resolved with). A remote URL is opened with ``storage`` (a
+    Storage, a dict of options, or None: the environment's, ``Storage.from_env``)."""
     if isinstance(where, Location):
         return where
     text = os.fspath(where) if isinstance(where, os.PathLike) else str(where)
@@ -264,7 +315,7 @@ def resolve(where, options: dict | None = None) -> Location:
         text, protocol = text[len("file://") :], None
     if protocol is None:
         return Location(os.path.abspath(os.path.expanduser(text)))
-    return Location(text.rstrip("/"), storage_options() if options is None else options)
+    return Location(text.rstrip("/"), Storage.of(storage).options)
 
 
 # ------------------------------------------------------------------ errors of stores ---
@@ -295,16 +346,17 @@ def _module(exc: BaseException) -> str:
     return type(exc).__module__.split(".")[0]
 
 
-def storage_error(exc: BaseException, urls=()) -> InputError | None:
+def storage_error(exc: BaseException, urls=(), storage=None) -> InputError | None:
     """The one-line InputError for an error of the OS or an object store (refused or missing
     credentials, a missing bucket, an unreachable endpoint, an unknown storage option, a
     local path that cannot be written), or None when ``exc`` is none of these (a bug, which
     keeps its traceback). ``urls``: the remote locations the command names; the message
-    names the one concerned (all of them when the error does not tell which). The error
-    may have been raised on a Dask worker: it reaches the client as the same type."""
+    names the one concerned (all of them when the error does not tell which). ``storage``:
+    the Storage (or options) the command used, when the caller knows it. The error may
+    have been raised on a Dask worker: it reaches the client as the same type."""
     urls = [str(u) for u in urls if _protocol(str(u))]
     where = ", ".join(urls) if urls else "remote storage"
-    options_fix = "fix --storage-options (or the config's storage-options table / $" + STORAGE_OPTIONS_ENV + ")"
+    options_fix = "fix `storage_options` (or the config's storage-options table / $" + STORAGE_OPTIONS_ENV + ")"
     for e in _chain(exc):
         name, module = type(e).__name__, _module(e)
         if module == "botocore" and name in (
@@ -313,7 +365,7 @@ def storage_error(exc: BaseException, urls=()) -> InputError | None:
             "CredentialRetrievalError",
         ):
             return InputError(
-                f"{where}: no credentials for the object store ({e}); give key and secret in --storage-options, "
+                f"{where}: no credentials for the object store ({e}); give key and secret in `storage_options`, "
                 "or set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
             )
         if module == "botocore" and name in ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError"):
@@ -321,7 +373,7 @@ def storage_error(exc: BaseException, urls=()) -> InputError | None:
             endpoint = f"{endpoint.scheme}://{endpoint.netloc}" if endpoint.netloc else ""
             return InputError(
                 f"{where}: cannot reach the object store{' at ' + endpoint if endpoint else ''} ({name}); "
-                "check endpoint_url in --storage-options and that the store is up and reachable"
+                "check endpoint_url in `storage_options` and that the store is up and reachable"
             )
         response = getattr(e, "response", None)
         if module == "botocore" and isinstance(response, dict):
@@ -337,28 +389,28 @@ def storage_error(exc: BaseException, urls=()) -> InputError | None:
             if code in _CREDENTIAL_CODES:
                 return InputError(
                     f"{where}: the object store refused the request ({code}: {error.get('Message', '')}); "
-                    "check the credentials in --storage-options / the AWS environment (key, secret, token, "
+                    "check the credentials in `storage_options` / the AWS environment (key, secret, token, "
                     "profile) and the bucket's permissions"
                 )
         if isinstance(e, TypeError):
             # an option the filesystem does not take fails only when the client is made
             match = re.search(r"unexpected keyword argument '(\w+)'", str(e))
-            if match and match.group(1) in _given_options():
+            if match and (match.group(1) in _given_options(storage) or _raised_in_filesystem(e)):
                 return InputError(f"{where}: unknown storage option {match.group(1)!r}; {options_fix}")
         if urls and isinstance(e, TimeoutError) and module in ("builtins", "asyncio", "aiohttp"):
             return InputError(
                 f"{where}: a request to the object store timed out ({e or name}); check endpoint_url in "
-                "--storage-options, the network, and that the store is up"
+                "`storage_options`, the network, and that the store is up"
             )
         if module == "aiohttp" and name in ("ClientConnectorError", "ServerTimeoutError", "ServerDisconnectedError"):
             return InputError(
-                f"{where}: cannot reach the storage endpoint ({e}); check endpoint_url in --storage-options"
+                f"{where}: cannot reach the storage endpoint ({e}); check endpoint_url in `storage_options`"
             )
     if urls and isinstance(exc, PermissionError) and not exc.filename:
         # s3fs's translation of a refused request, whose botocore cause was lost on the way
         # from a Dask worker
         return InputError(
-            f"{where}: the object store refused the request ({exc}); check the credentials in --storage-options / "
+            f"{where}: the object store refused the request ({exc}); check the credentials in `storage_options` / "
             "the AWS environment and the bucket's permissions"
         )
     if urls and isinstance(exc, FileNotFoundError) and "bucket does not exist" in str(exc):
@@ -369,9 +421,25 @@ def storage_error(exc: BaseException, urls=()) -> InputError | None:
     return None
 
 
-def _given_options() -> dict:
-    """The storage options in force (none when they are themselves malformed)."""
+def _given_options(storage) -> dict:
+    """The storage options in use (none when they are themselves malformed)."""
     try:
-        return storage_options()
+        return Storage.of(storage).options
     except InputError:
         return {}
+
+
+# packages whose client constructors receive the storage options as keyword arguments
+_FILESYSTEM_PACKAGES = {"fsspec", "s3fs", "gcsfs", "adlfs", "botocore", "aiobotocore", "azure"}
+
+
+def _raised_in_filesystem(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside a filesystem's client code: an unexpected keyword
+    there is a storage option the filesystem does not take, not a bug of ours."""
+    tb = exc.__traceback__
+    while tb is not None:
+        name = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if name.split(".")[0] in _FILESYSTEM_PACKAGES:
+            return True
+        tb = tb.tb_next
+    return False

@@ -16,21 +16,27 @@ other codes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from dhash.errors import InputError
 from dhash.kernels.mih import table_layout
 from dhash.storage.atomic import atomic_output, require_committed
 from dhash.storage.chunkread import arrays_manifest, content_id, create_array, new_group, open_verified, read_attrs
-from dhash.storage.location import resolve
+from dhash.storage.location import Location, resolve
 
 INDEX_SCHEMA = "dhash.mih-index/1"
 INDEX_KIND = "mih-index"
 
 
-def codes_content_id(codes) -> str:
-    """Content id of a committed codes store (its arrays' shapes and chunk checksums)."""
-    record = require_committed(resolve(codes), "codes", "re-encode with `dhash encode`")
+def codes_content_id(codes, storage=None) -> str:
+    """Content id of a committed codes store (a Codes handle, or its location)."""
+    from dhash.storage.codes import Codes
+
+    if isinstance(codes, Codes):
+        return codes.content_id
+    record = require_committed(resolve(codes, storage=storage), "codes", "re-encode with `dhash encode`")
     return content_id(record["manifest"])
 
 
@@ -38,8 +44,10 @@ def index_output(path, overwrite: bool):
     return atomic_output(path, kind=INDEX_KIND, overwrite=overwrite, manifest=arrays_manifest("order", "offsets"))
 
 
-def create_index_arrays(tmp, *, codes, codes_reader, starts: np.ndarray):
-    """The index's group and its two (empty) arrays in a new artifact's location."""
+def create_index_arrays(tmp, *, codes, starts: np.ndarray):
+    """The index's group and its two (empty) arrays in a new artifact's location (``codes``:
+    the Codes handle of the indexed store)."""
+    codes_reader = codes.reader
     group = new_group(tmp)
     m = len(starts) - 1
     group.attrs.update(
@@ -48,8 +56,8 @@ def create_index_arrays(tmp, *, codes, codes_reader, starts: np.ndarray):
             "n_bits": int(starts[-1]),
             "m": m,
             "starts": [int(s) for s in starts],
-            "codes": resolve(codes).url,
-            "codes_id": codes_content_id(codes),
+            "codes": codes.location.url,
+            "codes_id": codes.content_id,
         }
     )
     create_array(group, "order", (codes_reader.shape[0], m), codes_reader.chunk_rows, "int32")
@@ -57,23 +65,47 @@ def create_index_arrays(tmp, *, codes, codes_reader, starts: np.ndarray):
     create_array(group, "offsets", (codes_reader.n_chunks, width), 1, "int32")
 
 
-def open_index(path, codes, codes_reader):
-    """(order reader, offsets reader, attrs) of the index at ``path``, checked to be an index
-    of the codes at ``codes`` (same content, same chunking)."""
-    loc = resolve(path)
-    remedy = f"build it again with `dhash index --codes {codes} --out {loc} --overwrite`"
+@dataclass(frozen=True)
+class StoredTables:
+    """A stored multi-index opened and checked once against its Codes handle ``codes``:
+    the verified readers of ``order`` and ``offsets`` and the index's attrs."""
+
+    location: Location
+    codes: object
+    order: object
+    offsets: object
+    attrs: dict
+
+    @property
+    def m(self) -> int:
+        return int(self.attrs["m"])
+
+    @property
+    def n_bits(self) -> int:
+        return int(self.attrs["n_bits"])
+
+
+def open_index(path, codes, *, storage=None) -> StoredTables:
+    """The index at ``path`` (a location, or StoredTables returned as is), checked to be an
+    index of ``codes`` (a Codes handle: same content, same chunking)."""
+    if isinstance(path, StoredTables):
+        if path.codes is not codes and path.codes.content_id != codes.content_id:
+            raise InputError(f"the index at {path.location} was built from other codes than {codes.path}")
+        return path
+    loc = resolve(path, storage=storage)
+    remedy = f"build it again from the codes {codes.path} with `overwrite=True`"
     record = require_committed(loc, INDEX_KIND, remedy)
     attrs = read_attrs(loc, f"index {loc}", remedy)
     if attrs.get("schema") != INDEX_SCHEMA:
         raise InputError(f"{loc} is not a dhash multi-index (schema {attrs.get('schema')!r}); {remedy}")
-    if attrs.get("codes_id") != codes_content_id(codes):
+    if attrs.get("codes_id") != codes.content_id:
         raise InputError(
             f"the index at {loc} was built from other codes ({attrs.get('codes')}, id {attrs.get('codes_id')}) "
-            f"than {codes}; {remedy}"
+            f"than {codes.path}; {remedy}"
         )
     arrays = record["manifest"].get("arrays", {})
     order = open_verified(loc.child("order"), arrays.get("order"), f"index {loc} (order)", remedy)
     offsets = open_verified(loc.child("offsets"), arrays.get("offsets"), f"index {loc} (offsets)", remedy)
-    if order.chunk_rows != codes_reader.chunk_rows or offsets.shape[0] != codes_reader.n_chunks:
-        raise InputError(f"the index at {loc} is chunked unlike the codes at {codes}; {remedy}")
-    return order, offsets, attrs
+    if order.chunk_rows != codes.reader.chunk_rows or offsets.shape[0] != codes.reader.n_chunks:
+        raise InputError(f"the index at {loc} is chunked unlike the codes at {codes.path}; {remedy}")
+    return StoredTables(loc, codes, order, offsets, attrs)

@@ -1,0 +1,258 @@
+"""The Index objects (dhash.search.index) against the search functions they wrap and against
+brute-force numpy Hamming; handles opened once per search; the storage context."""
+
+from __future__ import annotations
+
+import collections
+import pickle
+from contextlib import ExitStack
+from unittest import mock
+
+import dask
+import dask.array as da
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import dhash
+from dhash import workflows
+from dhash.errors import InputError
+from dhash.kernels.codes import pack_signs
+from dhash.search.hamming import flat_hits, knn_search, radius_search
+from dhash.search.index import FlatIndex, Index, MIHIndex, Queries, Rerank
+from dhash.search.mih import MultiIndex
+from dhash.storage.location import Storage, resolve
+from tests import reference as ref
+
+
+def brute_force(queries, codes, k, ids=None):
+    ids = np.arange(len(codes), dtype=np.int64) if ids is None else ids
+    dist, nn = ref.topk_bruteforce(ref.popcount_distances(queries, codes), ids, min(k, len(codes)))
+    if k > len(codes):  # FAISS pads with -1 ids (and the largest distance)
+        pad = k - len(codes)
+        dist = np.hstack([dist, np.full((len(dist), pad), np.iinfo(np.int32).max, dist.dtype)])
+        nn = np.hstack([nn, np.full((len(nn), pad), -1, np.int64)])
+    return dist, nn
+
+
+def brute_force_range(queries, codes, radius, ids):
+    dist = ref.popcount_distances(queries, codes)
+    lims, dists, hits_ids = [0], [], []
+    for q in range(len(queries)):
+        hits = np.nonzero(dist[q] <= radius)[0]
+        order = np.lexsort((ids[hits], dist[q][hits]))
+        dists.append(dist[q][hits][order])
+        hits_ids.append(ids[hits][order])
+        lims.append(lims[-1] + len(hits))
+    return np.array(lims), np.concatenate(dists), np.concatenate(hits_ids)
+
+
+@pytest.fixture(scope="module")
+def codes_5k():
+    rng = np.random.default_rng(4)
+    proj = rng.standard_normal((5000, 6)) @ rng.standard_normal((6, 32))  # clustered: many ties
+    return pack_signs(proj), pack_signs(rng.standard_normal((30, 6)) @ rng.standard_normal((6, 32)))
+
+
+def test_index_objects_equal_the_search_functions_and_brute_force(codes_5k):
+    db, q = codes_5k
+    exclude = np.arange(0, len(db), 7)
+    keep = np.setdiff1d(np.arange(len(db)), exclude)
+    with dask.config.set(scheduler="synchronous"):
+        chunked = da.from_array(db, chunks=900)
+        flat, flat_excl = FlatIndex(chunked), FlatIndex(chunked, exclude=exclude)
+        multi = MultiIndex(chunked)
+        for index in (flat, multi):
+            assert isinstance(index, Index)
+        for k in (1, 10, 100):
+            want = brute_force(q, db, k)
+            for got in (flat.search(q, k), multi.search(q, k), knn_search(q, chunked, k)):
+                np.testing.assert_array_equal(got[0], want[0])
+                np.testing.assert_array_equal(got[1], want[1])
+            want = brute_force(q, db[keep], k, ids=keep)
+            got = flat_excl.search(q, k)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+        for radius in (0, 4, 9):
+            want = brute_force_range(q, db, radius, np.arange(len(db)))
+            for got in (flat.range_search(q, radius), multi.range_search(q, radius)):
+                for g, w in zip(got, want, strict=True):
+                    np.testing.assert_array_equal(g, w)
+            query_index, ids, dist = radius_search(q, chunked, radius)
+            lims, dist_r, ids_r = flat.range_search(q, radius)
+            np.testing.assert_array_equal(flat_hits(lims), query_index)
+            np.testing.assert_array_equal(ids_r, ids)
+            np.testing.assert_array_equal(dist_r, dist)
+        # fewer rows than k: -1 ids as FAISS
+        small = FlatIndex(db[:5])
+        dist, nn = small.search(q[:3], 8)
+        np.testing.assert_array_equal(nn[:, 5:], -1)
+        np.testing.assert_array_equal(nn, brute_force(q[:3], db[:5], 8)[1])
+        with pytest.raises(InputError, match="k must be a positive int"):
+            flat.search(q, 0)
+
+
+def test_vector_queries_are_encoded_by_the_index_model():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((2000, 40)).astype(np.float32)
+    model = dhash.ITQ(n_bits=32, random_state=0).fit(X)
+    codes = model.encode(X)
+    with dask.config.set(scheduler="synchronous"):
+        index = FlatIndex(codes, model=model)
+        by_vectors = index.search(X[:20], 10)
+        by_codes = index.search(codes[:20], 10)
+        np.testing.assert_array_equal(by_vectors[1], by_codes[1])
+        exact = Rerank("exact", index, 50, source=da.from_array(X, chunks=500), model=model)
+        dist_x, ids_x = exact.search(X[:20], 10)
+        want_d, want_i = zip(
+            *(
+                ref.l2_topk_bruteforce(X[i : i + 1], X[c[c >= 0]], c[c >= 0], 10)
+                for i, c in enumerate(index.search(X[:20], 50)[1])
+            )
+        )
+        np.testing.assert_array_equal(ids_x, np.vstack(want_i))
+        np.testing.assert_allclose(dist_x, np.vstack(want_d), rtol=1e-5)
+        with pytest.raises(InputError, match="needs the query vectors"):
+            exact.search(codes[:2], 5)
+        with pytest.raises(InputError, match="top-k search"):
+            exact.range_search(X[:2], 3)
+    with pytest.raises(InputError, match="has no model"):
+        FlatIndex(codes).search(X[:2], 3)
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """A small dataset with a split, an ITQ model, its codes and a stored multi-index."""
+    d = tmp_path_factory.mktemp("index")
+    with dask.config.set(scheduler="synchronous"):
+        ds = workflows.synth("sift", d / "s.zarr", n=4000, chunk_rows=1000)
+        workflows.split(ds, queries=40)
+        model = workflows.train(ds, "itq", d / "m", bits=32, split="default")
+        workflows.encode(ds, model, d / "c.zarr")
+        workflows.index(d / "c.zarr", d / "i.zarr")
+    return d
+
+
+def _counted(fn):
+    """Run fn with the readers of commit records, array metadata and attributes counted per
+    artifact path (in this process: where artifacts are opened)."""
+    import dhash.storage.atomic as atomic
+    import dhash.storage.chunkread as chunkread
+
+    counts = {"commit": collections.Counter(), "metadata": collections.Counter(), "attrs": collections.Counter()}
+
+    def counting(kind, real, key):
+        def wrapper(loc, *args):
+            counts[kind][key(loc)] += 1
+            return real(loc, *args)
+
+        return wrapper
+
+    patches = [
+        ("commit", atomic, "read_commit", atomic.read_commit, lambda loc: loc.url),
+        ("metadata", chunkread, "_metadata", chunkread._metadata, lambda loc: loc.url),
+        ("attrs", chunkread, "read_attrs", chunkread.read_attrs, lambda loc: loc.url),
+    ]
+    modules = [m for m in map(__import__("importlib").import_module, _READERS)]
+    with ExitStack() as stack:
+        for kind, module, name, real, key in patches:
+            wrapper = counting(kind, real, key)
+            stack.enter_context(mock.patch.object(module, name, wrapper))
+            for other in modules:  # modules that imported the function by name
+                if getattr(other, name, None) is real:
+                    stack.enter_context(mock.patch.object(other, name, wrapper))
+        fn()
+    return counts
+
+
+_READERS = (
+    "dhash.storage.datasets",
+    "dhash.storage.codes",
+    "dhash.storage.mih_index",
+    "dhash.hashing.registry",
+    "dhash.hashing.base",
+)
+
+
+@pytest.mark.parametrize("how", ["scan", "index", "rerank"])
+def test_one_search_reads_each_commit_record_and_metadata_once(stored, tmp_path, how):
+    d = stored
+    options = {"index": d / "i.zarr"} if how == "index" else {"rerank": "exact"} if how == "rerank" else {}
+
+    def run():
+        with dask.config.set(scheduler="synchronous"):
+            workflows.search(d / "s.zarr", d / "m", d / "c.zarr", tmp_path / "r.parquet", k=10, **options)
+
+    counts = _counted(run)
+    artifacts = {str(d / n) for n in ("s.zarr", "m", "c.zarr", "s.zarr/splits/default")}
+    if how == "index":
+        artifacts.add(str(d / "i.zarr"))
+    assert set(counts["commit"]) == artifacts, counts["commit"]
+    assert all(n == 1 for n in counts["commit"].values()), counts["commit"]
+    assert counts["metadata"] and all(n == 1 for n in counts["metadata"].values()), counts["metadata"]
+    assert all(n == 1 for n in counts["attrs"].values()), counts["attrs"]
+
+
+def test_index_objects_over_handles_equal_dhash_search(stored, tmp_path):
+    d = stored
+    with dask.config.set(scheduler="synchronous"):
+        ds = dhash.open_dataset(d / "s.zarr")
+        model = dhash.load_model(d / "m")
+        codes = dhash.open_codes(d / "c.zarr", model, ds)
+        split = ds.get_split("default")
+        queries = codes.take(split.query)
+        flat = FlatIndex(codes, exclude=split.query)
+        mih = MIHIndex(dhash.open_index(d / "i.zarr", codes), exclude=split.query)
+        all_codes, keep = codes.reader.read_all(), np.setdiff1d(np.arange(ds.n), split.query)
+        want = brute_force(queries, all_codes[keep], 25, ids=keep)
+        for index in (flat, mih):
+            got = index.search(queries, 25)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+        want_range = brute_force_range(queries, all_codes[keep], 3, keep)
+        for index in (flat, mih):
+            for g, w in zip(index.range_search(queries, 3), want_range, strict=True):
+                np.testing.assert_array_equal(g, w)
+        # the public API and its parquet output say the same (handles accepted as well as locations)
+        done = dhash.search(ds, model, codes, tmp_path / "r.parquet", split=split, k=25)
+        table = pq.read_table(tmp_path / "r.parquet")
+        np.testing.assert_array_equal(done.results[1], want[1])
+        np.testing.assert_array_equal(table.column("id").to_numpy(), want[1].ravel())
+        np.testing.assert_array_equal(table.column("hamming").to_numpy(), want[0].ravel())
+        in_memory = dhash.search(d / "s.zarr", d / "m", d / "c.zarr", radius=3, index=d / "i.zarr")
+        assert in_memory.path is None
+        for g, w in zip(in_memory.results, want_range, strict=True):
+            np.testing.assert_array_equal(g, w)
+        reranked = Rerank("exact", flat, 100, source=ds)
+        dist_x, ids_x = reranked.search(Queries(codes=queries, vectors=ds.features.take(split.query)), 10)
+        done = dhash.search(ds, model, codes, split=split, k=10, rerank="exact", candidates=100)
+        np.testing.assert_array_equal(done.results[1], ids_x)
+        np.testing.assert_array_equal(done.results[0], dist_x)
+
+
+def test_storage_is_an_explicit_immutable_context(monkeypatch):
+    import dhash.storage.location as location
+
+    assert not hasattr(location, "set_storage_options")
+    storage = Storage({"key": "k", "secret": "s3cr3t", "client_kwargs": {"region_name": "x"}})
+    assert "s3cr3t" not in repr(storage) and storage == Storage(storage.options)
+    with pytest.raises(AttributeError):
+        storage.extra = 1
+    options = storage.options
+    options["key"] = "changed"
+    assert storage.options["key"] == "k"
+    assert pickle.loads(pickle.dumps(storage)) == storage
+    # two stores in one process: each location keeps the options it was resolved with
+    a = resolve("s3://bucket-a/x", storage=storage)
+    b = resolve("s3://bucket-b/x", storage={"anon": True})
+    assert a.options["secret"] == "s3cr3t" and b.options == {"anon": True}
+    assert a.child("y").options == a.options and str(a) == "s3://bucket-a/x"
+    monkeypatch.setenv("DHASH_STORAGE_OPTIONS", '{"anon": false}')
+    assert resolve("s3://bucket-c/x").options == {"anon": False} == Storage.of(None).options
+    assert Storage.of(storage) is storage
+    with pytest.raises(InputError, match="must be a JSON object"):
+        Storage(["anon"])
+    monkeypatch.setenv("DHASH_STORAGE_OPTIONS", "{not json")
+    with pytest.raises(InputError, match="is not JSON"):
+        Storage.from_env()
+    assert resolve("relative/path").is_local  # local paths never read the options
