@@ -239,8 +239,9 @@ def search(values):
 
 def _evaluate_options(command, values) -> dict:
     return {
-        **pick(values, "methods", "bits", "queries", "seed", "ks", "dish2_dictionaries", "top_k", "top_percent"),
+        **pick(values, "methods", "bits", "queries", "seed", "ks", "top_k", "top_percent"),
         "params": method_params(command, values),
+        "evaluation_options": pick(values, "dish2_dictionaries"),  # how particular methods are scored
         "log_lines": None if values["quiet"] else log,
     }
 

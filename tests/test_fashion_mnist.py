@@ -109,7 +109,7 @@ def dish_reports(fmnist_paths, tmp_path_factory, cluster):
             queries=1000,
             seed=0,
             params={"nodes": 10, "topology": "random"},
-            dish2_dictionaries=DISH2_DICTIONARIES,
+            evaluation_options={"dish2_dictionaries": DISH2_DICTIONARIES},
             out=out / "iid",
         )
         by_label = workflows.evaluate(
@@ -119,7 +119,7 @@ def dish_reports(fmnist_paths, tmp_path_factory, cluster):
             queries=1000,
             seed=0,
             params={"nodes": 10, "topology": "random", "partition": "by-label"},
-            dish2_dictionaries=DISH2_DICTIONARIES,
+            evaluation_options={"dish2_dictionaries": DISH2_DICTIONARIES},
             out=out / "by-label",
         )
     return out, _rows_by_label(iid), _rows_by_label(by_label)

@@ -10,17 +10,13 @@ from __future__ import annotations
 import time
 
 import dask
-import dask.array as da
 import numpy as np
-from dask.base import tokenize
 
 from dhash.distributed.graph import as_dask, chunk_delayeds, map_chunks, tree_reduce
-from dhash.distributed.nodes import node_groups, partition_rows
 from dhash.errors import InputError
 from dhash.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
 from dhash.evaluation.truth import Truth
-from dhash.hashing import DisH, make_hasher, method_params
-from dhash.kernels.codes import encode_linear_grouped
+from dhash.hashing import HASHERS, make_hasher, method_params
 from dhash.kernels.ranking import mean_ap, radius_precision_recall, rank_offsets, tie_aware_ap, topk_metrics
 from dhash.kernels.stats import add
 from dhash.search.hamming import knn_search_lazy
@@ -102,77 +98,81 @@ def score_codes(codes, split_query: np.ndarray, truth: Truth, n_bits: int, ks=DE
     )
 
 
-def _score_model(model, features, split_query, truth, n_bits, ks) -> tuple[dict, dict]:
-    """Encode every row with ``model``, rank the query codes: (metrics, timing)."""
-    started = time.perf_counter()
-    codes = model.encode(features).persist()
-    dask.compute(codes.sum())  # materialise: time the encoding alone
-    encode_seconds = time.perf_counter() - started
-    metrics, search_seconds = score_codes(codes, split_query, truth, n_bits, ks)
-    return metrics, {"encode_seconds": round(encode_seconds, 4), "search_seconds": round(search_seconds, 4)}
+def _timing(encode_seconds: float, search_seconds: float) -> dict:
+    return {"encode_seconds": round(encode_seconds, 4), "search_seconds": round(search_seconds, 4)}
 
 
-def _score_dish1(model, view, features, truth, n_bits, ks) -> tuple[dict, dict]:
-    """DisH1: each node encodes its own rows and the queries with its own dictionary."""
+class Scorer:
+    """The evaluation protocol's scoring of one split, handed to a fitted estimator's
+    ``evaluation_results`` hook (``dhash.hashing.base.Hasher``): however the estimator's codes
+    are made, they are ranked by ``code_metrics`` against the same queries, database rows and
+    ground truth, and each way returns (metrics, timing). ``view``: the database view
+    (features, labels, ids and the split's query rows); ``seed``: the evaluation's seed."""
 
-    db_features, split_query = view.features, view.query
-    node_rows = partition_rows(
-        db_features, model.nodes, model.partition, model.seed_, model.labels_for_fit(view.labels)
-    )
-    db_groups = node_groups(node_rows, db_features.chunks[0])
-    started = time.perf_counter()
-    codes = da.map_blocks(
-        encode_linear_grouped,
-        db_features,
-        db_groups[:, None],
-        model.mean_,
-        model.dictionaries_,
-        dtype=np.uint8,
-        chunks=(db_features.chunks[0], (model.code_bytes,)),
-        name="dish1-encode-" + tokenize(db_features, db_groups, model.model_id),
-    ).persist()
-    dask.compute(codes.sum())
-    encode_seconds = time.perf_counter() - started
-    queries = features[split_query].compute()
-    query_codes = np.stack([model.with_dictionary(i).encode(queries) for i in range(model.nodes)])
-    db_truth_rows = truth.database_rows(features.chunks[0], split_query)
-    metrics, search_seconds = code_metrics(
-        query_codes, codes, view.ids, db_truth_rows, truth, n_bits, ks, db_groups=db_groups
-    )
-    return metrics, {"encode_seconds": round(encode_seconds, 4), "search_seconds": round(search_seconds, 4)}
+    def __init__(self, features, view, truth: Truth, n_bits: int, ks, seed: int):
+        self.features, self.view, self.truth = features, view, truth
+        self.n_bits, self.ks, self.seed = n_bits, ks, seed
+
+    def _database_truth(self):
+        return self.truth.database_rows(self.features.chunks[0], self.view.query)
+
+    def symmetric(self, encoder) -> tuple[dict, dict]:
+        """Encode every row with ``encoder``, rank the query codes against the others."""
+        started = time.perf_counter()
+        codes = encoder.encode(self.features).persist()
+        dask.compute(codes.sum())  # materialise: time the encoding alone
+        encode_seconds = time.perf_counter() - started
+        metrics, search_seconds = score_codes(codes, self.view.query, self.truth, self.n_bits, self.ks)
+        return metrics, _timing(encode_seconds, search_seconds)
+
+    def asymmetric(self, encoder, database_codes) -> tuple[dict, dict]:
+        """Methods that learn the database's codes directly: ``database_codes`` (aligned with
+        the database rows) are ranked against the queries encoded by ``encoder``."""
+        started = time.perf_counter()
+        query_codes = encoder.encode(np.asarray(self.features[self.view.query].compute()))
+        encode_seconds = time.perf_counter() - started
+        metrics, search_seconds = code_metrics(
+            query_codes, database_codes, self.view.ids, self._database_truth(), self.truth, self.n_bits, self.ks
+        )
+        return metrics, _timing(encode_seconds, search_seconds)
+
+    def grouped(self, database_codes, groups, encode_queries) -> tuple[dict, dict]:
+        """Database rows encoded group by group: ``database_codes`` (lazy, aligned with the
+        database rows) and ``groups`` (each database row's group, a dask array); each query is
+        ranked in group g by its code ``encode_queries(queries)[g]`` (G, m, n_bytes). The
+        database encoding is timed."""
+        started = time.perf_counter()
+        codes = database_codes.persist()
+        dask.compute(codes.sum())
+        encode_seconds = time.perf_counter() - started
+        query_codes = encode_queries(self.features[self.view.query].compute())
+        db_truth_rows = self._database_truth()
+        metrics, search_seconds = code_metrics(
+            query_codes, codes, self.view.ids, db_truth_rows, self.truth, self.n_bits, self.ks, db_groups=groups
+        )
+        return metrics, _timing(encode_seconds, search_seconds)
+
+    @staticmethod
+    def mean_and_std(runs: list[dict]) -> tuple[dict, dict]:
+        """Average the metrics of several runs (e.g. over alternative encoders); std of each scalar."""
+        mean = {k: float(np.mean([r[k] for r in runs])) for k, v in runs[0].items() if isinstance(v, float)}
+        std = {k: float(np.std([r[k] for r in runs])) for k in mean}
+        curve = {k: np.mean([r["pr_curve"][k] for r in runs], axis=0).tolist() for k in runs[0]["pr_curve"]}
+        return {**runs[0], **mean, "pr_curve": curve}, std
 
 
-def _score_asymmetric(model, view, features, truth, n_bits, ks) -> tuple[dict, dict]:
-    """Methods that learn the database's codes directly (ADSH): the database rows are ranked
-    by those codes (``database_codes_``, aligned with the training rows), the queries are
-    encoded by the learned hash function."""
-    started = time.perf_counter()
-    query_codes = model.encode(np.asarray(features[view.query].compute()))
-    encode_seconds = time.perf_counter() - started
-    db_truth_rows = truth.database_rows(features.chunks[0], view.query)
-    metrics, search_seconds = code_metrics(
-        query_codes, model.database_codes_, view.ids, db_truth_rows, truth, n_bits, ks
-    )
-    return metrics, {"encode_seconds": round(encode_seconds, 4), "search_seconds": round(search_seconds, 4)}
-
-
-def _mean_and_std(runs: list[dict]) -> tuple[dict, dict]:
-    """Average the metrics of several runs (DisH2 over dictionaries); std of each scalar."""
-    mean = {k: float(np.mean([r[k] for r in runs])) for k, v in runs[0].items() if isinstance(v, float)}
-    std = {k: float(np.std([r[k] for r in runs])) for k in mean}
-    curve = {k: np.mean([r["pr_curve"][k] for r in runs], axis=0).tolist() for k in runs[0]["pr_curve"]}
-    return {**runs[0], **mean, "pr_curve": curve}, std
-
-
-def dish2_dictionaries(n_nodes: int, count: int | None, seed: int) -> list[int]:
-    """Which node dictionaries DisH2 is scored with: all of them (count None, the default:
-    mean and std over every choice), or ``count`` nodes drawn with the seed (count 1 is the
-    paper's DisH2: one randomly selected node's hash functions encode everything)."""
-    if count is None or count >= n_nodes:
-        return list(range(n_nodes))
-    if count < 1:
-        raise InputError(f"--dish2-dictionaries must be a positive number of nodes; got {count}")
-    return sorted(np.random.default_rng(seed).choice(n_nodes, count, replace=False).tolist())
+def evaluation_protocol(options: dict | None) -> dict:
+    """What a report's protocol records of the evaluation options: every registered method's
+    options (``Hasher.evaluation_options``), as given or else their recorded default. An
+    option no method declares is refused (a typo would otherwise be ignored)."""
+    declared = {name: default for cls in HASHERS.values() for name, default in cls.evaluation_options.items()}
+    given = {k: v for k, v in (options or {}).items() if v is not None}
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise InputError(
+            f"unknown evaluation option {', '.join(unknown)}; the evaluation options: {', '.join(declared) or 'none'}"
+        )
+    return {name: given.get(name, default) for name, default in declared.items()}
 
 
 def evaluate_method(
@@ -187,13 +187,13 @@ def evaluate_method(
     ks=DEFAULT_KS,
     params: dict | None = None,
     log=None,
-    dish2_count: int | None = None,
+    evaluation_options: dict | None = None,
 ) -> list[dict]:
     """Train one method on the database rows, encode all rows, rank the query codes.
 
-    Returns report rows: one for most methods; DisH with ADMM consensus gives two, DisH2
-    (mean and std over node dictionaries, see ``dish2_dictionaries``) and DisH1 (each node
-    its own dictionary).
+    Returns report rows: one for most methods; a method scored in several ways gives one row
+    per way (its estimator's ``evaluation_results`` hook, which receives the options in
+    ``evaluation_options`` that its class declares).
     """
 
     features = as_dask(features)
@@ -210,37 +210,13 @@ def evaluate_method(
         "model_id": model.model_id,
         "training": model.training_stats_,
     }
+    options = {k: v for k, v in (evaluation_options or {}).items() if k in type(model).evaluation_options}
+    scorer = Scorer(features, view, truth, n_bits, ks, seed)
     rows = []
-    if isinstance(model, DisH) and model.consensus == "admm" and model.nodes > 1:
-        chosen = dish2_dictionaries(model.nodes, dish2_count, seed)
-        runs = [_score_model(model.with_dictionary(i), features, split_query, truth, n_bits, ks) for i in chosen]
-        metrics, std = _mean_and_std([m for m, _ in runs])
-        rows.append(
-            {
-                **base,
-                "label": f"{method} (DisH2)",
-                "metrics": metrics,
-                "metrics_std": std,
-                "per_dictionary_map": [m["map"] for m, _ in runs],
-                "dictionaries": chosen,
-                "timing": {"train_seconds": round(train_seconds, 4), **runs[0][1]},
-            }
-        )
-        metrics, timing = _score_dish1(model, view, features, truth, n_bits, ks)
-        rows.append(
-            {
-                **base,
-                "label": f"{method} (DisH1)",
-                "metrics": metrics,
-                "timing": {"train_seconds": round(train_seconds, 4), **timing},
-            }
-        )
-    else:
-        if model.learns_database_codes:
-            metrics, timing = _score_asymmetric(model, view, features, truth, n_bits, ks)
-        else:
-            metrics, timing = _score_model(model, features, split_query, truth, n_bits, ks)
-        rows.append({**base, "metrics": metrics, "timing": {"train_seconds": round(train_seconds, 4), **timing}})
+    for scored in model.evaluation_results(scorer, options):
+        label = {} if scored.variant is None else {"label": f"{method} ({scored.variant})"}
+        timing = {"train_seconds": round(train_seconds, 4), **scored.timing}
+        rows.append({**base, **label, "metrics": scored.metrics, **scored.extras, "timing": timing})
     if log:
         for row in rows:
             log(

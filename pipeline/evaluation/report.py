@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import datetime as _dt
 
-import numpy as np
-
 from dhash import __version__
+from dhash.hashing.registry import method_class
 from dhash.storage.atomic import atomic_output
 from dhash.storage.jsonio import dumps
 from dhash.storage.location import Location, resolve
@@ -123,102 +122,42 @@ def _plot(report: dict, out: Location) -> list[str]:
         name = f"{kind}.png"
         _save(fig, out, name)
         files.append(name)
-    dish = [r for r in report["results"] if "objective" in r["training"] and "DisH1" not in r.get("label", "")]
-    mac = [r for r in report["results"] if has_mac_path(r["training"])]
-    adsh = [r for r in report["results"] if r["training"].get("adsh_path")]
-    panels = 2 * bool(dish) + 2 * bool(mac) + 2 * bool(adsh)
-    if panels:
-        fig = Figure(figsize=(5 * panels, 3.8))
-        axes = list(fig.subplots(1, panels, squeeze=False)[0])
-        if dish:
-            _plot_dish(dish, axes.pop(0), axes.pop(0))
-        if mac:
-            _plot_mac(mac, axes.pop(0), axes.pop(0))
-        if adsh:
-            _plot_adsh(adsh, axes.pop(0), axes.pop(0))
+    groups = training_plots(report["results"])
+    if groups:
+        fig = Figure(figsize=(5 * sum(plot.n_axes for plot in groups), 3.8))
+        axes = list(fig.subplots(1, sum(plot.n_axes for plot in groups), squeeze=False)[0])
+        for plot, rows in groups.items():
+            plot.draw(rows, [axes.pop(0) for _ in range(plot.n_axes)])
         fig.tight_layout()
         _save(fig, out, "training.png")
         files.append("training.png")
     return files
 
 
-def has_mac_path(training: dict) -> bool:
-    """A MAC fit that ran iterations (its training stats list them; ITQ's count is an int)."""
-    steps = training.get("mac_path")
-    return isinstance(steps, list) and len(steps) > 1
+def _training_plot(row: dict):
+    """The estimator's training plot for a report row (``Hasher.training_plot``); none for a
+    method this version does not know (a report written by another version)."""
+    try:
+        cls = method_class(row["method"])
+    except KeyError:
+        return None
+    return cls.training_plot(row)
 
 
-def _plot_dish(results: list, objective_ax, residual_ax) -> None:
-    for r in results:
-        label = f"{r.get('label', r['method'])} {r['n_bits']}b"
-        obj = np.asarray(r["training"]["objective"])
-        objective_ax.plot(np.arange(1, len(obj) + 1), obj / obj[0], marker=".", label=label)
-        if "consensus_residual" in r["training"]:
-            residual_ax.semilogy(
-                np.arange(1, len(obj) + 1), r["training"]["consensus_residual"], marker=".", label=label
-            )
-    objective_ax.set(xlabel="outer iteration", ylabel="objective (3) / first value", title="DisH objective")
-    residual_ax.set(
-        xlabel="outer iteration", ylabel="max over edges ||C_i - C_j|| / ||C_i||", title="consensus residual"
-    )
-    for ax in (objective_ax, residual_ax):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+def training_plots(results: list[dict]) -> dict:
+    """The panels of ``training.png``: each estimator's training plot with the report rows it
+    draws, in the order the rows first name them."""
+    groups: dict = {}
+    for row in results:
+        plot = _training_plot(row)
+        if plot is not None:
+            groups.setdefault(plot, []).append(row)
+    return groups
 
 
-def _plot_mac(results: list, loss_ax, precision_ax) -> None:
-    """MAC per iteration: L(h(X)) of the hash function kept so far (solid; discarded candidates
-    as x), L(Z) of the auxiliary codes (dotted), both relative to the two-step start; the
-    validation precision of the kept function (discarded candidates as x)."""
-    for r in results:
-        label = f"{r.get('label', r['method'])} {r['n_bits']}b"
-        steps = r["training"]["mac_path"]
-        start = steps[0]["loss_h"]
-        kept_loss, kept_precision, current = [], [], (start, steps[0].get("validation_precision"))
-        for e in steps:
-            if e.get("kept", True):
-                current = (e["loss_h"], e.get("validation_precision", current[1]) or current[1])
-            kept_loss.append(current[0] / start)
-            kept_precision.append(current[1])
-        it = [e["iteration"] for e in steps]
-        line = loss_ax.plot(it, kept_loss, marker=".", label=f"{label} L(h(X))")[0]
-        colour = line.get_color()
-        loss_ax.plot(it, [e["loss_z"] / start for e in steps], ls=":", color=colour, label=f"{label} L(Z)")
-        dropped = [e for e in steps if not e.get("kept", True)]
-        loss_ax.plot([e["iteration"] for e in dropped], [e["loss_h"] / start for e in dropped], "x", color=colour)
-        if kept_precision[0] is not None:
-            precision_ax.plot(it, kept_precision, marker=".", color=colour, label=label)
-            precision_ax.plot(
-                [e["iteration"] for e in dropped], [e["validation_precision"] for e in dropped], "x", color=colour
-            )
-    loss_ax.set(xlabel="MAC iteration (0: two-step start)", ylabel="loss / L(h(X)) of the start", title="MAC loss")
-    precision_ax.set(xlabel="MAC iteration (x: discarded)", ylabel="validation precision", title="early stopping")
-    for ax in (loss_ax, precision_ax):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-
-
-def _plot_adsh(results: list, loss_ax, map_ax) -> None:
-    """ADSH: the network's loss per epoch (per pair, up to a constant) and the validation map
-    after each outer iteration."""
-    for r in results:
-        label = f"{r.get('label', r['method'])} {r['n_bits']}b"
-        path = r["training"]["adsh_path"]
-        line = loss_ax.plot(np.arange(1, len(path) + 1), [e["loss"] for e in path], label=label)[0]
-        scored = [e for e in path if "validation_map" in e]
-        if scored:
-            map_ax.plot(
-                [e["outer"] for e in scored],
-                [e["validation_map"] for e in scored],
-                marker=".",
-                color=line.get_color(),
-                label=label,
-            )
-    loss_ax.set(xlabel="epoch (T_in per outer iteration)", ylabel="loss per pair + const", title="ADSH network loss")
-    map_ax.set(xlabel="outer iteration", ylabel="validation map", title="ADSH validation")
-    for ax in (loss_ax, map_ax):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+def has_training_plot(results: list[dict]) -> bool:
+    """Whether a report of ``results`` has a ``training.png``."""
+    return bool(training_plots(results))
 
 
 def write_report(out, report: dict, *, overwrite: bool = True) -> Location:

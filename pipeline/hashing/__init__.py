@@ -13,6 +13,8 @@ from dhash.hashing.mac import MAC
 from dhash.hashing.periodic import SH, SIKH
 from dhash.hashing.quantization import KMH
 from dhash.hashing.registry import (
+    BASELINE_METHODS,
+    DEMO_METHODS,
     HASHERS,
     METHOD_NAMES,
     METHOD_VARIANTS,
@@ -29,8 +31,10 @@ from dhash.hashing.splh import SPLH, USPLH
 __all__ = [
     "ADSH",
     "AGH",
+    "BASELINE_METHODS",
     "BRE",
     "COSDISH",
+    "DEMO_METHODS",
     "DGH",
     "DPSH",
     "HASHERS",

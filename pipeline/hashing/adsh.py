@@ -30,7 +30,7 @@ from sklearn.utils._param_validation import Interval
 
 from dhash.distributed.graph import gather_rows, row_bounds, select_rows, update_and_reduce
 from dhash.distributed.progress import steps_bar
-from dhash.hashing.base import BITS, SEED, label_chunks, labels_of_rows
+from dhash.hashing.base import BITS, SEED, TrainingPlot, label_chunks, labels_of_rows, report_row_label
 from dhash.hashing.deep import DeepHashFunction
 from dhash.kernels.adsh import add_chunk_sums, chunk_pass, negative_weight, similarity_product
 from dhash.kernels.codes import pack_signs
@@ -239,6 +239,39 @@ class ADSH(DeepHashFunction):
         state = super().__getstate__()
         state.pop("database_codes_", None)
         return state
+
+    @classmethod
+    def training_plot(cls, row: dict):
+        """ADSH's path (``training_stats_["adsh_path"]``): the network's loss per epoch and the
+        validation map after each outer iteration."""
+        return ADSH_PLOT if row["training"].get("adsh_path") else None
+
+
+def _draw_training(rows: list, axes: list) -> None:
+    """ADSH: the network's loss per epoch (per pair, up to a constant) and the validation map
+    after each outer iteration."""
+    loss_ax, map_ax = axes
+    for r in rows:
+        label = report_row_label(r)
+        path = r["training"]["adsh_path"]
+        line = loss_ax.plot(np.arange(1, len(path) + 1), [e["loss"] for e in path], label=label)[0]
+        scored = [e for e in path if "validation_map" in e]
+        if scored:
+            map_ax.plot(
+                [e["outer"] for e in scored],
+                [e["validation_map"] for e in scored],
+                marker=".",
+                color=line.get_color(),
+                label=label,
+            )
+    loss_ax.set(xlabel="epoch (T_in per outer iteration)", ylabel="loss per pair + const", title="ADSH network loss")
+    map_ax.set(xlabel="outer iteration", ylabel="validation map", title="ADSH validation")
+    for ax in (loss_ax, map_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+
+
+ADSH_PLOT = TrainingPlot(2, _draw_training)
 
 
 def _pack(V):

@@ -18,6 +18,8 @@ import copy
 import hashlib
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from numbers import Integral
 
 import numpy as np
@@ -103,6 +105,54 @@ def label_chunks(y, X) -> list:
         bounds = row_bounds(X)
         parts = [delayed(y[a:b], pure=True) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     return list(dask.persist(*parts))
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One report row of the evaluation protocol, as an estimator's ``evaluation_results``
+    hook gives it: the metrics and timing of one way of encoding; ``variant`` names that way
+    in the row's label (``"method (variant)"``; None: the method's plain row), ``extras`` are
+    further entries of the row (e.g. the spread over several runs that were averaged)."""
+
+    metrics: dict
+    timing: dict
+    variant: str | None = None
+    extras: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainingPlot:
+    """A group of panels in a report's ``training.png``. Every report row whose estimator
+    names this plot (``Hasher.training_plot``) is drawn on the same ``n_axes`` axes, so bit
+    lengths and variants of one method are compared in one place. ``draw(rows, axes)`` gets
+    those report rows (dicts; their ``training`` entry holds the fit's ``training_stats_``)
+    and a list of ``n_axes`` matplotlib axes; it draws from the rows alone, so a report is
+    plotted the same from a live evaluation or from its stored report.json."""
+
+    n_axes: int
+    draw: Callable[[list, list], None]
+
+
+def report_row_label(row: dict) -> str:
+    """A report row's legend entry in training plots: its label (or method) and bit length."""
+    return f"{row.get('label', row['method'])} {row['n_bits']}b"
+
+
+def draw_objective(
+    rows: list, ax, title="training objective", xlabel="iteration", ylabel="objective / first value"
+) -> None:
+    """Each row's objective per iteration (``training["objective"]``), relative to its first
+    value, so fits of different bit lengths and data scales share one axis."""
+    for r in rows:
+        obj = np.asarray(r["training"]["objective"])
+        ax.plot(np.arange(1, len(obj) + 1), obj / obj[0], marker=".", label=report_row_label(r))
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+# the default training plot: iterative fits that record their objective per iteration
+OBJECTIVE_PLOT = TrainingPlot(1, lambda rows, axes: draw_objective(rows, axes[0]))
 
 
 class Hasher(TransformerMixin, BaseEstimator):
@@ -257,7 +307,7 @@ class Hasher(TransformerMixin, BaseEstimator):
         if type(self)._project_kernel is Hasher._project_kernel:
             raise InputError(
                 f"{self.method}'s bits are not the signs of real projections, so asymmetric distances do not "
-                "apply; re-rank with exact distances (--rerank exact)"
+                "apply; re-rank with exact distances (`rerank='exact'`)"
             )
         check_finite_block(X, what="features to project")
         return self._project_kernel(X)
@@ -271,6 +321,46 @@ class Hasher(TransformerMixin, BaseEstimator):
 
     def _encode_kernel(self, block):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    # ---------------------------------------------------------------- evaluation ------
+    # Method-specific behaviour of the evaluation and of reports lives in these hooks, so the
+    # generic layers (dhash.evaluation, dhash.workflows) never test which method they run.
+
+    # Evaluation options this method takes (``dhash.workflows.evaluate(evaluation_options=...)``),
+    # each with what a report's protocol records when it is not given.
+    evaluation_options: dict = {}
+
+    def evaluation_results(self, scorer, options: dict) -> list[Scored]:
+        """How the evaluation protocol scores this fitted model: one ``Scored`` per report row.
+
+        ``scorer`` is the protocol's scoring of one split (``dhash.evaluation.evaluate.Scorer``):
+        ``symmetric(encoder)`` encodes every row with ``encoder`` and ranks the query codes
+        against the database codes; ``asymmetric(encoder, database_codes)`` ranks the given
+        database codes against queries encoded by ``encoder``; ``grouped(...)`` scores
+        database rows encoded group by group against each group's query codes;
+        ``mean_and_std(runs)`` averages several runs' metrics; ``view`` is the database view
+        and ``seed`` the evaluation's seed. ``options``: the evaluation options given (only
+        names some evaluated method declares in ``evaluation_options``; absent or None means
+        the default).
+
+        Default: one row, this model's codes of every row; a model that learns the database's
+        codes (``learns_database_codes``) is scored with those against the queries it
+        encodes. Methods scored in several ways override it (DisH: DisH2 and DisH1)."""
+        if self.learns_database_codes:
+            metrics, timing = scorer.asymmetric(self, self.database_codes_)
+        else:
+            metrics, timing = scorer.symmetric(self)
+        return [Scored(metrics, timing)]
+
+    @classmethod
+    def training_plot(cls, row: dict) -> TrainingPlot | None:
+        """The panels of a report's ``training.png`` that draw this report row's training
+        statistics (``row["training"]``: the fit's ``training_stats_``), or None for no plot.
+        A class method on the stored row alone, so a report can be re-plotted without the
+        model. Default: the objective curve for fits that record their objective per
+        iteration (``training_stats_["objective"]``, a list), else none; methods with richer
+        statistics (DisH's consensus, MAC's path, ADSH's losses) override it."""
+        return OBJECTIVE_PLOT if isinstance(row["training"].get("objective"), list) else None
 
     # ---------------------------------------------------------------- persistence -----
     def _learned_arrays(self) -> dict[str, np.ndarray]:  # pragma: no cover - abstract

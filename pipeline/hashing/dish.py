@@ -36,11 +36,12 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dhash.distributed.graph import chunk_reads, map_reduce
-from dhash.distributed.nodes import PARTITIONS, NodeRunner, node_pieces, partition_rows
+from dhash.distributed.nodes import PARTITIONS, NodeRunner, node_groups, node_pieces, partition_rows
 from dhash.distributed.topology import TOPOLOGIES, build_topology, edges
 from dhash.errors import InputError
-from dhash.hashing.base import BITS, SEED
+from dhash.hashing.base import BITS, SEED, Scored, TrainingPlot, draw_objective, report_row_label
 from dhash.hashing.linear import LinearHasher, training_covariance
+from dhash.kernels.codes import encode_linear_grouped
 from dhash.kernels.dish import (
     admm_dictionary_step,
     centred_sq_norm,
@@ -328,12 +329,96 @@ class DisH(LinearHasher):
         other.components_ = self.dictionaries_[i]
         return other
 
+    # the evaluation option: how many node dictionaries DisH2 is scored with (default: all)
+    evaluation_options = {"dish2_dictionaries": "all"}
+
+    def evaluation_results(self, scorer, options: dict) -> list[Scored]:
+        """With ADMM consensus over several nodes, the paper's two evaluations: DisH2 (every
+        row encoded by one node's dictionary; mean and std over the dictionaries chosen by
+        the ``dish2_dictionaries`` option, see ``dish2_dictionaries``) and DisH1 (each node
+        encodes its own rows and the queries with its own dictionary). With one shared
+        dictionary (allreduce, or one node): the default single row."""
+        if self.consensus != "admm" or self.nodes == 1:
+            return super().evaluation_results(scorer, options)
+        chosen = dish2_dictionaries(self.nodes, options.get("dish2_dictionaries"), scorer.seed)
+        runs = [scorer.symmetric(self.with_dictionary(i)) for i in chosen]
+        metrics, std = scorer.mean_and_std([m for m, _ in runs])
+        spread = {"metrics_std": std, "per_dictionary_map": [m["map"] for m, _ in runs], "dictionaries": chosen}
+        return [Scored(metrics, runs[0][1], "DisH2", spread), Scored(*self._score_dish1(scorer), "DisH1")]
+
+    def _score_dish1(self, scorer) -> tuple[dict, dict]:
+        """DisH1: each node encodes its own database rows (the fit's partition, recomputed from
+        the parameters) and every query with its own dictionary."""
+        import dask.array as da
+        from dask.base import tokenize
+
+        view = scorer.view
+        db_features = view.features
+        node_rows = partition_rows(
+            db_features, self.nodes, self.partition, self.seed_, self.labels_for_fit(view.labels)
+        )
+        groups = node_groups(node_rows, db_features.chunks[0])
+        codes = da.map_blocks(
+            encode_linear_grouped,
+            db_features,
+            groups[:, None],
+            self.mean_,
+            self.dictionaries_,
+            dtype=np.uint8,
+            chunks=(db_features.chunks[0], (self.code_bytes,)),
+            name="dish1-encode-" + tokenize(db_features, groups, self.model_id),
+        )
+        return scorer.grouped(
+            codes,
+            groups,
+            lambda queries: np.stack([self.with_dictionary(i).encode(queries) for i in range(self.nodes)]),
+        )
+
+    @classmethod
+    def training_plot(cls, row: dict) -> TrainingPlot | None:
+        """DisH's objective and, with ADMM consensus, how far the nodes' dictionaries are apart
+        per outer iteration. A DisH1 row repeats its DisH2 row's training, so it is not drawn."""
+        if "DisH1" in row.get("label", "") or not isinstance(row["training"].get("objective"), list):
+            return None
+        return DISH_PLOT
+
     def _learned_arrays(self):
         return {**super()._learned_arrays(), "dictionaries_": self.dictionaries_}
 
     def _fitted_array_spec(self, n_features):
         nodes = self.nodes if self.consensus == "admm" else 1  # allreduce: one shared dictionary
         return {**super()._fitted_array_spec(n_features), "dictionaries_": (FLOAT, (nodes, n_features, self.n_bits))}
+
+
+def dish2_dictionaries(n_nodes: int, count: int | None, seed: int) -> list[int]:
+    """Which node dictionaries DisH2 is scored with: all of them (count None, the default:
+    mean and std over every choice), or ``count`` nodes drawn with the seed (count 1 is the
+    paper's DisH2: one randomly selected node's hash functions encode everything)."""
+    if count is None or count >= n_nodes:
+        return list(range(n_nodes))
+    if count < 1:
+        raise InputError(f"`dish2_dictionaries` must be a positive number of nodes; got {count}")
+    return sorted(np.random.default_rng(seed).choice(n_nodes, count, replace=False).tolist())
+
+
+def _draw_training(rows: list, axes: list) -> None:
+    """DisH's training plot: objective (3) per outer iteration relative to its first value,
+    and the consensus residual of ADMM fits (largest relative dictionary difference over the
+    graph's edges), on a log scale."""
+    objective_ax, residual_ax = axes
+    draw_objective(rows, objective_ax, "DisH objective", "outer iteration", "objective (3) / first value")
+    for r in rows:
+        residual = r["training"].get("consensus_residual")
+        if residual is not None:
+            residual_ax.semilogy(np.arange(1, len(residual) + 1), residual, marker=".", label=report_row_label(r))
+    residual_ax.set(
+        xlabel="outer iteration", ylabel="max over edges ||C_i - C_j|| / ||C_i||", title="consensus residual"
+    )
+    residual_ax.grid(alpha=0.3)
+    residual_ax.legend(fontsize=7)
+
+
+DISH_PLOT = TrainingPlot(2, _draw_training)
 
 
 def _gram_and_objective(pieces, mean, C, sq_norm, n, salt=None):

@@ -56,7 +56,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from dhash.distributed.graph import select_rows
 from dhash.distributed.progress import active_client
 from dhash.errors import InputError
-from dhash.hashing.base import BITS, SEED, Hasher, labels_of_rows
+from dhash.hashing.base import BITS, SEED, Hasher, TrainingPlot, labels_of_rows, report_row_label
 from dhash.kernels.affinity import (
     LOSSES,
     Pairs,
@@ -228,7 +228,7 @@ class MAC(Hasher):
             n,
             rows,
             f"{self._name} with label affinities",
-            "use affinity='knn' (--affinity knn) for affinities from Euclidean neighbours",
+            "use `affinity='knn'` for affinities from Euclidean neighbours",
         )
         if labels.ndim != 1:
             raise InputError(
@@ -243,14 +243,14 @@ class MAC(Hasher):
             shortfall = affinity_shortfall(labels, self.n_similar, self.n_dissimilar)
             if shortfall:
                 raise InputError(
-                    f"{self._name}: {shortfall}; lower kappa (--kappa-plus/--kappa-minus) or train on more "
-                    "points (--labeled)"
+                    f"{self._name}: {shortfall}; lower kappa (`n_similar`/`n_dissimilar`) or train on more "
+                    "points (`n_labeled`)"
                 )
             return label_affinities(labels, self.n_similar, self.n_dissimilar, rng), label_blocks(labels)
         if len(Xt) <= self.n_similar + self.n_dissimilar:
             raise InputError(
                 f"{self._name}: {len(Xt)} training points cannot give each kappa+ + kappa- = "
-                f"{self.n_similar + self.n_dissimilar} others; lower kappa or train on more points (--labeled)"
+                f"{self.n_similar + self.n_dissimilar} others; lower kappa or train on more points (`n_labeled`)"
             )
         Y = knn_affinities(Xt, self.n_similar, self.n_dissimilar, rng)
         return Y, neighbour_blocks(Y, self.block_size, rng)
@@ -289,8 +289,8 @@ class MAC(Hasher):
         if self.n_bits > rank:
             raise InputError(
                 f"{self._name}: {self.n_bits} bits exceed the rank {rank} of the {len(Xt)} training points' centred "
-                f"features, so linear bits would repeat; use at most {rank} bits or hash_function='kernel' "
-                "(--mac-hash kernel)"
+                f"features, so linear bits would repeat; use at most {rank} bits or "
+                "`hash_function='kernel'`"
             )
         return F
 
@@ -307,12 +307,12 @@ class MAC(Hasher):
         if n_train + n_val > n:
             raise InputError(
                 f"{self._name}: {n_train} training + {n_val} validation rows exceed the {n} rows of the data; "
-                "lower --labeled or --validation-size"
+                "lower `n_labeled` or `validation_size`"
             )
         if self.validation_database == "held-out" and n_val == 1:
             raise InputError(
                 f"{self._name}: a held-out validation database needs at least 2 validation rows (queries and "
-                "database), got 1; raise --validation-size or set it to 0"
+                "database), got 1; raise `validation_size` or set it to 0"
             )
         rng = np.random.default_rng(self.seed_)
         train, val = _draw_rows(rng, n, n_train, n_val)
@@ -370,6 +370,49 @@ class MAC(Hasher):
         for name in ("bandwidth_", "scale_"):
             if name in arrays and np.ndim(arrays[name]) == 0:  # the kernel function's scale_ is per feature
                 setattr(self, name, float(arrays[name]))
+
+    @classmethod
+    def training_plot(cls, row: dict):
+        """MAC's path (``training_stats_["mac_path"]``) when the fit ran iterations beyond
+        its two-step start (the two-step methods cut and quad record only the start)."""
+        steps = row["training"].get("mac_path")
+        return MAC_PLOT if isinstance(steps, list) and len(steps) > 1 else None
+
+
+def _draw_training(rows: list, axes: list) -> None:
+    """MAC per iteration: L(h(X)) of the hash function kept so far (solid; discarded candidates
+    as x), L(Z) of the auxiliary codes (dotted), both relative to the two-step start; the
+    validation precision of the kept function (discarded candidates as x)."""
+    loss_ax, precision_ax = axes
+    for r in rows:
+        label = report_row_label(r)
+        steps = r["training"]["mac_path"]
+        start = steps[0]["loss_h"]
+        kept_loss, kept_precision, current = [], [], (start, steps[0].get("validation_precision"))
+        for e in steps:
+            if e.get("kept", True):
+                current = (e["loss_h"], e.get("validation_precision", current[1]) or current[1])
+            kept_loss.append(current[0] / start)
+            kept_precision.append(current[1])
+        it = [e["iteration"] for e in steps]
+        line = loss_ax.plot(it, kept_loss, marker=".", label=f"{label} L(h(X))")[0]
+        colour = line.get_color()
+        loss_ax.plot(it, [e["loss_z"] / start for e in steps], ls=":", color=colour, label=f"{label} L(Z)")
+        dropped = [e for e in steps if not e.get("kept", True)]
+        loss_ax.plot([e["iteration"] for e in dropped], [e["loss_h"] / start for e in dropped], "x", color=colour)
+        if kept_precision[0] is not None:
+            precision_ax.plot(it, kept_precision, marker=".", color=colour, label=label)
+            precision_ax.plot(
+                [e["iteration"] for e in dropped], [e["validation_precision"] for e in dropped], "x", color=colour
+            )
+    loss_ax.set(xlabel="MAC iteration (0: two-step start)", ylabel="loss / L(h(X)) of the start", title="MAC loss")
+    precision_ax.set(xlabel="MAC iteration (x: discarded)", ylabel="validation precision", title="early stopping")
+    for ax in (loss_ax, precision_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+
+
+MAC_PLOT = TrainingPlot(2, _draw_training)
 
 
 def _draw_rows(rng, n: int, n_train: int, n_val: int) -> tuple[np.ndarray, np.ndarray]:

@@ -55,6 +55,11 @@ METHOD_VARIANTS = {
 }
 METHOD_NAMES = (*HASHERS, *METHOD_VARIANTS)
 
+# the methods an evaluation runs when none are named: unsupervised baselines any dataset can
+# run; the demo adds the distributed method. Named here so that the workflows name no method.
+BASELINE_METHODS = ("lsh", "pcah", "itq")
+DEMO_METHODS = (*BASELINE_METHODS, "dish")
+
 
 def make_hasher(method: str, n_bits: int, *, random_state: int | None = 0, **params) -> Hasher:
     """Build an estimator by name (one of METHOD_NAMES). Every parameter must be one the
