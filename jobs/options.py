@@ -5,6 +5,12 @@ of ``dhash run`` pipelines (jobs/run.py), ``dhash --help`` and the config schema
 (``data_schemas/config.schema.json``, written by ``python -m dhash.jobs.options``) are all built
 from ``OPTIONS``: a name, the commands taking it, a value type, a default and a help text.
 
+The method options (``METHOD_OPTIONS``) are generated from the estimators of
+``dhash.hashing.registry``: each flag's value type, range and choices come from the
+estimator's ``_parameter_constraints`` and the default its help prints from
+``get_params()``; written here are only the flag's name (``PARAM_FLAGS``, the one map of
+flag names to estimator parameters) and what the parameter means (``PARAM_HELP``).
+
 A flag's text and a TOML value go through the same ``type`` callable; a TOML value must
 also have the TOML type the option expects (an integer option takes ``bits = 12``, not
 ``12.7`` or ``"12"``; a switch takes ``true``/``false``, not ``"false"``). Every refusal is
@@ -54,25 +60,17 @@ def non_negative_int(text) -> int:
     return _integer(text, 0, "an integer >= 0")
 
 
-def _real(text, positive: bool) -> float:
-    what = "a positive number" if positive else "a number >= 0"
+def positive_float(text) -> float:
+    what = "a positive number"
     if isinstance(text, bool):
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     try:
         value = float(str(text).strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if not value == value or value in (float("inf"), float("-inf")) or value < 0 or (positive and value == 0):
+    if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     return value
-
-
-def positive_float(text) -> float:
-    return _real(text, True)
-
-
-def non_negative_float(text) -> float:
-    return _real(text, False)
 
 
 def positive_int_list(text) -> list[int]:
@@ -686,7 +684,8 @@ def _method_option(flag: str, method: str | None, param: str) -> Option:
             )
     defaults = {m: HASHERS[m]().get_params()[param] for m in methods}
     if len(methods) == 1:
-        group = f"{HASHERS[methods[0]].__name__} (method {', '.join(_variants(methods[0]))})"
+        names = _variants(methods[0])
+        group = f"{HASHERS[methods[0]].__name__} (method{'s' if len(names) > 1 else ''} {', '.join(names)})"
     else:
         group = "options of several methods"
     return Option(
@@ -857,7 +856,6 @@ _TOML_TYPES = {
     positive_int: (int,),
     non_negative_int: (int,),
     positive_float: (int, float),
-    non_negative_float: (int, float),
     positive_int_list: (list, str, int),
     bit_count: (int,),
     bit_counts: (list, str, int),
@@ -879,7 +877,6 @@ _JSON_TYPES = {
     positive_int: {"type": "integer", "minimum": 1},
     non_negative_int: {"type": "integer", "minimum": 0},
     positive_float: {"type": "number", "exclusiveMinimum": 0},
-    non_negative_float: {"type": "number", "minimum": 0},
     positive_int_list: {
         "oneOf": [
             {"type": "array", "items": {"type": "integer", "minimum": 1}},
