@@ -30,7 +30,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from dhash.deep import networks
 from dhash.errors import InputError
-from dhash.hashing.registry import HASHERS, METHOD_VARIANTS
+from dhash.hashing.registry import HASHERS, METHOD_NAMES, METHOD_VARIANTS
 
 
 class OptionParser(argparse.ArgumentParser):
@@ -841,11 +841,20 @@ def option_names(options) -> str:
 def method_params(command: str, values: dict) -> dict:
     """The method parameters set by ``values`` (dest -> value), under the name of each
     estimator a flag sets (``{"dish": {"rho": 5.0}, "sgh": {"rho": 5.0}}``: the form
-    ``hashing.method_params`` reads; a variant such as dish-allreduce reads its base's)."""
+    ``hashing.method_params`` reads; a variant such as dish-allreduce reads its base's).
+    A flag that sets no method the command runs is refused, not silently ignored."""
+    chosen = values.get("methods") or [values.get("method")]
     params: dict = {}
     for dest, opt in options_of(command).items():
         if opt.param is None or values.get(dest) is None:
             continue
+        reached = [name for method in opt.methods for name in _variants(method, opt.param)]
+        known = all(name in METHOD_NAMES for name in chosen)  # an unknown name is refused by the workflow
+        if known and not set(reached) & set(chosen):
+            raise InputError(
+                f"{opt.flag} sets {opt.param} of {', '.join(reached)}, and this {command} runs "
+                f"{', '.join(chosen)}; remove {opt.flag} or run one of those methods"
+            )
         for method in opt.methods:
             params.setdefault(method, {})[opt.param] = values[dest]
     return params

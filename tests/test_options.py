@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dhash.errors import InputError
 from dhash.hashing import registry
 from dhash.hashing.registry import HASHERS, METHOD_VARIANTS, make_hasher
 from dhash.jobs.cli import build_parser, parse_args
@@ -164,8 +165,9 @@ def test_a_shared_flag_sets_only_the_estimators_without_their_own():
     """--rho is DisH's and SGH's rho; DGH's rho (another quantity) only follows --dgh-rho."""
     rho = next(o for o in _METHOD_OPTIONS if o.name == "rho")
     assert set(rho.methods) == {"dish", "sgh"}
-    assert _train("dgh", "--rho", "5").rho == HASHERS["dgh"]().rho
-    assert _train("dgh", "--rho", "5", "--dgh-rho", "3").rho == 3.0
+    with pytest.raises(InputError, match="--rho sets rho of dish, dish-allreduce, sgh, and this train runs dgh"):
+        _train("dgh", "--rho", "5")
+    assert _train("dgh", "--dgh-rho", "3").rho == 3.0
     assert _train("sgh", "--rho", "5").rho == 5.0
 
 
@@ -204,20 +206,41 @@ def test_a_flag_sets_exactly_its_estimator_parameter(opt):
 
 def test_a_flag_reaches_no_method_it_does_not_name():
     """Each method of an evaluate run gets only the parameters of its own estimator."""
-    command, values = parse_args(["evaluate", "--dataset", "d", "--out", "r", "--methods", "sgh,dgh", "--rho", "4"])
+    argv = ["evaluate", "--dataset", "d", "--out", "r", "--methods", "sgh,dgh,dish-allreduce", "--rho", "4"]
+    command, values = parse_args(argv)
     params = method_params(command, values)
     assert params == {"dish": {"rho": 4.0}, "sgh": {"rho": 4.0}}
     assert registry.method_params("dgh", params) == {}
     assert registry.method_params("dish-allreduce", params) == {"rho": 4.0}
 
 
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (
+            ["evaluate", "--methods", "itq,lsh", "--bre-sweeps", "3"],
+            "--bre-sweeps sets n_iter of bre, and this evaluate",
+        ),
+        (["evaluate", "--methods", "itq", "--nodes", "3"], "--nodes sets nodes of dish, dish-allreduce"),
+        (["evaluate", "--methods", "cut,quad", "--mac-max-iter", "3"], "sets max_iter of mac, maccut, macquad,"),
+        (["train", "--method", "sgh", "--dgh-rho", "3"], "--dgh-rho sets rho of dgh, and this train runs sgh"),
+    ],
+)
+def test_a_flag_for_no_method_run_is_refused(argv, fragment):
+    """A method option for a method the command does not run is a mistake, not ignored."""
+    command, values = parse_args([*argv, "--dataset", "d", "--out", "r"])
+    with pytest.raises(InputError, match="remove") as refused:
+        method_params(command, values)
+    assert fragment in str(refused.value) and "\n" not in str(refused.value)
+
+
 def test_a_config_file_sets_method_parameters_as_the_flags_do(tmp_path):
     (tmp_path / "c.toml").write_text(
-        '[train]\ndataset = "d"\nmethod = "dish"\nout = "m"\ntopology = [[0, 1], [1, 0]]\nnodes = 2\n'
-        "sgh-refine = false\ndecay = 0.25\n"
+        '[evaluate]\ndataset = "d"\nmethods = "dish,sgh,usplh"\nout = "m"\ntopology = [[0, 1], [1, 0]]\n'
+        "nodes = 2\nsgh-refine = false\ndecay = 0.25\n"
     )
-    _, values = parse_args(["train", "--config", str(tmp_path / "c.toml")])
-    assert method_params("train", values) == {
+    _, values = parse_args(["evaluate", "--config", str(tmp_path / "c.toml")])
+    assert method_params("evaluate", values) == {
         "dish": {"nodes": 2, "topology": [[0, 1], [1, 0]]},
         "sgh": {"refine": False},
         "usplh": {"decay": 0.25},
