@@ -154,12 +154,12 @@ def _main(argv) -> int:
             client = connect(
                 values["scheduler"], workers=values["workers"], threads=values["threads"], quiet=values["quiet"]
             )
-        return commands.execute(command, values)
+        return commands.execute(command, values, checked=True)
     except Terminated:
         print("error: terminated by SIGTERM; unfinished outputs were removed", file=sys.stderr)
         return EXIT_TERMINATED
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {commands.cli_message(exc)}", file=sys.stderr)
         return getattr(exc, "exit_code", EXIT_BAD_INPUT)
     except Exception as exc:
         # errors of the OS and object stores (credentials, missing buckets, unreachable
@@ -169,7 +169,7 @@ def _main(argv) -> int:
         translated = storage_error(exc, urls=[a for a in argv if "://" in str(a)])
         if translated is None:
             raise
-        print(f"error: {translated}", file=sys.stderr)
+        print(f"error: {commands.cli_message(translated)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

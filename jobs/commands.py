@@ -4,20 +4,26 @@ typed option values and print where the outputs went. Used by the command line
 
 ``values`` is a dict dest -> value holding every option of the command (defaults filled
 in, see jobs/options.py).
+
+The library's errors name Python parameters (`` `overwrite=True` ``, see dhash.errors);
+``cli_message`` shows them as the flags that set them (``--overwrite``), through the one
+table ``PARAMETER_FLAGS``.
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 from dhash import workflows
 from dhash.distributed.cluster import REPORT_KIND, performance_report
-from dhash.errors import InputError
+from dhash.errors import PARAMETER, InputError
 from dhash.evaluation.report import quality_table
 from dhash.hashing.checkpoint import checkpoint_path
-from dhash.jobs.options import method_params
+from dhash.jobs.options import OPTIONS, method_params
 from dhash.search.rerank import check_rerank
 from dhash.storage.atomic import (
+    OVERWRITE,
     TEMPORARY_NAME,
     check_file_output,
     check_output,
@@ -45,6 +51,54 @@ FILE_OUTPUTS = {
 }
 
 
+# library parameters the option table does not map to one flag: those named otherwise on
+# the command line (the estimators' n_bits is --bits), and validation_size, which the table
+# gives two flags (mac's --validation-size, adsh's --adsh-validation-size): only mac's
+# messages name it
+RENAMED_PARAMETERS = {
+    "n_bits": "--bits",
+    "n_queries": "--queries",
+    "storage": "--storage-options",
+    "validation_size": "--validation-size",
+}
+
+
+def _parameter_flags() -> dict[str, str]:
+    """API parameter name -> flag: each option's destination (``top_k`` -> ``--top-k``) and
+    the method parameter it sets (``n_similar`` -> ``--kappa-plus``), plus
+    ``RENAMED_PARAMETERS``. A name that options with different flags set (``max_iter`` is
+    ``--max-iter`` for dish, ``--dgh-max-iter`` for dgh) has no entry: the message keeps the
+    parameter's name rather than show a flag that may be the wrong one."""
+    flags: dict[str, set] = {}
+    for opt in OPTIONS:
+        for name in {opt.dest, opt.param} - {None}:
+            flags.setdefault(name, set()).add(opt.flag)
+    table = {name: found.pop() for name, found in flags.items() if len(found) == 1}
+    return {**table, **RENAMED_PARAMETERS}
+
+
+PARAMETER_FLAGS = _parameter_flags()
+
+
+def cli_message(message) -> str:
+    """A library message as the command line says it: each parameter mark with a flag
+    becomes that flag (`` `overwrite=True` `` -> ``--overwrite``, `` `top_k=K` `` ->
+    ``--top-k K``, `` `rerank='exact'` `` -> ``--rerank exact``, a JSON value quoted for the
+    shell); other marks stay as written."""
+
+    def flag(match) -> str:
+        name, value = match.group(1), match.group(2)
+        if name not in PARAMETER_FLAGS:
+            return match.group(0)
+        if value is None or value == "True":
+            return PARAMETER_FLAGS[name]
+        if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]  # a Python string: the flag takes its text
+        return f"{PARAMETER_FLAGS[name]} {shlex.quote(value)}"
+
+    return PARAMETER.sub(flag, str(message))
+
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -65,7 +119,7 @@ def check_before_work(command: str, values: dict) -> None:
     if command == "search":
         check_rerank(values["rerank"], values["candidates"], values["k"], values["radius"])
     kind = OUTPUT_KINDS.get(command)
-    flag = "--overwrite" if "overwrite" in values else None
+    flag = OVERWRITE if "overwrite" in values else None
     if kind is not None and values.get("out"):
         # evaluate replaces its own previous report; the others need --overwrite
         check_output(values["out"], kind=kind, overwrite=values.get("overwrite", True), flag=flag)
@@ -103,17 +157,20 @@ def check_demo_output(out) -> None:
         check_output(child_inside(out, name), kind="report", overwrite=True, flag=None)
 
 
-def execute(command: str, values: dict) -> int:
-    """Run one command on the current cluster: its exit status (bad input: one line, 2)."""
+def execute(command: str, values: dict, *, checked: bool = False) -> int:
+    """Run one command on the current cluster: its exit status (bad input: one line, 2).
+    ``checked``: the caller ran ``check_before_work`` already (before starting its cluster),
+    so it is not run twice."""
     try:
-        check_before_work(command, values)
+        if not checked:
+            check_before_work(command, values)
         with performance_report(values.get("performance_report"), overwrite=bool(values.get("overwrite"))):
             status = RUN[command](values) or 0
         if values.get("performance_report"):
             log(f"performance report: {values['performance_report']}")
         return status
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {cli_message(exc)}", file=sys.stderr)
         return getattr(exc, "exit_code", EXIT_BAD_INPUT)
 
 

@@ -61,11 +61,12 @@ from pathlib import Path
 
 from dhash.data.sources import SOURCES
 from dhash.errors import InputError
-from dhash.hashing.checkpoint import STATE_FILE, checkpoint_path
+from dhash.hashing.checkpoint import checkpoint_path, checkpoint_progress
 from dhash.jobs import commands
 from dhash.jobs.config import check_values, read_toml
 from dhash.jobs.options import COMMANDS, options_of
 from dhash.storage.atomic import check_name, read_commit, remove_artifact, write_text_atomic
+from dhash.storage.fingerprint import fingerprint
 from dhash.storage.location import resolve, storage_error
 
 EXIT_OK, EXIT_STEP_CRASHED, EXIT_BAD_INPUT, EXIT_LOCKED = 0, 1, 2, 75
@@ -233,52 +234,6 @@ def _as_argv(command: str, given: dict) -> list[str]:
 # ------------------------------------------------------------------ state -------------
 
 
-def fingerprint(paths) -> dict:
-    """Files, bytes and newest modification time under each path (absent: None); for a URL,
-    its objects' count, bytes and a digest of their names, sizes and ETags / times."""
-    out = {}
-    for where in paths:
-        path = str(where)
-        if "://" in path:
-            out[path] = _remote_fingerprint(where)
-            continue
-        p = Path(path)
-        if p.is_file():
-            st = p.stat()
-            out[path] = [1, st.st_size, st.st_mtime_ns]
-        elif p.is_dir():
-            files = size = newest = 0
-            for root, _, names in os.walk(p):
-                for name in names:
-                    st = os.stat(os.path.join(root, name))
-                    files, size, newest = files + 1, size + st.st_size, max(newest, st.st_mtime_ns)
-            out[path] = [files, size, newest]
-        else:
-            out[path] = None
-    return out
-
-
-def _remote_fingerprint(url):
-
-    loc = resolve(url)  # a Location keeps its storage options
-    try:
-        infos = loc.fs.find(loc.fs_path, detail=True) or (
-            {loc.fs_path: loc.fs.info(loc.fs_path)} if loc.is_file() else {}
-        )
-    except FileNotFoundError:
-        return None
-    if not infos:
-        return None
-    digest = hashlib.sha256()
-    for name in sorted(infos):
-        info = infos[name]
-        stamp = (
-            info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or info.get("updated")
-        )
-        digest.update(f"{name}|{info.get('size')}|{stamp}\n".encode())
-    return [len(infos), int(sum(i.get("size") or 0 for i in infos.values())), digest.hexdigest()[:16]]
-
-
 def step_location(step: Step, where, storage_options=None):
     """The Location of a step's input or output: a URL with the step's storage options (else
     the run's, else the environment's)."""
@@ -336,7 +291,7 @@ class Outputs:
             if step_location(step, out, self.storage_options).exists() and out not in self.owned():
                 raise InputError(
                     f"{step.label}: output {out} exists and was not written by this pipeline; "
-                    "delete it, or give the step another `out`"
+                    "delete it, or give the step another out"
                 )
 
     def record(self, step: Step) -> None:
@@ -365,11 +320,8 @@ def _prepare_checkpoint(pipe: Pipeline, step: Step, values: dict, force: bool) -
         remove_artifact(ckpt, kind="checkpoint")  # refused, and nothing removed, unless dhash wrote all of it
         _say(pipe, f"{step.label}: --force: removed the checkpoint {ckpt}, training starts over")
         return values
-    try:
-        done = json.loads(ckpt.child(STATE_FILE).read_text()).get("iteration", "?")
-    except (OSError, ValueError):
-        done = "?"
-    _say(pipe, f"{step.label} resuming from {ckpt} (after iteration {done})")
+    done = checkpoint_progress(ckpt)  # None: not as dhash wrote it; resuming refuses it, naming why
+    _say(pipe, f"{step.label} resuming from {ckpt} (after iteration {'?' if done is None else done})")
     return {**values, "resume": True}
 
 
@@ -506,15 +458,19 @@ def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
                 _say(pipe, f"{step.label} skipped: inputs and output unchanged since it last ran")
                 continue
             try:
+                # everything that needs no data, before the cluster starts (and only once:
+                # execute is told it was done)
                 outputs.check(step)
+                values = _prepare_checkpoint(pipe, step, dict(step.values), force)
+                values["quiet"] = values["quiet"] or cluster_args["quiet"]
+                if values.get("storage_options") is None:
+                    values["storage_options"] = cluster_args["storage_options"]
+                commands.check_before_work(step.command, values)
             except InputError as exc:
-                _say(pipe, f"{step.label} FAILED with status {EXIT_BAD_INPUT}: {exc}; later steps not run")
-                entry.update(status="failed", exit_code=EXIT_BAD_INPUT, error=str(exc), seconds=0.0)
+                message = commands.cli_message(exc)
+                _say(pipe, f"{step.label} FAILED with status {EXIT_BAD_INPUT}: {message}; later steps not run")
+                entry.update(status="failed", exit_code=EXIT_BAD_INPUT, error=message, seconds=0.0)
                 return EXIT_BAD_INPUT
-            values = _prepare_checkpoint(pipe, step, dict(step.values), force)
-            values["quiet"] = values["quiet"] or cluster_args["quiet"]
-            if values.get("storage_options") is None:
-                values["storage_options"] = cluster_args["storage_options"]
             if commands.needs_cluster(step.command, values) and client is None:
                 # one cluster for the whole run, started on the first step that needs it
                 from dhash.distributed.cluster import connect
@@ -528,12 +484,13 @@ def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
             _say(pipe, f"{step.label} started: dhash {' '.join(step.argv)}")
             started = time.perf_counter()
             try:
-                code = commands.execute(step.command, values)
+                code = commands.execute(step.command, values, checked=True)
             except Exception as exc:  # noqa: BLE001 - a crashed step ends the run with status 1, traceback in the log
                 bad_input = storage_error(exc, urls=[*step.inputs, *step.outputs])
                 if bad_input is not None:  # refused credentials, a missing bucket...: bad input, one line
-                    print(f"error: {bad_input}", file=sys.stderr)
-                    code, entry["error"] = EXIT_BAD_INPUT, str(bad_input)
+                    message = commands.cli_message(bad_input)
+                    print(f"error: {message}", file=sys.stderr)
+                    code, entry["error"] = EXIT_BAD_INPUT, message
                 else:
                     traceback.print_exc()
                     code, entry["error"] = EXIT_STEP_CRASHED, f"{type(exc).__name__}: {exc}"
@@ -542,6 +499,9 @@ def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
             )
             if code != 0:
                 _say(pipe, f"{step.label} FAILED with status {code} after {entry['seconds']:.1f}s; later steps not run")
+                if step.command == "train" and _step_outputs(step) and checkpoint_path(_step_outputs(step)[0]).exists():
+                    # the next run resumes it; a checkpoint it cannot resume needs --force
+                    _say(pipe, f"{step.label}: its checkpoint is kept for the next run; --force restarts the step")
                 return code
             done.append(step)
             outputs.record(step)

@@ -55,7 +55,7 @@ def test_bad_requests_are_one_line_errors_before_any_work(monkeypatch, tmp_path)
     monkeypatch.undo()
     rows = [(f"p{i}", "net", f"tool number {i}") for i in range(150)]
     monkeypatch.setattr(debian_text, "debian_descriptions", lambda: select_descriptions(rows, "x"))
-    with pytest.raises(InputError, match="has 150 rows on this machine; give --n between 1 and 150"):
+    with pytest.raises(InputError, match="has 150 rows on this machine; give `n` between 1 and 150"):
         debian_text.write_debian_minilm(tmp_path / "out.zarr", n=1000)
     assert not (tmp_path / "out.zarr").exists()
 

@@ -88,12 +88,12 @@ def test_codes_are_identical_for_one_and_two_workers(fmnist_rows):
 def test_bad_input_gives_one_line_errors(fmnist_rows):
     X, y = fmnist_rows[0][:1200], fmnist_rows[1][:1200]
     with pytest.raises(
-        InputError, match="500 training \\+ 2000 validation rows exceed the 1200 rows.*--validation-size"
+        InputError, match="500 training \\+ 2000 validation rows exceed the 1200 rows.*`validation_size`"
     ):
         make_hasher("cut", 8, n_labeled=500).fit(X, y)
-    with pytest.raises(InputError, match="requires y to be passed.*--affinity knn"):
+    with pytest.raises(InputError, match="requires y to be passed.*affinity='knn'"):
         make_hasher("cut", 8, n_labeled=500, validation_size=200).fit(X)
-    with pytest.raises(InputError, match="fewer than kappa\\+ \\+ 1.*--kappa-plus"):
+    with pytest.raises(InputError, match="fewer than kappa\\+ \\+ 1.*`n_similar`"):
         make_hasher("cut", 8, n_labeled=500, n_similar=100, validation_size=200).fit(X, y)
     flat = np.repeat(X[:, 400:404], 2, axis=1)  # 8 columns of rank 4
     with pytest.raises(InputError, match="exceed the rank 4.*kernel"):
@@ -119,7 +119,7 @@ def test_validation_precision_is_the_brute_force_ranking_of_its_database(fmnist_
         hits.append((y[base][order] == label).mean())
     assert model.training_stats_["validation_precision"] == pytest.approx(np.mean(hits))
     if database == "held-out":
-        with pytest.raises(InputError, match="at least 2 validation rows.*--validation-size"):
+        with pytest.raises(InputError, match="at least 2 validation rows.*`validation_size`"):
             make_hasher("cut", 8, **{**params, "validation_size": 1}).fit(X, y)
 
 

@@ -336,12 +336,12 @@ def test_empty_file(tmp_path, name):
 
 def test_unknown_extension(tmp_path):
     (tmp_path / "x.csv").write_text("1,2\n")
-    ingest_fails(tmp_path, tmp_path / "x.csv", r"accepted: .*--format")
+    ingest_fails(tmp_path, tmp_path / "x.csv", r"accepted: .*`format`")
 
 
 def test_unknown_format_name(tmp_path):
     path, _ = write_format(tmp_path, "fvecs")
-    ingest_fails(tmp_path, path, "unknown --format", format="hdf5")
+    ingest_fails(tmp_path, path, "unknown `format`", format="hdf5")
 
 
 def test_missing_file(tmp_path):
@@ -350,7 +350,7 @@ def test_missing_file(tmp_path):
 
 def test_ambiguous_parquet_column(tmp_path):
     write_parquet(tmp_path / "x.parquet", make_array(np.float32), extra_vector_column=True)
-    ingest_fails(tmp_path, tmp_path / "x.parquet", r"emb, emb2.*--column")
+    ingest_fails(tmp_path, tmp_path / "x.parquet", r"emb, emb2.*`column`")
 
 
 def test_parquet_column_not_vectors(tmp_path):
@@ -379,7 +379,7 @@ def test_labels_length_mismatch(tmp_path):
 
 def test_label_column_needs_parquet(tmp_path):
     path, X = write_format(tmp_path, "fvecs", n=10)
-    ingest_fails(tmp_path, path, "--label-column only applies to parquet", label_column="label")
+    ingest_fails(tmp_path, path, "`label_column` only applies to parquet", label_column="label")
 
 
 def test_existing_output_is_kept(tmp_path):

@@ -118,7 +118,7 @@ def test_cli_rerank_bad_input_is_one_line_and_writes_nothing(pipeline_run, clust
 def test_methods_without_real_projections_refuse_asymmetric_distances():
     X = np.random.default_rng(0).normal(size=(500, 16))
     sh = make_hasher("sh", 8).fit(X)
-    with pytest.raises(InputError, match="--rerank exact"):
+    with pytest.raises(InputError, match="rerank='exact'"):
         sh.project(X[:3])
     itq = make_hasher("itq", 8).fit(X)
     np.testing.assert_array_equal(np.packbits(itq.project(X) >= 0, axis=1, bitorder="little"), itq.encode(X))

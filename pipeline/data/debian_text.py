@@ -153,7 +153,7 @@ def write_debian_minilm(out, *, n: int | None = None, chunk_rows=None, overwrite
     found = debian_descriptions()
     total = len(found.texts)
     if n is not None and not 1 <= n <= total:
-        raise InputError(f"debian-minilm has {total} rows on this machine; give --n between 1 and {total}")
+        raise InputError(f"debian-minilm has {total} rows on this machine; give `n` between 1 and {total}")
     n = n or total
     encoder = sentence_encoder()
     with rows_bar(n, "embed", show=bool(progress)) as bar:

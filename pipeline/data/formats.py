@@ -1,4 +1,4 @@
-"""Which reader opens a file: the format from its name (or ``--format``), then the
+"""Which reader opens a file: the format from its name (or the ``format`` given), then the
 format's streaming reader (readers.py holds the protocol and the shared helpers)."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def detect_format(path) -> str:
     raise InputError(
         f"cannot tell the format of {path} from its name; accepted: .fvecs .bvecs .ivecs .npy "
         f".parquet/.pq and IDX (*-idx3-ubyte, *-idx1-ubyte, .idx, optionally .gz); "
-        f"rename it or pass --format {{{','.join(FORMATS)}}}"
+        f"rename it or pass `format` (one of {', '.join(FORMATS)})"
     )
 
 
@@ -51,9 +51,9 @@ def open_reader(path, format: str = "auto", column: str | None = None) -> Vector
     path = existing_file(path)
     fmt = detect_format(path) if format == "auto" else format
     if fmt not in FORMATS:
-        raise InputError(f"unknown --format {format!r}; choose one of auto, {', '.join(FORMATS)}")
+        raise InputError(f"unknown `format` {format!r}; choose one of auto, {', '.join(FORMATS)}")
     if column is not None and fmt != "parquet":
-        raise InputError(f"--column only applies to parquet input; {path} is read as {fmt}")
+        raise InputError(f"`column` only applies to parquet input; {path} is read as {fmt}")
     # pyarrow is only loaded when a parquet file is actually read
     if fmt in ("fvecs", "bvecs", "ivecs"):
         return VecsReader(path, kind=fmt)

@@ -51,7 +51,7 @@ def read_idx_header(f, path: Path) -> tuple[np.dtype, tuple[int, ...], int]:
     """(big-endian dtype, shape, header length in bytes) from an open IDX stream."""
     zero0, zero1, code, ndim = _read_exact(f, 4, path, "header")
     if zero0 or zero1 or code not in IDX_DTYPES or ndim == 0:
-        raise InputError(f"{path} is not an IDX file (bad magic number); check the file or pass --format")
+        raise InputError(f"{path} is not an IDX file (bad magic number); check the file or pass `format`")
     shape = tuple(int(x) for x in np.frombuffer(_read_exact(f, 4 * ndim, path, "header"), dtype=">u4"))
     return IDX_DTYPES[code], shape, 4 + 4 * ndim
 

@@ -52,12 +52,12 @@ def read_labels_file(path) -> np.ndarray:
 
 def _labels_for(reader: VectorReader, labels, label_column: str | None) -> np.ndarray | None:
     if labels is not None and label_column is not None:
-        raise InputError("give either --labels FILE or --label-column NAME, not both")
+        raise InputError("give either `labels=FILE` or `label_column=NAME`, not both")
     if label_column is None:
         return None if labels is None else read_labels_file(labels)
 
     if not isinstance(reader, ParquetReader):
-        raise InputError(f"--label-column only applies to parquet input; for {reader.source} pass --labels FILE")
+        raise InputError(f"`label_column` only applies to parquet input; for {reader.source} pass `labels=FILE`")
     return reader.read_labels(label_column)
 
 
@@ -75,7 +75,7 @@ def local_file(where):
         yield loc.url, None
         return
     if not loc.is_file():
-        raise InputError(f"no such file: {loc}; check the URL and --storage-options")
+        raise InputError(f"no such file: {loc}; check the URL and `storage_options`")
     with tempfile.TemporaryDirectory(prefix="dhash-ingest-") as tmp:
         local = os.path.join(tmp, loc.name)
         loc.fs.get_file(loc.fs_path, local)
@@ -107,7 +107,7 @@ def ingest(
     if source == "debian-sift":
         return write_debian_sift(out, chunk_rows=chunk_rows, overwrite=overwrite, progress=progress)
     if source in SOURCES:
-        raise InputError(f"{source} is generated, not ingested; use `dhash synth sift --out {out}`")
+        raise InputError(f"{source} is generated, not ingested; generate it with synth (kind sift) into {out}")
     with local_file(source) as (vectors, url), local_file(labels) as (label_file, _):
         reader = open_reader(vectors, format=format, column=column)
         if url is not None:  # the dataset names where the data came from, not the temporary copy

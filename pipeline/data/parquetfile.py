@@ -66,7 +66,7 @@ class ParquetReader:
             if not is_vector_type(schema.field(column).type):
                 raise InputError(
                     f"{self.path} column {column!r} has type {schema.field(column).type}, not a list "
-                    f"of numbers; pass the --column that holds one vector per row"
+                    f"of numbers; pass the `column` that holds one vector per row"
                 )
             return column
         candidates = [field.name for field in schema if is_vector_type(field.type)]
@@ -77,7 +77,7 @@ class ParquetReader:
                 f"{self.path} has no list-of-numbers column (columns: {', '.join(schema.names)}); "
                 f"store each vector as a list or fixed_size_list column"
             )
-        raise InputError(f"{self.path} has several vector columns ({', '.join(candidates)}); choose one with --column")
+        raise InputError(f"{self.path} has several vector columns ({', '.join(candidates)}); choose one with `column`")
 
     def __repr__(self):
         return f"ParquetReader({self.source!r}, n={self.n}, d={self.d}, dtype={self.dtype})"

@@ -23,7 +23,7 @@ HEADER_BYTES = 4
 def vecs_kind(path) -> str:
     kind = Path(path).suffix.lower().lstrip(".")
     if kind not in VECS_DTYPES:
-        raise InputError(f"{path} does not end in .fvecs, .bvecs or .ivecs; pass --format to say which it is")
+        raise InputError(f"{path} does not end in .fvecs, .bvecs or .ivecs; pass `format` to say which it is")
     return kind
 
 
@@ -50,7 +50,7 @@ class VecsReader:
         if not 0 < d <= MAX_DIM:
             raise InputError(
                 f"{self.path} starts with dimension {d}, which is not a plausible vector length; "
-                f"is it really a .{self.kind} file? check the file or pass --format"
+                f"is it really a .{self.kind} file? check the file or pass `format`"
             )
         self.d = d
         self.record = record_dtype(self.kind, d)

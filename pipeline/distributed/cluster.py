@@ -74,7 +74,7 @@ def connect(
             client = Client(address, timeout="20s")
         except OSError as exc:
             raise InputError(
-                f"cannot reach the Dask scheduler at {address} ({exc}); check the address or drop --scheduler to run a local cluster"
+                f"cannot reach the Dask scheduler at {address} ({exc}); check the address or drop `scheduler` to run a local cluster"
             ) from None
         where = f"scheduler {address}"
     else:
@@ -112,8 +112,8 @@ def check_address(address: str) -> None:
         get_address_host_port(address)
     except ValueError as exc:
         raise InputError(
-            f"--scheduler {address!r} is not a Dask scheduler address ({exc}); give one like "
-            "tcp://HOST:8786, or drop --scheduler to run a local cluster"
+            f"`scheduler` {address!r} is not a Dask scheduler address ({exc}); give one like "
+            "tcp://HOST:8786, or drop `scheduler` to run a local cluster"
         ) from None
 
 

@@ -182,13 +182,13 @@ def _bits_at(relevance, ids: np.ndarray, m: int) -> np.ndarray:
 
 def neighbours_to_k(n_database: int, top_k: int | None, top_percent: float | None) -> int:
     if (top_k is None) == (top_percent is None):
-        raise InputError("Euclidean ground truth needs exactly one of --top-k K or --top-percent P")
+        raise InputError("Euclidean ground truth needs exactly one of `top_k=K` or `top_percent=P`")
     if top_percent is not None:
         if not 0 < top_percent <= 100:
-            raise InputError(f"--top-percent must be in (0, 100]; got {top_percent}")
+            raise InputError(f"`top_percent` must be in (0, 100]; got {top_percent}")
         return max(1, math.ceil(top_percent / 100.0 * n_database))
     if not 1 <= top_k <= n_database:
-        raise InputError(f"--top-k must be in [1, {n_database}] (the database size); got {top_k}")
+        raise InputError(f"`top_k` must be in [1, {n_database}] (the database size); got {top_k}")
     return int(top_k)
 
 
@@ -406,10 +406,10 @@ def build_truth(ds, split, *, ground_truth: str | None = None, top_k=None, top_p
     if ground_truth == "labels":
         if not ds.has_labels:
             raise InputError(
-                f"dataset {ds.path} has no labels; use --ground-truth euclidean with --top-k K or --top-percent P"
+                f"dataset {ds.path} has no labels; use `ground_truth='euclidean'` with `top_k=K` or `top_percent=P`"
             )
         if top_k is not None or top_percent is not None:
-            raise InputError("--top-k/--top-percent apply to --ground-truth euclidean only")
+            raise InputError("`top_k`/`top_percent` apply to `ground_truth='euclidean'` only")
         labels = ds.labels
         return Truth(
             "labels",
@@ -443,4 +443,4 @@ def build_truth(ds, split, *, ground_truth: str | None = None, top_k=None, top_p
             description=description | {"form": attrs["form"]},
             stored=(ds.location, name, ds.groundtruth_fingerprint(name)),
         )
-    raise InputError(f"unknown --ground-truth {ground_truth!r}; use labels or euclidean")
+    raise InputError(f"unknown `ground_truth` {ground_truth!r}; use labels or euclidean")

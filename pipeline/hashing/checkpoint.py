@@ -31,9 +31,9 @@ from dhash.storage.npz import check_arrays, npz_arrays, npz_bytes
 CHECKPOINT_SCHEMA = "dhash.checkpoint/2"  # 2: the fingerprint names the training data's dataset
 STATE_FILE = "state.json"
 ARRAYS_FILE = "arrays.npz"
-REMEDY = "delete it or pass --overwrite to start over (in `dhash run`: --force restarts the step)"
-# a checkpoint that is not as dhash wrote it is not replaced by --overwrite either (it may not be ours)
-CHANGED_REMEDY = "delete it to start over (it is not as dhash wrote it, so --overwrite does not replace it)"
+REMEDY = "delete it or pass `overwrite=True` to start over"
+# a checkpoint that is not as dhash wrote it is not replaced by overwrite=True either (it may not be ours)
+CHANGED_REMEDY = "delete it to start over (it is not as dhash wrote it, so `overwrite=True` does not replace it)"
 
 
 def checkpoint_path(model_path):
@@ -101,7 +101,7 @@ class Checkpoint:
         if fingerprint != self.fingerprint:
             raise InputError(
                 f"checkpoint {self.path} was written by another training run (other method, parameters "
-                f"or data); {REMEDY}, or train into another --out"
+                f"or data); {REMEDY}, or train into another `out`"
             )
         iteration = state.get("iteration")
         if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
@@ -124,6 +124,23 @@ class Checkpoint:
         with atomic_output(self.path, kind="checkpoint", overwrite=True) as tmp:
             tmp.child(ARRAYS_FILE).write_bytes(npz_bytes(arrays))
             tmp.child(STATE_FILE).write_text(json.dumps(state) + "\n")
+
+
+def checkpoint_progress(path) -> int | None:
+    """How many iterations the checkpoint at ``path`` (``checkpoint_path(model)``) holds, read
+    through its commit record so a state edited by hand is never reported; None when there
+    is no checkpoint or it is not as dhash wrote it (resuming it then fails, naming why)."""
+    loc = resolve(path)
+    if not loc.exists():
+        return None
+    try:
+        record = require_committed(loc, "checkpoint", CHANGED_REMEDY)
+        state = json.loads(read_verified(loc, STATE_FILE, record, CHANGED_REMEDY))
+    except ValueError:  # an InputError (missing, unlisted or changed file), bad JSON or UTF-8
+        return None
+    iteration = state.get("iteration") if isinstance(state, dict) else None
+    valid = isinstance(iteration, int) and not isinstance(iteration, bool) and iteration >= 0
+    return iteration if valid else None
 
 
 def live_writer(path) -> dict | None:

@@ -122,7 +122,7 @@ class SPLH(LinearHasher):
         if y is None:
             raise InputError(
                 f"{name} ({self.method}) requires y to be passed, but the target y is None: it is "
-                "semi-supervised, call fit(X, y) or evaluate a dataset with labels (--labeled N); for "
+                "semi-supervised, call fit(X, y) or evaluate a dataset with labels (`n_labeled=N`); for "
                 "unlabeled data use usplh"
             )
         y = np.asarray(y)

@@ -26,17 +26,19 @@ def check_rerank(rerank: str | None, candidates: int | None, k: int | None, radi
     re-ranking); one-line errors for options that do not go together. Needs no data: the
     command line calls it before any cluster starts."""
     if radius is not None and rerank is not None:
-        raise InputError("--rerank re-ranks a top-k search; use --k instead of --radius")
+        raise InputError("`rerank` re-ranks a top-k search; use `k` instead of `radius`")
     k = 100 if k is None else k
     if rerank is None:
         if candidates is not None:
-            raise InputError("--candidates only applies with --rerank exact|asymmetric; add --rerank or drop it")
+            raise InputError(
+                "`candidates` only applies when `rerank` is exact or asymmetric; add `rerank` or drop `candidates`"
+            )
         return None
     if rerank not in RERANKERS:
         raise InputError(f"unknown re-ranking {rerank!r}; choose exact or asymmetric")
     candidates = 10 * k if candidates is None else int(candidates)
     if candidates < k:
-        raise InputError(f"--candidates {candidates} is below k = {k}: re-ranking keeps k of the R candidates; raise R")
+        raise InputError(f"`candidates` {candidates} is below k = {k}: re-ranking keeps k of the R candidates; raise R")
     return candidates
 
 

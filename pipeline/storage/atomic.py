@@ -68,6 +68,7 @@ KIND_ENTRIES = {
     "report": {"report.json", "report.md", "precision_at_k.png", "pr_curve.png", "training.png"},
 }
 MAX_NAMED = 3  # foreign entries named in a refusal
+OVERWRITE = "`overwrite=True`"  # the setting a refusal names (the command line shows --overwrite)
 SMALL_FILE = 1 << 20  # files up to this size are compared by content when checking ownership
 FULL_DISK = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded"}
 
@@ -281,12 +282,12 @@ def _follow_link(final: Location) -> Location:
     return final
 
 
-def check_output(final, *, kind: str, overwrite: bool, flag: str = "--overwrite") -> Location:
+def check_output(final, *, kind: str, overwrite: bool, flag: str | None = OVERWRITE) -> Location:
     """Refuse an output we may not write, before any work: an existing path unless
     ``overwrite`` and it is a ``kind`` dhash wrote whose every file its commit record lists
     (or an object-store write that never committed, holding only what such a writer makes);
-    a local parent that cannot be written. ``flag``: the option that sets ``overwrite``
-    (None: the caller has none)."""
+    a local parent that cannot be written. ``flag``: what the refusal tells the user to pass to
+    replace it, in the library's terms (``OVERWRITE``; None: the caller has no such setting)."""
     final = _follow_link(resolve(final))
     if not final.exists():
         _check_writable_parent(final)
@@ -335,7 +336,7 @@ def _check_uncommitted(final: Location, kind: str, overwrite: bool, flag) -> Non
         return
     raise InputError(
         f"output {final} is an unfinished write (started {writer.get('started')} by pid {writer.get('pid')} "
-        f"on {writer.get('host')}, never committed); if that job is gone pass {flag or '--overwrite'} to replace it"
+        f"on {writer.get('host')}, never committed); if that job is gone pass {flag or OVERWRITE} to replace it"
     )
 
 
@@ -403,7 +404,7 @@ def _parquet_kind(loc: Location) -> str | None:
     return schema[len("dhash.") :].rpartition("/")[0] or None if schema.startswith("dhash.") else None
 
 
-def check_file_output(final, *, kind: str, overwrite: bool, flag: str | None = "--overwrite") -> Location:
+def check_file_output(final, *, kind: str, overwrite: bool, flag: str | None = OVERWRITE) -> Location:
     """Refuse a single-file output we may not write, before any work: never a directory; an
     existing file only with ``overwrite`` and only a file dhash wrote as ``kind``."""
     final = _follow_link(resolve(final))
