@@ -104,3 +104,32 @@ def test_readme_is_a_short_entry_point():
     # every page the README links to exists
     for target in re.findall(r"\]\((docs/[^)#]+)", README.read_text()):
         assert (ROOT / target).is_file(), target
+
+
+def _shell_commands(text: str):
+    """Each `dhash COMMAND ...` of the bash blocks in ``text``, continuation lines joined."""
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].split(" # ")[0]
+            for part in line.split("&&"):
+                words = part.split()
+                if words and words[0].endswith("dhash") and len(words) > 1:
+                    yield words[1], words[2:]
+
+
+def test_documented_commands_use_real_options():
+    """Every `dhash COMMAND --flag` shown in the README and the docs is an option of COMMAND."""
+    from dhash.jobs.options import COMMANDS, options_of
+
+    pages = [README, *DOCS.rglob("*.md")]
+    seen = 0
+    for path in pages:
+        for command, args in _shell_commands(path.read_text()):
+            assert command in COMMANDS, f"{path.name}: dhash {command} is not a command"
+            flags = {opt.flag for opt in options_of(command).values()} | {"--help"}
+            for arg in args:
+                flag = arg.split("=")[0]
+                if flag.startswith("--"):
+                    assert flag in flags, f"{path.name}: dhash {command} has no option {flag}"
+            seen += 1
+    assert seen > 30  # the README's tour and the guides' examples were all read
