@@ -365,7 +365,7 @@ def test_codes_of_another_dataset_are_refused(pristine, cluster, tmp_path, capsy
         == 2
     )
     err = capsys.readouterr().err
-    assert "were encoded from another dataset" in err and "dhash encode --dataset" in err
+    assert "were encoded from another dataset" in err and f"encode {other} with this model" in err
     assert not (tmp_path / "r.parquet").exists()
 
 
