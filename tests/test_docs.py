@@ -133,3 +133,21 @@ def test_documented_commands_use_real_options():
                     assert flag in flags, f"{path.name}: dhash {command} has no option {flag}"
             seen += 1
     assert seen > 30  # the README's tour and the guides' examples were all read
+
+
+def test_python_examples_use_public_names():
+    """The Python examples of the README and the docs import only what `dhash` exports."""
+    import dhash
+
+    public = set(dhash.__all__)
+    seen = 0
+    for path in [README, *DOCS.rglob("*.md")]:
+        for block in re.findall(r"```python\n(.*?)```", path.read_text(), re.S):
+            for names in re.findall(r"^\s*from dhash import (.+)$", block, re.M):
+                for name in (n.strip() for n in names.split(",")):
+                    assert name in public, f"{path.name}: `from dhash import {name}` is not public"
+                    seen += 1
+            for name in re.findall(r"\bdhash\.(\w+)\(", block):
+                assert name in public, f"{path.name}: dhash.{name} is not public"
+                seen += 1
+    assert seen > 10
