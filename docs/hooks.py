@@ -4,7 +4,8 @@
 - The command-line reference (``cli.md``) is written at build time from the option table
   (``dhash.jobs.options``), the same table that builds the parser, ``--help`` and the config
   schema, so the page can never disagree with the program. Nothing generated is committed.
-- ``<!-- include PATH -->`` on a line of its own includes a committed file (a benchmark
+- ``<!-- include PATH -->`` (or ``<!-- include PATH untitled -->``, without the file's first
+  heading) on a line of its own includes a committed file (a benchmark
   results table) by its path from the repository root: its headings are nested under the
   page's current heading and its relative links, which point at other results files rather
   than at pages of this site, become plain text. A missing file stops the build.
@@ -31,7 +32,7 @@ from mkdocs.structure.files import File
 CLI_PAGE = "cli.md"
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-_INCLUDE = re.compile(r"^<!-- include (\S+) -->$")
+_INCLUDE = re.compile(r"^<!-- include (\S+)( untitled)? -->$")
 _HEADING = re.compile(r"^(#{1,6}) ")
 _LINK = re.compile(r"(?<!!)\[([^\]]*)\]\(([^)\s]+)\)")
 
@@ -60,6 +61,11 @@ def on_config(config, **kwargs):
     # `mkdocs` runs as a console script, so its bin directory is sys.path[0]; that directory
     # also holds the `dhash` console script, which griffe would take for the package.
     sys.path[:] = [p for p in sys.path if not (p and os.path.isfile(os.path.join(p, "dhash")))]
+    # snippets resolve their base path against the working directory; anchor it at the
+    # repository root so the site builds from anywhere
+    snippets = config["mdx_configs"].get("pymdownx.snippets")
+    if snippets is not None:
+        snippets["base_path"] = [str(ROOT)]
     return config
 
 
@@ -79,7 +85,7 @@ def on_page_markdown(markdown, page, **kwargs):
             fenced = not fenced
         match = None if fenced else _INCLUDE.match(line.strip())
         if match:
-            out.append(_included(match.group(1), level, page.file.src_uri))
+            out.append(_included(match.group(1), level, page.file.src_uri, untitled=bool(match.group(2))))
             continue
         heading = None if fenced else _HEADING.match(line)
         if heading:
@@ -88,9 +94,10 @@ def on_page_markdown(markdown, page, **kwargs):
     return "\n".join(out) + "\n"
 
 
-def _included(rel: str, level: int, where: str) -> str:
+def _included(rel: str, level: int, where: str, *, untitled: bool = False) -> str:
     """The file at ``rel`` (from the repository root), headings nested below ``level``,
-    relative links reduced to their text."""
+    relative links reduced to their text; ``untitled``: without its first heading (the page
+    gives its own)."""
     path = (ROOT / rel).resolve()
     if not path.is_file() or ROOT not in path.parents:
         raise PluginError(f"{where}: included file {rel} does not exist; fix the include or restore the file")
@@ -100,6 +107,9 @@ def _included(rel: str, level: int, where: str) -> str:
             fenced = not fenced
         elif not fenced:
             heading = _HEADING.match(line)
+            if heading and untitled:
+                untitled = False
+                continue
             if heading:
                 depth = min(6, len(heading.group(1)) + level)
                 line = "#" * depth + line[len(heading.group(1)) :]

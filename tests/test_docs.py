@@ -39,7 +39,7 @@ def site(tmp_path_factory) -> Path:
             "-d",
             str(out),
         ],
-        cwd=ROOT,
+        cwd=out,  # not the repository: the site must build from any directory
         env=env,
         capture_output=True,
         text=True,
