@@ -49,6 +49,7 @@ _TYPE_NAMES = {
     "json_object": "JSON object",
     "topology": "topology name",
     "date": "date YYYY-MM-DD",
+    "boolean": "true or false",
     "text": "text",
     "str": "text",
     "int": "integer",
@@ -131,7 +132,13 @@ def _code(value) -> str:
 def _type_name(opt) -> str:
     if getattr(opt, "switch", False):
         return "switch"
+    choices = getattr(opt, "choices", None)
+    if choices:
+        return "one of " + ", ".join(f"`{_cell(c)}`" for c in choices)
     kind = getattr(opt, "type", None)
+    what = getattr(kind, "what", None)  # a value type that says what it accepts ("a positive integer")
+    if isinstance(what, str) and what:
+        return _cell(what)
     name = getattr(kind, "__name__", "") if kind is not None else ""
     return _TYPE_NAMES.get(name, name.replace("_", " ") or "text")
 
@@ -160,9 +167,6 @@ def _flag(opt) -> str:
 
 def _help(opt, command: str) -> str:
     text = _cell(getattr(opt, "help", ""))
-    choices = getattr(opt, "choices", None)
-    if choices:
-        text += f" (one of {', '.join(f'`{c}`' for c in choices)})"
     if command in tuple(getattr(opt, "required", ()) or ()):
         text = "**required.** " + text
     return text
