@@ -21,10 +21,13 @@ README_MAX_LINES = 250
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    if importlib.util.find_spec("mkdocs") is None:
+    missing = [
+        m for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers") if not importlib.util.find_spec(m)
+    ]
+    if missing:
         if os.environ.get("CI"):
-            pytest.fail("mkdocs is not installed; pip install -e '.[test]' (or '.[docs]') installs it")
-        pytest.skip("mkdocs is not installed (pip install -e '.[docs]'); CI always builds the site")
+            pytest.fail(f"{', '.join(missing)} not installed; pip install -e '.[test]' (or '.[docs]') installs them")
+        pytest.skip(f"{', '.join(missing)} not installed (pip install -e '.[docs]'); CI always builds the site")
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # a theme banner, not a build problem
     proc = subprocess.run(
