@@ -92,8 +92,18 @@ def test_every_registered_method_is_checked():
     assert {type(e) for e in SMALL} == set(HASHERS.values())
 
 
+@pytest.fixture(scope="module")
+def contract_client(cluster):
+    """One client for the ~1000 contract checks: a client per check (the ``client`` fixture)
+    costs more to open and close than most checks take to run."""
+    from distributed import Client
+
+    with Client(cluster) as c:
+        yield c
+
+
 @parametrize_with_checks(SMALL)
-def test_scikit_learn_contract(estimator, check, client):
+def test_scikit_learn_contract(estimator, check, contract_client):
     check(estimator)
 
 
