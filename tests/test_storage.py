@@ -30,7 +30,7 @@ import pytest
 from dhash.data.texmex import write_vecs
 from dhash.jobs.cli import main
 from dhash.storage.codes import open_codes
-from dhash.storage.location import Storage
+from dhash.storage.location import Storage, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -142,6 +142,39 @@ def test_pipeline_from_and_to_s3_equals_local_disk(s3_server, cluster, tmp_path,
     assert not [n for n in names if n.endswith(".dhash-writer.json")]
     for artifact in ("ds.zarr", "itq16", "codes.zarr", "report", "ds.zarr/splits/default"):
         assert f"dhash-test/run/{artifact}/.dhash-commit.json" in names, artifact
+
+
+def test_python_api_takes_the_storage_options_explicitly(s3_server, client, monkeypatch):
+    """No process-wide setting: each workflow gets its Storage, each URL it resolves keeps the
+    options (to the workers too), and a URL resolved without them has none."""
+    import dhash
+
+    monkeypatch.delenv("DHASH_STORAGE_OPTIONS", raising=False)
+    storage = Storage(s3_server)
+    base = "s3://dhash-test/api"
+    ds = dhash.synth("sift", f"{base}/ds.zarr", n=3000, chunk_rows=1000, storage=storage)
+    split = dhash.split(ds, queries=20)
+    model = dhash.train(ds, "lsh", f"{base}/lsh", bits=32, split=split.name, storage=storage)
+    dhash.encode(ds, model, f"{base}/codes.zarr", storage=storage)
+    dhash.index(f"{base}/codes.zarr", f"{base}/mih.zarr", storage=s3_server)  # a dict is a Storage too
+    found = dhash.search(
+        f"{base}/ds.zarr", f"{base}/lsh", f"{base}/codes.zarr", f"{base}/r.parquet", k=5, storage=storage
+    )
+    through_index = dhash.search(ds, model, f"{base}/codes.zarr", k=5, index=f"{base}/mih.zarr", storage=storage)
+    assert found.results[1].shape == (20, 5) and (found.results[1] >= 0).all()
+    for got, want in zip(through_index.results, found.results, strict=True):
+        np.testing.assert_array_equal(got, want)
+    codes = dhash.open_codes(f"{base}/codes.zarr", storage=storage)
+    assert codes.location.options == s3_server and codes.n == 3000
+    assert resolve(f"{base}/codes.zarr").options == {}  # nothing was set for the process
+    with _s3_open(s3_server, "dhash-test/api/r.parquet") as f:
+        assert pq.read_table(f).num_rows == 100
+
+
+def _s3_open(options, path):
+    import s3fs
+
+    return s3fs.S3FileSystem(**options).open(path, "rb")
 
 
 def test_uncommitted_prefix_on_s3_is_refused(s3_server, monkeypatch, capsys):
