@@ -1,0 +1,57 @@
+"""The public API: ``dhash.__all__`` names every estimator, the handles and their open
+functions, the Index objects, the workflows, the cluster helpers and the error; each name
+resolves; importing the numpy kernels pulls in no Dask."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy
+
+import dhash
+
+
+def test_all_lists_the_estimators_handles_indexes_workflows_and_helpers():
+    import dhash.hashing as hashing
+
+    estimators = {
+        name
+        for name in hashing.__all__
+        if isinstance(getattr(hashing, name), type) and issubclass(getattr(hashing, name), hashing.Hasher)
+    } - {"Hasher"}
+    assert estimators and estimators <= set(dhash.__all__), sorted(estimators - set(dhash.__all__))
+    expected = {
+        # handles and how to open them
+        *("Dataset", "Split", "Model", "Codes", "StoredTables"),
+        *("open_dataset", "load_model", "open_codes", "open_index"),
+        # Index objects
+        *("Index", "FlatIndex", "MIHIndex", "MultiIndex", "Rerank", "Queries"),
+        # workflows, storage, cluster, errors
+        *("search", "evaluate", "encode", "train", "index", "split", "synth", "ingest", "groundtruth"),
+        *("Storage", "connect", "disconnect", "InputError"),
+    }
+    assert expected <= set(dhash.__all__), sorted(expected - set(dhash.__all__))
+    assert len(dhash.__all__) == len(set(dhash.__all__))
+    for name in dhash.__all__:
+        assert getattr(dhash, name) is not None, name
+    assert dhash.Model is hashing.Hasher
+
+
+def test_dhash_search_is_the_workflow_even_after_its_package_is_imported():
+    import dhash.search.index  # binds the package to dhash.search
+    from dhash import workflows
+
+    assert callable(dhash.search) and dhash.search is sys.modules["dhash.search"]
+    assert isinstance(dhash.FlatIndex(numpy.zeros((3, 4), "uint8")), dhash.Index)
+    assert workflows.search.__name__ == "search"
+
+
+def test_importing_the_kernels_or_the_package_pulls_in_no_dask():
+    code = (
+        "import sys, dhash, dhash.kernels, dhash.kernels.hamming\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
