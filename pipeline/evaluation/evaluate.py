@@ -34,7 +34,7 @@ def code_metrics(
 ) -> tuple[dict, float]:
     """Every metric of the evaluation protocol (README, "Evaluation protocol") for one set of codes. Returns (metrics, search_seconds).
     ``db_truth_rows``: ``truth.database_rows`` (labels or relevance bits per database row,
-    or None). Grouped query codes (G, m, n_bytes) with ``db_groups`` evaluate DisH1."""
+    or None). Grouped query codes (G, m, n_bytes) with ``db_groups``: group-wise encoders (``Scorer.grouped``)."""
     n_db = db_codes.shape[0]
     ks = sorted({int(k) for k in ks if 1 <= k <= n_db})
     kmax = max(ks)
