@@ -339,9 +339,8 @@ class Hasher(TransformerMixin, BaseEstimator):
         database codes against queries encoded by ``encoder``; ``grouped(...)`` scores
         database rows encoded group by group against each group's query codes;
         ``mean_and_std(runs)`` averages several runs' metrics; ``view`` is the database view
-        and ``seed`` the evaluation's seed. ``options``: the evaluation options given (only
-        names some evaluated method declares in ``evaluation_options``; absent or None means
-        the default).
+        and ``seed`` the evaluation's seed. ``options``: the given evaluation options that this
+        class declares in ``evaluation_options`` (absent or None: the option's default).
 
         Default: one row, this model's codes of every row; a model that learns the database's
         codes (``learns_database_codes``) is scored with those against the queries it
