@@ -1,0 +1,54 @@
+"""The library functions ``dhash run`` decides with: storage fingerprints (skip a step whose
+inputs and output did not change) and a checkpoint's progress (read through its commit
+record, so a hand-edited state is never reported)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from dhash.hashing.checkpoint import STATE_FILE, Checkpoint, checkpoint_path, checkpoint_progress
+from dhash.storage.fingerprint import fingerprint
+from dhash.storage.location import resolve
+
+
+def test_fingerprint_of_files_directories_and_absent_paths(tmp_path):
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "a").write_bytes(b"12345")
+    (tmp_path / "d" / "sub" / "b").write_bytes(b"123")
+    (tmp_path / "f").write_bytes(b"xy")
+    paths = [tmp_path / "d", tmp_path / "f", tmp_path / "nothing"]
+    found = fingerprint(paths)
+    assert found[str(tmp_path / "d")][:2] == [2, 8]
+    assert found[str(tmp_path / "f")][:2] == [1, 2]
+    assert found[str(tmp_path / "nothing")] is None
+    assert fingerprint([resolve(tmp_path / "d")]) == {str(tmp_path / "d"): found[str(tmp_path / "d")]}
+    # a write that keeps the size is seen by its time
+    later = found[str(tmp_path / "d")][2] + 10**9
+    os.utime(tmp_path / "d" / "a", ns=(later, later))
+    assert fingerprint(paths) != found
+
+
+def test_fingerprint_of_a_url(tmp_path):
+    loc = resolve("memory://dhash-fingerprint/d")
+    loc.child("a").write_bytes(b"12345")
+    first = fingerprint([loc])[str(loc)]
+    assert first[:2] == [1, 5]
+    assert fingerprint(["memory://dhash-fingerprint/d"]) == {str(loc): first}  # a URL given as text
+    loc.child("b").write_bytes(b"1")
+    assert fingerprint([loc])[str(loc)][:2] == [2, 6]
+    assert fingerprint(["memory://dhash-fingerprint/none"]) == {"memory://dhash-fingerprint/none": None}
+
+
+def test_checkpoint_progress_is_read_through_the_commit_record(tmp_path):
+    ckpt = checkpoint_path(tmp_path / "model")
+    assert checkpoint_progress(ckpt) is None  # no checkpoint
+    Checkpoint(ckpt, {"method": "itq"}).save(3, {"rotation": np.eye(4)}, {})
+    assert checkpoint_progress(ckpt) == 3
+    state = ckpt.child(STATE_FILE)
+    edited = json.loads(state.read_bytes())
+    edited["iteration"] = 40
+    state.write_text(json.dumps(edited) + "\n")
+    assert checkpoint_progress(ckpt) is None  # edited by hand: not reported
