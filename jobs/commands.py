@@ -20,7 +20,7 @@ from dhash.distributed.cluster import REPORT_KIND, performance_report
 from dhash.errors import PARAMETER, InputError
 from dhash.evaluation.report import quality_table
 from dhash.hashing.checkpoint import checkpoint_path
-from dhash.jobs.options import OPTIONS, method_params
+from dhash.jobs.options import ARGUMENT_FLAGS, OPTIONS, method_params
 from dhash.search.rerank import check_rerank
 from dhash.storage.atomic import (
     OVERWRITE,
@@ -56,7 +56,7 @@ FILE_OUTPUTS = {
 # gives two flags (mac's --validation-size, adsh's --adsh-validation-size): only mac's
 # messages name it
 RENAMED_PARAMETERS = {
-    "n_bits": "--bits",
+    **{param: f"--{flag}" for param, flag in ARGUMENT_FLAGS.items()},
     "n_queries": "--queries",
     "storage": "--storage-options",
     "validation_size": "--validation-size",

@@ -219,9 +219,12 @@ def _as_argv(command: str, given: dict) -> list[str]:
         opt = options[dest]
         if opt.positional:
             argv.insert(1, str(value))
-        elif value is True:
-            argv.append(opt.flag)
-        elif value is not False:
+        elif opt.switch:
+            if value:
+                argv.append(opt.flag)
+        elif isinstance(value, bool):  # a true/false option (e.g. --sgh-refine false) keeps its value
+            argv += [opt.flag, "true" if value else "false"]
+        else:
             text = (
                 json.dumps(value)
                 if isinstance(value, dict)

@@ -52,3 +52,22 @@ def test_checkpoint_progress_is_read_through_the_commit_record(tmp_path):
     edited["iteration"] = 40
     state.write_text(json.dumps(edited) + "\n")
     assert checkpoint_progress(ckpt) is None  # edited by hand: not reported
+
+
+def test_a_false_option_keys_the_step_differently_from_a_true_one(tmp_path):
+    """A true/false method option (not a switch) stays in the step's command line, so a
+    step whose ``sgh-refine`` changed from true to false is not skipped as unchanged."""
+    from dhash.jobs.run import load_pipeline
+
+    argvs = {}
+    for value in ("true", "false"):
+        config = tmp_path / f"{value}.toml"
+        config.write_text(
+            '[pipeline]\nname = "p"\n\n[[steps]]\ncommand = "train"\ndataset = "d.zarr"\nmethod = "sgh"\n'
+            f'out = "m"\nsgh-refine = {value}\n'
+        )
+        (step,) = load_pipeline(config, date="2026-01-01", workdir=tmp_path).steps
+        argvs[value] = step.argv
+    for value, argv in argvs.items():
+        at = argv.index("--sgh-refine")
+        assert argv[at + 1] == value, argv
