@@ -279,14 +279,14 @@ def test_bre_codes_equal_the_dense_kernel_sums(client, tmp_path):
 
 
 @pytest.mark.slow
-def test_bre_map_above_lsh_on_fashion_mnist(fmnist_paths, client):
-    """The paper's claim on real data: BRE above LSH at 32 bits, Euclidean top-2% ground truth
-    (measured: map 0.442 vs 0.333)."""
+def test_bre_map_above_lsh_on_fashion_mnist(fmnist_small, client):
+    """The paper's claim on real data: BRE above LSH at 32 bits, Euclidean top-2% ground truth,
+    on the first 20000 Fashion-MNIST rows."""
     from dhash import workflows
     from dhash.storage.datasets import open_dataset
 
     protocol = {"queries": 1000, "seed": 0, "ground_truth": "euclidean", "top_percent": 2.0, "ks": [1000]}
-    report = workflows.evaluate(open_dataset(fmnist_paths[20000]), methods=["lsh", "bre"], bits=[32], **protocol)
+    report = workflows.evaluate(open_dataset(fmnist_small), methods=["lsh", "bre"], bits=[32], **protocol)
     got = {r["method"]: r["metrics"]["map"] for r in report["results"]}
     assert got["bre"] > got["lsh"] + 0.05
 
@@ -381,17 +381,18 @@ def test_kmh_equals_its_dense_reference(client, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_kmh_map_above_lsh_on_fashion_mnist(client, fmnist_paths):
-    """KMH at 32 bits (8 subspaces of 4 bits) ranks Fashion-MNIST's label neighbours better
-    than LSH (measured: map 0.413 vs 0.378, ITQ 0.483; 1000 queries, seed 0)."""
+def test_kmh_map_above_lsh_on_fashion_mnist(client, fmnist_small):
+    """KMH at 32 bits (8 subspaces of 4 bits) ranks the label neighbours of the first 20000
+    Fashion-MNIST rows better than LSH, over the whole ranking (map) and at its top
+    (precision@100, where the gap is widest); 1000 queries, seed 0. The whole set:
+    benchmarks/results/tables/dish.md."""
     from dhash import workflows
     from dhash.storage.datasets import open_dataset
 
-    report = workflows.evaluate(
-        open_dataset(fmnist_paths[20000]), methods=["lsh", "kmh"], bits=[32], queries=1000, seed=0
-    )
+    report = workflows.evaluate(open_dataset(fmnist_small), methods=["lsh", "kmh"], bits=[32], queries=1000, seed=0)
     by = {r["method"]: r["metrics"] for r in report["results"]}
-    assert by["kmh"]["map"] > by["lsh"]["map"] + 0.02
+    assert by["kmh"]["map"] > by["lsh"]["map"] + 0.015
+    assert by["kmh"]["precision@100"] > by["lsh"]["precision@100"] + 0.05
 
 
 def _dgh_dense(Z, Y0, rho, max_iter, max_b_iter):
@@ -491,25 +492,29 @@ def test_dgh_y_step_completes_a_rank_deficient_jb_whatever_the_chunking():
 
 
 @pytest.mark.slow
-def test_dgh_above_lsh_and_agh_on_fashion_mnist(client, fmnist_paths):
+def test_dgh_above_lsh_and_agh_on_fashion_mnist(client, fmnist_small):
     """DGH on its paper's (and the SGH table's) protocol, the top 2% Euclidean neighbours as
-    ground truth: precision@1000 well above LSH at 32 bits, and above AGH (the same kind of
-    graph) at 128 bits, where the DGH paper's gain over AGH is largest (measured, 1000 test
-    queries, seed 0: 32 bits DGH 0.524, LSH 0.395; 128 bits DGH 0.594, AGH 0.572; at 32 bits
-    AGH's 0.529 is level with DGH)."""
+    ground truth, on the first 20000 Fashion-MNIST rows: precision at the number of true
+    neighbours (2% of the 19000 database rows) well above LSH at 32 bits, and above AGH (the
+    same kind of graph) at 128 bits, where the DGH paper's gain over AGH is largest (at 32
+    bits AGH is level with DGH). precision@1000 on the whole set:
+    benchmarks/results/tables/sgh.md."""
     from dhash import workflows
     from dhash.storage.datasets import open_dataset
 
+    true_neighbours = 380  # 2% of 19000
     report = workflows.evaluate(
-        open_dataset(fmnist_paths[20000]),
+        open_dataset(fmnist_small),
         methods=["lsh", "agh", "dgh"],
         bits=[32, 128],
         queries=1000,
         seed=0,
         ground_truth="euclidean",
         top_percent=2.0,
-        ks=[1000],
+        ks=[true_neighbours],
     )
-    by = {(r["method"], r["n_bits"]): r["metrics"]["precision@1000"] for r in report["results"]}
+    assert report["ground_truth"]["k"] == true_neighbours
+    key = f"precision@{true_neighbours}"
+    by = {(r["method"], r["n_bits"]): r["metrics"][key] for r in report["results"]}
     assert by["dgh", 32] > by["lsh", 32] + 0.05
     assert by["dgh", 128] > by["agh", 128] + 0.01
