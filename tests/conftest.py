@@ -76,3 +76,27 @@ def fmnist_small(fmnist_paths, data_dir):
         labels=np.asarray(full.labels[:rows]),
         chunk_rows=5000,
     ).path
+
+
+@pytest.fixture(scope="session")
+def fmnist_small_itq_map(fmnist_small, cluster):
+    """ITQ's map on ``fmnist_small`` (1000 queries, seed 0) by number of bits, each trained
+    once per session: the unsupervised baseline that several methods' quality tests compare
+    with (the evaluation's split and scoring are the same in each)."""
+    from distributed import Client
+
+    from dhash import workflows
+    from dhash.storage.datasets import open_dataset
+
+    maps = {}
+
+    def itq_map(bits):
+        if bits not in maps:
+            with Client(cluster):
+                report = workflows.evaluate(
+                    open_dataset(fmnist_small), methods=["itq"], bits=[bits], queries=1000, seed=0
+                )
+            maps[bits] = report["results"][0]["metrics"]["map"]
+        return maps[bits]
+
+    return itq_map
