@@ -64,23 +64,24 @@ def test_a_seed_fixes_the_codes_and_a_saved_model_encodes_the_same(fmnist, tmp_p
         DPSH(16, **params).fit(X)
 
 
-def test_dpsh_beats_itq_on_fashion_mnist(fmnist_paths, cluster):
-    """Reduced run (24 bits, 2000 training rows, 25 epochs); the full comparison is in
-    benchmarks/results/adsh/."""
+def test_dpsh_beats_itq_on_fashion_mnist(fmnist_small, fmnist_small_itq_map, cluster):
+    """Reduced run (24 bits, 2000 training rows, 25 epochs, the first 20000 Fashion-MNIST rows
+    as the database); the full comparison is in benchmarks/results/adsh/."""
     from distributed import Client
 
     from dhash import workflows
     from dhash.storage.datasets import open_dataset
 
+    itq = fmnist_small_itq_map(24)
     with Client(cluster):
         report = workflows.evaluate(
-            open_dataset(fmnist_paths[5000]),
-            methods=["itq", "dpsh"],
+            open_dataset(fmnist_small),
+            methods=["dpsh"],
             bits=[24],
             queries=1000,
             seed=0,
             ks=[1000],
             params={"dpsh": {"epochs": 25, "n_labeled": 2000}},
         )
-    maps = {r["method"]: r["metrics"]["map"] for r in report["results"]}
-    assert maps["dpsh"] >= maps["itq"] + 0.06, maps  # measured: 0.589 against 0.486
+    dpsh = report["results"][0]["metrics"]["map"]
+    assert dpsh >= itq + 0.06, (dpsh, itq)
