@@ -12,8 +12,10 @@ table ``PARAMETER_FLAGS``.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
+from pathlib import Path
 
 from dhash import workflows
 from dhash.distributed.cluster import REPORT_KIND, performance_report
@@ -118,6 +120,8 @@ def check_before_work(command: str, values: dict) -> None:
         raise InputError("give either --k (top-k search) or --radius (radius search), not both")
     if command == "search":
         check_rerank(values["rerank"], values["candidates"], values["k"], values["radius"])
+    if command == "bench":
+        use_benchmark_checkout()
     kind = OUTPUT_KINDS.get(command)
     flag = OVERWRITE if "overwrite" in values else None
     if kind is not None and values.get("out"):
@@ -330,17 +334,37 @@ def demo(values):
         _print_report(name, report, f"{values['out']}/{name}")
 
 
+def use_benchmark_checkout() -> str:
+    """Make the benchmark harness importable, here and in the workers of a cluster started
+    afterwards (PYTHONPATH), and return its checkout. The harness lives in the repository,
+    not in the installed package: it is found in the checkout the package is installed from
+    (an editable install maps dhash to CHECKOUT/pipeline) or in the working directory."""
+    import dhash
+
+    for root in (Path(dhash.__file__).resolve().parents[1], Path.cwd()):
+        if (root / "benchmarks" / "harness" / "runs.py").is_file():
+            checkout = str(root)
+            if checkout not in sys.path:
+                sys.path.insert(0, checkout)
+            paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([checkout, *paths]))
+            return checkout
+    raise InputError(
+        "dhash bench runs the benchmark harness of a checkout of the repository; "
+        "pip install -e '.[bench]' there and run dhash bench from it"
+    )
+
+
 def bench(values):
     options = pick(
         values, "n", "bits", "queries", "k", "method", "iterations", "nodes", "floor_repeats", "data", "seed"
     )
-    # The benchmark harness lives in the repository, not in the installed library.
+    checkout = use_benchmark_checkout()
     try:
         from benchmarks.harness import runs
     except ImportError as exc:
         raise InputError(
-            f"dhash bench needs the benchmark extra ({exc.name} is missing); "
-            "pip install 'dhash[bench]' in a checkout of the repository and run it from there"
+            f"dhash bench needs the benchmark extra ({exc.name} is missing); pip install -e '.[bench]' in {checkout}"
         ) from None
     result = runs.run_stage(
         values["stage"], values["out"], threads=values["bench_threads"], overwrite=bool(values["overwrite"]), **options

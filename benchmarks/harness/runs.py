@@ -549,7 +549,7 @@ def bench_itq_vs_faiss(n: int, bits: int, seed: int = 0, data: str | None = None
     the first n sift-synth rows, and map on Fashion-MNIST (labels, 1000 queries)."""
     from dhash.data.sources import resolve_dataset
     from dhash.distributed.graph import drop_rows
-    from dhash.evaluation.evaluate import _database_views, code_metrics, evaluate_method
+    from dhash.evaluation.evaluate import evaluate_method, score_codes
     from dhash.evaluation.truth import build_truth
     from dhash.hashing import ITQ
 
@@ -569,15 +569,7 @@ def bench_itq_vs_faiss(n: int, bits: int, seed: int = 0, data: str | None = None
     database = drop_rows(features, split.query).compute()
     transform = _faiss_itq(database, bits, threads)
     all_codes = _faiss_itq_codes(transform, fm.features[:])
-    db_ids, db_truth_rows = _database_views(features, split.query, truth)
-    peer_metrics, _ = code_metrics(
-        all_codes[split.query],
-        drop_rows(da.from_array(all_codes, chunks=(features.chunks[0], all_codes.shape[1])), split.query),
-        db_ids,
-        db_truth_rows,
-        truth,
-        bits,
-    )
+    peer_metrics, _ = score_codes(all_codes, split.query, truth, bits)  # the same protocol as ours
     return _result(
         "train-itq-vs-faiss",
         {
