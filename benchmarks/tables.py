@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Each seed paper's comparison table, reproduced with the rows we implement.
+"""Each method paper's comparison table (DisH, SGH, SPLH), reproduced with the rows we implement.
 
     .venv/bin/python benchmarks/tables.py [--only dish,sgh,splh] [--render-only]
 
@@ -250,7 +250,7 @@ def render(table: Table, reports: dict[str, dict]) -> tuple[str, int]:
             failed += not ok
             lines.append(f"| {method} rises with the bits | {'yes' if ok else '**NO**'} |" + " |" * (len(run.bits) - 1))
         lines.append("")
-    lines += ["## Notes on the cells where our ordering differs from the paper's", ""]
+    lines += ["## Cells where our ordering differs from the paper's", ""]
     lines += [f"- {note}" for note in table.notes] + [""]
     return "\n".join(lines), failed
 

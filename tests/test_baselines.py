@@ -1,4 +1,4 @@
-"""The baselines of the seed papers (SH, SIKH, IsoHash, KLSH, AGH, DGH, BRE, KMH) against their papers' equations,
+"""The baselines the method papers compare against (SH, SIKH, IsoHash, KLSH, AGH, DGH, BRE, KMH) against their papers' equations,
 written out densely in numpy."""
 
 import functools

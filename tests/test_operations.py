@@ -146,7 +146,7 @@ REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def process_cluster(tmp_path_factory):
     """`dask scheduler` and two `dask worker` processes (CLI, TCP on 127.0.0.1), configured
-    with deploy/dask-worker.yaml as the README tells users: the shape of real hosts. The
+    with deploy/dask-worker.yaml as the storage-and-clusters guide tells users: the shape of real hosts. The
     workers run in `/`, not in the client's directory, as on other machines."""
     import os
     import subprocess

@@ -32,7 +32,7 @@ def _chunks_or_none(x, n):
 def code_metrics(
     query_codes: np.ndarray, db_codes, db_ids, db_truth_rows, truth: Truth, n_bits: int, ks=DEFAULT_KS, db_groups=None
 ) -> tuple[dict, float]:
-    """Every metric of the evaluation protocol (README, "Evaluation protocol") for one set of codes. Returns (metrics, search_seconds).
+    """Every metric of the evaluation protocol (the documentation's evaluation protocol page) for one set of codes. Returns (metrics, search_seconds).
     ``db_truth_rows``: ``truth.database_rows`` (labels or relevance bits per database row,
     or None). Grouped query codes (G, m, n_bytes) with ``db_groups``: group-wise encoders (``Scorer.grouped``)."""
     n_db = db_codes.shape[0]
