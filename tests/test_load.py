@@ -149,12 +149,12 @@ def test_timeout_while_closing_the_cluster_keeps_the_exit_status(monkeypatch, ca
     monkeypatch.setattr(cluster, "connect", lambda *args, **kwargs: client)
     monkeypatch.setattr(commands, "needs_cluster", lambda command, values: True)
     monkeypatch.setattr(commands, "check_before_work", lambda command, values: None)
-    monkeypatch.setattr(commands, "execute", lambda command, values: 0)
+    monkeypatch.setattr(commands, "execute", lambda command, values, **kwargs: 0)
     assert run("synth", "sift", "--n", 100, "--out", tmp_path / "ds.zarr", "--quiet") == 0
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "warning" in err and "Traceback" not in err, err
 
-    monkeypatch.setattr(commands, "execute", lambda command, values: 3)
+    monkeypatch.setattr(commands, "execute", lambda command, values, **kwargs: 3)
     assert run("synth", "sift", "--n", 100, "--out", tmp_path / "ds.zarr", "--quiet") == 3
 
 
