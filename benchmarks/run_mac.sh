@@ -9,16 +9,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 OUT=benchmarks/results/mac
+# shellcheck source=benchmarks/committed_report.sh
+source benchmarks/committed_report.sh
 # DRY_RUN=1 prints the commands without running them (tests/test_mac.py checks them
 # against the commands the committed results record)
 run() {
     if [ -n "${DRY_RUN:-}" ]; then echo "$*"; return; fi
     echo "== $*" >&2
-    # dhash replaces a report directory only where it wrote it (its commit record is not in
-    # git), so the committed report is removed first; git keeps the old one
     local out="" prev=""
     for arg in "$@"; do [ "$prev" = --out ] && out=$arg; prev=$arg; done
-    [ -n "$out" ] && rm -rf -- "$out"
+    [ -n "$out" ] && remove_committed_report "$out"
     "$PY" benchmarks/mac_comparison.py "$@"
 }
 

@@ -8,9 +8,10 @@
 #   scaling  SGH training time at 250k / 500k / 1M sift-synth, against plain numpy
 set -euo pipefail
 R=benchmarks/results
-# dhash replaces a report directory only where it wrote it (its commit record is not in git),
-# so the committed report (the last argument, --out's value) is removed first; git keeps it
-fresh_report() { rm -rf -- "${!#}"; "$@"; }
+# shellcheck source=benchmarks/committed_report.sh
+source "$(dirname "$0")/committed_report.sh"
+# the committed report (the last argument, --out's value) is removed first; git keeps it
+fresh_report() { remove_committed_report "${!#}"; "$@"; }
 E="fresh_report .venv/bin/dhash evaluate --quiet"
 only=${1:-all}
 # DRY_RUN=1 prints the commands without running them (tests/test_results_index.py checks them

