@@ -14,10 +14,21 @@ from dhash import InputError
 from dhash.distributed.graph import as_dask
 from dhash.hashing import COSDISH, SDH
 from dhash.kernels.cosdish import bit_objective, gamma_step, linear_hash, omega_step, regression_sums, solve_bit
-from dhash.kernels.sdh import dcc_codes, ridge
+from dhash.kernels.sdh import START_BLOCK_ROWS, dcc_codes, random_codes, ridge
 from dhash.kernels.stats import combine_moments
 
 ALL_SIGNS = lambda m: np.array(list(itertools.product([-1.0, 1.0], repeat=m)))  # noqa: E731
+
+
+def test_the_random_start_of_a_row_depends_on_the_seed_and_its_row_number_only():
+    n = 2 * START_BLOCK_ROWS + 500
+    whole = random_codes(7, 0, n, 12)
+    cuts = (0, 1000, START_BLOCK_ROWS + 3, START_BLOCK_ROWS + 4, n)  # pieces across block boundaries
+    parts = [random_codes(7, a, b - a, 12) for a, b in zip(cuts[:-1], cuts[1:])]
+    np.testing.assert_array_equal(np.concatenate(parts), whole)
+    assert whole.dtype == np.int8 and set(np.unique(whole)) == {-1, 1} and abs(whole.mean()) < 0.02
+    assert (random_codes(8, 0, 1000, 12) != whole[:1000]).mean() > 0.4  # another seed, another start
+    assert random_codes(7, 5, 0, 12).shape == (0, 12)
 
 
 def test_dcc_leaves_every_row_at_a_minimum_under_single_bit_flips_and_never_above_its_start():

@@ -11,9 +11,9 @@ Integer sums only, so the codes do not depend on the chunking or the number of w
 A last pass gives the moments and X^T B for the hash functions: a ridge regression from the
 standardised features to the codes (lambda 1), as the authors' code.
 
-B starts from sign(Y R) (R random with the seed, Y the labels one-hot): a row's start
-depends on its labels only, not on its position or the chunking (the authors start from
-random signs per row).
+B starts from random signs per row (``init`` "random", the authors' start), drawn from the
+seed and the row's number so that the start does not depend on the chunking; ``init``
+"labels" starts every row from a random code of its class, sign(Y R).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from numbers import Integral, Real
 
 import dask
 import numpy as np
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from dhash.distributed.graph import chunk_delayeds, map_chunks, row_bounds, tree_reduce, update_and_reduce
 from dhash.hashing.base import BITS, SEED, Hasher, label_chunks
-from dhash.hashing.sdh import label_classes, training_rows
+from dhash.hashing.sdh import label_classes, start_codes, training_rows
 from dhash.kernels.adsh import add_chunk_sums, negative_weight, similarity_product
 from dhash.kernels.codes import encode_linear, project_linear
 from dhash.kernels.cosdish import cosdish_chunk_pass, linear_hash, omega_step, regression_sums
@@ -55,6 +55,7 @@ class COSDISH(Hasher):
         "max_iter": [Interval(Integral, 0, None, closed="left")],
         "alternations": [Interval(Integral, 1, None, closed="left")],
         "ridge": [Interval(Real, 0, None, closed="neither")],
+        "init": [StrOptions({"random", "labels"})],
         "random_state": SEED,
     }
 
@@ -67,6 +68,7 @@ class COSDISH(Hasher):
         max_iter: int = 10,
         alternations: int = 3,
         ridge: float = 1.0,
+        init: str = "random",
         random_state: int | None = 0,
     ):
         self.n_bits = n_bits
@@ -75,6 +77,7 @@ class COSDISH(Hasher):
         self.max_iter = max_iter
         self.alternations = alternations
         self.ridge = ridge
+        self.init = init
         self.random_state = random_state
 
     def _fit(self, X, y, checkpoint):
@@ -85,11 +88,11 @@ class COSDISH(Hasher):
         )
         q = self.n_bits
         classes = label_classes(labels)
-        projection = rng.standard_normal((labels.shape[1] if classes is None else len(classes), q))
+        init = start_codes(self.init, rng, labels, classes, q)
         label_parts = label_chunks(labels, Xt)
         bounds = row_bounds(Xt)
         starts = [int(a) for a in bounds[:-1]]
-        start_tasks = map_chunks("cosdish-start", _start_codes, label_parts, classes, projection)
+        start_tasks = map_chunks("cosdish-start", _start_codes, list(zip(label_parts, starts)), classes, init)
         B = list(dask.persist(*start_tasks))
         path = []
         for it in range(self.max_iter):
@@ -142,8 +145,8 @@ class COSDISH(Hasher):
         return {"mean_": (FLOAT, (d,)), "scale_": (FLOAT, (d,)), "components_": (FLOAT, (d, self.n_bits))}
 
 
-def _start_codes(labels, classes, projection):
-    return initial_codes(label_matrix(labels, classes), projection)
+def _start_codes(labels, start, classes, init):
+    return initial_codes(init, start, label_matrix(labels, classes))
 
 
 def _labels_at(labels, rows):

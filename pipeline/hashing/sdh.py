@@ -21,9 +21,9 @@ import logging
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
-from dhash.distributed.graph import chunk_delayeds, is_dask_array, select_rows, update_and_reduce
+from dhash.distributed.graph import chunk_delayeds, is_dask_array, row_bounds, select_rows, update_and_reduce
 from dhash.errors import InputError
 from dhash.hashing.base import BITS, SEED, Hasher, label_chunks, labels_of_rows
 from dhash.kernels.codes import pack_signs
@@ -63,6 +63,15 @@ def training_rows(X, y, n_labeled, rng, who: str):
     return select_rows(X, rows, keep=True).persist(), labels, n_labeled
 
 
+def start_codes(init: str, rng, labels, classes, n_bits: int) -> tuple:
+    """What every chunk needs to draw its rows' start codes (pipeline/kernels/sdh.py's
+    ``initial_codes``), drawn from the fit's ``rng``: "random" gives a seed of per-row random
+    signs (the authors' start), "labels" a random code per class."""
+    if init == "random":
+        return ("random", int(rng.integers(2**63)), n_bits)
+    return ("labels", rng.standard_normal((labels.shape[1] if classes is None else len(classes), n_bits)))
+
+
 class SDH(Hasher):
     """SDH (see the module docstring). Parameters: ``n_labeled`` training rows (5000),
     ``n_anchors`` (1000), ``bandwidth_scale`` (1), ``lambda_g`` (1), ``lambda_f`` (0.01),
@@ -80,6 +89,7 @@ class SDH(Hasher):
         "lambda_f": [Interval(Real, 0, None, closed="neither")],
         "nu": [Interval(Real, 0, None, closed="left")],
         "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "init": [StrOptions({"random", "labels"})],
         "random_state": SEED,
     }
 
@@ -94,6 +104,7 @@ class SDH(Hasher):
         lambda_f: float = 1e-2,
         nu: float = 1e-5,
         max_iter: int = 5,
+        init: str = "random",
         random_state: int | None = 0,
     ):
         self.n_bits = n_bits
@@ -104,6 +115,7 @@ class SDH(Hasher):
         self.lambda_f = lambda_f
         self.nu = nu
         self.max_iter = max_iter
+        self.init = init
         self.random_state = random_state
 
     def _fit(self, X, y, checkpoint):
@@ -113,17 +125,18 @@ class SDH(Hasher):
         anchor_rows = np.sort(rng.choice(n, m, replace=False))
         self.anchors_ = np.asarray(select_rows(Xt, anchor_rows, keep=True).compute(), dtype=np.float64)
         classes = label_classes(labels)
-        projection = rng.standard_normal((labels.shape[1] if classes is None else len(classes), self.n_bits))
+        init = start_codes(self.init, rng, labels, classes, self.n_bits)
         # the bandwidth from the anchors' distances to a seeded sample of the training rows
         probe = select_rows(Xt, np.sort(rng.choice(n, min(n, 2000), replace=False)), keep=True).compute()
         self.bandwidth_ = self.bandwidth_scale * float(np.sqrt(squared_distances(probe, self.anchors_)).mean())
         if not self.bandwidth_ > 0:
             raise InputError("SDH: every training row is the same point; the data has no spread to hash")
 
-        chunks = list(zip(chunk_delayeds(Xt), label_chunks(labels, Xt), strict=True))
+        starts = [int(a) for a in row_bounds(Xt)[:-1]]
+        chunks = list(zip(chunk_delayeds(Xt), label_chunks(labels, Xt), starts, strict=True))
         B = [None] * len(chunks)
         common = {"anchors": self.anchors_, "bandwidth": self.bandwidth_, "classes": classes}
-        B, sums = self._pass(chunks, B, common | {"projection": projection}, "sdh-start")
+        B, sums = self._pass(chunks, B, common | {"init": init}, "sdh-start")
         path = []
         for it in range(self.max_iter):
             W, P = self._solve(sums)
@@ -145,7 +158,7 @@ class SDH(Hasher):
         )
 
     def _pass(self, chunks, B, params, name):
-        chunks = [(x, lab, b) for (x, lab), b in zip(chunks, B, strict=True)]
+        chunks = [(x, lab, b, start) for (x, lab, start), b in zip(chunks, B, strict=True)]
         return update_and_reduce(name, sdh_chunk_pass, chunks, add_partials, **params)
 
     def _solve(self, sums):

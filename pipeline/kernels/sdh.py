@@ -45,11 +45,39 @@ def ridge(gram: np.ndarray, cross: np.ndarray, lam: float) -> np.ndarray:
     return np.linalg.solve(gram + lam * np.eye(gram.shape[0]), cross)
 
 
-def initial_codes(Y: np.ndarray, projection: np.ndarray) -> np.ndarray:
-    """B's start: sign(Y R) for a random R (C x L) drawn with the seed, so every class starts
-    from its own random code and a row's start depends on its labels only (not on its
-    position, the chunking or the number of rows). A zero (a row with no label) gives +1."""
+START_BLOCK_ROWS = 4096  # the random start is drawn in blocks of this many training rows
+
+
+def random_codes(seed: int, start: int, n_rows: int, n_bits: int) -> np.ndarray:
+    """B's start for the training rows ``start`` .. ``start + n_rows`` (int8, +-1): random signs,
+    as the authors' codes of SDH and COSDISH start (sign(randn(n, L))). The rows are cut into
+    fixed blocks of START_BLOCK_ROWS counted from the first training row, and block b is drawn
+    from ``default_rng([seed, b])``, so a row's start depends on the seed and its row number
+    only: the same on any split of the rows into chunks."""
+    if n_rows <= 0:
+        return np.zeros((0, n_bits), dtype=np.int8)
+    first, last = start // START_BLOCK_ROWS, (start + n_rows - 1) // START_BLOCK_ROWS
+    blocks = [
+        np.random.default_rng([seed, b]).integers(0, 2, (START_BLOCK_ROWS, n_bits), dtype=np.int8)
+        for b in range(first, last + 1)
+    ]
+    offset = start - first * START_BLOCK_ROWS
+    return (np.concatenate(blocks)[offset : offset + n_rows] * 2 - 1).astype(np.int8)
+
+
+def label_codes(Y: np.ndarray, projection: np.ndarray) -> np.ndarray:
+    """The start sign(Y R) for a random R (C x L): every class starts from its own random code
+    and a row's start depends on its labels only. A zero (a row with no label) gives +1."""
     return np.where(Y @ projection >= 0, 1, -1).astype(np.int8)
+
+
+def initial_codes(init: tuple, start: int, Y: np.ndarray) -> np.ndarray:
+    """B's start for one chunk of training rows (its first row ``start``, Y their label
+    matrix): ``init`` ("random", seed, n_bits) gives ``random_codes``, ("labels", R) gives
+    ``label_codes``."""
+    if init[0] == "random":
+        return random_codes(init[1], start, len(Y), init[2])
+    return label_codes(Y, init[1])
 
 
 def dcc_codes(B: np.ndarray, Q: np.ndarray, W: np.ndarray, max_sweeps: int = 10) -> np.ndarray:
@@ -76,14 +104,15 @@ def sdh_objective_terms(Y: np.ndarray, B: np.ndarray, W: np.ndarray, Phi: np.nda
     return float(((Y - B @ W) ** 2).sum()), float(((B - Phi @ P) ** 2).sum())
 
 
-def sdh_chunk_pass(X, labels, B, *, anchors, bandwidth, classes, projection=None, W=None, P=None, nu=0.0):
-    """One chunk of training rows in one SDH pass: B's start (``projection`` given, B None) or
-    the DCC B-step from the current W and P; then the chunk's shares of Phi^T Phi, Phi^T B,
-    B^T B, B^T Y and of the two loss terms. Returns (codes, sums)."""
+def sdh_chunk_pass(X, labels, B, start, *, anchors, bandwidth, classes, init=None, W=None, P=None, nu=0.0):
+    """One chunk of training rows (rows ``start`` .. ``start + len(X)``) in one SDH pass: B's
+    start (B None; ``init`` as ``initial_codes`` takes it) or the DCC B-step from the
+    current W and P; then the chunk's shares of Phi^T Phi, Phi^T B, B^T B, B^T Y and of the
+    two loss terms. Returns (codes, sums)."""
     Y = label_matrix(labels, classes)
     Phi = sdh_features(X, anchors, bandwidth)
     if B is None:
-        B = initial_codes(Y, projection)
+        B = initial_codes(init, start, Y)
     else:
         Q = Y @ W.T + nu * (Phi @ P)
         B = dcc_codes(B, Q, W)
