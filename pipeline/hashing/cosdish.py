@@ -11,9 +11,9 @@ Integer sums only, so the codes do not depend on the chunking or the number of w
 A last pass gives the moments and X^T B for the hash functions: a ridge regression from the
 standardised features to the codes (lambda 1), as the authors' code.
 
-B starts from random signs per row (``init`` "random", the authors' start), drawn from the
-seed and the row's number so that the start does not depend on the chunking; ``init``
-"labels" starts every row from a random code of its class, sign(Y R).
+B starts from random signs per row, as the authors' code (B = randn(n, q) > 0), drawn from the
+seed and the row's number (pipeline/kernels/sdh.py's ``random_codes``) so that the start does
+not depend on the chunking.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from numbers import Integral, Real
 
 import dask
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval
 
 from dhash.distributed.graph import chunk_delayeds, map_chunks, row_bounds, tree_reduce, update_and_reduce
 from dhash.hashing.base import BITS, SEED, Hasher, label_chunks
-from dhash.hashing.sdh import label_classes, start_codes, training_rows
+from dhash.hashing.sdh import training_rows
 from dhash.kernels.adsh import add_chunk_sums, negative_weight, similarity_product
 from dhash.kernels.codes import encode_linear, project_linear
 from dhash.kernels.cosdish import cosdish_chunk_pass, linear_hash, omega_step, regression_sums
 from dhash.kernels.ranking import relevance_from_labels
-from dhash.kernels.sdh import initial_codes, label_matrix
+from dhash.kernels.sdh import random_codes
 from dhash.kernels.stats import combine_moments
 from dhash.storage.npz import FLOAT
 from dhash.validation import check_int_param
@@ -55,7 +55,6 @@ class COSDISH(Hasher):
         "max_iter": [Interval(Integral, 0, None, closed="left")],
         "alternations": [Interval(Integral, 1, None, closed="left")],
         "ridge": [Interval(Real, 0, None, closed="neither")],
-        "init": [StrOptions({"random", "labels"})],
         "random_state": SEED,
     }
 
@@ -68,7 +67,6 @@ class COSDISH(Hasher):
         max_iter: int = 10,
         alternations: int = 3,
         ridge: float = 1.0,
-        init: str = "random",
         random_state: int | None = 0,
     ):
         self.n_bits = n_bits
@@ -77,7 +75,6 @@ class COSDISH(Hasher):
         self.max_iter = max_iter
         self.alternations = alternations
         self.ridge = ridge
-        self.init = init
         self.random_state = random_state
 
     def _fit(self, X, y, checkpoint):
@@ -87,12 +84,11 @@ class COSDISH(Hasher):
             self.n_bits if self.n_columns is None else self.n_columns, "n_columns", "COSDISH (|Omega|)", 1, n
         )
         q = self.n_bits
-        classes = label_classes(labels)
-        init = start_codes(self.init, rng, labels, classes, q)
+        start_seed = int(rng.integers(2**63))  # of the start codes B, random signs per row
         label_parts = label_chunks(labels, Xt)
         bounds = row_bounds(Xt)
         starts = [int(a) for a in bounds[:-1]]
-        start_tasks = map_chunks("cosdish-start", _start_codes, list(zip(label_parts, starts)), classes, init)
+        start_tasks = map_chunks("cosdish-start", _start_codes, list(zip(label_parts, starts)), start_seed, q)
         B = list(dask.persist(*start_tasks))
         path = []
         for it in range(self.max_iter):
@@ -145,8 +141,8 @@ class COSDISH(Hasher):
         return {"mean_": (FLOAT, (d,)), "scale_": (FLOAT, (d,)), "components_": (FLOAT, (d, self.n_bits))}
 
 
-def _start_codes(labels, start, classes, init):
-    return initial_codes(init, start, label_matrix(labels, classes))
+def _start_codes(labels, start, seed, n_bits):
+    return random_codes(seed, start, len(labels), n_bits)
 
 
 def _labels_at(labels, rows):

@@ -8,6 +8,10 @@ kernel features are computed in the task, its codes B stay on the workers betwee
 and only the sums Phi^T Phi, Phi^T B, B^T B and B^T Y ((m+1)^2, (m+1) x L, L^2, L x C)
 come back. The G- and F-steps are solved from them on the client.
 
+B starts from random signs per row, as the authors' code (sign(randn(n, L))), drawn from the
+seed and the row's number (pipeline/kernels/sdh.py's ``random_codes``) so that the start does
+not depend on the chunking; the first G- and F-steps are solved from it.
+
 Defaults are the authors' code's: 1000 anchors drawn from the training rows, lambda = 1
 (G-step), lambda_F = 0.01 and nu = 1e-5 (F-step and its weight in the B-step), 5
 iterations, DCC sweeps until no bit changes (at most 10). The bandwidth is the mean
@@ -21,7 +25,7 @@ import logging
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval
 
 from dhash.distributed.graph import chunk_delayeds, is_dask_array, row_bounds, select_rows, update_and_reduce
 from dhash.errors import InputError
@@ -63,15 +67,6 @@ def training_rows(X, y, n_labeled, rng, who: str):
     return select_rows(X, rows, keep=True).persist(), labels, n_labeled
 
 
-def start_codes(init: str, rng, labels, classes, n_bits: int) -> tuple:
-    """What every chunk needs to draw its rows' start codes (pipeline/kernels/sdh.py's
-    ``initial_codes``), drawn from the fit's ``rng``: "random" gives a seed of per-row random
-    signs (the authors' start), "labels" a random code per class."""
-    if init == "random":
-        return ("random", int(rng.integers(2**63)), n_bits)
-    return ("labels", rng.standard_normal((labels.shape[1] if classes is None else len(classes), n_bits)))
-
-
 class SDH(Hasher):
     """SDH (see the module docstring). Parameters: ``n_labeled`` training rows (5000),
     ``n_anchors`` (1000), ``bandwidth_scale`` (1), ``lambda_g`` (1), ``lambda_f`` (0.01),
@@ -89,7 +84,6 @@ class SDH(Hasher):
         "lambda_f": [Interval(Real, 0, None, closed="neither")],
         "nu": [Interval(Real, 0, None, closed="left")],
         "max_iter": [Interval(Integral, 0, None, closed="left")],
-        "init": [StrOptions({"random", "labels"})],
         "random_state": SEED,
     }
 
@@ -104,7 +98,6 @@ class SDH(Hasher):
         lambda_f: float = 1e-2,
         nu: float = 1e-5,
         max_iter: int = 5,
-        init: str = "random",
         random_state: int | None = 0,
     ):
         self.n_bits = n_bits
@@ -115,7 +108,6 @@ class SDH(Hasher):
         self.lambda_f = lambda_f
         self.nu = nu
         self.max_iter = max_iter
-        self.init = init
         self.random_state = random_state
 
     def _fit(self, X, y, checkpoint):
@@ -125,7 +117,7 @@ class SDH(Hasher):
         anchor_rows = np.sort(rng.choice(n, m, replace=False))
         self.anchors_ = np.asarray(select_rows(Xt, anchor_rows, keep=True).compute(), dtype=np.float64)
         classes = label_classes(labels)
-        init = start_codes(self.init, rng, labels, classes, self.n_bits)
+        start_seed = int(rng.integers(2**63))  # of the start codes B, random signs per row
         # the bandwidth from the anchors' distances to a seeded sample of the training rows
         probe = select_rows(Xt, np.sort(rng.choice(n, min(n, 2000), replace=False)), keep=True).compute()
         self.bandwidth_ = self.bandwidth_scale * float(np.sqrt(squared_distances(probe, self.anchors_)).mean())
@@ -136,7 +128,7 @@ class SDH(Hasher):
         chunks = list(zip(chunk_delayeds(Xt), label_chunks(labels, Xt), starts, strict=True))
         B = [None] * len(chunks)
         common = {"anchors": self.anchors_, "bandwidth": self.bandwidth_, "classes": classes}
-        B, sums = self._pass(chunks, B, common | {"init": init}, "sdh-start")
+        B, sums = self._pass(chunks, B, common | {"start_seed": start_seed, "n_bits": self.n_bits}, "sdh-start")
         path = []
         for it in range(self.max_iter):
             W, P = self._solve(sums)

@@ -65,21 +65,6 @@ def random_codes(seed: int, start: int, n_rows: int, n_bits: int) -> np.ndarray:
     return (np.concatenate(blocks)[offset : offset + n_rows] * 2 - 1).astype(np.int8)
 
 
-def label_codes(Y: np.ndarray, projection: np.ndarray) -> np.ndarray:
-    """The start sign(Y R) for a random R (C x L): every class starts from its own random code
-    and a row's start depends on its labels only. A zero (a row with no label) gives +1."""
-    return np.where(Y @ projection >= 0, 1, -1).astype(np.int8)
-
-
-def initial_codes(init: tuple, start: int, Y: np.ndarray) -> np.ndarray:
-    """B's start for one chunk of training rows (its first row ``start``, Y their label
-    matrix): ``init`` ("random", seed, n_bits) gives ``random_codes``, ("labels", R) gives
-    ``label_codes``."""
-    if init[0] == "random":
-        return random_codes(init[1], start, len(Y), init[2])
-    return label_codes(Y, init[1])
-
-
 def dcc_codes(B: np.ndarray, Q: np.ndarray, W: np.ndarray, max_sweeps: int = 10) -> np.ndarray:
     """DCC on rows of B (n, L) in {-1, +1}: sweeps over the bits, b_k = sign(q_k - B_{-k}
     W_{-k} w_k^T) with the other bits at their newest values, until a sweep changes no bit or
@@ -104,15 +89,15 @@ def sdh_objective_terms(Y: np.ndarray, B: np.ndarray, W: np.ndarray, Phi: np.nda
     return float(((Y - B @ W) ** 2).sum()), float(((B - Phi @ P) ** 2).sum())
 
 
-def sdh_chunk_pass(X, labels, B, start, *, anchors, bandwidth, classes, init=None, W=None, P=None, nu=0.0):
+def sdh_chunk_pass(X, labels, B, start, *, anchors, bandwidth, classes, start_seed=0, n_bits=0, W=None, P=None, nu=0.0):
     """One chunk of training rows (rows ``start`` .. ``start + len(X)``) in one SDH pass: B's
-    start (B None; ``init`` as ``initial_codes`` takes it) or the DCC B-step from the
-    current W and P; then the chunk's shares of Phi^T Phi, Phi^T B, B^T B, B^T Y and of the
-    two loss terms. Returns (codes, sums)."""
+    start (B None: ``random_codes`` from ``start_seed``) or the DCC B-step from the current W
+    and P; then the chunk's shares of Phi^T Phi, Phi^T B, B^T B, B^T Y and of the two loss
+    terms. Returns (codes, sums)."""
     Y = label_matrix(labels, classes)
     Phi = sdh_features(X, anchors, bandwidth)
     if B is None:
-        B = initial_codes(init, start, Y)
+        B = random_codes(start_seed, start, len(Y), n_bits)
     else:
         Q = Y @ W.T + nu * (Phi @ P)
         B = dcc_codes(B, Q, W)
