@@ -41,6 +41,18 @@ VALIDATION_DATABASES = {
 }
 
 
+H_STEPS = {
+    "refit": "the refitted SVMs (the paper's)",
+    "lower-loss": "of the refit and the refit keeping each bit's better-fitting previous SVM, the lower L(h(X))",
+}
+
+
+def svm_c_text(args) -> str:
+    if args.svm_c is None:
+        return "the SVMs' C chosen on the validation rows from 1, 10, 100, 1000 (column C)"
+    return f"C = {args.svm_c:g} for every SVM of quad, cut and MAC"
+
+
 def iteration_seconds(training: dict) -> float | None:
     """Mean seconds of the MAC iterations that ran an h-step (Z-step + h-step)."""
     full = [e["z_seconds"] + e["h_seconds"] for e in training.get("mac_path", [])[1:] if "h_seconds" in e]
@@ -61,20 +73,20 @@ def summary(report: dict, args) -> str:
         f"- command: `{' '.join(a for a in sys.argv if a != '--summary-only')}`",
         f"- {args.labeled} training points drawn with the seed from the database rows (every method), label "
         f"affinities ({args.kappa_plus} similar + 500 dissimilar pairs per point), {LOSS_NAMES[args.loss]} loss, "
-        f"LIBLINEAR C = {args.svm_c:g} for every SVM of quad, cut and MAC; test split of "
+        f"{svm_c_text(args)}; MAC's h-step: {H_STEPS[args.h_step]}; test split of "
         f"{report['split']['n_query']} queries, label ground truth",
         f"- early stopping: {validation_rows(report)} validation rows drawn from the database rows apart from the "
         f"training points, ranked against {VALIDATION_DATABASES[args.validation_database]}; an iteration is kept "
-        "only if it lowers no validation precision@kappa+ (the 'validation' column: the kept h's) and raises no "
-        "L(h(X))",
+        "only if it lowers no validation precision@kappa+ (the 'validation' column: the kept h's)"
+        + (" and raises no L(h(X))" if args.early_stopping == "precision-and-loss" else " (the paper's rule)"),
         f"- seed {args.seed}; machine: {report['machine']['cpu_model']}, cluster {report['cluster']}",
         f"- L(h(X)): the {LOSS_NAMES[args.loss]} loss of the hash function's codes of the training points over the affinity pairs "
         "(lower is better); 'iteration / two-step': mean time of a MAC iteration that refitted h, over the "
         "two-step method's whole training time",
         "",
-        "| bits | method | map | precision@1000 | validation | L(h(X)) | iterations (kept) | stopped | train s | "
+        "| bits | method | map | precision@1000 | validation | C | L(h(X)) | iterations (kept) | stopped | train s | "
         "iteration / two-step |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (method, bits), r in sorted(rows.items(), key=lambda kv: (kv[0][1], args.methods.index(kv[0][0]))):
         t = r["training"]
@@ -87,7 +99,7 @@ def summary(report: dict, args) -> str:
         validation = f"{t['validation_precision']:.4f}" if t.get("validation_precision") is not None else "—"
         lines.append(
             f"| {bits} | {method} | {r['metrics']['map']:.4f} | {r['metrics']['precision@1000']:.4f} | "
-            f"{validation} | {loss} | "
+            f"{validation} | {t.get('svm_c', '—')} | {loss} | "
             f"{max(len(steps) - 1, 0)} ({kept}) | {t.get('stopped', '—')} | {t['train_seconds']:.1f} | {ratio} |"
         )
     return "\n".join(lines) + "\n"
@@ -103,7 +115,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--loss", default="ksh", choices=sorted(LOSS_NAMES), help="MAC's affinity loss")
     parser.add_argument("--kappa-plus", type=int, default=100, help="similar pairs per point (paper: 100)")
     parser.add_argument(
-        "--svm-c", type=float, default=1.0, help="LIBLINEAR's C for the SVMs of quad, cut and MAC (its default: 1)"
+        "--svm-c",
+        type=lambda v: None if v == "validation" else float(v),
+        default=None,
+        help="the SVMs' C for quad, cut and MAC, or 'validation' (the default): chosen on the validation rows",
+    )
+    parser.add_argument("--h-step", default="refit", choices=("refit", "lower-loss"), help="MAC's h-step rule")
+    parser.add_argument(
+        "--early-stopping",
+        default="precision-and-loss",
+        choices=("precision", "precision-and-loss"),
+        help="MAC discards an iteration that lowers the validation precision (the paper's), or also one that "
+        "raises L(h(X))",
     )
     parser.add_argument(
         "--validation-database",
@@ -152,6 +175,8 @@ def main(argv=None) -> int:
                     "n_similar": args.kappa_plus,
                     "loss": args.loss,
                     "svm_c": args.svm_c,
+                    "h_step": args.h_step,
+                    "early_stopping": args.early_stopping,
                     "validation_database": args.validation_database,
                 },
             },

@@ -324,6 +324,8 @@ PARAM_FLAGS: tuple[tuple[str, str | None, str], ...] = (
     ("mac-start-passes", "mac", "start_passes"),
     ("mac-block-size", "mac", "block_size"),
     ("mac-svm-c", "mac", "svm_c"),
+    ("mac-h-step", "mac", "h_step"),
+    ("mac-early-stopping", "mac", "early_stopping"),
     ("validation-size", "mac", "validation_size"),
     ("validation-database", "mac", "validation_database"),
     ("ksh-anchors", "ksh", "n_anchors"),
@@ -425,7 +427,11 @@ PARAM_HELP: dict = {
     ("mac", "z_passes"): "Z-step passes over the bits per iteration at most",
     ("mac", "start_passes"): "Z-step passes of the mu = 0 start at most",
     ("mac", "block_size"): "rows per GraphCut block in knn mode",
-    ("mac", "svm_c"): "LIBLINEAR's C of the hash functions' SVMs",
+    ("mac", "svm_c"): "C of the hash functions' SVMs; none: chosen on the validation rows from 1, 10, 100, 1000",
+    ("mac", "h_step"): "h-step: refit (the refitted SVMs) or lower-loss (of the refit and the refit keeping "
+    "each bit's better-fitting previous SVM, the lower training loss)",
+    ("mac", "early_stopping"): "an iteration is discarded when it lowers the validation precision (precision) "
+    "or also when it raises the training loss (precision-and-loss)",
     ("mac", "validation_size"): "training rows held out for early stopping (0: none)",
     ("mac", "validation_database"): "what early stopping ranks the validation rows against: held-out (half the "
     "validation rows rank the other half) or the training points",

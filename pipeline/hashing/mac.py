@@ -7,15 +7,16 @@ on kappa+ similar and kappa- dissimilar pairs per point). MAC adds auxiliary cod
 the constraint Z = h(X) and minimises L(Z) + mu ||Z - h(X)||^2 while mu grows
 (mu_i = mu_1 alpha^(i-1)), alternating
 
-* h-step: fit each bit's classifier to Z's column (the bits are independent Dask tasks).
-  The SVM only stands in for the misclassification count ||Z - h(X)||^2 the step minimises,
-  and a refit can miss more of Z's column than the previous SVM did (rarely early on, for
-  most bits late in the path, where Z nears h(X)). So the step has two candidates, the refit
-  and the refit with each bit's previous SVM kept where that fits the column better
-  (``keep_better_bits``, a descent step on the count), and takes the one with the lower loss
-  L(h(X)) (``lower_loss_h``), the quantity MAC is there to lower. Always taking the refit
-  ended paths on refits that raised L(h(X)); always taking the per-bit choice held paths
-  near their start until they stopped at Z = h(X) (benchmarks/results/mac/);
+* h-step: fit each bit's classifier to Z's column. The paper's step minimises the
+  misclassification count ||Z - h(X)||^2 through an SVM "with a high penalty for
+  misclassified points"; here the SVMs' C is chosen on the validation rows from
+  ``SVM_C_GRID`` (1 to 1000), once, at the two-step start (``svm_c=None``), or fixed. All
+  bits are solved together by a Newton method over row blocks (kernels/svm.py, the same
+  optimum as LIBLINEAR's), warm-started from the previous h, with the rows held by the
+  workers and only small matrices moving. ``h_step="refit"`` takes the refitted SVMs, as
+  the paper does; "lower-loss" weighs the refit against the refit with each bit's previous
+  SVM kept where that fits the column better and takes the one with the lower L(h(X))
+  (``lower_loss_h``);
 * Z-step: bit by bit, with the other bits fixed, by the quadratic surrogate (``quad``) or by
   GraphCut over blocks of points (``cut``), repeated until Z stops changing or ``z_passes``
   passes ran (kernels/zstep.py), never raising the penalised loss;
@@ -29,15 +30,14 @@ Early stopping (paper Sec. 3.1): after each iteration, the precision of the new 
 validation set (``validation_size`` rows of the training data drawn with the seed, apart
 from the training points; never the test queries; half of them rank the other half) is
 compared with the current one's; an iteration that lowers it is discarded (Z and h stay)
-and mu moves on. So is one that raises the training loss L(h(X)), which the paper's rule
-alone allows: MAC is there to lower that loss, and on 1500 Fashion-MNIST points at 16 bits
-the precision-only rule kept an iterate 0.07% above the two-step start's loss (the kernel h
-at 5000 points: 0.1% above). With both conditions the kept h has a loss no higher and a
-validation precision no lower than the start's.
+and mu moves on. With ``early_stopping="precision-and-loss"`` so is one that raises the
+training loss L(h(X)), which the paper's rule alone allows; the kept h then has a loss no
+higher and a validation precision no lower than the start's.
 
-Where the work runs: the N training rows (5k-10k in the paper's regime) are gathered once,
-their hash features and the sparse affinities are put on the cluster once, and every Z-step
-and every bit's SVM is a task (``mac-z-step``, ``mac-h-step``). Encoding is a map over
+Where the work runs: the N training rows are gathered once, their hash features go to the
+workers once as row blocks (every pass of the SVM solver is one task per block and a tree
+sum, ``mac-h-step-*``) and the sparse affinities once (every Z-step is a task,
+``mac-z-step``). Encoding is a map over
 chunks: features of each row, one GEMM, signs.
 """
 
@@ -55,6 +55,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from dhash.distributed.graph import select_rows
 from dhash.distributed.progress import active_client
+from dhash.distributed.row_blocks import ScatteredBlocks
 from dhash.errors import InputError
 from dhash.hashing.base import BITS, SEED, Hasher, TrainingPlot, labels_of_rows, report_row_label
 from dhash.kernels.affinity import (
@@ -71,7 +72,6 @@ from dhash.kernels.affinity import (
 from dhash.kernels.codes import pack_signs
 from dhash.kernels.hash_functions import (
     apply_bits,
-    fit_bit,
     linear_features,
     linear_scaling,
     lower_loss_h,
@@ -81,6 +81,7 @@ from dhash.kernels.hash_functions import (
 )
 from dhash.kernels.l2 import l2_topk
 from dhash.kernels.ranking import relevance_from_labels, relevance_from_neighbours, signs_precision_at_k
+from dhash.kernels.svm import LocalBlocks, newton_svm, row_blocks
 from dhash.kernels.zstep import free_codes, z_steps
 from dhash.storage.npz import FLOAT
 from dhash.validation import check_int_param
@@ -89,6 +90,9 @@ log = logging.getLogger(__name__)
 
 # the paper's first penalty for each Z-step solver (its Sec. 4, whatever the data)
 DEFAULT_MU_START = {"cut": 0.3, "quad": 0.01}
+# the SVMs' C tried on the validation rows when ``svm_c`` is None: from LIBLINEAR's default up
+# to the high penalty on misclassified points the paper asks for
+SVM_C_GRID = (1.0, 10.0, 100.0, 1000.0)
 
 
 class _Shared:
@@ -125,10 +129,14 @@ class MAC(Hasher):
       database, coded as the test's database is) or "training" (the training points). The
       training points' codes come from SVMs fitted to them, so "training" rewards a closer
       fit rather than retrieval, while held-out rows are coded as the database is;
-    * ``svm_c``: LIBLINEAR's C (1, its default). The features are centred and scaled to unit
-      RMS norm, so C = 1 regularises firmly: the SVMs miss more of the free codes' bits than
-      at a large C, but the looser fit generalised worse and trains much slower
-      (benchmarks/results/mac/).
+    * ``svm_c``: the SVMs' C, or None (the default): chosen at the two-step start among
+      ``SVM_C_GRID`` by the validation precision of the h fitted to the free codes, and
+      kept for the whole path (``training_stats_["svm_c"]``, and the precision of each C
+      tried). The features are centred and scaled to unit RMS norm, so C = 1 regularises
+      firmly and C = 1000 fits the codes nearly as closely as a linear function can;
+    * ``h_step``: "refit" (the paper's) or "lower-loss" (module docstring);
+    * ``early_stopping``: "precision" (the paper's rule) or "precision-and-loss" (module
+      docstring);
 
     The scale of mu (``penalty_scale``): with the KSH loss the Z-step weighs the penalty by
     b^2, i.e. mu is measured against the normalised loss (z_n^T z_m / b - y_nm)^2. A bit's
@@ -162,7 +170,9 @@ class MAC(Hasher):
         "n_similar": [Interval(Integral, 1, None, closed="left")],
         "n_dissimilar": [Interval(Integral, 1, None, closed="left")],
         "n_centres": [Interval(Integral, 1, None, closed="left")],
-        "svm_c": [Interval(Real, 0, None, closed="neither")],
+        "svm_c": [Interval(Real, 0, None, closed="neither"), None],
+        "h_step": [StrOptions({"refit", "lower-loss"})],
+        "early_stopping": [StrOptions({"precision", "precision-and-loss"})],
         "mu_start": [Interval(Real, 0, None, closed="neither"), None],
         "mu_factor": [Interval(Real, 1, None, closed="neither")],
         "max_iter": [Interval(Integral, 0, None, closed="left")],
@@ -186,7 +196,9 @@ class MAC(Hasher):
         n_similar: int = 100,
         n_dissimilar: int = 500,
         n_centres: int = 500,
-        svm_c: float = 1.0,
+        svm_c: float | None = None,
+        h_step: str = "refit",
+        early_stopping: str = "precision-and-loss",
         mu_start: float | None = None,
         mu_factor: float = 1.4,
         max_iter: int = 40,
@@ -207,6 +219,8 @@ class MAC(Hasher):
         self.n_dissimilar = n_dissimilar
         self.n_centres = n_centres
         self.svm_c = svm_c
+        self.h_step = h_step
+        self.early_stopping = early_stopping
         self.mu_start = mu_start
         self.mu_factor = mu_factor
         self.max_iter = max_iter
@@ -309,6 +323,11 @@ class MAC(Hasher):
                 f"{self._name}: {n_train} training + {n_val} validation rows exceed the {n} rows of the data; "
                 "lower `n_labeled` or `validation_size`"
             )
+        if self.svm_c is None and n_val == 0:
+            raise InputError(
+                f"{self._name}: choosing the SVMs' C needs validation rows, got `validation_size=0`; "
+                "raise `validation_size` or fix `svm_c`"
+            )
         if self.validation_database == "held-out" and n_val == 1:
             raise InputError(
                 f"{self._name}: a held-out validation database needs at least 2 validation rows (queries and "
@@ -328,9 +347,11 @@ class MAC(Hasher):
         validation = self._validation_set(F, Xt, Xv, labels, yv)
 
         pairs = Pairs(Y)
-        on_cluster = {"features": _Shared(F, F), "affinities": _Shared(pairs, Y)}
-        run = _MacRun(self, F, validation, pairs, blocks, on_cluster)
-        run.optimise()
+        run = _MacRun(self, F, validation, pairs, blocks, {"affinities": _Shared(pairs, Y)})
+        try:
+            run.optimise()
+        finally:
+            run.release()
         self.weights_, self.intercepts_ = run.W, run.c
         self.n_iter_ = len(run.stats["mac_path"])  # the two-step start counts as the first
         self.training_stats_.update(run.stats)
@@ -436,7 +457,16 @@ class _MacRun:
         self.Fv, self.F_base, self.relevant = validation  # early stopping's queries, database, relevance
         self.cluster = on_cluster
         self.mu_scale = penalty_scale(model.loss, model.n_bits)
-        self.stats: dict = {"mac_path": []}
+        self.stats: dict = {"mac_path": [], "svm_passes": 0}
+        C = SVM_C_GRID[0] if model.svm_c is None else model.svm_c
+        if active_client() is None:
+            self.svm = LocalBlocks(F, C)
+        else:  # the rows go to the workers once; each pass of the SVM solver sends only weights
+            self.svm = ScatteredBlocks("mac-h-step", F, C, row_blocks(len(F)))
+
+    def release(self) -> None:
+        if isinstance(self.svm, ScatteredBlocks):
+            self.svm.release()
 
     def free_codes(self):
         m = self.model
@@ -464,32 +494,42 @@ class _MacRun:
         )
         return dask.compute(task)[0]
 
-    def h_step(self, Z):
-        """(W, c): one SVM per bit, fitted to Z's columns as parallel tasks."""
-        features = self.cluster["features"]
-        seed, C = self.model.seed_, self.model.svm_c
-        tasks = [
-            delayed(fit_bit, pure=True)(
-                features.handle,
-                Z[:, i],
-                seed,
-                C,
-                dask_key_name=f"mac-h-step-{tokenize(features.token, Z[:, i], seed, C)}",
-            )
-            for i in range(Z.shape[1])
-        ]
-        fitted = dask.compute(*tasks)
-        return np.stack([w for w, _ in fitted], axis=1), np.array([c for _, c in fitted])
+    def h_step(self, Z, start=None):
+        """(W, c): every bit's SVM fitted to Z's column, all bits in one Newton solve whose
+        passes over the rows run where the row blocks are (``start``: warm-start (W, c))."""
+        W0 = None if start is None else np.vstack([start[0], start[1][None, :]])
+        W, stats = newton_svm(self.svm.with_targets(Z), self.F.shape[1], Z.shape[1], start=W0)
+        self.stats["svm_passes"] += stats["passes"]
+        return W[:-1], W[-1]
+
+    def choose_svm_c(self, Z):
+        """(W, c) of the two-step start: SVMs fitted to the free codes Z at ``svm_c``, or at each
+        C of ``SVM_C_GRID`` (ascending, each solve warm-started from the previous one) keeping
+        the C whose h ranks the validation rows best (the smallest on a tie)."""
+        if self.model.svm_c is not None:
+            self.stats["svm_c"] = self.svm.C
+            return self.h_step(Z)
+        tried, best, start = {}, None, None
+        for C in SVM_C_GRID:
+            self.svm.C = C
+            start = self.h_step(Z, start)
+            tried[f"{C:g}"] = precision = self.precision(*start)
+            if best is None or precision > best[0]:
+                best = (precision, C, start)
+        self.svm.C = best[1]
+        self.stats.update(svm_c=best[1], svm_c_validation_precision=tried)
+        return best[2]
 
     def choose_h(self, Z, W, c):
-        """The h-step's result from the refit SVMs (W, c) (``lower_loss_h``): (W, c, H, L(h(X)),
-        bits with their previous SVM, L(h(X)) of the refit)."""
-        return lower_loss_h(
-            Z,
-            (W, c, apply_bits(self.F, W, c)),
-            (self.W, self.c, self.H),
-            lambda H: affinity_loss(self.model.loss, H, self.Y),
-        )
+        """The h-step's result from the refit SVMs (W, c): (W, c, H, L(h(X)), bits with their
+        previous SVM, L(h(X)) of the refit). ``h_step="refit"`` takes the refit, as the paper
+        does; "lower-loss" takes ``lower_loss_h``'s choice."""
+        H = apply_bits(self.F, W, c)
+        loss_of = lambda codes: affinity_loss(self.model.loss, codes, self.Y)  # noqa: E731
+        if self.model.h_step == "refit":
+            loss = loss_of(H)
+            return W, c, H, loss, 0, loss
+        return lower_loss_h(Z, (W, c, H), (self.W, self.c, self.H), loss_of)
 
     def precision(self, W, c) -> float | None:
         if self.Fv is None:
@@ -508,7 +548,7 @@ class _MacRun:
         Z, passes = self.free_codes()
         z_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        self.W, self.c = self.h_step(Z)
+        self.W, self.c = self.choose_svm_c(Z)
         h_seconds = time.perf_counter() - started
         self.H = apply_bits(self.F, self.W, self.c)
         best = self.precision(self.W, self.c)
@@ -559,10 +599,10 @@ class _MacRun:
                 # would the h-step, as its fits are deterministic
                 W, c, H, loss_h, precision, previous_bits, loss_h_refit = rejected[1]
             else:
-                W, c, H, loss_h, previous_bits, loss_h_refit = self.choose_h(new, *self.h_step(new))
+                W, c, H, loss_h, previous_bits, loss_h_refit = self.choose_h(new, *self.h_step(new, (self.W, self.c)))
                 precision = self.precision(W, c)
             # kept when it does not raise MAC's objective L(h(X)) nor lower the validation precision
-            kept = loss_h <= self.loss_h and (best is None or precision >= best)
+            kept = (best is None or precision >= best) and (m.early_stopping == "precision" or loss_h <= self.loss_h)
             self.record(
                 **entry,
                 h_seconds=round(time.perf_counter() - started, 3),

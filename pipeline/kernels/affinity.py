@@ -167,6 +167,8 @@ class Pairs:
         return sparse.csr_matrix((self._half_gaps(loss, others, n_bits), self.cols, self.indptr), shape=self.shape)
 
     def _half_gaps(self, loss: str, others: np.ndarray, n_bits: int) -> np.ndarray:
+        if loss == "ksh":  # 1/2 ((s + 1 - b y)^2 - (s - 1 - b y)^2) = 2 (s - b y): one pass instead of six
+            return 2.0 * (others - n_bits * self.y)
         return 0.5 * (_pair_loss(loss, others + 1.0, self.y, n_bits) - _pair_loss(loss, others - 1.0, self.y, n_bits))
 
     def symmetric_coefficients(self, loss: str, others: np.ndarray, n_bits: int) -> sparse.csr_matrix:
