@@ -263,3 +263,20 @@ def test_every_committed_mac_result_is_the_one_its_script_command_makes():
     for out, line in commands.items():
         recorded = (repo / f"{out}.md").read_text().splitlines()[2]
         assert recorded == f"- command: `benchmarks/mac_comparison.py {line}`", out
+
+
+def test_pairs_of_more_points_than_int32_keys_can_hold():
+    """The symmetric pattern's keys n * N + m exceed int32 beyond 46341 points (scipy stores
+    the columns as int32): the coefficients must still be (A + A^T) / 2."""
+    from dhash.kernels.affinity import Pairs
+
+    n = 50_000
+    rng = np.random.default_rng(0)
+    rows = np.repeat(np.arange(n), 2)
+    cols = rng.integers(0, n, 2 * n)
+    Y = sparse.csr_matrix((np.where(rng.random(2 * n) < 0.5, 1, -1).astype(np.int8), (rows, cols)), shape=(n, n))
+    pairs = Pairs(Y)
+    others = rng.integers(-4, 5, len(pairs.rows)).astype(np.float64)
+    S = pairs.symmetric_coefficients("ksh", others, 8)
+    A = pairs.coefficients("ksh", others, 8)
+    assert abs(S - (A + A.T) * 0.5).max() == 0

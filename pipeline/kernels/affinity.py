@@ -139,7 +139,9 @@ class Pairs:
         self.y = Y.data.astype(np.float64)
         # the pattern of Y + Y^T, and where each pair (n, m) lands in it as (n, m) and (m, n)
         n = Y.shape[0]
-        keys = np.concatenate([self.rows * n + self.cols, self.cols * n + self.rows])
+        # int64 keys: scipy stores the columns as int32, and n^2 overflows int32 beyond 46341 points
+        rows, cols = self.rows.astype(np.int64), self.cols.astype(np.int64)
+        keys = np.concatenate([rows * n + cols, cols * n + rows])
         unique, where = np.unique(keys, return_inverse=True)
         self._forward, self._backward = where[: len(self.rows)], where[len(self.rows) :]
         self._sym_indices = (unique % n).astype(np.int32)
