@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the SVMs' C for quad, cut and MAC, or 'validation' (the default): chosen on the validation rows",
     )
+    parser.add_argument(
+        "--mu-start", type=float, default=None, help="MAC's first penalty mu_1 (default: the paper's, by the solver)"
+    )
     parser.add_argument("--h-step", default="refit", choices=("refit", "lower-loss"), help="MAC's h-step rule")
     parser.add_argument(
         "--early-stopping",
@@ -176,6 +179,7 @@ def main(argv=None) -> int:
                     "loss": args.loss,
                     "svm_c": args.svm_c,
                     "h_step": args.h_step,
+                    "mu_start": args.mu_start,
                     "early_stopping": args.early_stopping,
                     "validation_database": args.validation_database,
                 },

@@ -6,7 +6,7 @@ import numpy as np
 
 from dhash.kernels.hash_functions import (
     apply_bits,
-    fit_bit,
+    fit_bits,
     keep_better_bits,
     lower_loss_h,
     rbf_centres,
@@ -22,15 +22,14 @@ def test_linear_svm_bit_reproduces_separable_targets():
     score = X @ w_true + 0.3
     keep = np.abs(score) > 0.5
     X, target = X[keep], np.where(score[keep] > 0, 1.0, -1.0)
-    w, c = fit_bit(X, target, seed=0)
-    np.testing.assert_array_equal(apply_bits(X, w[:, None], np.array([c]))[:, 0], target)
+    W, c = fit_bits(X, target[:, None], C=100.0)
+    np.testing.assert_array_equal(apply_bits(X, W, c)[:, 0], target)
 
 
-def test_constant_targets_give_the_constant_function():
+def test_constant_targets_give_the_constant_bit():
     X = np.random.default_rng(1).standard_normal((50, 3))
-    w, c = fit_bit(X, -np.ones(50), seed=0)
-    assert not w.any() and c == -1.0
-    assert (apply_bits(X, w[:, None], np.array([c])) == -1).all()
+    W, c = fit_bits(X, -np.ones((50, 1)))
+    assert (apply_bits(X, W, c) == -1).all()
 
 
 def test_kernel_bit_fits_targets_no_hyperplane_can():
@@ -43,16 +42,15 @@ def test_kernel_bit_fits_targets_no_hyperplane_can():
     X, target = X[keep], np.where(radius[keep] < 1.0, 1.0, -1.0)
     centres, sigma = rbf_centres(X, 200, np.random.default_rng(3))
     phi = rbf_features(X, centres, sigma)
-    w, c = fit_bit(phi, target, seed=0)
-    kernel_accuracy = (apply_bits(phi, w[:, None], np.array([c]))[:, 0] == target).mean()
-    w, c = fit_bit(X, target, seed=0)
-    linear_accuracy = (apply_bits(X, w[:, None], np.array([c]))[:, 0] == target).mean()
+    W, c = fit_bits(phi, target[:, None])
+    kernel_accuracy = (apply_bits(phi, W, c)[:, 0] == target).mean()
+    W, c = fit_bits(X, target[:, None])
+    linear_accuracy = (apply_bits(X, W, c)[:, 0] == target).mean()
     assert kernel_accuracy > 0.97 and linear_accuracy < 0.75
 
 
 def _fit_columns(X, Z, C):
-    fits = [fit_bit(X, Z[:, i], seed=0, C=C) for i in range(Z.shape[1])]
-    W, c = np.stack([w for w, _ in fits], axis=1), np.array([b for _, b in fits])
+    W, c = fit_bits(X, Z, C=C)
     return W, c, apply_bits(X, W, c)
 
 

@@ -103,11 +103,21 @@ def test_mac_codes_are_identical_for_two_storage_chunkings(fmnist_paths):
 
     ds = open_dataset(fmnist_paths[5000])
     X, y = np.asarray(ds.features[:1500], dtype=np.float32), np.asarray(ds.labels[:1500])
-    params = {"n_labeled": 600, "n_similar": 20, "n_dissimilar": 60, "validation_size": 100, "max_iter": 3}
+    # C fixed: the choice of C on the validation rows runs in test_mac.py's one- and two-worker case
+    params = {
+        "n_labeled": 600,
+        "n_similar": 20,
+        "n_dissimilar": 60,
+        "validation_size": 100,
+        "max_iter": 3,
+        "svm_c": 1.0,
+    }
     codes = []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
         with Client(lc):
             for chunk_rows in (1500, 400):
-                model = make_hasher("maccut", 8, mu_start=5.0, **params).fit(da.from_array(X, chunks=(chunk_rows, -1)), y)
+                model = make_hasher("maccut", 8, mu_start=5.0, **params).fit(
+                    da.from_array(X, chunks=(chunk_rows, -1)), y
+                )
                 codes.append(model.encode(X))
     np.testing.assert_array_equal(codes[0], codes[1])

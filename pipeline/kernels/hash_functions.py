@@ -3,15 +3,15 @@ of the two-step methods). Plain numpy and scikit-learn.
 
 * linear: h_i(x) = sgn(w_i^T phi(x) + c_i) with phi(x) = (x - mean) / scale (scale: the RMS
   norm of the centred training rows; one number, so the bits are those of a linear function
-  of x, while LIBLINEAR sees well-scaled data whatever the features' units), w_i and c_i from
-  a linear SVM (LIBLINEAR through scikit-learn's LinearSVC with LIBLINEAR's defaults: squared
-  hinge loss, C = 1 unless given) trained on the bit's targets;
+  of x, while the SVM sees well-scaled data whatever the features' units), w_i and c_i from
+  a linear SVM (LIBLINEAR's default problem, squared hinge loss, solved for all bits at once
+  by kernels/svm.py) trained on the bit's targets;
 * kernel: the same linear SVM on RBF features k(x) = exp(-||x - u_j||^2 / (2 sigma^2)) of
   ``n_centres`` (500 in the MAC paper) centres drawn from the training points, sigma = the
   average Euclidean distance between the first 300 training points (the MAC paper's rule),
   then standardised feature by feature: phi_j(x) = (k_j(x) - mean_j) / std_j. With this
   sigma every k_j(x) sits near exp(-1/2) and varies little, in few directions (smooth, wide
-  kernels), so at LIBLINEAR's C = 1 the regularised weights cannot follow the codes. Fitted
+  kernels), so at C = 1 the regularised weights cannot follow the codes. Fitted
   to cut's free codes on Fashion-MNIST, standardised features miss the fewest bits and give
   the best validation precision, ahead of raw and of globally scaled features (the MAC
   results in benchmarks/results/mac/). k is SGH's float32
@@ -19,7 +19,6 @@ of the two-step methods). Plain numpy and scikit-learn.
   the same row whatever the chunking. The features of the training set are
   computed once and shared by all bits (the paper's "constant Gram matrix").
 
-A bit whose targets are all equal gets the constant function (w = 0, c = that sign).
 """
 
 from __future__ import annotations
@@ -65,18 +64,14 @@ def rbf_features(X: np.ndarray, centres: np.ndarray, sigma: float) -> np.ndarray
     return kernel_features(X, centres, sigma)
 
 
-def fit_bit(features: np.ndarray, target: np.ndarray, seed: int, C: float = 1.0) -> tuple[np.ndarray, float]:
-    """(w, c) of one bit's linear SVM on targets in {-1, +1} (``C``: LIBLINEAR's cost)."""
-    from sklearn.svm import LinearSVC
+def fit_bits(features: np.ndarray, targets: np.ndarray, C: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(W (p, b), c (b,)) of every bit's linear SVM on targets in {-1, +1} (n, b), solved in
+    memory by ``kernels.svm.newton_svm`` (LIBLINEAR's squared-hinge problem at cost ``C``)."""
+    from dhash.kernels.svm import LocalBlocks, newton_svm
 
-    target = np.asarray(target)
-    if (target == target[0]).all():
-        return np.zeros(features.shape[1]), float(target[0])
-    # LIBLINEAR's default loss (L2-regularised squared hinge); the primal solver when there are
-    # more points than features (dual="auto"), much faster than the dual there
-    svm = LinearSVC(C=C, loss="squared_hinge", dual="auto", max_iter=10_000, random_state=seed)
-    svm.fit(features, target)
-    return svm.coef_[0].astype(np.float64), float(svm.intercept_[0])
+    targets = np.asarray(targets, dtype=np.float64).reshape(len(features), -1)
+    W, _ = newton_svm(LocalBlocks(features, C).with_targets(targets), features.shape[1], targets.shape[1])
+    return W[:-1], W[-1]
 
 
 def apply_bits(features: np.ndarray, W: np.ndarray, c: np.ndarray) -> np.ndarray:
