@@ -43,6 +43,7 @@ rules() {
         run --bits $bits --methods maccut --svm-c 1 --h-step lower-loss --out $SETTINGS/b$bits-lowerloss
     done
     run --bits 32 --methods cut,maccut --labeled 10000 --out $SETTINGS/b32-10k
+    run --dataset debian-minilm --bits 32 --labeled 5000 --kappa-plus 6 --methods cut,maccut --out $SETTINGS/minilm-b32
     # the paper's eq. 3 scale of mu: its mu_1 = 0.3 divided by the b^2 = 1024 dhash weighs the penalty by
     run --bits 32 --methods maccut --svm-c 1 --mu-start 0.00029296875 --out $SETTINGS/b32-rawscale
 }

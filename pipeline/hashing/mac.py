@@ -132,8 +132,9 @@ class MAC(Hasher):
     * ``svm_c``: the SVMs' C, or None (the default): chosen at the two-step start among
       ``SVM_C_GRID`` by the validation precision of the h fitted to the free codes, and
       kept for the whole path (``training_stats_["svm_c"]``, and the precision of each C
-      tried). The features are centred and scaled to unit RMS norm, so C = 1 regularises
-      firmly and C = 1000 fits the codes nearly as closely as a linear function can;
+      tried); with ``validation_size=0``, C = 1. The features are centred and scaled to
+      unit RMS norm, so C = 1 regularises firmly and C = 1000 fits the codes nearly as
+      closely as a linear function can;
     * ``h_step``: "refit" (the paper's) or "lower-loss" (module docstring);
     * ``early_stopping``: "precision" (the paper's rule) or "precision-and-loss" (module
       docstring);
@@ -323,11 +324,6 @@ class MAC(Hasher):
                 f"{self._name}: {n_train} training + {n_val} validation rows exceed the {n} rows of the data; "
                 "lower `n_labeled` or `validation_size`"
             )
-        if self.svm_c is None and n_val == 0:
-            raise InputError(
-                f"{self._name}: choosing the SVMs' C needs validation rows, got `validation_size=0`; "
-                "raise `validation_size` or fix `svm_c`"
-            )
         if self.validation_database == "held-out" and n_val == 1:
             raise InputError(
                 f"{self._name}: a held-out validation database needs at least 2 validation rows (queries and "
@@ -505,8 +501,9 @@ class _MacRun:
     def choose_svm_c(self, Z):
         """(W, c) of the two-step start: SVMs fitted to the free codes Z at ``svm_c``, or at each
         C of ``SVM_C_GRID`` (ascending, each solve warm-started from the previous one) keeping
-        the C whose h ranks the validation rows best (the smallest on a tie)."""
-        if self.model.svm_c is not None:
+        the C whose h ranks the validation rows best (the smallest on a tie); without
+        validation rows, LIBLINEAR's default C = 1."""
+        if self.model.svm_c is not None or self.Fv is None:  # fixed, or no validation rows: C = 1
             self.stats["svm_c"] = self.svm.C
             return self.h_step(Z)
         tried, best, start = {}, None, None
