@@ -56,7 +56,7 @@ def table(directory: Path) -> str:
     rows = _rows(directory)
     cuts = {(r["dataset"], r["bits"], r["seed"], r["labeled"], r["C"]): r for r in rows if r["method"] == "cut"}
     lines = [
-        f"# MAC settings tried ({directory.name})",
+        "# MAC settings tried: the validation precision chooses, the test map reports",
         "",
         f"- command: `{' '.join(sys.argv)}`; each run's own command is in its summary `<run>.md` beside "
         "its report directory",
