@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 # the rules and their value in runs made before the parameter existed
+REPO = Path(__file__).resolve().parent.parent
 RULES = {"h_step": "refit", "early_stopping": "precision-and-loss"}
 
 
@@ -52,13 +52,22 @@ def _rows(directory: Path) -> list[dict]:
     return rows
 
 
+def _shown(directory: Path) -> str:
+    """The directory as the command is typed from the repository root."""
+    try:
+        return str(directory.resolve().relative_to(REPO))
+    except ValueError:
+        return str(directory)
+
+
 def table(directory: Path) -> str:
     rows = _rows(directory)
     cuts = {(r["dataset"], r["bits"], r["seed"], r["labeled"], r["C"]): r for r in rows if r["method"] == "cut"}
     lines = [
         "# MAC settings tried: the validation precision chooses, the test map reports",
         "",
-        f"- command: `{' '.join(sys.argv)}`; each run's own command is in its summary `<run>.md` beside "
+        f"- command: `.venv/bin/python benchmarks/mac_settings.py {_shown(directory)}`; each run's own command "
+        "is in its summary `<run>.md` beside "
         "its report directory",
         "- label affinities, KSH loss, linear h; 'validation': precision@kappa+ of the "
         "held-out validation rows (2000 database rows apart from the training points: half rank the "

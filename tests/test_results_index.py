@@ -229,6 +229,10 @@ def test_summary_tables_rebuild_from_the_committed_results(tmp_path):
         text, _ = tables.render(table, {k: v for k, v in reports.items() if v is not None})
         assert text == (tables.OUT / f"{table.name}.md").read_text(), table.name
 
+    from benchmarks import mac_settings
+
+    assert mac_settings.table(RESULTS / "mac" / "settings") == (RESULTS / "mac" / "settings" / "README.md").read_text()
+
 
 def _remove_committed_report(repo: Path, target: str) -> None:
     script = REPO / "benchmarks" / "committed_report.sh"
