@@ -47,6 +47,19 @@ H_STEPS = {
 }
 
 
+def svm_c_value(text: str) -> float | None:
+    """--svm-c: 'validation' (None: chosen on the validation rows) or a positive number."""
+    if text == "validation":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"--svm-c must be 'validation' or a positive number, got {text!r}")
+    return value
+
+
 def svm_c_text(args) -> str:
     if args.svm_c is None:
         return "the SVMs' C chosen on the validation rows from 1, 10, 100, 1000 (column C)"
@@ -116,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kappa-plus", type=int, default=100, help="similar pairs per point (paper: 100)")
     parser.add_argument(
         "--svm-c",
-        type=lambda v: None if v == "validation" else float(v),
+        type=svm_c_value,
         default=None,
         help="the SVMs' C for quad, cut and MAC, or 'validation' (the default): chosen on the validation rows",
     )

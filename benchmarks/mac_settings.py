@@ -113,7 +113,7 @@ AGAINST_THE_PAPER = [
     "MAC has little to win back; on debian-minilm, where it misses about a quarter of them, MACcut gains "
     "far more over cut, as the paper reports for CIFAR.",
     "- Training points: 5000 by default, the paper 10,000 on CIFAR (run b32-10k: more points raise MAC's gain too).",
-    "- C: the paper asks for a high penalty; the validation rows choose C = 1 from 1-1000.",
+    "- C: the paper asks for a high penalty; the C the validation rows chose from 1-1000 is in column C.",
     "- Early stopping also discards an iteration that raises L(h(X)) (equal to the paper's rule within "
     "noise on the validation rows, runs *-paper).",
 ]

@@ -50,10 +50,13 @@ class ScatteredBlocks:
 
     def with_targets(self, T: np.ndarray) -> ScatteredBlocks:
         T = np.asarray(T, dtype=np.int8)
-        if self.targets is not None:  # the previous solve's targets are not needed any more
-            self._client.cancel(self.targets)
+        token = tokenize(T)
+        if self.targets is not None:
+            if token == self._targets_token:  # the same codes again (the C grid): already there
+                return self
+            self._client.cancel(self.targets)  # the previous solve's targets are not needed any more
         self.targets = self._client.scatter([T[a:b] for a, b in self.bounds], hash=False)
-        self._targets_token = tokenize(T)
+        self._targets_token = token
         return self
 
     def _sum(self, step: str, fn, bits, *args):

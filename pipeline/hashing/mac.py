@@ -43,6 +43,7 @@ chunks: features of each row, one GEMM, signs.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from numbers import Integral, Real
@@ -499,13 +500,14 @@ class _MacRun:
         return W[:-1], W[-1]
 
     def choose_svm_c(self, Z):
-        """(W, c) of the two-step start: SVMs fitted to the free codes Z at ``svm_c``, or at each
+        """The h of the two-step start: SVMs fitted to the free codes Z at ``svm_c``, or at each
         C of ``SVM_C_GRID`` (ascending, each solve warm-started from the previous one) keeping
         the C whose h ranks the validation rows best (the smallest on a tie); without
-        validation rows, LIBLINEAR's default C = 1."""
+        validation rows, LIBLINEAR's default C = 1. Returns (W, c, validation precision)."""
         if self.model.svm_c is not None or self.Fv is None:  # fixed, or no validation rows: C = 1
             self.stats["svm_c"] = self.svm.C
-            return self.h_step(Z)
+            W, c = self.h_step(Z)
+            return W, c, self.precision(W, c)
         tried, best, start = {}, None, None
         for C in SVM_C_GRID:
             self.svm.C = C
@@ -515,14 +517,14 @@ class _MacRun:
                 best = (precision, C, start)
         self.svm.C = best[1]
         self.stats.update(svm_c=best[1], svm_c_validation_precision=tried)
-        return best[2]
+        return (*best[2], best[0])
 
     def choose_h(self, Z, W, c):
         """The h-step's result from the refit SVMs (W, c): (W, c, H, L(h(X)), bits with their
         previous SVM, L(h(X)) of the refit). ``h_step="refit"`` takes the refit, as the paper
         does; "lower-loss" takes ``lower_loss_h``'s choice."""
         H = apply_bits(self.F, W, c)
-        loss_of = lambda codes: affinity_loss(self.model.loss, codes, self.Y)  # noqa: E731
+        loss_of = functools.partial(affinity_loss, self.model.loss, Y=self.Y)
         if self.model.h_step == "refit":
             loss = loss_of(H)
             return W, c, H, loss, 0, loss
@@ -545,10 +547,9 @@ class _MacRun:
         Z, passes = self.free_codes()
         z_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        self.W, self.c = self.choose_svm_c(Z)
+        self.W, self.c, best = self.choose_svm_c(Z)
         h_seconds = time.perf_counter() - started
         self.H = apply_bits(self.F, self.W, self.c)
-        best = self.precision(self.W, self.c)
         self.loss_h = affinity_loss(loss, self.H, self.Y)
         self.stats["free_codes_loss"] = affinity_loss(loss, Z, self.Y)
         self.record(

@@ -27,6 +27,7 @@ import numpy as np
 
 from dhash.kernels.l2 import squared_distances
 from dhash.kernels.sgh import kernel_features
+from dhash.kernels.svm import LocalBlocks, newton_svm
 
 BANDWIDTH_POINTS = 300  # sigma: mean distance between the first 300 training points (MAC paper)
 
@@ -67,8 +68,6 @@ def rbf_features(X: np.ndarray, centres: np.ndarray, sigma: float) -> np.ndarray
 def fit_bits(features: np.ndarray, targets: np.ndarray, C: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(W (p, b), c (b,)) of every bit's linear SVM on targets in {-1, +1} (n, b), solved in
     memory by ``kernels.svm.newton_svm`` (LIBLINEAR's squared-hinge problem at cost ``C``)."""
-    from dhash.kernels.svm import LocalBlocks, newton_svm
-
     targets = np.asarray(targets, dtype=np.float64).reshape(len(features), -1)
     W, _ = newton_svm(LocalBlocks(features, C).with_targets(targets), features.shape[1], targets.shape[1])
     return W[:-1], W[-1]

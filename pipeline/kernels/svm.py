@@ -58,11 +58,12 @@ def row_blocks(n: int, block_rows: int | None = None) -> list[tuple[int, int]]:
     return [(start, min(start + block_rows, n)) for start in range(0, n, block_rows)]
 
 
-def _canonical(a: np.ndarray) -> np.ndarray:
-    """A fresh C-ordered float64 copy. numpy picks its matrix-product routine by the operands'
-    memory layout, and a received (p, 1) array can carry other strides than the one sent:
-    with a copy every process takes the same routine, so the same block gives the same bits
-    of every sum wherever it runs."""
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A fresh C-ordered float64 copy, aligned as numpy allocates. numpy picks its
+    matrix-product routine by the operands' memory layout, and a received array can carry
+    other strides (a (p, 1) array) or sit unaligned in its message: on a copy every process
+    takes the same routine, so the same block gives the same bits of every sum wherever it
+    runs."""
     return np.array(a, dtype=np.float64, order="C", copy=True)
 
 
@@ -87,7 +88,7 @@ def block_gradient_terms(F: np.ndarray, T: np.ndarray, W: np.ndarray, C: float) 
     """One block's share of (loss, gradient, Hessian diagonal) at W for every bit: the loss
     C sum_A (1 - t z)^2 (b,), 2C X~_A^T (z - t)_A (p + 1, b) and 2C diag(X~_A^T X~_A)
     (p + 1, b). ``T`` holds the targets of W's bits in {-1, +1} (rows x b)."""
-    F, T, W = _aligned(F), _canonical(T), _canonical(W)
+    F, T, W = _aligned(F), aligned_copy(T), aligned_copy(W)
     Z = _scores(F, W)
     slack = 1.0 - T * Z
     active = slack > 0
@@ -100,14 +101,14 @@ def block_gradient_terms(F: np.ndarray, T: np.ndarray, W: np.ndarray, C: float) 
 
 def block_loss(F: np.ndarray, T: np.ndarray, W: np.ndarray, C: float) -> np.ndarray:
     """One block's C sum max(0, 1 - t z)^2 per bit at W."""
-    F, T, W = _aligned(F), _canonical(T), _canonical(W)
+    F, T, W = _aligned(F), aligned_copy(T), aligned_copy(W)
     slack = np.maximum(1.0 - T * _scores(F, W), 0.0)
     return C * (slack * slack).sum(axis=0)
 
 
 def block_hessian_products(F: np.ndarray, T: np.ndarray, W: np.ndarray, V: np.ndarray, C: float) -> np.ndarray:
     """One block's 2C X~_A^T X~_A V (p + 1, b): column j uses bit j's active rows at W."""
-    F, T, W, V = _aligned(F), _canonical(T), _canonical(W), _canonical(V)
+    F, T, W, V = _aligned(F), aligned_copy(T), aligned_copy(W), aligned_copy(V)
     both = _scores(F, np.hstack([W, V]))
     b = W.shape[1]
     active = T * both[:, :b] < 1.0
@@ -206,12 +207,13 @@ def newton_svm(
     W = np.zeros((n_features + 1, n_bits)) if start is None else np.array(start, dtype=np.float64, copy=True)
     # the gradient at w = 0 scales the stopping rule: 2C X~^T (0 - t) = -2C X~^T t
     every = np.arange(n_bits)
-    zero_gradient = sums.gradient_terms(every, np.zeros((n_features + 1, n_bits)))[1]
+    at_zero = sums.gradient_terms(every, np.zeros((n_features + 1, n_bits)))
+    zero_gradient = at_zero[1]
     threshold = tol * np.maximum(np.linalg.norm(zero_gradient, axis=0), 1e-300)
-    loss, gradient, diagonal = sums.gradient_terms(every, W)
+    loss, gradient, diagonal = at_zero if start is None else sums.gradient_terms(every, W)
     objective = 0.5 * (W * W).sum(axis=0) + loss
     gradient = gradient + W
-    passes, steps = 2, 0
+    passes, steps = (1 if start is None else 2), 0
     unconverged = np.linalg.norm(gradient, axis=0) > threshold
     while unconverged.any() and steps < max_iter:
         cols = np.flatnonzero(unconverged)
@@ -223,16 +225,18 @@ def newton_svm(
         new_W = W[:, cols].copy()
         new_objective = objective[cols].copy()
         for _ in range(MAX_HALVINGS):
-            trial = W[:, cols] + step * D
-            trial_objective = 0.5 * (trial * trial).sum(axis=0) + sums.loss(cols, trial)
+            trying = np.flatnonzero(pending)  # bits whose step is not accepted yet
+            trial = W[:, cols[trying]] + step[trying] * D[:, trying]
+            trial_objective = 0.5 * (trial * trial).sum(axis=0) + sums.loss(cols[trying], trial)
             passes += 1
-            accepted = pending & (trial_objective <= objective[cols] + ARMIJO * step * slope)
-            new_W[:, accepted] = trial[:, accepted]
-            new_objective[accepted] = trial_objective[accepted]
-            pending &= ~accepted
+            bound = objective[cols[trying]] + ARMIJO * step[trying] * slope[trying]
+            accepted = trial_objective <= bound
+            new_W[:, trying[accepted]] = trial[:, accepted]
+            new_objective[trying[accepted]] = trial_objective[accepted]
+            pending[trying[accepted]] = False
             if not pending.any():
                 break
-            step = np.where(pending, step * 0.5, step)
+            step[pending] *= 0.5
         W[:, cols] = new_W
         objective[cols] = new_objective
         _, gradient_c, diagonal_c = sums.gradient_terms(cols, W[:, cols])
@@ -250,8 +254,3 @@ def newton_svm(
 def svm_objective(F: np.ndarray, T: np.ndarray, W: np.ndarray, C: float) -> np.ndarray:
     """f_j(w_j) for every bit (module docstring), from features and targets in memory."""
     return 0.5 * (W * W).sum(axis=0) + block_loss(np.asarray(F, dtype=np.float64), np.asarray(T, np.float64), W, C)
-
-
-def aligned_copy(F: np.ndarray) -> np.ndarray:
-    """A fresh C-ordered float64 copy of a block (aligned, as numpy allocates)."""
-    return np.array(F, dtype=np.float64, order="C", copy=True)
