@@ -4,7 +4,7 @@
 # the seeds, the kernel hash function, the eSPLH loss, the text embeddings, and the SVMs' C
 # against the validation database.
 #   bash benchmarks/run_mac.sh            # all (about 2.5 h on 2 cores)
-#   bash benchmarks/run_mac.sh b32 seeds  # some: b16 b32 b48 seeds kernel esplh minilm svm_c rules rule_seeds
+#   bash benchmarks/run_mac.sh b32 seeds  # some: b16 b32 b48 seeds kernel esplh minilm svm_c rules rule_seeds scale
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -54,6 +54,15 @@ rule_seeds() {
         done
     done
 }
+# MACcut as the training set grows, up to every labelled database row of Fashion-MNIST (67,000
+# training + 2000 validation rows = the 69,000 database rows): one run at a time, as the
+# timings are the result. Then the summary: .venv/bin/python benchmarks/mac_scale.py benchmarks/results/mac/scale
+SCALE=$OUT/scale
+scale() {
+    for labeled in 5000 20000 67000; do
+        run --bits 32 --methods maccut --labeled $labeled --out $SCALE/b32-$labeled
+    done
+}
 kernel() {
     run --dataset fashion-mnist --bits 32 --labeled 5000 --methods cut,maccut --hash-function kernel \
         --out $OUT/fashion-mnist-kernel
@@ -79,5 +88,5 @@ svm_c() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(b16 b32 b48 seeds kernel esplh minilm svm_c rules rule_seeds)
+[ ${#targets[@]} -gt 0 ] || targets=(b16 b32 b48 seeds kernel esplh minilm svm_c rules rule_seeds scale)
 for target in "${targets[@]}"; do "$target"; done

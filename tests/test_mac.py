@@ -276,17 +276,21 @@ def test_every_committed_mac_result_is_the_one_its_script_command_makes():
 
 
 def test_pairs_of_more_points_than_int32_keys_can_hold():
-    """The symmetric pattern's keys n * N + m exceed int32 beyond 46341 points (scipy stores
-    the columns as int32): the coefficients must still be (A + A^T) / 2."""
-    from dhash.kernels.affinity import Pairs
+    """Beyond 46341 points, n * N + m overflows int32 (scipy stores the columns as int32):
+    the couplings of 50,000 points must still be (A + A^T) / 2 of the listed pairs."""
+    from dhash.kernels.affinity import bit_coefficients
 
-    n = 50_000
+    n, bits, bit = 50_000, 8, 3
     rng = np.random.default_rng(0)
     rows = np.repeat(np.arange(n), 2)
-    cols = rng.integers(0, n, 2 * n)
-    Y = sparse.csr_matrix((np.where(rng.random(2 * n) < 0.5, 1, -1).astype(np.int8), (rows, cols)), shape=(n, n))
-    pairs = Pairs(Y)
-    others = rng.integers(-4, 5, len(pairs.rows)).astype(np.float64)
-    S = pairs.symmetric_coefficients("ksh", others, 8)
-    A = pairs.coefficients("ksh", others, 8)
+    # two distinct partners per point, neither the point itself
+    offsets = np.stack([rng.integers(1, n // 2, n), rng.integers(n // 2, n, n)], axis=1).ravel()
+    cols = (rows + offsets) % n
+    y = np.where(rng.random(2 * n) < 0.5, 1, -1)
+    Y = sparse.csr_matrix((y.astype(np.int8), (rows, cols)), shape=(n, n))
+    Z = rng.choice([-1.0, 1.0], size=(n, bits))
+    # KSH: A_nm = 2 (s_nm - b y_nm), s the inner product over the other bits
+    others = (Z[rows] * Z[cols]).sum(axis=1) - Z[rows, bit] * Z[cols, bit]
+    A = sparse.csr_matrix((2.0 * (others - bits * y), (rows, cols)), shape=(n, n))
+    S = bit_coefficients("ksh", Z, Y, bit)
     assert abs(S - (A + A.T) * 0.5).max() == 0

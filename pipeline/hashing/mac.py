@@ -94,6 +94,10 @@ DEFAULT_MU_START = {"cut": 0.3, "quad": 0.01}
 # the SVMs' C tried on the validation rows when ``svm_c`` is None: from LIBLINEAR's default up
 # to the high penalty on misclassified points the paper asks for
 SVM_C_GRID = (1.0, 10.0, 100.0, 1000.0)
+# the largest GraphCut block of one label's points: whole classes of tens of thousands of
+# points make the max-flow dominate the Z-step, while blocks of this size leave the bit's
+# energy almost where whole classes do (benchmarks/results/mac/scale/README.md)
+LABEL_BLOCK_POINTS = 2000
 
 
 class _Shared:
@@ -262,7 +266,7 @@ class MAC(Hasher):
                     f"{self._name}: {shortfall}; lower kappa (`n_similar`/`n_dissimilar`) or train on more "
                     "points (`n_labeled`)"
                 )
-            return label_affinities(labels, self.n_similar, self.n_dissimilar, rng), label_blocks(labels)
+            return label_affinities(labels, self.n_similar, self.n_dissimilar, rng), label_blocks(labels, LABEL_BLOCK_POINTS)
         if len(Xt) <= self.n_similar + self.n_dissimilar:
             raise InputError(
                 f"{self._name}: {len(Xt)} training points cannot give each kappa+ + kappa- = "
@@ -478,12 +482,13 @@ class _MacRun:
         m = self.model
         affinities = self.cluster["affinities"]
         key = f"mac-z-step-{tokenize(affinities.token, m.loss, Z, mu, self.H, m.solver)}"
+        # codes travel in the graph as int8: an eighth of float64's bytes
         task = delayed(z_steps, pure=True)(
             m.loss,
-            Z,
+            Z.astype(np.int8),
             affinities.handle,
             mu * self.mu_scale,
-            self.H,
+            self.H.astype(np.int8),
             m.solver,
             self.blocks,
             m.z_passes,

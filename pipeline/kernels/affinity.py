@@ -1,5 +1,6 @@
 """Affinities and affinity losses of binary hashing (the MAC paper's setting,
-Carreira-Perpinan & Raziperchikolaei, and the losses it optimises). Plain numpy and scipy.
+Carreira-Perpinan & Raziperchikolaei, and the losses it optimises). Plain numpy and scipy,
+and numba for the passes over the pairs.
 
 Affinities: for each training point n, ``n_similar`` (kappa+) points m with y_nm = +1 and
 ``n_dissimilar`` (kappa-) points with y_nm = -1; every other pair is 0 (not in the loss).
@@ -18,15 +19,24 @@ Losses over codes Z in {-1, +1}^(N x b), summed over Y's entries:
 Both depend on z_n^T z_m only. With every bit but bit i fixed, z_n^T z_m = s_nm + z_ni z_mi
 (s_nm: the inner product over the other bits), so each term takes one value l(11) when
 z_ni = z_mi and another l(-11) when they differ, and equals
-1/2 z_ni z_mi (l(11) - l(-11)) + a constant (Lin et al. 2013): ``bit_coefficients`` gives
-those 1/2 (l(11) - l(-11)) as a sparse matrix A, the Z-step's quadratic in bit i.
+1/2 z_ni z_mi (l(11) - l(-11)) + a constant (Lin et al. 2013): those 1/2 (l(11) - l(-11))
+form a sparse matrix A, and the Z-step's quadratic in bit i is z^T A z = z^T S z with
+S = (A + A^T) / 2 (``bit_coefficients``).
+
+Cost: ``Pairs`` holds the pattern of Y + Y^T, about 2 N (kappa+ + kappa-) entries of 7 bytes
+(column, kind, inner product). The inner products are small integers, kept up to date as
+bits change, so a bit's couplings, the loss and an update are each one pass over the
+entries: linear in N, where forming z_n^T z_m from Z Z^T costs N^2 b.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit, prange
 from scipy import sparse
 
+from dhash.kernels.codes import pack_signs
+from dhash.kernels.hamming import _popcount, as_words
 from dhash.kernels.l2 import l2_topk
 
 LOSSES = ("ksh", "esplh")
@@ -123,84 +133,257 @@ def penalty_scale(loss: str, n_bits: int) -> float:
     return float(n_bits) ** 2 if loss == "ksh" else 1.0
 
 
-PAIR_ROWS = 512  # rows of Z Z^T formed at a time: 512 x N float64 (10 MB at N = 5000)
+# the symmetric pattern's entries hold a "kind": 3 * (listed pairs with y = +1) + (pairs with
+# y = -1) over the two directions (n, m) and (m, n), so 0 .. 8 (each direction listed once)
+_KINDS = 9
+
+
+# ``Pairs.update`` visits only the changed points' pairs while fewer than 1 / this share of
+# the points changed
+CHANGED_SHARE_FOR_FULL_UPDATE = 64
+
+
+def _kind_counts() -> tuple[np.ndarray, np.ndarray]:
+    kinds = np.arange(_KINDS)
+    return (kinds // 3).astype(np.float64), (kinds % 3).astype(np.float64)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _pattern_inner(indptr, indices, words, n_bits, out):
+    """out[e] = z_n^T z_m = b - 2 popcount(code_n ^ code_m) for every entry e = (n, m)."""
+    for n in prange(len(indptr) - 1):
+        for e in range(indptr[n], indptr[n + 1]):
+            m = indices[e]
+            differing = 0
+            for w in range(words.shape[1]):
+                differing += _popcount(words[n, w] ^ words[m, w])
+            out[e] = n_bits - 2 * differing
+
+
+@njit(nogil=True, cache=True)
+def _pattern_sum(indptr, kind, inner, table, offset):
+    """sum_e table[kind_e, inner_e + offset]."""
+    total = 0.0
+    for e in range(indptr[-1]):
+        total += table[kind[e], inner[e] + offset]
+    return total
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _pattern_update_all(indptr, indices, inner, old, new):
+    """inner_e += new_n new_m - old_n old_m on every entry."""
+    for n in prange(len(indptr) - 1):
+        for e in range(indptr[n], indptr[n + 1]):
+            m = indices[e]
+            inner[e] += new[n] * new[m] - old[n] * old[m]
+
+
+@njit(nogil=True, cache=True)
+def _pattern_update(indptr, indices, inner, old, new, changed):
+    """inner_e += new_n new_m - old_n old_m on the entries of the points in ``changed`` (one
+    bit of their codes replaced): each changed point's row, and the mirror entry (m, n) of
+    each of its pairs whose other point did not change (a changed one updates its own row)."""
+    is_changed = np.zeros(len(indptr) - 1, np.bool_)
+    for n in changed:
+        is_changed[n] = True
+    for n in changed:
+        for e in range(indptr[n], indptr[n + 1]):
+            m = indices[e]
+            delta = new[n] * new[m] - old[n] * old[m]
+            inner[e] += delta
+            if not is_changed[m]:
+                start = indptr[m]
+                inner[start + np.searchsorted(indices[start : indptr[m + 1]], n)] += delta
+
+
+class BitCoupling:
+    """The coupling S of one bit on a symmetric sparse pattern (CSR ``indptr``, ``indices``;
+    (m, n) is an entry whenever (n, m) is), held without its values: entry e = (n, m) is
+    ``table[kind_e, inner_e - old_n old_m + offset]``, a lookup by the pair's kind and its
+    inner product over the other bits. GraphCut reads entries on the fly (``row_sums``,
+    ``values``, ``spread``); ``matrix()`` writes them all for the solvers that multiply by S.
+    An explicit symmetric matrix is the case of one kind per entry (``from_matrix``)."""
+
+    def __init__(self, indptr, indices, kind, inner, old, table, offset, shape):
+        self.indptr, self.indices, self.kind, self.inner, self.old = indptr, indices, kind, inner, old
+        self.table, self.offset, self.shape = table, offset, shape
+
+    @classmethod
+    def from_matrix(cls, S) -> BitCoupling:
+        """``S`` (symmetric) without its diagonal, which adds a constant for z in {-1, +1}."""
+        S = sparse.csr_matrix(S, dtype=np.float64, copy=True)
+        S.setdiag(0.0)
+        S.eliminate_zeros()
+        S.sort_indices()
+        nnz, n = S.nnz, S.shape[0]
+        kind = np.arange(nnz, dtype=np.int64)
+        return cls(S.indptr, S.indices, kind, np.zeros(nnz, np.int16), np.zeros(n, np.int16), S.data[:, None], 0, S.shape)
+
+    def _arrays(self):
+        return self.indptr, self.indices, self.kind, self.inner, self.old, self.table, self.offset
+
+    def matrix(self) -> sparse.csr_matrix:
+        """S with every entry written (float64, one value per entry)."""
+        out = np.empty(len(self.indices))
+        _coupling_values(*self._arrays(), out)
+        return sparse.csr_matrix((out, self.indices, self.indptr), shape=self.shape, copy=False)
+
+    def row_sums(self, z: np.ndarray) -> np.ndarray:
+        """S z."""
+        out = np.zeros(self.shape[0])
+        _coupling_row_sums(*self._arrays(), z, out)
+        return out
+
+    def values(self, entries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """S at the given entries (``rows``: each entry's row)."""
+        return _coupling_entries(self.indices, self.kind, self.inner, self.old, self.table, self.offset, entries, rows)
+
+    def spread(self, changed: np.ndarray, z: np.ndarray, sums: np.ndarray) -> None:
+        """``sums`` (= S z before) becomes S z after the points ``changed`` flipped to their
+        values in ``z``: O(their pairs), through S's symmetry (in place)."""
+        _coupling_spread(*self._arrays(), changed, z, sums)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _coupling_values(indptr, indices, kind, inner, old, table, offset, out):
+    for n in prange(len(indptr) - 1):
+        for e in range(indptr[n], indptr[n + 1]):
+            out[e] = table[kind[e], inner[e] - old[n] * old[indices[e]] + offset]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _coupling_row_sums(indptr, indices, kind, inner, old, table, offset, z, out):
+    for n in prange(len(indptr) - 1):
+        own, total = old[n], 0.0
+        for e in range(indptr[n], indptr[n + 1]):
+            m = indices[e]
+            total += table[kind[e], inner[e] - own * old[m] + offset] * z[m]
+        out[n] = total
+
+
+@njit(nogil=True, cache=True)
+def _coupling_entries(indices, kind, inner, old, table, offset, entries, rows):
+    out = np.empty(len(entries))
+    for i in range(len(entries)):
+        e = entries[i]
+        out[i] = table[kind[e], inner[e] - old[rows[i]] * old[indices[e]] + offset]
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _coupling_spread(indptr, indices, kind, inner, old, table, offset, changed, z, sums):
+    # a flip of z_m to its new value adds S_nm (z_m - (-z_m)) = 2 S_mn z_m to (S z)_n
+    for m in changed:
+        own = old[m]
+        for e in range(indptr[m], indptr[m + 1]):
+            n = indices[e]
+            sums[n] += 2.0 * table[kind[e], inner[e] - own * old[n] + offset] * z[m]
 
 
 class Pairs:
-    """The listed pairs of an affinity matrix Y in CSR order: ``rows``, ``cols``, ``y``
-    (float64), and the CSR structure, so per-bit coefficient matrices share Y's pattern
-    without a sort."""
+    """The listed pairs of an affinity matrix Y (values +1 / -1), held as the pattern of
+    Y + Y^T in CSR form (``indptr``, ``indices``) with each entry's ``kind``: how many of
+    (n, m) and (m, n) are listed as similar and as dissimilar. Everything the Z-step needs is
+    a pass over this pattern (numba): the inner products z_n^T z_m of the codes (small
+    integers, int16, kept up to date bit by bit), the loss, and the symmetric coupling of one
+    bit, S = (A + A^T) / 2, whose entry is a table lookup by (kind, inner product). No n x n
+    array and no sort after construction."""
 
     def __init__(self, Y):
         Y = sparse.csr_matrix(Y, copy=True)
-        Y.sum_duplicates()  # also sorts the indices
-        self.shape, self.indptr, self.cols = Y.shape, Y.indptr, Y.indices
-        self.rows = np.repeat(np.arange(Y.shape[0]), np.diff(Y.indptr))
-        self.y = Y.data.astype(np.float64)
-        # the pattern of Y + Y^T, and where each pair (n, m) lands in it as (n, m) and (m, n)
-        n = Y.shape[0]
-        # int64 keys: scipy stores the columns as int32, and n^2 overflows int32 beyond 46341 points
-        rows, cols = self.rows.astype(np.int64), self.cols.astype(np.int64)
-        keys = np.concatenate([rows * n + cols, cols * n + rows])
-        unique, where = np.unique(keys, return_inverse=True)
-        self._forward, self._backward = where[: len(self.rows)], where[len(self.rows) :]
-        self._sym_indices = (unique % n).astype(np.int32)
-        self._sym_indptr = np.searchsorted(unique // n, np.arange(n + 1)).astype(np.int32)
+        Y.sum_duplicates()
+        if Y.shape[0] != Y.shape[1]:
+            raise ValueError(f"affinities must be square, got shape {Y.shape}")
+        if Y.nnz and not np.isin(Y.data, (-1, 1)).all():
+            raise ValueError("affinities must be +1 (similar) or -1 (dissimilar), each pair listed once")
+        if Y.diagonal().any():
+            raise ValueError("affinities must not pair a point with itself")
+        self.shape, self.n_listed = Y.shape, Y.nnz
+        # each direction's code: 3 for similar, 1 for dissimilar; summed over both directions
+        # the code is 3 * (similar count) + (dissimilar count)
+        coded = sparse.csr_matrix((np.where(Y.data > 0, 3, 1).astype(np.int8), Y.indices, Y.indptr), shape=Y.shape)
+        both = (coded + coded.T).tocsr()
+        both.sum_duplicates()
+        self.indptr = both.indptr.astype(np.int64)
+        self.indices = both.indices.astype(np.int32)
+        self.kind = both.data.astype(np.int8)
 
     def inner(self, Z: np.ndarray) -> np.ndarray:
-        """z_n^T z_m for every pair, from blocks of rows of Z Z^T (a GEMM of N^2 b flops,
-        instead of gathering two nnz x b copies of the codes: 2.3 GB at N = 5000, 600 pairs
-        per point and 48 bits)."""
-        Z = np.asarray(Z, dtype=np.float64)
-        inner = np.empty(len(self.rows))
-        for start in range(0, self.shape[0], PAIR_ROWS):
-            lo, hi = self.indptr[start], self.indptr[min(start + PAIR_ROWS, self.shape[0])]
-            if hi > lo:
-                G = Z[start : start + PAIR_ROWS] @ Z.T
-                inner[lo:hi] = G[self.rows[lo:hi] - start, self.cols[lo:hi]]
-        return inner
+        """z_n^T z_m (int16) of codes Z ({-1, +1}, (N, b)) on every entry of the pattern."""
+        Z = np.asarray(Z)
+        if Z.shape[1] > np.iinfo(np.int16).max:
+            raise ValueError(f"at most {np.iinfo(np.int16).max} bits, got {Z.shape[1]}")
+        out = np.empty(len(self.indices), np.int16)
+        _pattern_inner(self.indptr, self.indices, as_words(pack_signs(Z)), Z.shape[1], out)
+        return out
 
-    def bit_products(self, z: np.ndarray) -> np.ndarray:
-        """z_n z_m of one bit for every pair."""
-        return z[self.rows] * z[self.cols]
+    def loss(self, loss: str, inner: np.ndarray, n_bits: int) -> float:
+        """The loss summed over the listed pairs, from ``inner`` of the pattern (each listed
+        pair appears at (n, m) and at (m, n): each counts half)."""
+        s = np.arange(-n_bits, n_bits + 1, dtype=np.float64)
+        similar, dissimilar = _kind_counts()
+        table = 0.5 * (similar[:, None] * _pair_loss(loss, s, 1, n_bits) + dissimilar[:, None] * _pair_loss(loss, s, -1, n_bits))
+        return float(_pattern_sum(self.indptr, self.kind, inner, table, n_bits))
 
-    def coefficients(self, loss: str, others: np.ndarray, n_bits: int) -> sparse.csr_matrix:
-        """A with A_nm = 1/2 (l(11) - l(-11)), given the other bits' inner products."""
-        return sparse.csr_matrix((self._half_gaps(loss, others, n_bits), self.cols, self.indptr), shape=self.shape)
+    def couplings(self, loss: str, inner: np.ndarray, z: np.ndarray, n_bits: int) -> BitCoupling:
+        """S = (A + A^T) / 2 of one bit (``bit_coefficients``), given ``inner`` of all bits and
+        the bit's current values ``z`` ({-1, +1}, or 0 for a bit not set yet)."""
+        # the other bits' inner product s = inner - z_n z_m lies in [-(b - 1), b - 1]
+        s = np.arange(-n_bits, n_bits + 1, dtype=np.float64)
+        similar, dissimilar = _kind_counts()
+        table = 0.5 * (similar[:, None] * _half_gaps(loss, s, 1, n_bits) + dissimilar[:, None] * _half_gaps(loss, s, -1, n_bits))
+        return BitCoupling(self.indptr, self.indices, self.kind, inner, _bit_signs(z), table, n_bits, self.shape)
 
-    def _half_gaps(self, loss: str, others: np.ndarray, n_bits: int) -> np.ndarray:
-        if loss == "ksh":  # 1/2 ((s + 1 - b y)^2 - (s - 1 - b y)^2) = 2 (s - b y): one pass instead of six
-            return 2.0 * (others - n_bits * self.y)
-        return 0.5 * (_pair_loss(loss, others + 1.0, self.y, n_bits) - _pair_loss(loss, others - 1.0, self.y, n_bits))
+    def update(self, inner: np.ndarray, old: np.ndarray, new: np.ndarray) -> None:
+        """``inner`` after one bit changed from ``old`` to ``new`` (in place; the work is
+        proportional to the pairs of the points that changed)."""
+        changed = np.flatnonzero(np.asarray(old) != np.asarray(new))
+        old, new = _bit_signs(old), _bit_signs(new)
+        # a changed point's mirror entries cost a search each: past a share of the points one
+        # plain pass over every entry is cheaper
+        if len(changed) > len(old) // CHANGED_SHARE_FOR_FULL_UPDATE:
+            _pattern_update_all(self.indptr, self.indices, inner, old, new)
+        elif len(changed):
+            _pattern_update(self.indptr, self.indices, inner, old, new, changed)
 
-    def symmetric_coefficients(self, loss: str, others: np.ndarray, n_bits: int) -> sparse.csr_matrix:
-        """(A + A^T) / 2 of ``coefficients``, on the precomputed pattern of Y + Y^T."""
-        a = self._half_gaps(loss, others, n_bits)
-        size = len(self._sym_indices)
-        data = 0.5 * (np.bincount(self._forward, a, size) + np.bincount(self._backward, a, size))
-        return sparse.csr_matrix((data, self._sym_indices, self._sym_indptr), shape=self.shape)
+
+def _bit_signs(z: np.ndarray) -> np.ndarray:
+    """A bit's values as int16 (0 stays 0: a bit not set yet)."""
+    return np.sign(np.asarray(z)).astype(np.int16)
+
+
+def _half_gaps(loss: str, others: np.ndarray, y: int, n_bits: int) -> np.ndarray:
+    """1/2 (l(s + 1, y) - l(s - 1, y)): the pair's loss is this times z_n z_m plus a constant."""
+    return 0.5 * (_pair_loss(loss, others + 1.0, y, n_bits) - _pair_loss(loss, others - 1.0, y, n_bits))
 
 
 def affinity_loss(loss: str, Z: np.ndarray, Y) -> float:
     """The loss of codes Z ({-1, +1}, (N, b)) summed over Y's pairs."""
     pairs = Y if isinstance(Y, Pairs) else Pairs(Y)
-    return float(_pair_loss(loss, pairs.inner(Z), pairs.y, np.shape(Z)[1]).sum())
+    return pairs.loss(loss, pairs.inner(Z), np.shape(Z)[1])
 
 
 def bit_coefficients(loss: str, Z: np.ndarray, Y, bit: int) -> sparse.csr_matrix:
-    """A (N x N, sparse, Y's pattern) with A_nm = 1/2 (l(11) - l(-11)) for bit ``bit``: the
-    loss equals sum_nm A_nm z_n,bit z_m,bit + a constant over the codes that differ from Z in
-    that bit only (module docstring)."""
-    Z = np.asarray(Z, dtype=np.float64)
+    """S (N x N, sparse, the pattern of Y + Y^T): the loss equals sum_nm S_nm z_n,bit z_m,bit
+    + a constant over the codes that differ from Z in bit ``bit`` only. S = (A + A^T) / 2
+    for A of the module docstring (z^T A z = z^T S z)."""
     pairs = Y if isinstance(Y, Pairs) else Pairs(Y)
-    return pairs.coefficients(loss, pairs.inner(Z) - pairs.bit_products(Z[:, bit]), Z.shape[1])
+    return pairs.couplings(loss, pairs.inner(Z), np.asarray(Z)[:, bit], np.shape(Z)[1]).matrix()
 
 
-def label_blocks(labels: np.ndarray) -> list[np.ndarray]:
+def label_blocks(labels: np.ndarray, max_points: int | None = None) -> list[np.ndarray]:
     """GraphCut blocks from labels: one block per class (every pair inside is similar or
-    unlisted, so each block's cut is exact, MAC paper Sec. 3.2)."""
+    unlisted, so each block's cut is exact, MAC paper Sec. 3.2); a class of more than
+    ``max_points`` points is split, in index order, into the fewest nearly equal blocks of at
+    most that many (any subset of a class is still exact: the max-flow's cost grows faster
+    than the block, while the pairs a split moves out of the blocks become linear terms)."""
     labels = np.asarray(labels)
-    return [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    blocks = []
+    for c in np.unique(labels):
+        members = np.flatnonzero(labels == c)
+        parts = 1 if max_points is None else -(-len(members) // max_points)
+        blocks.extend(np.array_split(members, parts))
+    return blocks
 
 
 def neighbour_blocks(Y, block_size: int, rng: np.random.Generator) -> list[np.ndarray]:

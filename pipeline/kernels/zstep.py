@@ -26,10 +26,11 @@ without them). Each block's optimum is at most the current energy, so the sweep 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 from scipy import optimize, sparse
 from scipy.sparse.linalg import eigsh
 
-from dhash.kernels.affinity import Pairs, affinity_loss
+from dhash.kernels.affinity import BitCoupling, Pairs, affinity_loss
 
 
 def bit_energy(A, z: np.ndarray, mu: float, h: np.ndarray) -> float:
@@ -116,50 +117,90 @@ def quad_bit(A, z: np.ndarray, mu: float, h: np.ndarray, max_iter: int = 200) ->
     return _quad(symmetric_part(A), z, mu, h, max_iter)
 
 
-def _cut(S, z: np.ndarray, block: np.ndarray, mu: float, h: np.ndarray) -> np.ndarray:
+@njit(nogil=True, cache=True)
+def _inside_pairs(indptr, indices, block, position):
+    """The entries (n, m) of a symmetric pattern with both points in ``block`` and n before m
+    in it, as (entry, position of n, position of m); ``position``: -1 everywhere (scratch)."""
+    k = len(block)
+    for i in range(k):
+        position[block[i]] = i
+    count = 0
+    for i in range(k):
+        for e in range(indptr[block[i]], indptr[block[i] + 1]):
+            if position[indices[e]] > i:
+                count += 1
+    entries = np.empty(count, np.int64)
+    first = np.empty(count, np.int64)
+    second = np.empty(count, np.int64)
+    p = 0
+    for i in range(k):
+        for e in range(indptr[block[i]], indptr[block[i] + 1]):
+            j = position[indices[e]]
+            if j > i:
+                entries[p], first[p], second[p] = e, i, j
+                p += 1
+    for i in range(k):
+        position[block[i]] = -1
+    return entries, first, second
+
+
+class CutBlocks:
+    """GraphCut blocks (lists of point indices) with the pattern entries inside each, found
+    once per Z-step: every bit's cut then reads S only at those entries, and S z once."""
+
+    def __init__(self, indptr, indices, blocks):
+        position = np.full(len(indptr) - 1, -1, np.int64)
+        self.blocks = [np.asarray(block, dtype=np.int64) for block in blocks]
+        self.inside = [_inside_pairs(indptr, indices, block, position) for block in self.blocks]
+
+
+def _cut_blocks(S: BitCoupling, z: np.ndarray, plan: CutBlocks, mu: float, h: np.ndarray) -> np.ndarray:
+    """z after each block in turn is replaced by its exact minimiser given the rest."""
     import maxflow  # optional heavy import: only the cut solver needs it
 
-    z = np.asarray(z, dtype=np.float64)
-    block = np.asarray(block)
-    rows = S[block]  # CSR row slicing: cheap
-    local = rows[:, block]
-    # pairwise weights w_nm z_n z_m (n < m) inside the block: both orders, 2 S_nm
-    W = sparse.triu(local, k=1).tocoo()
-    W.data *= 2.0
-    if (W.data > 0).any():
-        raise ValueError("cut_block: the block couples points with a positive weight (not submodular)")
-    # linear terms g_n z_n: couplings to the points outside the block, and the penalty
-    # (S's diagonal gives z_n^2 = 1: a constant)
-    old = z[block]
-    g = 2.0 * (rows @ z - local @ old) - 2.0 * mu * h[block]
-    # with x = (z + 1) / 2 in {0, 1}: unary costs a_n of x_n = 1 over x_n = 0
-    a = 2.0 * g
-    # w z_n z_m = 4w x_n x_m - 2w x_n - 2w x_m + w; with c = -4w >= 0,
-    # -c x_n x_m = c (1 - x_n) x_m - c x_m: an edge n -> m cut when x_n = 0 and x_m = 1
-    c = -4.0 * W.data
-    k = len(block)
-    a += np.bincount(W.row, weights=-2.0 * W.data, minlength=k)
-    a += np.bincount(W.col, weights=-2.0 * W.data - c, minlength=k)
-    graph = maxflow.Graph[float]()
-    nodes = graph.add_nodes(k)
-    graph.add_edges(nodes[W.row], nodes[W.col], c, np.zeros_like(c))
-    # x_n = 1 (sink side) costs a_n when a_n > 0, x_n = 0 (source side) costs -a_n otherwise
-    graph.add_grid_tedges(np.asarray(nodes), np.maximum(a, 0.0), np.maximum(-a, 0.0))
-    graph.maxflow()
-    new = np.where(graph.get_grid_segments(np.asarray(nodes)), 1.0, -1.0)
-    # E changes only through the block's bits: v^T local v + g^T v for the old and the new
-    # bits (O(block) work); ties keep the current bits
-    if new @ (local @ new) + g @ new >= old @ (local @ old) + g @ old:
-        return z
-    out = z.copy()
-    out[block] = new
-    return out
+    z = np.array(z, dtype=np.float64, copy=True)
+    sums = S.row_sums(z)  # S z, kept current as blocks change
+    for block, (entries, first, second) in zip(plan.blocks, plan.inside):
+        # pairwise weights w z_n z_m inside the block (each pair once, both orders: 2 S_nm)
+        weight = S.values(entries, block[first])
+        w = 2.0 * weight
+        if (w > 0).any():
+            raise ValueError("cut_block: the block couples points with a positive weight (not submodular)")
+        old = z[block]
+        k = len(block)
+        # linear terms g_n z_n: couplings to the points outside the block (S z less the block's
+        # own pairs), and the penalty
+        inside = np.bincount(first, weight * old[second], minlength=k) + np.bincount(second, weight * old[first], minlength=k)
+        g = 2.0 * (sums[block] - inside) - 2.0 * mu * h[block]
+        # with x = (z + 1) / 2 in {0, 1}: unary costs a_n of x_n = 1 over x_n = 0
+        a = 2.0 * g
+        # w z_n z_m = 4w x_n x_m - 2w x_n - 2w x_m + w; with c = -4w >= 0,
+        # -c x_n x_m = c (1 - x_n) x_m - c x_m: an edge n -> m cut when x_n = 0 and x_m = 1
+        c = -4.0 * w
+        a += np.bincount(first, weights=-2.0 * w, minlength=k)
+        a += np.bincount(second, weights=-2.0 * w - c, minlength=k)
+        graph = maxflow.Graph[float]()
+        nodes = np.asarray(graph.add_nodes(k))
+        graph.add_edges(nodes[first], nodes[second], c, np.zeros_like(c))
+        # x_n = 1 (sink side) costs a_n when a_n > 0, x_n = 0 (source side) costs -a_n otherwise
+        graph.add_grid_tedges(nodes, np.maximum(a, 0.0), np.maximum(-a, 0.0))
+        graph.maxflow()
+        new = np.where(graph.get_grid_segments(nodes), 1.0, -1.0)
+        # E changes only through the block's bits: sum w v_n v_m + g^T v for the old and the new
+        # bits (O(block) work); ties keep the current bits
+        if w @ (new[first] * new[second]) + g @ new >= w @ (old[first] * old[second]) + g @ old:
+            continue
+        changed = block[new != old]
+        z[block] = new
+        S.spread(changed, z, sums)
+    return z
 
 
 def cut_block(A, z: np.ndarray, block: np.ndarray, mu: float, h: np.ndarray) -> np.ndarray:
     """z with the bits of ``block`` (point indices) replaced by their exact minimiser of
     E given the other points' bits (module docstring); ties keep the current bit."""
-    return _cut(symmetric_part(A), z, block, mu, h)
+    S = BitCoupling.from_matrix(symmetric_part(A))
+    return _cut_blocks(S, z, CutBlocks(S.indptr, S.indices, [block]), mu, h)
 
 
 def _starting(S) -> np.ndarray:
@@ -178,38 +219,46 @@ def penalised_loss(loss: str, Z: np.ndarray, Y, mu: float, H: np.ndarray) -> flo
     return affinity_loss(loss, Z, Y) + mu * float(((np.asarray(Z) - H) ** 2).sum())
 
 
-def _solve_bit(S, z: np.ndarray, mu: float, h: np.ndarray, solver: str, blocks) -> np.ndarray:
+def _solve_bit(S: BitCoupling, z: np.ndarray, mu: float, h: np.ndarray, solver: str, blocks) -> np.ndarray:
     if solver == "quad":
-        return _quad(S, z, mu, h, max_iter=200)
+        return _quad(S.matrix(), z, mu, h, max_iter=200)
     if solver == "cut":
-        for block in blocks:
-            z = _cut(S, z, block, mu, h)
-        return z
+        return _cut_blocks(S, z, blocks, mu, h)
     raise ValueError(f"unknown Z-step solver {solver!r}; choose quad or cut")
 
 
 class _BitSweep:
     """A pass over the bits that keeps every pair's inner product z_n^T z_m up to date bit
-    by bit (O(nnz) per bit, no GEMM): ``others(bit)``, then ``set(bit, z)``."""
+    by bit (one pass over the pairs per bit, no GEMM): ``coupling(bit)``, then
+    ``set(bit, z)``."""
 
     def __init__(self, loss: str, Z: np.ndarray, pairs: Pairs):
         self.loss, self.Z, self.pairs = loss, Z, pairs
-        self.inner = pairs.inner(Z)
+        # codes not set yet (0) add nothing to any inner product
+        self.inner = pairs.inner(Z) if Z.any() else np.zeros(len(pairs.indices), np.int16)
 
-    def coupling(self, bit: int):
-        self.others = self.inner - self.pairs.bit_products(self.Z[:, bit])
-        return self.pairs.symmetric_coefficients(self.loss, self.others, self.Z.shape[1])
+    def coupling(self, bit: int) -> BitCoupling:
+        return self.pairs.couplings(self.loss, self.inner, self.Z[:, bit], self.Z.shape[1])
 
     def set(self, bit: int, z: np.ndarray) -> None:
+        self.pairs.update(self.inner, self.Z[:, bit], z)
         self.Z[:, bit] = z
-        self.inner = self.others + self.pairs.bit_products(z)
+
+
+def _cut_plan(pairs: Pairs, solver: str, blocks):
+    """``blocks`` as ``CutBlocks`` of ``pairs`` when the cut solver will visit them."""
+    if solver != "cut" or isinstance(blocks, CutBlocks):
+        return blocks
+    return CutBlocks(pairs.indptr, pairs.indices, blocks)
 
 
 def z_step(loss: str, Z: np.ndarray, Y, mu: float, H: np.ndarray, solver: str, blocks=()) -> np.ndarray:
     """One pass over the bits, each solved with the others fixed (``solver`` "quad", or
     "cut" over ``blocks``, lists of point indices whose pairs are all similar). Returns new
     codes; the penalised loss never rises (each bit's step never raises its energy)."""
-    sweep = _BitSweep(loss, np.array(Z, dtype=np.float64, copy=True), Y if isinstance(Y, Pairs) else Pairs(Y))
+    pairs = Y if isinstance(Y, Pairs) else Pairs(Y)
+    blocks = _cut_plan(pairs, solver, blocks)
+    sweep = _BitSweep(loss, np.array(Z, dtype=np.float64, copy=True), pairs)
     for bit in range(sweep.Z.shape[1]):
         sweep.set(bit, _solve_bit(sweep.coupling(bit), sweep.Z[:, bit], mu, H[:, bit], solver, blocks))
     return sweep.Z
@@ -221,6 +270,7 @@ def z_steps(
     """``z_step`` repeated until a pass changes no bit or ``max_passes`` ran (the MAC
     paper's "until no change in Z or maxit cycles"): (codes, passes run)."""
     pairs = Y if isinstance(Y, Pairs) else Pairs(Y)
+    blocks = _cut_plan(pairs, solver, blocks)
     for passes in range(1, max_passes + 1):
         new = z_step(loss, Z, pairs, mu, H, solver, blocks)
         if np.array_equal(new, Z):
@@ -235,10 +285,11 @@ def free_codes(loss: str, Y, n_bits: int, solver: str, blocks=(), max_passes: in
     later ones count 0 in z_n^T z_m, as in the greedy bit-wise schemes of TSH and KSH),
     improved by the solver; then ``z_steps`` over all bits. (codes, passes after the first)."""
     pairs = Y if isinstance(Y, Pairs) else Pairs(Y)
+    blocks = _cut_plan(pairs, solver, blocks)
     n = pairs.shape[0]
     sweep = _BitSweep(loss, np.zeros((n, n_bits)), pairs)
     none = np.zeros(n)
     for bit in range(n_bits):
         S = sweep.coupling(bit)
-        sweep.set(bit, _solve_bit(S, _starting(S), 0.0, none, solver, blocks))
+        sweep.set(bit, _solve_bit(S, _starting(S.matrix()), 0.0, none, solver, blocks))
     return z_steps(loss, sweep.Z, pairs, 0.0, np.zeros_like(sweep.Z), solver, blocks, max_passes)
