@@ -47,6 +47,7 @@ class ScatteredBlocks:
         ]
         del scattered  # released by the scheduler once the copies exist
         self.targets = None
+        self._gram = None
 
     def with_targets(self, T: np.ndarray) -> ScatteredBlocks:
         T = np.asarray(T, dtype=np.int8)
@@ -71,6 +72,13 @@ class ScatteredBlocks:
 
     def gradient_terms(self, bits, W):
         return self._sum("gradient", svm.block_gradient_terms, bits, W)
+
+    def gram(self):
+        """X~^T X~ of every row: one pass, kept while the rows stay (the targets and C do not
+        enter it)."""
+        if self._gram is None:
+            self._gram = self._sum("gram", svm.block_gram, np.arange(0))
+        return self._gram
 
     def loss(self, bits, W):
         return self._sum("loss", svm.block_loss, bits, W)

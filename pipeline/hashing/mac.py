@@ -266,7 +266,8 @@ class MAC(Hasher):
                     f"{self._name}: {shortfall}; lower kappa (`n_similar`/`n_dissimilar`) or train on more "
                     "points (`n_labeled`)"
                 )
-            return label_affinities(labels, self.n_similar, self.n_dissimilar, rng), label_blocks(labels, LABEL_BLOCK_POINTS)
+            Y = label_affinities(labels, self.n_similar, self.n_dissimilar, rng)
+            return Y, label_blocks(labels, LABEL_BLOCK_POINTS)
         if len(Xt) <= self.n_similar + self.n_dissimilar:
             raise InputError(
                 f"{self._name}: {len(Xt)} training points cannot give each kappa+ + kappa- = "

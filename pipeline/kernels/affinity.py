@@ -217,7 +217,9 @@ class BitCoupling:
         S.sort_indices()
         nnz, n = S.nnz, S.shape[0]
         kind = np.arange(nnz, dtype=np.int64)
-        return cls(S.indptr, S.indices, kind, np.zeros(nnz, np.int16), np.zeros(n, np.int16), S.data[:, None], 0, S.shape)
+        return cls(
+            S.indptr, S.indices, kind, np.zeros(nnz, np.int16), np.zeros(n, np.int16), S.data[:, None], 0, S.shape
+        )
 
     def _arrays(self):
         return self.indptr, self.indices, self.kind, self.inner, self.old, self.table, self.offset
@@ -322,7 +324,9 @@ class Pairs:
         pair appears at (n, m) and at (m, n): each counts half)."""
         s = np.arange(-n_bits, n_bits + 1, dtype=np.float64)
         similar, dissimilar = _kind_counts()
-        table = 0.5 * (similar[:, None] * _pair_loss(loss, s, 1, n_bits) + dissimilar[:, None] * _pair_loss(loss, s, -1, n_bits))
+        table = 0.5 * (
+            similar[:, None] * _pair_loss(loss, s, 1, n_bits) + dissimilar[:, None] * _pair_loss(loss, s, -1, n_bits)
+        )
         return float(_pattern_sum(self.indptr, self.kind, inner, table, n_bits))
 
     def couplings(self, loss: str, inner: np.ndarray, z: np.ndarray, n_bits: int) -> BitCoupling:
@@ -331,7 +335,9 @@ class Pairs:
         # the other bits' inner product s = inner - z_n z_m lies in [-(b - 1), b - 1]
         s = np.arange(-n_bits, n_bits + 1, dtype=np.float64)
         similar, dissimilar = _kind_counts()
-        table = 0.5 * (similar[:, None] * _half_gaps(loss, s, 1, n_bits) + dissimilar[:, None] * _half_gaps(loss, s, -1, n_bits))
+        table = 0.5 * (
+            similar[:, None] * _half_gaps(loss, s, 1, n_bits) + dissimilar[:, None] * _half_gaps(loss, s, -1, n_bits)
+        )
         return BitCoupling(self.indptr, self.indices, self.kind, inner, _bit_signs(z), table, n_bits, self.shape)
 
     def update(self, inner: np.ndarray, old: np.ndarray, new: np.ndarray) -> None:

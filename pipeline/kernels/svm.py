@@ -17,8 +17,12 @@ a block returns its (p + 1) x b partial sums, and only those small matrices trav
 
 The solver (``newton_svm``) runs Newton steps whose direction comes from conjugate
 gradients on Hessian-vector products, stopped when the residual falls below a tenth of
-the gradient (an inexact Newton method, as in LIBLINEAR's TRON), preconditioned by the
-Hessian's diagonal; the step length halves until the objective falls (Armijo). All bits
+the gradient (an inexact Newton method, as in LIBLINEAR's TRON), preconditioned by
+I + 2C X~^T X~: the Hessian with every row counted, the same for every bit, from one pass
+over the rows (``BlockSums.gram``) and one eigendecomposition per solve. It bounds each
+bit's Hessian from above and has its scale in every direction, where the Hessian's
+diagonal alone leaves CG hundreds of steps at a high C; the step length halves until the
+objective falls (Armijo). All bits
 advance together, so one pass over the rows serves every bit (a GEMM of the block with
 b columns rather than b matrix-vector products), and a bit that has converged stops
 moving. It stops when each bit's gradient norm is below ``tol`` times its norm at w = 0
@@ -84,10 +88,10 @@ def _with_constant(F: np.ndarray, R: np.ndarray) -> np.ndarray:
     return np.vstack([F.T @ R, R.sum(axis=0, keepdims=True)])
 
 
-def block_gradient_terms(F: np.ndarray, T: np.ndarray, W: np.ndarray, C: float) -> tuple[np.ndarray, ...]:
-    """One block's share of (loss, gradient, Hessian diagonal) at W for every bit: the loss
-    C sum_A (1 - t z)^2 (b,), 2C X~_A^T (z - t)_A (p + 1, b) and 2C diag(X~_A^T X~_A)
-    (p + 1, b). ``T`` holds the targets of W's bits in {-1, +1} (rows x b)."""
+def block_gradient_terms(F: np.ndarray, T: np.ndarray, W: np.ndarray, C: float) -> tuple[np.ndarray, np.ndarray]:
+    """One block's share of (loss, gradient) at W for every bit: the loss C sum_A (1 - t z)^2
+    (b,) and 2C X~_A^T (z - t)_A (p + 1, b). ``T`` holds the targets of W's bits in
+    {-1, +1} (rows x b)."""
     F, T, W = _aligned(F), aligned_copy(T), aligned_copy(W)
     Z = _scores(F, W)
     slack = 1.0 - T * Z
@@ -95,8 +99,18 @@ def block_gradient_terms(F: np.ndarray, T: np.ndarray, W: np.ndarray, C: float) 
     residual = np.where(active, Z - T, 0.0)
     loss = C * np.where(active, slack * slack, 0.0).sum(axis=0)
     gradient = 2.0 * C * _with_constant(F, residual)
-    diagonal = 2.0 * C * _with_constant(F * F, active.astype(np.float64))
-    return loss, gradient, diagonal
+    return loss, gradient
+
+
+def block_gram(F: np.ndarray, T: np.ndarray, C: float) -> np.ndarray:
+    """One block's X~^T X~ ((p + 1) x (p + 1); the targets and C do not enter)."""
+    F = _aligned(F)
+    p = F.shape[1]
+    gram = np.empty((p + 1, p + 1))
+    gram[:p, :p] = F.T @ F
+    gram[:p, p] = gram[p, :p] = F.sum(axis=0)
+    gram[p, p] = len(F)
+    return gram
 
 
 def block_loss(F: np.ndarray, T: np.ndarray, W: np.ndarray, C: float) -> np.ndarray:
@@ -124,9 +138,14 @@ def add_terms(a, b):
 
 class BlockSums(Protocol):
     """Sums of a block function over every row block, in a fixed order, for the bits
-    ``bits`` (column numbers of the targets; W and V hold those bits' columns)."""
+    ``bits`` (column numbers of the targets; W and V hold those bits' columns), at the SVMs'
+    ``C``."""
 
-    def gradient_terms(self, bits: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+    C: float
+
+    def gradient_terms(self, bits: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def gram(self) -> np.ndarray: ...
 
     def loss(self, bits: np.ndarray, W: np.ndarray) -> np.ndarray: ...
 
@@ -141,6 +160,7 @@ class LocalBlocks:
         self.F, self.C = np.asarray(F, dtype=np.float64), float(C)
         self.bounds = row_blocks(len(self.F), block_rows)
         self.T = None
+        self._gram = None
 
     def with_targets(self, T: np.ndarray) -> LocalBlocks:
         self.T = np.asarray(T, dtype=np.float64)
@@ -156,6 +176,11 @@ class LocalBlocks:
     def gradient_terms(self, bits, W):
         return self._sum(block_gradient_terms, bits, W)
 
+    def gram(self):
+        if self._gram is None:  # the rows do not change: one pass serves every solve
+            self._gram = self._sum(block_gram, np.arange(0))
+        return self._gram
+
     def loss(self, bits, W):
         return self._sum(block_loss, bits, W)
 
@@ -163,13 +188,23 @@ class LocalBlocks:
         return self._sum(block_hessian_products, bits, W, V)
 
 
-def _cg_direction(sums: BlockSums, bits, W, gradient, diagonal, max_steps: int) -> tuple[np.ndarray, int]:
+class GramPreconditioner:
+    """R -> (I + 2C X~^T X~)^-1 R from the eigendecomposition of the Gram matrix X~^T X~."""
+
+    def __init__(self, gram: np.ndarray, C: float):
+        values, self.vectors = np.linalg.eigh(gram)
+        self.inverse = 1.0 / (1.0 + 2.0 * C * np.maximum(values, 0.0))
+
+    def __call__(self, R: np.ndarray) -> np.ndarray:
+        return self.vectors @ (self.inverse[:, None] * (self.vectors.T @ R))
+
+
+def _cg_direction(sums: BlockSums, bits, W, gradient, precondition, max_steps: int) -> tuple[np.ndarray, int]:
     """Approximate solution D of H D = -gradient, column by column (each bit its own
     Hessian), by preconditioned conjugate gradients; (D, Hessian passes)."""
     D = np.zeros_like(gradient)
     residual = -gradient
-    inverse_diag = 1.0 / (1.0 + diagonal)  # the Hessian's diagonal, I included
-    Zr = inverse_diag * residual
+    Zr = precondition(residual)
     P = Zr.copy()
     rz = (residual * Zr).sum(axis=0)
     target = CG_FORCING * np.linalg.norm(gradient, axis=0)
@@ -183,7 +218,7 @@ def _cg_direction(sums: BlockSums, bits, W, gradient, diagonal, max_steps: int) 
         alpha = rz[cols] / curvature
         D[:, cols] += alpha * P[:, cols]
         residual[:, cols] -= alpha * HP
-        Zr[:, cols] = inverse_diag[:, cols] * residual[:, cols]
+        Zr[:, cols] = precondition(residual[:, cols])
         rz_new = (residual[:, cols] * Zr[:, cols]).sum(axis=0)
         P[:, cols] = Zr[:, cols] + (rz_new / rz[cols]) * P[:, cols]
         rz[cols] = rz_new
@@ -210,14 +245,15 @@ def newton_svm(
     at_zero = sums.gradient_terms(every, np.zeros((n_features + 1, n_bits)))
     zero_gradient = at_zero[1]
     threshold = tol * np.maximum(np.linalg.norm(zero_gradient, axis=0), 1e-300)
-    loss, gradient, diagonal = at_zero if start is None else sums.gradient_terms(every, W)
+    loss, gradient = at_zero if start is None else sums.gradient_terms(every, W)
     objective = 0.5 * (W * W).sum(axis=0) + loss
     gradient = gradient + W
-    passes, steps = (1 if start is None else 2), 0
+    precondition = GramPreconditioner(sums.gram(), sums.C)
+    passes, steps = (1 if start is None else 2), 0  # not counting the Gram pass, made once per row set
     unconverged = np.linalg.norm(gradient, axis=0) > threshold
     while unconverged.any() and steps < max_iter:
         cols = np.flatnonzero(unconverged)
-        D, cg_passes = _cg_direction(sums, cols, W[:, cols], gradient[:, cols], diagonal[:, cols], max_cg)
+        D, cg_passes = _cg_direction(sums, cols, W[:, cols], gradient[:, cols], precondition, max_cg)
         passes += cg_passes
         slope = (gradient[:, cols] * D).sum(axis=0)
         step = np.ones(len(cols))
@@ -239,10 +275,9 @@ def newton_svm(
             step[pending] *= 0.5
         W[:, cols] = new_W
         objective[cols] = new_objective
-        _, gradient_c, diagonal_c = sums.gradient_terms(cols, W[:, cols])
+        _, gradient_c = sums.gradient_terms(cols, W[:, cols])
         passes += 1
         gradient[:, cols] = gradient_c + W[:, cols]
-        diagonal[:, cols] = diagonal_c
         steps += 1
         stalled = cols[pending]  # no step lowered f: the direction is below rounding, so is the gradient
         unconverged[cols] = np.linalg.norm(gradient[:, cols], axis=0) > threshold[cols]

@@ -3,11 +3,11 @@ bit fixed, minimise over z in {-1, +1}^N
 
     E(z) = z^T A z + mu ||z - h||^2 = z^T A z - 2 mu h^T z + const
 
-(A from kernels/affinity.py ``bit_coefficients``, h the bit the hash function gives each
-point, mu the MAC penalty; mu = 0 is the two-step methods' start). Only the symmetric part
-S = (A + A^T) / 2 matters (z^T A z = z^T S z); the solvers work on S, which a Z-step pass
-gets from ``Pairs.symmetric_coefficients`` without forming A. Plain numpy and scipy; the
-max-flow solver is PyMaxflow.
+(A from kernels/affinity.py, h the bit the hash function gives each point, mu the MAC
+penalty; mu = 0 is the two-step methods' start). Only the symmetric part S = (A + A^T) / 2
+matters (z^T A z = z^T S z); the solvers work on S, which a Z-step pass gets from
+``Pairs.couplings`` as a ``BitCoupling`` without forming A. Plain numpy, scipy and numba;
+the max-flow solver is PyMaxflow.
 
 Quadratic surrogate (Lin et al. 2013, the paper's ``quad``): relax z to the box [-1, 1]^N,
 start from the spectral relaxation (the eigenvector of A + A^T with the smallest eigenvalue,
@@ -21,6 +21,9 @@ inside the block has A_nm + A_mn <= 0 (a submodular energy): blocks of points th
 similar to each other, e.g. one label's points, where the KSH and eSPLH coefficients of
 similar pairs are <= 0. Pairs with a positive coupling are refused (the caller chooses blocks
 without them). Each block's optimum is at most the current energy, so the sweep never rises.
+A block's linear terms are its rows of S z less its own pairs: S z is computed once per bit
+and updated through the pairs of the points an accepted block flipped, so a bit costs one
+pass over the pairs plus work in proportion to what changed, whatever the number of blocks.
 """
 
 from __future__ import annotations
@@ -170,7 +173,9 @@ def _cut_blocks(S: BitCoupling, z: np.ndarray, plan: CutBlocks, mu: float, h: np
         k = len(block)
         # linear terms g_n z_n: couplings to the points outside the block (S z less the block's
         # own pairs), and the penalty
-        inside = np.bincount(first, weight * old[second], minlength=k) + np.bincount(second, weight * old[first], minlength=k)
+        inside = np.bincount(first, weight * old[second], minlength=k) + np.bincount(
+            second, weight * old[first], minlength=k
+        )
         g = 2.0 * (sums[block] - inside) - 2.0 * mu * h[block]
         # with x = (z + 1) / 2 in {0, 1}: unary costs a_n of x_n = 1 over x_n = 0
         a = 2.0 * g
