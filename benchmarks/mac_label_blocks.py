@@ -4,7 +4,7 @@ blocks of whole classes against classes split into blocks of at most 500-4000 po
 
     .venv/bin/python benchmarks/mac_label_blocks.py --out benchmarks/results/mac/scale/label-blocks.md
 
-On ``--labeled`` Fashion-MNIST training points (drawn with the seed, label affinities with
+On ``--labeled`` points of the Fashion-MNIST training file (60,000; drawn with the seed, label affinities with
 100 similar and 500 dissimilar pairs per point, KSH loss, 32 bits) the first bit of the free
 codes is solved as ``free_codes`` does (spectral start, then GraphCut over the blocks, the
 other bits not set yet), and a bit of random codes is solved against random h(X) at the
@@ -50,7 +50,7 @@ def _solve(S, z, pairs, labels, cap, mu, h):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--labeled", type=int, default=67000)
+    parser.add_argument("--labeled", type=int, default=60000)
     parser.add_argument("--bits", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
@@ -76,8 +76,7 @@ def main(argv=None) -> int:
     lines = [
         "# MAC's GraphCut blocks: whole classes or split",
         "",
-        f"- command: `.venv/bin/python benchmarks/mac_label_blocks.py --labeled {n} --bits {b} --seed {args.seed} "
-        f"--out {args.out}`",
+        f"- command: `.venv/bin/python benchmarks/mac_label_blocks.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
         f"- machine: {machine_info()['cpu_model']}; one process, nothing else running",
         f"- {n} Fashion-MNIST training points drawn with seed {args.seed}, label affinities (100 similar + 500 "
         f"dissimilar pairs per point), KSH loss, {b} bits; one bit's GraphCut over the blocks, each solved exactly",

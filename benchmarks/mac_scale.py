@@ -51,7 +51,6 @@ def _rows(directory: Path) -> list[dict]:
                     "seconds": t["train_seconds"],
                     "validation": t.get("validation_precision"),
                     "map": r["metrics"]["map"],
-                    "cpu": report["machine"]["cpu_model"],
                 }
             )
     return sorted(rows, key=lambda r: (r["dataset"], r["bits"], r["labeled"]))
@@ -59,13 +58,12 @@ def _rows(directory: Path) -> list[dict]:
 
 def table(directory: Path) -> str:
     rows = _rows(directory)
-    cpus = sorted({r["cpu"] for r in rows})
     lines = [
         "# MACcut as the training set grows",
         "",
         f"- command: `.venv/bin/python benchmarks/mac_scale.py {_shown(directory)}`; each run's own command is in "
         "its summary `<run>.md` beside its report directory; one run at a time on the machine",
-        f"- machine: {', '.join(cpus)}; 2 cores, a local Dask cluster of 2 worker processes",
+        "- machine: in each run's summary; 2 cores, a local Dask cluster of 2 worker processes",
         "- label affinities (kappa+ similar and kappa- dissimilar pairs per training point), KSH loss, linear h, "
         "GraphCut Z-step; 'start Z s': the free codes (spectral start and GraphCut, every bit, then passes "
         "until nothing changes); 'start h s': the SVMs at every C of the grid; 'Z s' and 'h s': mean seconds "

@@ -90,3 +90,21 @@ def test_bit_coefficients_give_the_loss_over_every_assignment_of_one_bit(loss):
         trial[:, bit] = z
         offsets.append(affinity_loss(loss, trial, Y) - z @ A @ z)
     assert np.ptp(offsets) < 1e-9 * max(1.0, abs(offsets[0]))
+
+
+def test_updating_the_inner_products_after_a_bit_changed_equals_recomputing_them():
+    """``Pairs.update`` visits only the changed points' pairs when few change and every pair
+    otherwise: both must give the inner products of the new codes."""
+    from dhash.kernels.affinity import Pairs
+
+    rng = np.random.default_rng(5)
+    n = 2000
+    pairs = Pairs(label_affinities(rng.integers(0, 4, n), 10, 20, rng))
+    Z = _codes(rng, n, 12)
+    inner = pairs.inner(Z)
+    for changed in (3, 1000):
+        new = Z.copy()
+        new[rng.choice(n, changed, replace=False), 4] *= -1
+        pairs.update(inner, Z[:, 4], new[:, 4])
+        Z = new
+        np.testing.assert_array_equal(inner, pairs.inner(Z))

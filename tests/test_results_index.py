@@ -229,9 +229,10 @@ def test_summary_tables_rebuild_from_the_committed_results(tmp_path):
         text, _ = tables.render(table, {k: v for k, v in reports.items() if v is not None})
         assert text == (tables.OUT / f"{table.name}.md").read_text(), table.name
 
-    from benchmarks import mac_settings
+    from benchmarks import mac_scale, mac_settings
 
     assert mac_settings.table(RESULTS / "mac" / "settings") == (RESULTS / "mac" / "settings" / "README.md").read_text()
+    assert mac_scale.table(RESULTS / "mac" / "scale") == (RESULTS / "mac" / "scale" / "README.md").read_text()
 
 
 def _remove_committed_report(repo: Path, target: str) -> None:

@@ -112,3 +112,28 @@ def test_the_penalised_spectral_start_is_eq_9s_eigenvector_truncated_to_the_box(
     np.testing.assert_allclose(_spectral_box_start(S, linear), np.clip(vector[:80], -1, 1), atol=1e-6)
     dominant = _spectral_box_start(S, -2.0 * 1e4 * h)
     np.testing.assert_array_equal(np.sign(dominant), h)
+
+
+@pytest.mark.parametrize("loss", ["ksh", "esplh"])
+def test_cut_over_many_blocks_equals_solving_them_one_after_another(loss):
+    """GraphCut computes S z once per bit and updates it through the pairs of each accepted
+    block's flips: the result must be that of solving each block in turn from scratch."""
+    from dhash.kernels.affinity import Pairs, label_blocks
+    from dhash.kernels.zstep import CutBlocks, _cut_blocks
+
+    rng = np.random.default_rng(11)
+    labels = rng.integers(0, 3, 600)
+    Y = label_affinities(labels, 8, 12, rng)
+    pairs = Pairs(Y)
+    Z = rng.choice([-1.0, 1.0], size=(600, 6))
+    h = rng.choice([-1.0, 1.0], size=600)
+    blocks = label_blocks(labels, 70)  # several blocks per class
+    coupling = pairs.couplings(loss, pairs.inner(Z), Z[:, 2], 6)
+    S = coupling.matrix()
+    for mu in (0.0, 3.0):
+        z = Z[:, 2].copy()
+        for block in blocks:
+            z = cut_block(S, z, block, mu, h)
+        got = _cut_blocks(coupling, Z[:, 2], CutBlocks(pairs.indptr, pairs.indices, blocks), mu, h)
+        assert (got != Z[:, 2]).any()
+        np.testing.assert_array_equal(got, z)
