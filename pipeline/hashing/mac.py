@@ -94,10 +94,12 @@ DEFAULT_MU_START = {"cut": 0.3, "quad": 0.01}
 # the SVMs' C tried on the validation rows when ``svm_c`` is None: from LIBLINEAR's default up
 # to the high penalty on misclassified points the paper asks for
 SVM_C_GRID = (1.0, 10.0, 100.0, 1000.0)
-# the largest GraphCut block of one label's points: whole classes of tens of thousands of
-# points make the max-flow dominate the Z-step, while blocks of this size leave the bit's
-# energy almost where whole classes do (benchmarks/results/mac/scale/README.md)
-LABEL_BLOCK_POINTS = 2000
+# the largest GraphCut block of one label's points: the max-flow's cost grows faster than
+# the block, so whole classes of many thousand points dominate the Z-step, while smaller
+# blocks move fewer points together and end at a higher energy; chosen on the validation
+# rows between 2000 and 4000 points on 67,000 training points, where larger blocks would
+# not fit the time a cluster job should take (benchmarks/results/mac/scale/)
+LABEL_BLOCK_POINTS = 4000
 
 
 class _Shared:
