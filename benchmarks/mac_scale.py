@@ -14,7 +14,6 @@ map only reports.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.mac_settings import _shown  # noqa: E402
+from benchmarks.mac_settings import _shown, write_table  # noqa: E402
 
 
 def _rows(directory: Path) -> list[dict]:
@@ -86,13 +85,7 @@ def table(directory: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("directory", type=Path)
-    args = parser.parse_args(argv)
-    out = args.directory / "README.md"
-    out.write_text(table(args.directory))
-    print(out.read_text())
-    return 0
+    return write_table(table, __doc__, argv)
 
 
 if __name__ == "__main__":

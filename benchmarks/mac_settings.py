@@ -152,14 +152,20 @@ def defaults_over_seeds(rows: list[dict], cuts: dict) -> list[str]:
     return out
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def write_table(make_table, description: str, argv=None) -> int:
+    """The command line of a table script: ``make_table(directory)`` into
+    ``<directory>/README.md``, printed."""
+    parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
     parser.add_argument("directory", type=Path)
     args = parser.parse_args(argv)
     out = args.directory / "README.md"
-    out.write_text(table(args.directory))
+    out.write_text(make_table(args.directory))
     print(out.read_text())
     return 0
+
+
+def main(argv=None) -> int:
+    return write_table(table, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -143,9 +143,13 @@ _KINDS = 9
 CHANGED_SHARE_FOR_FULL_UPDATE = 64
 
 
-def _kind_counts() -> tuple[np.ndarray, np.ndarray]:
+def _kind_table(term, loss: str, n_bits: int) -> np.ndarray:
+    """(kind, s + b) -> 1/2 (similar count x term(s, +1) + dissimilar count x term(s, -1)) for
+    s in [-b, b]: a pattern entry's share of ``term`` summed over its listed directions."""
     kinds = np.arange(_KINDS)
-    return (kinds // 3).astype(np.float64), (kinds % 3).astype(np.float64)
+    similar, dissimilar = (kinds // 3).astype(np.float64), (kinds % 3).astype(np.float64)
+    s = np.arange(-n_bits, n_bits + 1, dtype=np.float64)
+    return 0.5 * (similar[:, None] * term(loss, s, 1, n_bits) + dissimilar[:, None] * term(loss, s, -1, n_bits))
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -322,22 +326,14 @@ class Pairs:
     def loss(self, loss: str, inner: np.ndarray, n_bits: int) -> float:
         """The loss summed over the listed pairs, from ``inner`` of the pattern (each listed
         pair appears at (n, m) and at (m, n): each counts half)."""
-        s = np.arange(-n_bits, n_bits + 1, dtype=np.float64)
-        similar, dissimilar = _kind_counts()
-        table = 0.5 * (
-            similar[:, None] * _pair_loss(loss, s, 1, n_bits) + dissimilar[:, None] * _pair_loss(loss, s, -1, n_bits)
-        )
+        table = _kind_table(_pair_loss, loss, n_bits)
         return float(_pattern_sum(self.indptr, self.kind, inner, table, n_bits))
 
     def couplings(self, loss: str, inner: np.ndarray, z: np.ndarray, n_bits: int) -> BitCoupling:
         """S = (A + A^T) / 2 of one bit (``bit_coefficients``), given ``inner`` of all bits and
         the bit's current values ``z`` ({-1, +1}, or 0 for a bit not set yet)."""
         # the other bits' inner product s = inner - z_n z_m lies in [-(b - 1), b - 1]
-        s = np.arange(-n_bits, n_bits + 1, dtype=np.float64)
-        similar, dissimilar = _kind_counts()
-        table = 0.5 * (
-            similar[:, None] * _half_gaps(loss, s, 1, n_bits) + dissimilar[:, None] * _half_gaps(loss, s, -1, n_bits)
-        )
+        table = _kind_table(_half_gaps, loss, n_bits)
         return BitCoupling(self.indptr, self.indices, self.kind, inner, _bit_signs(z), table, n_bits, self.shape)
 
     def update(self, inner: np.ndarray, old: np.ndarray, new: np.ndarray) -> None:
