@@ -35,6 +35,7 @@ from dhash.distributed.cluster import connect, disconnect  # noqa: E402
 
 TWO_STEP = {"maccut": "cut", "macquad": "quad"}
 LOSS_NAMES = {"ksh": "KSH", "esplh": "eSPLH"}
+TRUTH_NAMES = {"labels": "label", "euclidean": "Euclidean"}
 VALIDATION_DATABASES = {
     "training": "the training points",
     "held-out": "each other (even-numbered rows the queries, odd-numbered the database)",
@@ -66,6 +67,13 @@ def svm_c_text(args) -> str:
     return f"C = {args.svm_c:g} for every SVM of quad, cut and MAC"
 
 
+def affinity_text(args) -> str:
+    if args.affinity == "labels":
+        return "label affinities"
+    search = "exact" if args.knn_search == "exact" else "searched among nearby k-means cells (approximate)"
+    return f"knn affinities (Euclidean neighbours {search})"
+
+
 def iteration_seconds(training: dict) -> float | None:
     """Mean seconds of the MAC iterations that ran an h-step (Z-step + h-step)."""
     full = [e["z_seconds"] + e["h_seconds"] for e in training.get("mac_path", [])[1:] if "h_seconds" in e]
@@ -84,10 +92,10 @@ def summary(report: dict, args) -> str:
         "",
         # --summary-only rewrites the summary of the run made by the same command without it
         f"- command: `{' '.join(a for a in sys.argv if a != '--summary-only')}`",
-        f"- {args.labeled} training points drawn with the seed from the database rows (every method), label "
-        f"affinities ({args.kappa_plus} similar + 500 dissimilar pairs per point), {LOSS_NAMES[args.loss]} loss, "
-        f"{svm_c_text(args)}; MAC's h-step: {H_STEPS[args.h_step]}; test split of "
-        f"{report['split']['n_query']} queries, label ground truth",
+        f"- {args.labeled} training points drawn with the seed from the database rows (every method), "
+        f"{affinity_text(args)} ({args.kappa_plus} similar + {args.kappa_minus} dissimilar pairs per point), "
+        f"{LOSS_NAMES[args.loss]} loss, {svm_c_text(args)}; MAC's h-step: {H_STEPS[args.h_step]}; test split of "
+        f"{report['split']['n_query']} queries, {TRUTH_NAMES[report['truth']['kind']]} ground truth",
         f"- early stopping: {validation_rows(report)} validation rows drawn from the database rows apart from the "
         f"training points, ranked against {VALIDATION_DATABASES[args.validation_database]}; an iteration is kept "
         "only if it lowers no validation precision@kappa+ (the 'validation' column: the kept h's)"
@@ -121,12 +129,28 @@ def summary(report: dict, args) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="fashion-mnist")
+    parser.add_argument("--rows", type=int, default=None, help="rows of a generated dataset (sift-synth)")
+    parser.add_argument(
+        "--ground-truth",
+        default=None,
+        choices=("labels", "euclidean"),
+        help="the test queries' relevant points (default: labels when the dataset has them)",
+    )
+    parser.add_argument("--top-k", type=int, default=None, help="Euclidean ground truth: the true top-k")
     parser.add_argument("--bits", default="16,32,48")
     parser.add_argument("--methods", default="itq,ksh,quad,cut,macquad,maccut")
     parser.add_argument("--labeled", type=int, default=5000)
     parser.add_argument("--hash-function", default="linear", choices=("linear", "kernel"))
     parser.add_argument("--loss", default="ksh", choices=sorted(LOSS_NAMES), help="MAC's affinity loss")
     parser.add_argument("--kappa-plus", type=int, default=100, help="similar pairs per point (paper: 100)")
+    parser.add_argument("--kappa-minus", type=int, default=500, help="dissimilar pairs per point (paper: 500)")
+    parser.add_argument(
+        "--affinity", default="labels", choices=("labels", "knn"), help="similar = same class, or Euclidean neighbours"
+    )
+    parser.add_argument(
+        "--knn-search", default="exact", choices=("exact", "cells"), help="knn affinities' neighbour search"
+    )
+    parser.add_argument("--max-iter", type=int, default=None, help="MAC iterations at most (default: MAC's)")
     parser.add_argument(
         "--svm-c",
         type=svm_c_value,
@@ -177,7 +201,9 @@ def main(argv=None) -> int:
     client = connect()
     try:
         report = workflows.evaluate(
-            workflows.dataset(args.dataset),
+            workflows.dataset(args.dataset, n=args.rows),
+            ground_truth=args.ground_truth,
+            top_k=args.top_k,
             methods=args.methods,
             bits=[int(b) for b in args.bits.split(",")],
             queries=args.queries,
@@ -189,6 +215,10 @@ def main(argv=None) -> int:
                 "mac": {
                     "hash_function": args.hash_function,
                     "n_similar": args.kappa_plus,
+                    "n_dissimilar": args.kappa_minus,
+                    "affinity": args.affinity,
+                    "knn_search": args.knn_search,
+                    **({} if args.max_iter is None else {"max_iter": args.max_iter}),
                     "loss": args.loss,
                     "svm_c": args.svm_c,
                     "h_step": args.h_step,

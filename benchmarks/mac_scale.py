@@ -41,6 +41,9 @@ def _rows(directory: Path) -> list[dict]:
                     "dataset": report["dataset"]["source"],
                     "bits": r["n_bits"],
                     "labeled": p["n_labeled"],
+                    "affinities": _affinities(p),
+                    "affinity_s": t.get("affinity_seconds"),
+                    "knn_recall": t.get("knn_recall"),
                     "pairs": p["n_labeled"] * (p["n_similar"] + p["n_dissimilar"]),
                     "start_z": start["z_seconds"],
                     "start_h": start["h_seconds"],
@@ -55,6 +58,16 @@ def _rows(directory: Path) -> list[dict]:
     return sorted(rows, key=lambda r: (r["dataset"], r["bits"], r["labeled"]))
 
 
+def _affinities(params: dict) -> str:
+    if params.get("affinity", "labels") == "labels":
+        return "labels"
+    return f"knn ({params.get('knn_search', 'exact')})"
+
+
+def _number(value, digits: int) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
 def table(directory: Path) -> str:
     rows = _rows(directory)
     lines = [
@@ -63,21 +76,27 @@ def table(directory: Path) -> str:
         f"- command: `.venv/bin/python benchmarks/mac_scale.py {_shown(directory)}`; each run's own command is in "
         "its summary `<run>.md` beside its report directory; one run at a time on the machine",
         "- machine: in each run's summary; 2 cores, a local Dask cluster of 2 worker processes",
-        "- label affinities (kappa+ similar and kappa- dissimilar pairs per training point), KSH loss, linear h, "
+        "- affinities: labels (kappa+ similar and kappa- dissimilar pairs per training point drawn by class) or "
+        "knn (the kappa+ Euclidean neighbours, searched exactly or among nearby k-means cells, and kappa- "
+        "drawn among the other points); 'affinity s': building them (neighbour search, draws, GraphCut "
+        "blocks, the pair pattern); 'knn recall': the share of the exact neighbours of 256 training points "
+        "that an approximate search found. KSH loss, linear h, "
         "GraphCut Z-step; 'start Z s': the free codes (spectral start and GraphCut, every bit, then passes "
         "until nothing changes); 'start h s': the SVMs at every C of the grid; 'Z s' and 'h s': mean seconds "
         "of one MAC iteration's Z-step and h-step",
         "- 'validation': precision@kappa+ of the 2000 held-out validation rows (half rank the other half), "
-        "which early stopping compares; 'map': the 1000 test queries against the database, which only reports",
+        "which early stopping compares; 'map': the 1000 test queries against the database (label ground truth, "
+        "or the true top 1000 Euclidean neighbours for sift-synth), which only reports",
         "",
-        "| run | data | bits | training rows | pairs | start Z s | start h s | iterations | Z s / iteration | "
-        "h s / iteration | train s | validation | map |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | data | bits | training rows | affinities | pairs | affinity s | knn recall | start Z s | start h s | "
+        "iterations | Z s / iteration | h s / iteration | train s | validation | map |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         validation = "—" if r["validation"] is None else f"{r['validation']:.4f}"
         lines.append(
-            f"| {r['run']} | {r['dataset']} | {r['bits']} | {r['labeled']} | {r['pairs']:,} | {r['start_z']:.0f} | "
+            f"| {r['run']} | {r['dataset']} | {r['bits']} | {r['labeled']} | {r['affinities']} | {r['pairs']:,} | "
+            f"{_number(r['affinity_s'], 0)} | {_number(r['knn_recall'], 3)} | {r['start_z']:.0f} | "
             f"{r['start_h']:.0f} | {r['iterations']} | {r['z']:.1f} | {r['h']:.1f} | {r['seconds']:.0f} | "
             f"{validation} | {r['map']:.4f} |"
         )

@@ -312,6 +312,7 @@ PARAM_FLAGS: tuple[tuple[str, str | None, str], ...] = (
     ("region-size", "usplh", "region_size"),
     ("decay", "usplh", "decay"),
     ("affinity", "mac", "affinity"),
+    ("knn-search", "mac", "knn_search"),
     ("mac-loss", "mac", "loss"),
     ("mac-hash", "mac", "hash_function"),
     ("kappa-plus", "mac", "n_similar"),
@@ -415,7 +416,9 @@ PARAM_HELP: dict = {
     ("usplh", "region_size"): "points per boundary region",
     ("usplh", "decay"): "decay lambda of earlier pseudo-labels",
     ("mac", "n_labeled"): "training points of the affinities",
-    ("mac", "affinity"): "similar = same class (labels) or exact Euclidean neighbours (knn: no labels needed)",
+    ("mac", "affinity"): "similar = same class (labels) or Euclidean neighbours (knn: no labels needed)",
+    ("mac", "knn_search"): "knn affinities' neighbours: exact (every pair) or cells (among nearby k-means cells: "
+    "approximate, for a million points and more)",
     ("mac", "loss"): "pairwise loss: ksh or esplh",
     ("mac", "hash_function"): "hash function per bit: linear SVM, or kernel (linear SVM on RBF features)",
     ("mac", "n_similar"): "similar pairs per training point",

@@ -50,6 +50,17 @@ def fmnist_paths(data_dir):
     return {rows: write_fashion_mnist(data_dir / f"fmnist-{rows}.zarr", chunk_rows=rows).path for rows in (20000, 5000)}
 
 
+@pytest.fixture(scope="session")
+def fmnist_rows(fmnist_paths):
+    """The first 3000 Fashion-MNIST rows (features as float32) and their labels, in memory."""
+    import numpy as np
+
+    from dhash.storage.datasets import open_dataset
+
+    ds = open_dataset(fmnist_paths[5000])
+    return np.asarray(ds.features[:3000], dtype=np.float32), np.asarray(ds.labels[:3000])
+
+
 FMNIST_SMALL_ROWS = 20000
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dhash.kernels.affinity import (
+    _draw_outside,
     affinity_loss,
     affinity_shortfall,
     bit_coefficients,
@@ -54,6 +55,26 @@ def test_knn_affinities_take_the_exact_nearest_neighbours():
         np.testing.assert_array_equal(similar, np.sort(np.argsort(d2[i], kind="stable")[:5]))
         far = row.indices[row.data == -1]
         assert len(far) == 20 and i not in far and not set(far) & set(similar)
+
+
+@pytest.mark.parametrize("n", [14, 400])  # 14: every row draws with Generator.choice; 400: by ranks
+def test_dissimilar_draws_are_uniform_among_the_points_outside_each_row(n):
+    rng = np.random.default_rng(3)
+    k, count, trials = 3, 4, 4000
+    excluded = np.sort([rng.choice(np.delete(np.arange(n), i), k, replace=False) for i in range(n)], axis=1)
+    hits = np.zeros((n, n))
+    for _ in range(trials):
+        drawn = _draw_outside(excluded, count, rng)
+        assert (np.diff(drawn, axis=1) > 0).all()  # sorted, distinct
+        np.add.at(hits, (np.repeat(np.arange(n), count), drawn.ravel()), 1)
+    allowed = np.ones((n, n), bool)
+    allowed[np.arange(n), np.arange(n)] = False
+    np.put_along_axis(allowed, excluded, False, axis=1)
+    assert not hits[~allowed].any(), "a point or one of its excluded points was drawn"
+    expected = trials * count / (n - 1 - k)
+    # Pearson's chi-square per degree of freedom is 1 +- sqrt(2 / dof) when the draws are uniform
+    per_dof = ((hits[allowed] - expected) ** 2 / expected).mean()
+    assert abs(per_dof - 1) < 6 * np.sqrt(2 / allowed.sum()), per_dof
 
 
 def _dense_loss(loss, Z, Y):

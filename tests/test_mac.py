@@ -64,15 +64,6 @@ def test_validation_precision_equals_a_brute_force_ranking():
     assert signs_precision_at_k(queries, base, relevant, k) == pytest.approx(np.mean(hits))
 
 
-@pytest.fixture(scope="module")
-def fmnist_rows(fmnist_paths):
-    """The first 3000 Fashion-MNIST rows (features as float32) and their labels."""
-    from dhash.storage.datasets import open_dataset
-
-    ds = open_dataset(fmnist_paths[5000])
-    return np.asarray(ds.features[:3000], dtype=np.float32), np.asarray(ds.labels[:3000])
-
-
 def test_codes_are_identical_for_one_and_two_workers(fmnist_rows):
     X, y = fmnist_rows[0][:1500], fmnist_rows[1][:1500]
     params = {"n_labeled": 600, "n_similar": 20, "n_dissimilar": 60, "validation_size": 100, "max_iter": 4}
@@ -271,7 +262,9 @@ def test_every_committed_mac_result_is_the_one_its_script_command_makes():
     summaries = [
         *results.glob("*.md"),
         *(p for p in results.glob("settings/*.md") if p.name != "README.md"),
-        *results.glob("scale/b32-*.md"),  # the scale runs (README.md and label-blocks.md come from other scripts)
+        # the scale runs (README.md and label-blocks.md come from other scripts)
+        *results.glob("scale/b32-*.md"),
+        *results.glob("scale/knn-*.md"),
     ]
     assert set(commands) == {str(p.with_suffix("").relative_to(repo)) for p in summaries}
     for out, line in commands.items():

@@ -7,13 +7,21 @@ import itertools
 import numpy as np
 import pytest
 
+from dhash.kernels import zstep
 from dhash.kernels.affinity import bit_coefficients, label_affinities
 from dhash.kernels.zstep import bit_energy, cut_block, penalised_loss, quad_bit, z_step
 
 
+@pytest.fixture(params=["dense", "pymaxflow"])
+def cut_path(request, monkeypatch):
+    """Blocks cut by the numba dense max-flow (small blocks) or by PyMaxflow (large ones)."""
+    monkeypatch.setattr(zstep, "SMALL_BLOCK_POINTS", 10**6 if request.param == "dense" else 0)
+    return request.param
+
+
 @pytest.mark.parametrize("loss", ["ksh", "esplh"])
 @pytest.mark.parametrize("mu", [0.0, 0.7])
-def test_cut_block_finds_the_exact_minimum_over_every_assignment_of_the_block(loss, mu):
+def test_cut_block_finds_the_exact_minimum_over_every_assignment_of_the_block(loss, mu, cut_path):
     """A block of 12 same-label points (all similar to each other in Y), the other points
     fixed: the cut's energy equals the minimum over all 2^12 assignments of the block."""
     rng = np.random.default_rng(7)
@@ -36,7 +44,7 @@ def test_cut_block_finds_the_exact_minimum_over_every_assignment_of_the_block(lo
     assert bit_energy(A, got, mu, h) <= bit_energy(A, z, mu, h)
 
 
-def test_cut_block_refuses_a_block_with_a_positive_coupling():
+def test_cut_block_refuses_a_block_with_a_positive_coupling(cut_path):
     A = np.array([[0.0, 1.0], [0.0, 0.0]])
     with pytest.raises(ValueError, match="not submodular"):
         cut_block(A, np.ones(2), np.array([0, 1]), 0.0, np.ones(2))
@@ -137,3 +145,29 @@ def test_cut_over_many_blocks_equals_solving_them_one_after_another(loss):
         got = _cut_blocks(coupling, Z[:, 2], CutBlocks(pairs.indptr, pairs.indices, blocks), mu, h)
         assert (got != Z[:, 2]).any()
         np.testing.assert_array_equal(got, z)
+
+
+@pytest.mark.parametrize("loss", ["ksh", "esplh"])
+def test_the_dense_cut_of_small_blocks_equals_pymaxflow_on_neighbour_blocks(loss, monkeypatch):
+    """knn affinities' neighbour blocks (a few points each) cut in numba runs give the codes
+    that PyMaxflow gives block by block."""
+    from dhash.kernels.affinity import Pairs, knn_affinities, neighbour_blocks
+    from dhash.kernels.zstep import CutBlocks, _cut_blocks
+
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((3000, 6))
+    Y = knn_affinities(X, 8, 20, rng)
+    pairs = Pairs(Y)
+    blocks = neighbour_blocks(Y, 40, rng)
+    Z = rng.choice([-1.0, 1.0], size=(3000, 6))
+    h = rng.choice([-1.0, 1.0], size=3000)
+    coupling = pairs.couplings(loss, pairs.inner(Z), Z[:, 4], 6)
+    for mu in (0.0, 3.0):
+        got = {}
+        for threshold in (0, zstep.SMALL_BLOCK_POINTS):
+            monkeypatch.setattr(zstep, "SMALL_BLOCK_POINTS", threshold)
+            plan = CutBlocks(pairs.indptr, pairs.indices, blocks)
+            assert any(small for _, _, small in plan.runs) == (threshold > 0)
+            got[threshold] = _cut_blocks(coupling, Z[:, 4], plan, mu, h)
+        assert (got[0] != Z[:, 4]).sum() > 100
+        np.testing.assert_array_equal(got[zstep.SMALL_BLOCK_POINTS], got[0])

@@ -80,6 +80,8 @@ from dhash.kernels.hash_functions import (
     rbf_features,
     standard_scaling,
 )
+from dhash.kernels.knn import SEARCHES as KNN_SEARCHES
+from dhash.kernels.knn import knn_recall
 from dhash.kernels.l2 import l2_topk
 from dhash.kernels.ranking import relevance_from_labels, relevance_from_neighbours, signs_precision_at_k
 from dhash.kernels.svm import LocalBlocks, newton_svm, row_blocks
@@ -100,6 +102,9 @@ SVM_C_GRID = (1.0, 10.0, 100.0, 1000.0)
 # rows between 2000 and 4000 points on 67,000 training points, where larger blocks would
 # not fit the time a cluster job should take (benchmarks/results/mac/scale/)
 LABEL_BLOCK_POINTS = 4000
+# training points whose exact neighbours measure an approximate knn search (one exact
+# search over the training points each)
+KNN_RECALL_POINTS = 256
 
 
 class _Shared:
@@ -121,8 +126,11 @@ class MAC(Hasher):
     * ``loss``: "ksh" (z_n^T z_m - b y_nm)^2 or "esplh" exp(-y_nm z_n^T z_m / b);
     * ``hash_function``: "linear" SVMs on the features, or "kernel": SVMs on ``n_centres`` RBF
       features (centred and scaled: kernels/hash_functions.py);
-    * ``affinity``: "labels" (similar = same class, drawn at random) or "knn" (similar = exact
-      Euclidean neighbours among the training points; no labels needed);
+    * ``affinity``: "labels" (similar = same class, drawn at random) or "knn" (similar =
+      Euclidean neighbours among the training points; no labels needed), the neighbours found
+      by ``knn_search``: "exact" (every pair: N^2 d, fine up to about 10^5 points) or "cells"
+      (among the points of nearby k-means cells, about N^1.5 d: kernels/knn.py; for 10^6
+      points and more, and approximate);
     * ``n_labeled`` training points (drawn with the seed), ``n_similar`` kappa+ and
       ``n_dissimilar`` kappa- pairs per point (paper: 5000-10000, 100, 500);
     * ``mu_start`` (default 0.3 for cut, 0.01 for quad), ``mu_factor`` alpha (1.4),
@@ -174,6 +182,7 @@ class MAC(Hasher):
         "loss": [StrOptions(set(LOSSES))],
         "hash_function": [StrOptions({"linear", "kernel"})],
         "affinity": [StrOptions({"labels", "knn"})],
+        "knn_search": [StrOptions(set(KNN_SEARCHES))],
         "n_labeled": [Interval(Integral, 2, None, closed="left")],
         "n_similar": [Interval(Integral, 1, None, closed="left")],
         "n_dissimilar": [Interval(Integral, 1, None, closed="left")],
@@ -200,6 +209,7 @@ class MAC(Hasher):
         loss: str = "ksh",
         hash_function: str = "linear",
         affinity: str = "labels",
+        knn_search: str = "exact",
         n_labeled: int = 5000,
         n_similar: int = 100,
         n_dissimilar: int = 500,
@@ -222,6 +232,7 @@ class MAC(Hasher):
         self.loss = loss
         self.hash_function = hash_function
         self.affinity = affinity
+        self.knn_search = knn_search
         self.n_labeled = n_labeled
         self.n_similar = n_similar
         self.n_dissimilar = n_dissimilar
@@ -275,8 +286,22 @@ class MAC(Hasher):
                 f"{self._name}: {len(Xt)} training points cannot give each kappa+ + kappa- = "
                 f"{self.n_similar + self.n_dissimilar} others; lower kappa or train on more points (`n_labeled`)"
             )
-        Y = knn_affinities(Xt, self.n_similar, self.n_dissimilar, rng)
+        Y = knn_affinities(Xt, self.n_similar, self.n_dissimilar, rng, self.knn_search)
+        if self.knn_search == "cells":  # approximate: how many true neighbours the pairs hold
+            self.training_stats_["knn_recall"] = self._neighbour_recall(Xt, Y)
         return Y, neighbour_blocks(Y, self.block_size, rng)
+
+    def _neighbour_recall(self, Xt, Y) -> float:
+        """Recall of the exact neighbours among the similar pairs of KNN_RECALL_POINTS
+        training points (drawn with a generator of their own: the fit's draws do not depend
+        on it)."""
+        rows = np.sort(
+            np.random.default_rng([self.seed_, 1]).choice(len(Xt), min(len(Xt), KNN_RECALL_POINTS), replace=False)
+        )
+        found = np.stack(
+            [Y.indices[Y.indptr[i] : Y.indptr[i + 1]][Y.data[Y.indptr[i] : Y.indptr[i + 1]] > 0] for i in rows]
+        )
+        return knn_recall(Xt, rows, found)
 
     def _validation_relevance(self, X_base, X_queries, base_labels, query_labels):
         if self.affinity == "labels":
@@ -346,11 +371,13 @@ class MAC(Hasher):
         if self.affinity == "labels":
             labels = self._training_labels(y, n, train)
             yv = self._training_labels(y, n, val)
+        started = time.perf_counter()
         Y, blocks = self._affinities(Xt, labels, rng)
+        pairs = Pairs(Y)
+        self.training_stats_["affinity_seconds"] = round(time.perf_counter() - started, 4)
         F = self._set_features(Xt, rng)
         validation = self._validation_set(F, Xt, Xv, labels, yv)
 
-        pairs = Pairs(Y)
         run = _MacRun(self, F, validation, pairs, blocks, {"affinities": _Shared(pairs, Y)})
         try:
             run.optimise()

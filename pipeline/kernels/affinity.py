@@ -37,7 +37,7 @@ from scipy import sparse
 
 from dhash.kernels.codes import pack_signs
 from dhash.kernels.hamming import _popcount, as_words
-from dhash.kernels.l2 import l2_topk
+from dhash.kernels.knn import nearest_others
 
 LOSSES = ("ksh", "esplh")
 
@@ -91,22 +91,81 @@ def affinity_shortfall(labels: np.ndarray, n_similar: int, n_dissimilar: int) ->
     return None
 
 
-def knn_affinities(X: np.ndarray, n_similar: int, n_dissimilar: int, rng: np.random.Generator):
-    """Y without labels: each point's ``n_similar`` exact Euclidean nearest other points
-    (ties by index) are similar; ``n_dissimilar`` drawn among the remaining points are
-    dissimilar. N must exceed n_similar + n_dissimilar."""
+def knn_affinities(
+    X: np.ndarray,
+    n_similar: int,
+    n_dissimilar: int,
+    rng: np.random.Generator,
+    search: str = "exact",
+):
+    """Y without labels: each point's ``n_similar`` nearest other points (Euclidean, ties by
+    index; ``search`` as ``knn.nearest_others``: "exact" or the approximate "cells") are
+    similar; ``n_dissimilar`` drawn uniformly among the remaining points are dissimilar.
+    N must exceed n_similar + n_dissimilar."""
     n = len(X)
-    ids = np.arange(n, dtype=np.int64)
-    _, nearest = l2_topk(X, ids, queries=X, k=n_similar + 1)
-    rows, cols, values = [], [], []
-    for i in range(n):
-        neighbours = nearest[i][nearest[i] != i][:n_similar]
-        rest = np.setdiff1d(ids, np.append(neighbours, i), assume_unique=True)
-        far = _draw_from(rest, n_dissimilar, rng)
-        rows.append(np.full(n_similar + n_dissimilar, i))
-        cols.append(np.concatenate([np.sort(neighbours), far]))
-        values.append(np.concatenate([np.ones(n_similar), -np.ones(n_dissimilar)]))
-    return _pair_matrix(np.concatenate(rows), np.concatenate(cols), np.concatenate(values), n)
+    neighbours = np.sort(nearest_others(X, n_similar, rng, search), axis=1)
+    far = _draw_outside(neighbours, n_dissimilar, rng)
+    rows = np.repeat(np.arange(n, dtype=np.int64), n_similar + n_dissimilar)
+    cols = np.concatenate([neighbours, far], axis=1).ravel()
+    values = np.tile(np.concatenate([np.ones(n_similar), -np.ones(n_dissimilar)]), n)
+    return _pair_matrix(rows, cols, values, n)
+
+
+# rows drawn together in ``_draw_outside``: bounds its (rows x draws) work arrays
+_DRAW_ROWS = 65536
+
+
+def _draw_outside(excluded: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """(N, count) sorted per row: for each point n, ``count`` distinct points drawn uniformly
+    among those neither n nor in its row of ``excluded`` (N, k; sorted per row, without n).
+
+    Drawn as ranks among the allowed points (N - 1 - k of them), which map to point indices
+    by counting the excluded ones below: no rejection for the excluded points. Repeated
+    ranks are dropped and a row keeps its first ``count`` distinct draws, which is a uniform
+    draw without replacement; a row short of ``count`` (likely only when ``count`` is a
+    large share of the allowed points) draws again with ``Generator.choice``. Linear in N:
+    the per-point set difference this replaces cost N per point."""
+    n, k = excluded.shape
+    allowed = n - 1 - k
+    if count > allowed:
+        raise ValueError(f"{allowed} points remain outside each point's {k} excluded ones; {count} requested")
+    # the excluded points of row n, n itself included, sorted, less their position: the
+    # allowed rank r maps to r + (the number of these offsets <= r)
+    own = np.arange(n, dtype=np.int64)[:, None]
+    excluded = np.sort(np.concatenate([excluded, own], axis=1), axis=1)
+    offsets = excluded - np.arange(k + 1)
+    # spare draws for repeated ranks: about count^2 / (2 * allowed) expected per row
+    width = count + int(np.ceil(4.0 * count * count / allowed)) + 8 if 4 * count <= allowed else 0
+    out = np.empty((n, count), np.int64)
+    for start in range(0, n, _DRAW_ROWS):
+        stop = min(n, start + _DRAW_ROWS)
+        block = out[start:stop]
+        if width:
+            block[:] = _first_distinct(rng.integers(0, allowed, size=(stop - start, width)), count)
+        short = np.flatnonzero(block[:, -1] < 0) if width else range(stop - start)
+        for i in short:
+            block[i] = rng.choice(allowed, count, replace=False)
+        shift = np.zeros_like(block)
+        for j in range(k + 1):
+            shift += block >= offsets[start:stop, j : j + 1]
+        block += shift
+    return np.sort(out, axis=1)
+
+
+def _first_distinct(draws: np.ndarray, count: int) -> np.ndarray:
+    """Each row's first ``count`` distinct values in draw order, -1 padded where it has fewer."""
+    rows, width = draws.shape
+    order = np.argsort(draws, axis=1, kind="stable")
+    ranked = np.take_along_axis(draws, order, axis=1)
+    repeat = np.zeros_like(draws, dtype=bool)
+    # a value equal to its predecessor in sorted order is a later draw of it (stable sort)
+    np.put_along_axis(repeat, order[:, 1:], ranked[:, 1:] == ranked[:, :-1], axis=1)
+    keep = ~repeat & (np.cumsum(~repeat, axis=1) <= count)
+    out = np.full((rows, count), -1, np.int64)
+    kept_rows, kept_cols = np.nonzero(keep)
+    slot = np.cumsum(keep, axis=1)[kept_rows, kept_cols] - 1
+    out[kept_rows, slot] = draws[kept_rows, kept_cols]
+    return out
 
 
 def _check_loss(loss: str) -> None:
@@ -394,27 +453,46 @@ def neighbour_blocks(Y, block_size: int, rng: np.random.Generator) -> list[np.nd
     any that has a dissimilar pair (either direction) with a member, up to ``block_size``
     points. Blocks cover every point once and hold no dissimilar pair."""
     Y = sparse.csr_matrix(Y)
-    n = Y.shape[0]
     both = (Y + Y.T).tocsr()
     dissimilar = (Y.minimum(0) + Y.T.minimum(0)).tocsr()
-    block_of = np.full(n, -1)
-    blocks = []
-    for seed_point in rng.permutation(n):
-        if block_of[seed_point] >= 0:
+    block_of, n_blocks = _grow_blocks(
+        rng.permutation(Y.shape[0]),
+        both.indptr,
+        both.indices,
+        both.data,
+        dissimilar.indptr,
+        dissimilar.indices,
+        block_size,
+    )
+    order = np.argsort(block_of, kind="stable")  # each block's members ascending
+    return np.split(order, np.searchsorted(block_of[order], np.arange(1, n_blocks)))
+
+
+@njit(cache=True)
+def _grow_blocks(seed_order, indptr, indices, data, dissimilar_indptr, dissimilar_indices, block_size):
+    """(block of every point, number of blocks) for ``neighbour_blocks``."""
+    block_of = np.full(len(seed_order), -1, np.int64)
+    n_blocks = 0
+    for seed in seed_order:
+        if block_of[seed] >= 0:
             continue
-        label = len(blocks)
-        members = [seed_point]
-        block_of[seed_point] = label
-        row = slice(both.indptr[seed_point], both.indptr[seed_point + 1])
-        for m in both.indices[row][both.data[row] > 0]:
-            if len(members) >= block_size:
+        block_of[seed] = n_blocks
+        size = 1
+        for e in range(indptr[seed], indptr[seed + 1]):
+            if data[e] <= 0:
+                continue
+            if size >= block_size:
                 break
+            m = indices[e]
             if block_of[m] >= 0:
                 continue
-            partners = dissimilar.indices[dissimilar.indptr[m] : dissimilar.indptr[m + 1]]
-            if (block_of[partners] == label).any():
-                continue
-            block_of[m] = label
-            members.append(m)
-        blocks.append(np.sort(np.asarray(members)))
-    return blocks
+            clash = False
+            for f in range(dissimilar_indptr[m], dissimilar_indptr[m + 1]):
+                if block_of[dissimilar_indices[f]] == n_blocks:
+                    clash = True
+                    break
+            if not clash:
+                block_of[m] = n_blocks
+                size += 1
+        n_blocks += 1
+    return block_of, n_blocks

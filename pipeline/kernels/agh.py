@@ -39,13 +39,9 @@ def lloyd_sums(X: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarr
     m, d = centres.shape
     counts, sums, inertia = np.zeros(m, np.int64), np.zeros((m, d)), 0.0
     centres = np.asarray(centres, dtype=np.float64)
-    # the nearest centre minimises ||c||^2 - 2 x.c: the row's own norm is added only to the
-    # winner, which saves two passes over every (rows x m) block
-    minus_twice, centre_norms = -2.0 * centres.T, (centres * centres).sum(axis=1)
     for rows in _slabs(X):
         part = np.asarray(X[rows], dtype=np.float64)
-        scores = part @ minus_twice
-        scores += centre_norms
+        scores = _centre_scores(part, centres)
         nearest = scores.argmin(axis=1)
         counts += np.bincount(nearest, minlength=m)
         # the rows summed per centre as a sparse one-hot product: O(rows x d), several times
@@ -55,6 +51,32 @@ def lloyd_sums(X: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarr
         closest = scores[np.arange(len(part)), nearest] + (part * part).sum(axis=1)
         inertia += float(np.maximum(closest, 0.0).sum())
     return counts, sums, inertia
+
+
+def _centre_scores(part: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """||c||^2 - 2 x.c for every (row, centre): the nearest centre minimises it, and the
+    row's own norm is left out (added to the winner only where needed), which saves two
+    passes over every (rows x m) block."""
+    scores = part @ (-2.0 * centres.T)
+    scores += (centres * centres).sum(axis=1)
+    return scores
+
+
+def nearest_centres(X: np.ndarray, centres: np.ndarray, count: int | None = None) -> np.ndarray:
+    """Index of every row's nearest centre, int64 (n,); with ``count``, the ``count`` nearest,
+    nearest first, (n, count). Ties: the lower index (among the ``count`` nearest)."""
+    centres = np.asarray(centres, dtype=np.float64)
+    out = np.empty(X.shape[0] if count is None else (X.shape[0], count), np.int64)
+    for rows in _slabs(X):
+        scores = _centre_scores(np.asarray(X[rows], dtype=np.float64), centres)
+        if count is None:
+            out[rows] = scores.argmin(axis=1)
+            continue
+        near = np.argpartition(scores, count - 1, axis=1)[:, :count] if count < len(centres) else None
+        near = np.sort(near, axis=1) if near is not None else np.broadcast_to(np.arange(len(centres)), scores.shape)
+        order = np.argsort(np.take_along_axis(scores, near, axis=1), axis=1, kind="stable")
+        out[rows] = np.take_along_axis(near, order, axis=1)
+    return out
 
 
 def updated_centres(centres: np.ndarray, counts: np.ndarray, sums: np.ndarray) -> np.ndarray:

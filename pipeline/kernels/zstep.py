@@ -147,58 +147,208 @@ def _inside_pairs(indptr, indices, block, position):
     return entries, first, second
 
 
+# blocks of at most this many points are cut by ``_cut_small_blocks`` (numba, a dense
+# max-flow) in runs, without a Python call per block; larger ones by PyMaxflow. Neighbour
+# blocks (knn affinities) hold a few points each and number N / 6 or so, where a Python call
+# per block cost more than the cuts themselves
+SMALL_BLOCK_POINTS = 32
+
+
 class CutBlocks:
     """GraphCut blocks (lists of point indices) with the pattern entries inside each, found
-    once per Z-step: every bit's cut then reads S only at those entries, and S z once."""
+    once per Z-step: every bit's cut then reads S only at those entries, and S z once. Also
+    held flat (``members``/``member_ptr``, ``entries``/``first``/``second``/``entry_ptr``)
+    for the numba cut of small blocks, and as ``runs``: (start, stop, small) ranges of
+    consecutive blocks cut the same way."""
 
     def __init__(self, indptr, indices, blocks):
         position = np.full(len(indptr) - 1, -1, np.int64)
         self.blocks = [np.asarray(block, dtype=np.int64) for block in blocks]
         self.inside = [_inside_pairs(indptr, indices, block, position) for block in self.blocks]
+        sizes = np.array([len(b) for b in self.blocks], np.int64)
+        self.member_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.entry_ptr = np.concatenate([[0], np.cumsum([len(e) for e, _, _ in self.inside])]).astype(np.int64)
+        flat = self.blocks or [np.empty(0, np.int64)]
+        self.members = np.concatenate(flat)
+        pieces = self.inside or [(np.empty(0, np.int64),) * 3]
+        self.entries, self.first, self.second = (np.concatenate([p[i] for p in pieces]) for i in range(3))
+        small = sizes <= SMALL_BLOCK_POINTS
+        cuts = np.flatnonzero(np.diff(small.astype(np.int8))) + 1
+        bounds = np.concatenate([[0], cuts, [len(sizes)]]).astype(np.int64)
+        self.runs = [(int(a), int(b), bool(small[a])) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
 def _cut_blocks(S: BitCoupling, z: np.ndarray, plan: CutBlocks, mu: float, h: np.ndarray) -> np.ndarray:
     """z after each block in turn is replaced by its exact minimiser given the rest."""
+    z = np.array(z, dtype=np.float64, copy=True)
+    h = np.asarray(h, dtype=np.float64)
+    sums = S.row_sums(z)  # S z, kept current as blocks change
+    for start, stop, small in plan.runs:
+        if small:
+            _cut_small_blocks(
+                *S._arrays(), plan.members, plan.member_ptr, plan.entries, plan.first, plan.second,
+                plan.entry_ptr, start, stop, z, sums, mu, h,
+            )  # fmt: skip
+            continue
+        for b in range(start, stop):
+            _cut_large_block(S, z, sums, plan.blocks[b], plan.inside[b], mu, h)
+    return z
+
+
+def _cut_large_block(S: BitCoupling, z, sums, block, inside_pairs, mu: float, h) -> None:
+    """One block's cut by PyMaxflow (z and sums updated in place when the energy drops)."""
     import maxflow  # optional heavy import: only the cut solver needs it
 
-    z = np.array(z, dtype=np.float64, copy=True)
-    sums = S.row_sums(z)  # S z, kept current as blocks change
-    for block, (entries, first, second) in zip(plan.blocks, plan.inside):
-        # pairwise weights w z_n z_m inside the block (each pair once, both orders: 2 S_nm)
-        weight = S.values(entries, block[first])
-        w = 2.0 * weight
-        if (w > 0).any():
-            raise ValueError("cut_block: the block couples points with a positive weight (not submodular)")
-        old = z[block]
+    entries, first, second = inside_pairs
+    # pairwise weights w z_n z_m inside the block (each pair once, both orders: 2 S_nm)
+    weight = S.values(entries, block[first])
+    w = 2.0 * weight
+    if (w > 0).any():
+        raise ValueError("cut_block: the block couples points with a positive weight (not submodular)")
+    old = z[block]
+    k = len(block)
+    # linear terms g_n z_n: couplings to the points outside the block (S z less the block's
+    # own pairs), and the penalty
+    inside = np.bincount(first, weight * old[second], minlength=k) + np.bincount(
+        second, weight * old[first], minlength=k
+    )
+    g = 2.0 * (sums[block] - inside) - 2.0 * mu * h[block]
+    # with x = (z + 1) / 2 in {0, 1}: unary costs a_n of x_n = 1 over x_n = 0
+    a = 2.0 * g
+    # w z_n z_m = 4w x_n x_m - 2w x_n - 2w x_m + w; with c = -4w >= 0,
+    # -c x_n x_m = c (1 - x_n) x_m - c x_m: an edge n -> m cut when x_n = 0 and x_m = 1
+    c = -4.0 * w
+    a += np.bincount(first, weights=-2.0 * w, minlength=k)
+    a += np.bincount(second, weights=-2.0 * w - c, minlength=k)
+    graph = maxflow.Graph[float]()
+    nodes = np.asarray(graph.add_nodes(k))
+    graph.add_edges(nodes[first], nodes[second], c, np.zeros_like(c))
+    # x_n = 1 (sink side) costs a_n when a_n > 0, x_n = 0 (source side) costs -a_n otherwise
+    graph.add_grid_tedges(nodes, np.maximum(a, 0.0), np.maximum(-a, 0.0))
+    graph.maxflow()
+    # PyMaxflow's sink side: the points that reach the sink in the residual graph
+    new = np.where(graph.get_grid_segments(nodes), 1.0, -1.0)
+    # E changes only through the block's bits: sum w v_n v_m + g^T v for the old and the new
+    # bits (O(block) work); ties keep the current bits
+    if w @ (new[first] * new[second]) + g @ new >= w @ (old[first] * old[second]) + g @ old:
+        return
+    changed = block[new != old]
+    z[block] = new
+    S.spread(changed, z, sums)
+
+
+@njit(nogil=True, cache=True)
+def _cut_small_blocks(
+    indptr, indices, kind, inner, old_bits, table, offset,
+    members, member_ptr, entries, first, second, entry_ptr, start, stop, z, sums, mu, h,
+):  # fmt: skip
+    """Blocks start..stop of a ``CutBlocks`` in turn, each as ``_cut_large_block`` does (the
+    same unary and pair terms, the same sink side, the same tie rule), with the max-flow
+    found by shortest augmenting paths on a dense (k + 2)^2 capacity matrix."""
+    for b in range(start, stop):
+        block = members[member_ptr[b] : member_ptr[b + 1]]
         k = len(block)
-        # linear terms g_n z_n: couplings to the points outside the block (S z less the block's
-        # own pairs), and the penalty
-        inside = np.bincount(first, weight * old[second], minlength=k) + np.bincount(
-            second, weight * old[first], minlength=k
-        )
-        g = 2.0 * (sums[block] - inside) - 2.0 * mu * h[block]
-        # with x = (z + 1) / 2 in {0, 1}: unary costs a_n of x_n = 1 over x_n = 0
-        a = 2.0 * g
-        # w z_n z_m = 4w x_n x_m - 2w x_n - 2w x_m + w; with c = -4w >= 0,
-        # -c x_n x_m = c (1 - x_n) x_m - c x_m: an edge n -> m cut when x_n = 0 and x_m = 1
-        c = -4.0 * w
-        a += np.bincount(first, weights=-2.0 * w, minlength=k)
-        a += np.bincount(second, weights=-2.0 * w - c, minlength=k)
-        graph = maxflow.Graph[float]()
-        nodes = np.asarray(graph.add_nodes(k))
-        graph.add_edges(nodes[first], nodes[second], c, np.zeros_like(c))
-        # x_n = 1 (sink side) costs a_n when a_n > 0, x_n = 0 (source side) costs -a_n otherwise
-        graph.add_grid_tedges(nodes, np.maximum(a, 0.0), np.maximum(-a, 0.0))
-        graph.maxflow()
-        new = np.where(graph.get_grid_segments(nodes), 1.0, -1.0)
-        # E changes only through the block's bits: sum w v_n v_m + g^T v for the old and the new
-        # bits (O(block) work); ties keep the current bits
-        if w @ (new[first] * new[second]) + g @ new >= w @ (old[first] * old[second]) + g @ old:
+        lo, hi = entry_ptr[b], entry_ptr[b + 1]
+        weight = np.empty(hi - lo)
+        # accumulated per endpoint in entry order and then added, as the bincounts of
+        # ``_cut_large_block``: the same sums in the same order
+        inside_first, inside_second = np.zeros(k), np.zeros(k)
+        old = np.empty(k)
+        for i in range(k):
+            old[i] = z[block[i]]
+        for j in range(lo, hi):
+            e = entries[j]
+            weight[j - lo] = table[kind[e], inner[e] - old_bits[block[first[j]]] * old_bits[indices[e]] + offset]
+            if weight[j - lo] > 0:
+                raise ValueError("cut_block: the block couples points with a positive weight (not submodular)")
+        for j in range(lo, hi):
+            inside_first[first[j]] += weight[j - lo] * old[second[j]]
+            inside_second[second[j]] += weight[j - lo] * old[first[j]]
+        g = np.empty(k)
+        for i in range(k):
+            g[i] = 2.0 * (sums[block[i]] - (inside_first[i] + inside_second[i])) - 2.0 * mu * h[block[i]]
+        source, sink = k, k + 1
+        cap = np.zeros((k + 2, k + 2))
+        unary_first, unary_second = np.zeros(k), np.zeros(k)
+        for j in range(lo, hi):
+            w = 2.0 * weight[j - lo]
+            unary_first[first[j]] += -2.0 * w
+            unary_second[second[j]] += -2.0 * w + 4.0 * w
+            cap[first[j], second[j]] += -4.0 * w
+        a = 2.0 * g + unary_first + unary_second
+        for i in range(k):
+            cap[source, i] = max(a[i], 0.0)
+            cap[i, sink] = max(-a[i], 0.0)
+        on_sink_side = _dense_min_cut(cap, source, sink)
+        new_energy, old_energy = 0.0, 0.0
+        for j in range(lo, hi):
+            w = 2.0 * weight[j - lo]
+            f, s = first[j], second[j]
+            new_energy += w * (1.0 if on_sink_side[f] == on_sink_side[s] else -1.0)
+            old_energy += w * old[f] * old[s]
+        for i in range(k):
+            new_energy += g[i] * (1.0 if on_sink_side[i] else -1.0)
+            old_energy += g[i] * old[i]
+        if new_energy >= old_energy:
             continue
-        changed = block[new != old]
-        z[block] = new
-        S.spread(changed, z, sums)
-    return z
+        for i in range(k):
+            z[block[i]] = 1.0 if on_sink_side[i] else -1.0
+        for i in range(k):  # S z follows the flipped points (S's symmetry, as BitCoupling.spread)
+            p = block[i]
+            if z[p] == old[i]:
+                continue
+            own = old_bits[p]
+            for e in range(indptr[p], indptr[p + 1]):
+                q = indices[e]
+                sums[q] += 2.0 * table[kind[e], inner[e] - own * old_bits[q] + offset] * z[p]
+
+
+@njit(nogil=True, cache=True)
+def _dense_min_cut(cap, source, sink):
+    """The nodes that reach ``sink`` in the residual graph of a maximum flow (the sink side of
+    the minimum cut with the fewest nodes on it; PyMaxflow's too) of the capacities ``cap``
+    (dense, overwritten by the residuals). Shortest augmenting paths (Edmonds-Karp): each
+    augmentation empties its bottleneck edge exactly (x - x = 0 in floating point) and
+    leaves every residual >= 0, so it ends as with exact arithmetic."""
+    v_count = cap.shape[0]
+    parent = np.empty(v_count, np.int64)
+    queue = np.empty(v_count, np.int64)
+    while True:
+        parent[:] = -1
+        parent[source] = source
+        queue[0], head, tail = source, 0, 1
+        while head < tail and parent[sink] < 0:
+            u = queue[head]
+            head += 1
+            for v in range(v_count):
+                if parent[v] < 0 and cap[u, v] > 0.0:
+                    parent[v] = u
+                    queue[tail] = v
+                    tail += 1
+        if parent[sink] < 0:
+            break
+        bottleneck, v = np.inf, sink
+        while v != source:
+            bottleneck = min(bottleneck, cap[parent[v], v])
+            v = parent[v]
+        v = sink
+        while v != source:
+            u = parent[v]
+            cap[u, v] -= bottleneck
+            cap[v, u] += bottleneck
+            v = u
+    reaches = np.zeros(v_count, np.bool_)
+    reaches[sink] = True
+    queue[0], head, tail = sink, 0, 1
+    while head < tail:
+        v = queue[head]
+        head += 1
+        for u in range(v_count):
+            if not reaches[u] and cap[u, v] > 0.0:
+                reaches[u] = True
+                queue[tail] = u
+                tail += 1
+    return reaches[: v_count - 2]
 
 
 def cut_block(A, z: np.ndarray, block: np.ndarray, mu: float, h: np.ndarray) -> np.ndarray:
