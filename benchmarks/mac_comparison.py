@@ -95,7 +95,7 @@ def summary(report: dict, args) -> str:
         f"- {args.labeled} training points drawn with the seed from the database rows (every method), "
         f"{affinity_text(args)} ({args.kappa_plus} similar + {args.kappa_minus} dissimilar pairs per point), "
         f"{LOSS_NAMES[args.loss]} loss, {svm_c_text(args)}; MAC's h-step: {H_STEPS[args.h_step]}; test split of "
-        f"{report['split']['n_query']} queries, {TRUTH_NAMES[report['truth']['kind']]} ground truth",
+        f"{report['split']['n_query']} queries, {TRUTH_NAMES[report['ground_truth']['kind']]} ground truth",
         f"- early stopping: {validation_rows(report)} validation rows drawn from the database rows apart from the "
         f"training points, ranked against {VALIDATION_DATABASES[args.validation_database]}; an iteration is kept "
         "only if it lowers no validation precision@kappa+ (the 'validation' column: the kept h's)"

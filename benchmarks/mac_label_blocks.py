@@ -45,7 +45,7 @@ def _solve(S, z, pairs, labels, cap, mu, h):
     plan = CutBlocks(pairs.indptr, pairs.indices, label_blocks(labels, cap))
     started = time.perf_counter()
     new = _cut_blocks(S, z, plan, mu, h)
-    return new, time.perf_counter() - started, len(plan.blocks)
+    return new, time.perf_counter() - started, len(plan)
 
 
 def main(argv=None) -> int:

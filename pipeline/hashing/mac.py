@@ -85,7 +85,7 @@ from dhash.kernels.knn import knn_recall
 from dhash.kernels.l2 import l2_topk
 from dhash.kernels.ranking import relevance_from_labels, relevance_from_neighbours, signs_precision_at_k
 from dhash.kernels.svm import LocalBlocks, newton_svm, row_blocks
-from dhash.kernels.zstep import free_codes, z_steps
+from dhash.kernels.zstep import CutBlocks, free_codes, z_steps
 from dhash.storage.npz import FLOAT
 from dhash.validation import check_int_param
 
@@ -378,7 +378,11 @@ class MAC(Hasher):
         F = self._set_features(Xt, rng)
         validation = self._validation_set(F, Xt, Xv, labels, yv)
 
-        run = _MacRun(self, F, validation, pairs, blocks, {"affinities": _Shared(pairs, Y)})
+        # the GraphCut plan (each block's pairs) is found once and sent to the Z-step's worker
+        # once (none for the quadratic surrogate, which has no blocks)
+        plan = CutBlocks(pairs.indptr, pairs.indices, blocks if self.solver == "cut" else [])
+        shared = {"affinities": _Shared(pairs, Y), "blocks": _Shared(plan, (plan.members, plan.member_ptr))}
+        run = _MacRun(self, F, validation, pairs, shared)
         try:
             run.optimise()
         finally:
@@ -483,8 +487,8 @@ class _MacRun:
     """One MAC optimisation: the state (Z, W, c, H = h(X)) and its Dask steps. Holds no math:
     the steps are kernels/zstep.py and kernels/hash_functions.py."""
 
-    def __init__(self, model: MAC, F, validation, Y, blocks, on_cluster):
-        self.model, self.F, self.Y, self.blocks = model, F, Y, blocks
+    def __init__(self, model: MAC, F, validation, Y, on_cluster):
+        self.model, self.F, self.Y = model, F, Y
         self.Fv, self.F_base, self.relevant = validation  # early stopping's queries, database, relevance
         self.cluster = on_cluster
         self.mu_scale = penalty_scale(model.loss, model.n_bits)
@@ -502,16 +506,18 @@ class _MacRun:
     def free_codes(self):
         m = self.model
         affinities = self.cluster["affinities"]
-        key = f"mac-z-step-{tokenize('free', affinities.token, m.loss, m.n_bits, m.solver)}"
+        blocks = self.cluster["blocks"]
+        key = f"mac-z-step-{tokenize('free', affinities.token, blocks.token, m.loss, m.n_bits, m.solver)}"
         task = delayed(free_codes, pure=True)(
-            m.loss, affinities.handle, m.n_bits, m.solver, self.blocks, m.start_passes, dask_key_name=key
+            m.loss, affinities.handle, m.n_bits, m.solver, blocks.handle, m.start_passes, dask_key_name=key
         )
         return dask.compute(task)[0]
 
     def z_step(self, Z, mu):
         m = self.model
         affinities = self.cluster["affinities"]
-        key = f"mac-z-step-{tokenize(affinities.token, m.loss, Z, mu, self.H, m.solver)}"
+        blocks = self.cluster["blocks"]
+        key = f"mac-z-step-{tokenize(affinities.token, blocks.token, m.loss, Z, mu, self.H, m.solver)}"
         # codes travel in the graph as int8: an eighth of float64's bytes
         task = delayed(z_steps, pure=True)(
             m.loss,
@@ -520,7 +526,7 @@ class _MacRun:
             mu * self.mu_scale,
             self.H.astype(np.int8),
             m.solver,
-            self.blocks,
+            blocks.handle,
             m.z_passes,
             dask_key_name=key,
         )

@@ -156,26 +156,38 @@ SMALL_BLOCK_POINTS = 32
 
 class CutBlocks:
     """GraphCut blocks (lists of point indices) with the pattern entries inside each, found
-    once per Z-step: every bit's cut then reads S only at those entries, and S z once. Also
-    held flat (``members``/``member_ptr``, ``entries``/``first``/``second``/``entry_ptr``)
-    for the numba cut of small blocks, and as ``runs``: (start, stop, small) ranges of
+    once: every bit's cut then reads S only at those entries, and S z once. Held flat (block
+    b's points are ``members[member_ptr[b]:member_ptr[b + 1]]``, its entries, with the
+    positions of their two points in it, ``entries``/``first``/``second`` between
+    ``entry_ptr[b]`` and ``entry_ptr[b + 1]``), so that a plan of a million points pickles
+    as a few arrays and is sent to a worker once; ``runs``: (start, stop, small) ranges of
     consecutive blocks cut the same way."""
 
     def __init__(self, indptr, indices, blocks):
         position = np.full(len(indptr) - 1, -1, np.int64)
-        self.blocks = [np.asarray(block, dtype=np.int64) for block in blocks]
-        self.inside = [_inside_pairs(indptr, indices, block, position) for block in self.blocks]
-        sizes = np.array([len(b) for b in self.blocks], np.int64)
+        blocks = [np.asarray(block, dtype=np.int64) for block in blocks]
+        inside = [_inside_pairs(indptr, indices, block, position) for block in blocks]
+        sizes = np.array([len(b) for b in blocks], np.int64)
         self.member_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.entry_ptr = np.concatenate([[0], np.cumsum([len(e) for e, _, _ in self.inside])]).astype(np.int64)
-        flat = self.blocks or [np.empty(0, np.int64)]
-        self.members = np.concatenate(flat)
-        pieces = self.inside or [(np.empty(0, np.int64),) * 3]
+        self.entry_ptr = np.concatenate([[0], np.cumsum([len(e) for e, _, _ in inside])]).astype(np.int64)
+        self.members = np.concatenate(blocks or [np.empty(0, np.int64)])
+        pieces = inside or [(np.empty(0, np.int64),) * 3]
         self.entries, self.first, self.second = (np.concatenate([p[i] for p in pieces]) for i in range(3))
         small = sizes <= SMALL_BLOCK_POINTS
         cuts = np.flatnonzero(np.diff(small.astype(np.int8))) + 1
         bounds = np.concatenate([[0], cuts, [len(sizes)]]).astype(np.int64)
         self.runs = [(int(a), int(b), bool(small[a])) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+    def __len__(self) -> int:
+        return len(self.member_ptr) - 1
+
+    def block(self, b: int) -> np.ndarray:
+        return self.members[self.member_ptr[b] : self.member_ptr[b + 1]]
+
+    def inside(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(entries, first, second) of block b's pairs."""
+        part = slice(self.entry_ptr[b], self.entry_ptr[b + 1])
+        return self.entries[part], self.first[part], self.second[part]
 
 
 def _cut_blocks(S: BitCoupling, z: np.ndarray, plan: CutBlocks, mu: float, h: np.ndarray) -> np.ndarray:
@@ -191,7 +203,7 @@ def _cut_blocks(S: BitCoupling, z: np.ndarray, plan: CutBlocks, mu: float, h: np
             )  # fmt: skip
             continue
         for b in range(start, stop):
-            _cut_large_block(S, z, sums, plan.blocks[b], plan.inside[b], mu, h)
+            _cut_large_block(S, z, sums, plan.block(b), plan.inside(b), mu, h)
     return z
 
 
