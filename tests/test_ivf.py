@@ -62,3 +62,79 @@ def test_nprobe_out_of_range_and_bad_list_numbers_are_errors():
             probed_lists(np.zeros((1, 2)), centroids, nprobe)
     with pytest.raises(ValueError, match=r"list numbers must lie in \[0, 4\)"):
         list_layout(np.array([0, 4]), 4)
+
+
+@pytest.fixture(scope="module")
+def stored_ivf(tmp_path_factory):
+    """sift-synth rows in 700-row chunks with a split, their ITQ codes and inverted file."""
+    import dask
+
+    from dhash import workflows
+    from dhash.search.ivf import build_ivf
+
+    d = tmp_path_factory.mktemp("ivf")
+    with dask.config.set(scheduler="synchronous"):
+        ds = workflows.synth("sift", d / "s.zarr", n=5000, chunk_rows=700)
+        split = workflows.split(ds, queries=60)
+        model = workflows.train(ds, "itq", d / "m", bits=64, split="default")
+        workflows.encode(ds, model, d / "c.zarr")
+        build_ivf(d / "c.zarr", ds.features_dask(), d / "i.zarr", n_lists=30)
+    return d, ds, split
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, workers):
+    import dask
+    from distributed import Client, LocalCluster
+
+    from dhash.search.ivf import ivf_knn_lazy
+    from dhash.storage.codes import open_codes
+    from dhash.storage.ivf_index import open_ivf
+
+    d, ds, split = stored_ivf
+    codes = open_codes(d / "c.zarr")
+    lists = open_ivf(d / "i.zarr", codes)
+    all_codes = codes.reader[...]
+    features = np.asarray(ds.features_dask().compute(), dtype=np.float64)
+    queries = split.query
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
+        with Client(lc):
+            dist, ids = dask.compute(
+                ivf_knn_lazy(all_codes[queries], features[queries], lists, 20, 4, excluded_rows=queries)
+            )[0]
+    assignment = np.argmin(((features[:, None, :] - lists.centroids[None]) ** 2).sum(-1), axis=1)
+    probes = probed_lists(features[queries], lists.centroids, 4)
+    database = np.setdiff1d(np.arange(len(all_codes)), queries)
+    for q in range(len(queries)):
+        rows = database[np.isin(assignment[database], probes[q])]
+        want_d, want_i = _brute_force(all_codes[queries[q]], all_codes, rows, 20)
+        np.testing.assert_array_equal(ids[q], want_i)
+        np.testing.assert_array_equal(dist[q], want_d)
+
+
+def test_a_stored_ivf_refuses_other_codes_damage_and_bad_nprobe(stored_ivf, tmp_path):
+    import shutil
+
+    from dhash import workflows
+    from dhash.errors import InputError
+    from dhash.search.ivf import ivf_knn_lazy
+    from dhash.storage.codes import open_codes
+    from dhash.storage.ivf_index import open_ivf
+
+    d, ds, split = stored_ivf
+    codes = open_codes(d / "c.zarr")
+    lists = open_ivf(d / "i.zarr", codes)
+    queries = np.asarray(ds.features_dask()[:3].compute(), dtype=np.float64)
+    query_codes = codes.reader[:3]
+    for nprobe in (0, 31):
+        with pytest.raises(InputError, match=r"nprobe must be an int in \[1, 30\]"):
+            ivf_knn_lazy(query_codes, queries, lists, 5, nprobe)
+    workflows.encode(ds, workflows.train(ds, "lsh", tmp_path / "m", bits=64), tmp_path / "c.zarr")
+    with pytest.raises(InputError, match="built from other codes"):
+        open_ivf(d / "i.zarr", open_codes(tmp_path / "c.zarr"))
+    damaged = tmp_path / "i.zarr"
+    shutil.copytree(d / "i.zarr", damaged)
+    chunk = next(p for p in (damaged / "order").rglob("*") if p.is_file() and p.name != "zarr.json")
+    chunk.write_bytes(b"\0" * len(chunk.read_bytes()))
+    with pytest.raises(InputError, match="order"):
+        ivf_knn_lazy(query_codes, queries, open_ivf(damaged, codes), 5, 2).compute(scheduler="synchronous")

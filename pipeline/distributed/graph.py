@@ -301,3 +301,19 @@ def gather_rows(parts: list, bounds: np.ndarray, rows: np.ndarray) -> np.ndarray
     if not taken:
         return np.asarray(dask.compute(delayed(_take, pure=True)(parts[0], rows))[0])
     return np.concatenate(dask.compute(*taken))
+
+
+def _add_counts(a, b):
+    return a + b
+
+
+def write_shards(name: str, fn, data, expected_rows: int, progress=None, **kwargs) -> None:
+    """Run ``fn(chunk, shard_number, **kwargs)`` as one ``name`` task per row chunk of the
+    dask array ``data``; each writes its part of an artifact and returns its row count. The
+    counts are added by a tree (``name``-rows) and must come to ``expected_rows``.
+    ``progress``, if given, computes the final task (e.g. behind a progress bar)."""
+    parts = map_chunks(name, fn, [(block, i) for i, block in enumerate(chunk_reads(data))], **kwargs)
+    done = tree_reduce(f"{name}-rows", parts, _add_counts)
+    written = progress(done) if progress is not None else done.compute()
+    if written is not None and written != expected_rows:
+        raise RuntimeError(f"{name} wrote {written} rows, expected {expected_rows}")

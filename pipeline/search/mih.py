@@ -15,7 +15,7 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from dhash.distributed.graph import chunk_delayeds, chunk_reads, map_chunks, tree_reduce
+from dhash.distributed.graph import chunk_delayeds, map_chunks, tree_reduce, write_shards
 from dhash.errors import InputError
 from dhash.kernels.mih import (
     build_tables,
@@ -25,7 +25,6 @@ from dhash.kernels.mih import (
     substring_starts,
     tables_from_arrays,
 )
-from dhash.kernels.stats import add
 from dhash.search.hamming import _aligned, _check_codes, _concat_radius, _merge_pair, lims_of
 from dhash.storage.chunkread import write_rows
 from dhash.storage.codes import open_codes
@@ -136,19 +135,10 @@ def build_index(codes, out, *, m: int | None = None, overwrite: bool = False, pr
     out = resolve(out, storage=storage)
     with index_output(out, overwrite) as tmp:
         create_index_arrays(tmp, codes=codes, starts=starts)
-        parts = map_chunks(
-            "mih-build",
-            _build_shard_into,
-            [(block, i) for i, block in enumerate(chunk_reads(codes.dask()))],
-            n_bits=n_bits,
-            m=m,
-            chunk_rows=reader.chunk_rows,
-            target=tmp,
-        )
-        done = tree_reduce("mih-build-rows", parts, add)
-        written = progress(done) if progress is not None else done.compute()
-        if written is not None and written != reader.shape[0]:
-            raise RuntimeError(f"indexed {written} rows, expected {reader.shape[0]}")
+        write_shards(
+            "mih-build", _build_shard_into, codes.dask(), reader.shape[0], progress,
+            n_bits=n_bits, m=m, chunk_rows=reader.chunk_rows, target=tmp,
+        )  # fmt: skip
     return out, m
 
 

@@ -92,20 +92,35 @@ def open_index(path, codes, *, storage=None) -> StoredTables:
         if path.codes is not codes and path.codes.content_id != codes.content_id:
             raise InputError(f"the index at {path.location} was built from other codes than {codes.path}")
         return path
+    loc, attrs, (order, offsets) = open_code_index(
+        path, codes, kind=INDEX_KIND, schema=INDEX_SCHEMA, what="multi-index", arrays=("order", "offsets"),
+        storage=storage,
+    )  # fmt: skip
+    if order.chunk_rows != codes.reader.chunk_rows or offsets.shape[0] != codes.reader.n_chunks:
+        raise InputError(
+            f"the index at {loc} is chunked unlike the codes at {codes.path}; build it again from the codes "
+            f"{codes.path} with `overwrite=True`"
+        )
+    return StoredTables(loc, codes, order, offsets, attrs)
+
+
+def open_code_index(path, codes, *, kind: str, schema: str, what: str, arrays: tuple, storage=None):
+    """(location, attrs, verified readers of ``arrays``) of a committed index of ``kind``
+    over ``codes`` (a Codes handle): one-line errors for anything else, for an index of
+    other codes, and for a missing or damaged array."""
     loc = resolve(path, storage=storage)
     remedy = f"build it again from the codes {codes.path} with `overwrite=True`"
-    record = require_committed(loc, INDEX_KIND, remedy)
+    record = require_committed(loc, kind, remedy)
     attrs = read_attrs(loc, f"index {loc}", remedy)
-    if attrs.get("schema") != INDEX_SCHEMA:
-        raise InputError(f"{loc} is not a dhash multi-index (schema {attrs.get('schema')!r}); {remedy}")
+    if attrs.get("schema") != schema:
+        raise InputError(f"{loc} is not a dhash {what} (schema {attrs.get('schema')!r}); {remedy}")
     if attrs.get("codes_id") != codes.content_id:
         raise InputError(
             f"the index at {loc} was built from other codes ({attrs.get('codes')}, id {attrs.get('codes_id')}) "
             f"than {codes.path}; {remedy}"
         )
-    arrays = record["manifest"].get("arrays", {})
-    order = open_verified(loc.child("order"), arrays.get("order"), f"index {loc} (order)", remedy)
-    offsets = open_verified(loc.child("offsets"), arrays.get("offsets"), f"index {loc} (offsets)", remedy)
-    if order.chunk_rows != codes.reader.chunk_rows or offsets.shape[0] != codes.reader.n_chunks:
-        raise InputError(f"the index at {loc} is chunked unlike the codes at {codes.path}; {remedy}")
-    return StoredTables(loc, codes, order, offsets, attrs)
+    manifest = record["manifest"].get("arrays", {})
+    readers = tuple(
+        open_verified(loc.child(name), manifest.get(name), f"index {loc} ({name})", remedy) for name in arrays
+    )
+    return loc, attrs, readers

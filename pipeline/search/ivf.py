@@ -1,0 +1,130 @@
+"""Hamming search through an inverted file (kernels.ivf) over chunked codes on the cluster.
+
+``build_ivf`` learns the coarse quantiser by k-means on the features (Lloyd steps over the
+feature chunks, only counts and sums travelling: hashing.anchor_graph.kmeans), then one
+``ivf-build`` task per codes chunk assigns the chunk's rows to their nearest centroid and
+writes the chunk's list layout (storage.ivf_index). ``ivf_knn_lazy`` finds each query's
+``nprobe`` nearest centroids on the client (small), sends the queries to one ``ivf-topk``
+task per shard, which ranks only the probed lists' codes, and merges the shards' results
+as the linear scan does: the answer is exactly the Hamming top-k over the rows of the
+probed lists, ties by id, whatever the chunking and the number of workers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dhash.distributed.graph import map_chunks, tree_reduce, write_shards
+from dhash.errors import InputError
+from dhash.hashing.anchor_graph import kmeans
+from dhash.kernels.agh import nearest_centres
+from dhash.kernels.ivf import list_layout, probed_lists, search_lists
+from dhash.search.hamming import _check_codes, _merge_pair
+from dhash.search.mih import _stored_shards
+from dhash.storage.chunkread import write_rows
+from dhash.storage.codes import open_codes
+from dhash.storage.ivf_index import create_ivf_arrays, ivf_output
+from dhash.storage.location import resolve
+
+# lists per sqrt(n) codes by default: FAISS's guideline for an inverted file is
+# 4 sqrt(n) to 16 sqrt(n) lists
+LISTS_PER_ROOT_N = 4
+KMEANS_STEPS = 10
+
+
+def default_lists(n: int) -> int:
+    return max(1, min(n, int(round(LISTS_PER_ROOT_N * np.sqrt(n)))))
+
+
+def build_ivf(
+    codes,
+    features,
+    out,
+    *,
+    n_lists: int | None = None,
+    kmeans_steps: int = KMEANS_STEPS,
+    seed: int = 0,
+    overwrite: bool = False,
+    progress=None,
+    storage=None,
+):
+    """Write the inverted file of a codes store (a Codes handle or its location) at ``out``
+    (atomically), its lists given by k-means on ``features`` (a dask array of the rows the
+    codes encode, in the same order). Returns (index location, n_lists)."""
+    codes = open_codes(codes, storage=storage)
+    reader = codes.reader
+    if features.ndim != 2 or features.shape[0] != reader.shape[0]:
+        raise InputError(
+            f"the features {tuple(features.shape)} are not the {reader.shape[0]} rows the codes at {codes.path} "
+            "encode; give the dataset the codes were encoded from"
+        )
+    n_lists = default_lists(reader.shape[0]) if n_lists is None else int(n_lists)
+    if not 1 <= n_lists <= reader.shape[0]:
+        raise InputError(f"n_lists must lie in [1, {reader.shape[0]}] (the number of codes); got {n_lists}")
+    centroids, _ = kmeans(features, n_lists, kmeans_steps, np.random.default_rng(seed), "ivf")
+    # one feature chunk per codes chunk, so that each task holds the rows of one shard
+    aligned = features.rechunk((reader.chunk_rows, features.shape[1]))
+    out = resolve(out, storage=storage)
+    with ivf_output(out, overwrite) as tmp:
+        create_ivf_arrays(tmp, codes=codes, centroids=centroids)
+        write_shards(
+            "ivf-build", _build_shard_into, aligned, reader.shape[0], progress,
+            centroids=centroids, chunk_rows=reader.chunk_rows, target=tmp,
+        )  # fmt: skip
+    return out, n_lists
+
+
+def _build_shard_into(block, shard, *, centroids, chunk_rows, target):
+    """One task: the lists of one chunk's rows, written as its rows of ``order`` and its row
+    of ``offsets`` (positions inside the chunk: int32)."""
+    order, offsets = list_layout(nearest_centres(block, centroids), len(centroids))
+    start = shard * chunk_rows
+    write_rows(target.child("order"), slice(start, start + len(block)), order.astype(np.int32))
+    write_rows(target.child("offsets"), shard, offsets.astype(np.int32))
+    return len(block)
+
+
+def _stored_topk(shard, start, excluded, *, readers, queries, probes, k):
+    """One task: the top-k of one shard's probed lists, the rows ``excluded`` left out."""
+    codes_reader, order_reader, offsets_reader = readers
+    codes = codes_reader(shard)
+    order = order_reader(shard).astype(np.int64)
+    offsets = offsets_reader(shard)[0].astype(np.int64)
+    if len(excluded):
+        kept = ~np.isin(order, excluded)
+        list_of = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[kept]
+        order, offsets = order[kept], np.searchsorted(list_of, np.arange(len(offsets)))
+    return search_lists(queries, probes, codes[order], start + order, offsets, k)
+
+
+def ivf_knn_lazy(query_codes, query_vectors, lists, k: int, nprobe: int, excluded_rows=()):
+    """Delayed (distances, ids = row numbers) of the Hamming top-k of ``query_codes`` among the
+    rows of each query's ``nprobe`` nearest lists (found from ``query_vectors``) of a stored
+    inverted file (the StoredLists of storage.ivf_index.open_ivf), ``excluded_rows`` left out."""
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"k must be a positive int; got {k!r}")
+    if isinstance(nprobe, bool) or not isinstance(nprobe, (int, np.integer)) or not 1 <= nprobe <= lists.n_lists:
+        raise InputError(
+            f"nprobe must be an int in [1, {lists.n_lists}] (the lists of the inverted file at {lists.location}); "
+            f"got {nprobe!r}"
+        )
+    query_vectors = np.asarray(query_vectors, dtype=np.float64)
+    if query_vectors.ndim != 2 or query_vectors.shape[1] != lists.centroids.shape[1]:
+        raise InputError(
+            f"query vectors {query_vectors.shape} do not have the {lists.centroids.shape[1]} features the inverted "
+            f"file at {lists.location} was built on"
+        )
+    if len(query_vectors) != len(query_codes):
+        raise InputError(f"{len(query_vectors)} query vectors for {len(query_codes)} query codes")
+    codes_reader = lists.codes.reader
+    probes = probed_lists(query_vectors, lists.centroids, int(nprobe))
+    parts = map_chunks(
+        "ivf-topk",
+        _stored_topk,
+        _stored_shards(codes_reader, excluded_rows),
+        readers=(codes_reader, lists.order, lists.offsets),
+        queries=_check_codes(query_codes, codes_reader[:0]),
+        probes=probes,
+        k=int(k),
+    )
+    return tree_reduce("ivf-topk-merge", parts, _merge_pair(int(k)))
