@@ -43,7 +43,7 @@ OUTPUT_KINDS = {
     "synth": "dataset",
     "train": "model",
     "encode": "codes",
-    "index": "mih-index",
+    "index": lambda values: "ivf-index" if values.get("kind") == "ivf" else "mih-index",
     "evaluate": "report",
 }  # demo: one report per dataset below out
 # commands whose ``out`` is a single file: file path -> kind (bench: a Markdown table beside its JSON)
@@ -123,6 +123,7 @@ def check_before_work(command: str, values: dict) -> None:
     if command == "bench":
         use_benchmark_checkout()
     kind = OUTPUT_KINDS.get(command)
+    kind = kind(values) if callable(kind) else kind
     flag = OVERWRITE if "overwrite" in values else None
     if kind is not None and values.get("out"):
         # evaluate replaces its own previous report; the others need --overwrite
@@ -281,16 +282,19 @@ def encode(values):
 
 
 def index(values):
+    ivf = values["kind"] == "ivf"
     done = workflows.index(
-        values["codes"], values["out"], substrings=values["substrings"], overwrite=values["overwrite"],
+        values["codes"], values["out"], kind=values["kind"], substrings=values["substrings"],
+        dataset_=values.get("dataset"), lists=values["lists"], seed=values["seed"], overwrite=values["overwrite"],
         progress=_progress(values), storage=_storage(values),
     )  # fmt: skip
-    print(f"index: {done.path} ({done.n:,} codes, {done.m} substring tables per shard) in {done.seconds:.1f}s")
+    parts = f"{done.m:,} lists" if ivf else f"{done.m} substring tables per shard"
+    print(f"index: {done.path} ({done.n:,} codes, {parts}) in {done.seconds:.1f}s")
 
 
 def search(values):
     where = (values["model"], values["codes"], values["out"])
-    options = pick(values, "split", "k", "radius", "index", "rerank", "candidates", "overwrite")
+    options = pick(values, "split", "k", "radius", "index", "nprobe", "rerank", "candidates", "overwrite")
     done = workflows.search(_dataset(values), *where, progress=_progress(values), storage=_storage(values), **options)
     print(
         f"results: {done.path} ({done.n_queries} queries x {done.n_database:,} codes, {done.rows} rows) in "

@@ -176,7 +176,8 @@ COMMANDS = {
     "groundtruth": "Exact Euclidean neighbours of a split's queries (computed once, stored in the dataset)",
     "train": "Learn hash functions on a dataset's database rows and save a model directory",
     "encode": "Encode every row of a dataset into packed binary codes (zarr)",
-    "index": "Multi-index hashing tables of a codes store, for exact Hamming search that compares few codes",
+    "index": "An index of a codes store for Hamming search that compares few codes: multi-index hashing tables "
+    "(exact) or an inverted file (approximate)",
     "search": "Hamming top-k (or radius) search of a split's queries; results to parquet",
     "evaluate": "Train, encode, search and score methods x bit lengths; write a report directory",
     "demo": "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with LSH, PCAH, ITQ, DisH",
@@ -752,7 +753,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("chunk-rows", ["ingest", "synth", *_EVAL], "rows per feature chunk (default: ~16 MiB per chunk)",
          type=positive_int),
     # -- datasets, splits
-    _opt("dataset", ["split", "groundtruth", "train", "encode", "search", "evaluate"],
+    _opt("dataset", ["split", "groundtruth", "train", "encode", "search", "evaluate", "index"],
          "dataset location (path or URL), or a built-in source (fashion-mnist, sift-synth, debian-minilm, debian-sift)",
          required=("split", "groundtruth", "train", "encode", "search", "evaluate")),
     _opt("queries", ["split", *_EVAL], "query rows drawn with the seed", type=positive_int, default=1000),
@@ -774,15 +775,22 @@ OPTIONS: tuple[Option, ...] = (
          default={"evaluate": [32], "demo": [32, 64]}),
     _opt("methods", _EVAL, "methods, comma-separated", type=name_list,
          default={"evaluate": ["lsh", "pcah", "itq"], "demo": ["lsh", "pcah", "itq", "dish"]}),
-    _opt("seed", ["synth", "split", "train", "bench", *_EVAL], "random seed: fixes every result", type=non_negative_int,
+    _opt("seed", ["synth", "split", "train", "bench", "index", *_EVAL], "random seed: fixes every result",
+         type=non_negative_int,
          default=0),
     _opt("model", ["encode", "search"], "model directory made by `dhash train`", required=("encode", "search")),
     _opt("codes", ["search"], "codes made by `dhash encode` with this model", required=("search",)),
     _opt("codes", ["index"], "codes store to index (made by `dhash encode`)", required=("index",)),
-    _opt("substrings", ["index"], "substrings m of each code, one table each (default: bits / log2(rows per "
+    _opt("kind", ["index"], "mih: multi-index hashing tables (exact search); ivf: an inverted file (k-means lists "
+         "of the dataset's features; a search ranks the codes of the lists nearest each query)",
+         choices=("mih", "ivf"), default="mih"),
+    _opt("substrings", ["index"], "mih: substrings m of each code, one table each (default: bits / log2(rows per "
          "codes chunk), the multi-index hashing paper's rule)", type=positive_int),
-    _opt("index", ["search"], "search through this index (made by `dhash index` from these codes): the same "
-         "results as the linear scan"),
+    _opt("lists", ["index"], "ivf: lists, k-means centroids of the dataset's features (default 4 sqrt(n))",
+         type=positive_int),
+    _opt("index", ["search"], "search through this index (made by `dhash index` from these codes): a multi-index "
+         "gives the linear scan's results, an inverted file the top-k of the --nprobe lists nearest each query"),
+    _opt("nprobe", ["search"], "lists of an inverted file --index searched per query (default 1)", type=positive_int),
     _opt("rerank", ["search"], "re-rank the Hamming top --candidates: exact (squared L2 to the original vectors, "
          "read from the dataset chunk by chunk) or asymmetric (the queries' real projections against the codes)",
          choices=("exact", "asymmetric")),

@@ -15,9 +15,9 @@ Public API (everything a notebook needs; ``__all__`` lists it)::
 * the estimators (LSH, ITQ, ...), which follow the scikit-learn contract;
 * handles, each a location opened and verified once and passed down instead of the
   location: Dataset and Split (``open_dataset``), Model (``load_model``), Codes
-  (``open_codes``), the stored multi-index (``open_index``);
+  (``open_codes``), the stored multi-index (``open_index``) and inverted file (``open_ivf``);
 * the Index objects (FAISS's ``search`` -> (D, I), ``range_search`` -> (lims, D, I)):
-  FlatIndex, MIHIndex, MultiIndex, Rerank;
+  FlatIndex, MIHIndex, IVFIndex, MultiIndex, Rerank;
 * Storage, the fsspec options URLs are opened with (the workflows' ``storage=``);
 * cluster helpers (``connect``, ``disconnect``) and InputError, the one error of bad input.
 
@@ -55,10 +55,13 @@ _EXPORTS = {
     "codes_dask": "dhash.storage.codes",
     "StoredTables": "dhash.storage.mih_index",
     "open_index": "dhash.storage.mih_index",
+    "StoredLists": "dhash.storage.ivf_index",
+    "open_ivf": "dhash.storage.ivf_index",
     "Storage": "dhash.storage.location",
     "Index": "dhash.search.index",
     "FlatIndex": "dhash.search.index",
     "MIHIndex": "dhash.search.index",
+    "IVFIndex": "dhash.search.index",
     "Rerank": "dhash.search.index",
     "Queries": "dhash.search.index",
     "MultiIndex": "dhash.search.mih",

@@ -49,12 +49,14 @@ from dhash.hashing import (
 )
 from dhash.hashing.checkpoint import CheckpointTarget, checkpoint_path, dataset_identity, live_writer
 from dhash.search.hamming import flat_hits
-from dhash.search.index import FlatIndex, MIHIndex, Queries, Rerank
+from dhash.search.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
+from dhash.search.ivf import DEFAULT_NPROBE, build_ivf
 from dhash.search.mih import build_index
 from dhash.search.rerank import check_rerank
 from dhash.storage.atomic import remove_artifact
 from dhash.storage.codes import Codes, open_codes
 from dhash.storage.datasets import Dataset, Split, dataset_summary, open_dataset, write_dataset_like
+from dhash.storage.ivf_index import is_inverted_file, open_ivf
 from dhash.storage.location import Location, resolve
 from dhash.storage.mih_index import open_index
 from dhash.storage.results import write_knn_results, write_radius_results
@@ -312,18 +314,35 @@ def index(
     codes,
     out,
     *,
+    kind: str = "mih",
     substrings: int | None = None,
+    dataset_=None,
+    lists: int | None = None,
+    seed: int = 0,
     overwrite: bool = False,
     progress: bool = False,
     storage=None,
 ) -> Indexed:
-    """Multi-index hashing tables of a codes store (a Codes handle or its location; one shard
-    per codes chunk), written to ``out`` for ``search(..., index=out)``; ``substrings`` m
-    (default: the paper's b / log2(rows per shard))."""
+    """An index of a codes store (a Codes handle or its location; one shard per codes chunk),
+    written to ``out`` for ``search(..., index=out)``. ``kind="mih"``: multi-index hashing
+    tables, ``substrings`` m (default: the paper's b / log2(rows per shard)); exact.
+    ``kind="ivf"``: an inverted file of ``lists`` lists (default 4 sqrt(n)), k-means (seeded
+    by ``seed``) on the features of ``dataset_``, the dataset the codes encode; approximate."""
     started = time.perf_counter()
     codes = open_codes(codes, storage=storage)
-    loc, m = build_index(codes, out, m=substrings, overwrite=overwrite, progress=_show(progress), storage=storage)
-    return Indexed(str(loc), codes.n, m, time.perf_counter() - started)
+    if kind == "mih":
+        loc, m = build_index(codes, out, m=substrings, overwrite=overwrite, progress=_show(progress), storage=storage)
+        return Indexed(str(loc), codes.n, m, time.perf_counter() - started)
+    if kind != "ivf":
+        raise InputError(f"unknown index kind {kind!r}; choose mih or ivf")
+    if dataset_ is None:
+        raise InputError("an inverted file clusters the features the codes encode; give the dataset (--dataset)")
+    ds = dataset(dataset_, storage=storage)
+    loc, n_lists = build_ivf(
+        codes, ds.features_dask(), out, n_lists=lists, seed=seed, overwrite=overwrite, progress=_show(progress),
+        storage=storage,
+    )  # fmt: skip
+    return Indexed(str(loc), codes.n, n_lists, time.perf_counter() - started)
 
 
 @dataclass(frozen=True)
@@ -340,13 +359,30 @@ class Searched:
 
 
 def search_index(
-    dataset_: Dataset, model: Hasher, codes: Codes, split_: Split, *, index=None, rerank=None, candidates=None
+    dataset_: Dataset,
+    model: Hasher,
+    codes: Codes,
+    split_: Split,
+    *,
+    index=None,
+    nprobe: int | None = None,
+    rerank=None,
+    candidates=None,
 ):
     """The index a search of ``split_``'s queries goes through: the linear scan of the
-    codes, or the stored multi-index ``index``, minus the split's query rows; wrapped in a
+    codes, or the stored index ``index`` (a multi-index, or an inverted file probing
+    ``nprobe`` lists, default DEFAULT_NPROBE), minus the split's query rows; wrapped in a
     Rerank step when ``rerank`` is given (``candidates``: its R)."""
+    inverted_file = index is not None and is_inverted_file(index)
+    if nprobe is not None and not inverted_file:
+        raise InputError(
+            "nprobe sets the lists an inverted file probes; give an index made by `dhash index --kind ivf`"
+        )
     if index is None:
         base = FlatIndex(codes, exclude=split_.query, model=model)
+    elif inverted_file:
+        probes = DEFAULT_NPROBE if nprobe is None else nprobe
+        base = IVFIndex(open_ivf(index, codes), probes, exclude=split_.query, model=model)
     else:
         base = MIHIndex(open_index(index, codes), exclude=split_.query, model=model)
     if rerank is None:
@@ -365,6 +401,7 @@ def search(
     k: int | None = None,
     radius: int | None = None,
     index=None,
+    nprobe: int | None = None,
     rerank: str | None = None,
     candidates: int | None = None,
     overwrite: bool = False,
@@ -375,7 +412,8 @@ def search(
     other rows' codes; results to a parquet file at ``out`` when given, and in
     ``Searched.results`` (FAISS's (D, I) or (lims, D, I)). With ``index`` (made by
     ``index()`` from these codes) the search goes through its substring tables (multi-index
-    hashing): the same results, fewer codes compared. With ``rerank`` ("exact": squared L2
+    hashing): the same results, fewer codes compared; or, for an inverted file, through the
+    ``nprobe`` lists nearest each query: fewer codes compared, approximate. With ``rerank`` ("exact": squared L2
     to the original vectors; "asymmetric": the queries' real projections against the
     codes) the Hamming top-``candidates`` (default 10 k) are re-ranked and the top k kept.
 
@@ -391,8 +429,10 @@ def search(
         raise InputError(f"codes at {codes_.path} have {codes_.n} rows but the dataset has {ds.n}; encode this dataset")
     split_ = ds.get_split(split)
     out = _at(out, storage)
-    searcher = search_index(ds, model, codes_, split_, index=_at(index, storage), rerank=rerank, candidates=candidates)
-    queries = Queries(codes=codes_.take(split_.query), vectors=query_rows(ds, split_) if rerank else None)
+    index = _at(index, storage)
+    searcher = search_index(ds, model, codes_, split_, index=index, nprobe=nprobe, rerank=rerank, candidates=candidates)
+    needs_vectors = rerank is not None or isinstance(searcher, IVFIndex)
+    queries = Queries(codes=codes_.take(split_.query), vectors=query_rows(ds, split_) if needs_vectors else None)
     n_database = ds.n - split_.n_query
     started = time.perf_counter()
     if radius is not None:

@@ -395,3 +395,28 @@ def test_cli_sgh_and_usplh_options_reach_the_models(pipeline_run, cluster, tmp_p
         == 2
     )
     assert "requires y to be passed" in _one_line_error(capsys) and not (tmp_path / "r2").exists()
+
+
+def test_search_through_an_inverted_file_probing_every_list_gives_the_linear_scans_results(
+    pipeline_run, cluster, tmp_path, capsys
+):
+    _, ds, model, codes, res = pipeline_run
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    index = tmp_path / "codes.ivf"
+    assert run("index", "--kind", "ivf", "--codes", codes, "--dataset", ds, "--lists", 16, "--out", index, *sched) == 0
+    search = ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10, "--index", index]
+    every_list, one_list = tmp_path / "ivf-16.parquet", tmp_path / "ivf-1.parquet"
+    assert run(*search, "--nprobe", 16, "--out", every_list, *sched) == 0
+    assert pq.read_table(every_list).equals(pq.read_table(res))  # every list probed: the linear scan
+    assert run(*search, "--nprobe", 1, "--out", one_list, *sched) == 0
+    hits = pq.read_table(one_list).column("hamming").to_numpy()
+    assert hits.min() >= 0 and len(hits) == 500
+    capsys.readouterr()
+    bad = tmp_path / "bad.parquet"
+    assert run(*search, "--nprobe", 17, "--out", bad, *sched) == 2
+    assert "nprobe must be an int in [1, 16]" in _one_line_error(capsys) and not bad.exists()
+    assert run("index", "--kind", "ivf", "--codes", codes, "--out", tmp_path / "no-data.ivf", *sched) == 2
+    assert "give the dataset" in _one_line_error(capsys)
+    plain = ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10]
+    assert run(*plain, "--nprobe", 2, "--out", bad, *sched) == 2
+    assert "inverted file" in _one_line_error(capsys) and not bad.exists()

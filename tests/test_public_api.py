@@ -26,7 +26,7 @@ def test_all_lists_the_estimators_handles_indexes_workflows_and_helpers():
         *("Dataset", "Split", "Model", "Codes", "StoredTables"),
         *("open_dataset", "load_model", "open_codes", "open_index"),
         # Index objects
-        *("Index", "FlatIndex", "MIHIndex", "MultiIndex", "Rerank", "Queries"),
+        *("Index", "FlatIndex", "MIHIndex", "IVFIndex", "MultiIndex", "Rerank", "Queries"),
         # workflows, storage, cluster, errors
         *("search", "evaluate", "encode", "train", "index", "split", "synth", "ingest", "groundtruth"),
         *("Storage", "connect", "disconnect", "InputError"),

@@ -5,6 +5,8 @@
   codes array, optionally leaving out some rows (a split's queries);
 * ``MIHIndex``: the same answer through a stored multi-index (search.mih, ``dhash index``);
   ``search.mih.MultiIndex`` (tables kept on the workers) has the same interface;
+* ``IVFIndex``: the top-k among the rows of each query's ``nprobe`` nearest lists of a stored
+  inverted file (search.ivf, ``dhash index --kind ivf``): approximate, fewer codes compared;
 * ``Rerank``: wraps another index, takes its top ``candidates`` and re-ranks them by the
   exact squared L2 to the original vectors (read chunk by chunk where they are stored) or
   by the asymmetric distance of the queries' real projections to the codes.
@@ -30,6 +32,7 @@ from dhash.distributed.progress import compute_with_progress
 from dhash.errors import InputError
 from dhash.kernels.rerank import candidate_values
 from dhash.search.hamming import knn_search_lazy, lims_of, radius_search
+from dhash.search.ivf import ivf_knn_lazy
 from dhash.search.mih import index_knn_lazy, index_radius
 from dhash.search.rerank import RERANKERS, rerank_lazy
 from dhash.storage.codes import Codes
@@ -135,6 +138,31 @@ class MIHIndex(_CodesIndex):
 
     def _radius(self, codes, radius):
         return index_radius(codes, self.tables, radius, excluded_rows=self._exclude)
+
+
+class IVFIndex(_CodesIndex):
+    """Hamming search through a stored inverted file (the StoredLists of
+    storage.ivf_index.open_ivf): each query's top-k among the rows of its ``nprobe`` nearest
+    lists, the rows ``exclude`` left out. Approximate (a true neighbour in a list not probed
+    is missed); exactly the linear scan over the probed lists' rows. The lists are found
+    from the query vectors, so queries must carry them (vectors, or ``Queries`` with both)."""
+
+    def __init__(self, lists, nprobe: int, *, exclude=None, model=None):
+        self.lists, self.nprobe, self.model = lists, nprobe, model
+        self._exclude = np.empty(0, np.int64) if exclude is None else np.asarray(exclude, dtype=np.int64)
+        self.ntotal = lists.codes.n - len(np.unique(self._exclude))
+
+    def search_lazy(self, queries, k: int):
+        queries = as_queries(queries)
+        if queries.vectors is None:
+            raise InputError(
+                "an inverted file probes the lists nearest the query vectors; pass vectors (or Queries with vectors)"
+            )
+        codes = query_codes(queries, self.model)
+        return ivf_knn_lazy(codes, queries.vectors, self.lists, k, self.nprobe, excluded_rows=self._exclude)
+
+    def range_search(self, queries, radius):
+        raise InputError("an inverted file answers top-k searches; use search(queries, k), or the flat or MIH index")
 
 
 class Rerank:

@@ -30,6 +30,9 @@ from dhash.storage.location import resolve
 # 4 sqrt(n) to 16 sqrt(n) lists
 LISTS_PER_ROOT_N = 4
 KMEANS_STEPS = 10
+# lists probed per query unless told: FAISS's default; recall against speed is the caller's
+# choice (--nprobe), measured in the recall benchmark
+DEFAULT_NPROBE = 1
 
 
 def default_lists(n: int) -> int:

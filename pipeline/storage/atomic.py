@@ -63,6 +63,7 @@ KIND_ENTRIES = {
     "groundtruth": {"zarr.json", "ids", "distances", "relevance", "threshold_distance", "threshold_id"},
     "codes": {"zarr.json", "codes"},
     "mih-index": {"zarr.json", "order", "offsets"},
+    "ivf-index": {"zarr.json", "centroids", "order", "offsets"},
     "model": {"model.json", "arrays.npz"},
     "checkpoint": {"state.json", "arrays.npz"},
     "report": {"report.json", "report.md", "precision_at_k.png", "pr_curve.png", "training.png"},

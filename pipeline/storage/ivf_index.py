@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from dhash.errors import InputError
-from dhash.storage.atomic import atomic_output
+from dhash.storage.atomic import atomic_output, read_commit
 from dhash.storage.chunkread import arrays_manifest, create_array, new_group
-from dhash.storage.location import Location
+from dhash.storage.location import Location, resolve
 from dhash.storage.mih_index import open_code_index
 
 IVF_SCHEMA = "dhash.ivf-index/1"
@@ -94,3 +94,14 @@ def open_ivf(path, codes, *, storage=None) -> StoredLists:
             f"build it again from the codes with `overwrite=True`"
         )
     return StoredLists(loc, codes, np.asarray(centroids[:], dtype=np.float64), order, offsets)
+
+
+def is_inverted_file(index, storage=None) -> bool:
+    """Whether ``index`` (StoredLists, another opened index, or a location) is a stored
+    inverted file, by its commit record (anything else is left to its own opener's checks)."""
+    if isinstance(index, StoredLists):
+        return True
+    if not isinstance(index, (str, Location)) and not hasattr(index, "__fspath__"):
+        return False
+    record = read_commit(resolve(index, storage=storage))
+    return record is not None and record.get("kind") == IVF_KIND
