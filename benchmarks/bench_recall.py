@@ -1,7 +1,8 @@
 """Recall of the true (L2) neighbours against queries per second: our codes (linear scan, MIH,
-asymmetric and exact re-ranking of the Hamming top-R) beside FAISS's menu (HNSW, IVF-PQ with a
-refine step, binary multi-hash, binary flat + the same exact re-ranking), in one process on
-the same data and queries; and how well each method's codes find the neighbours at all.
+inverted file, asymmetric and exact re-ranking of the Hamming top-R) beside FAISS's menu (HNSW,
+IVF-PQ with a refine step, binary multi-hash, binary flat and binary IVF + the same exact
+re-ranking), in one process on the same data and queries; and how well each method's codes
+find the neighbours at all.
 
     .venv/bin/python benchmarks/bench_recall.py --dataset debian-sift --out benchmarks/results/recall/debian-sift
     .venv/bin/python benchmarks/bench_recall.py --dataset sift-synth --n 2000000 --out benchmarks/results/recall/sift-synth-2M
@@ -126,6 +127,7 @@ def our_rows(model, method, bits, X, ids, Q, truth, candidates):
                  "bytes_per_vector": bits / 8 + table_bytes / len(codes), "build_seconds": encode_s + build_s,
                  **recalls(found, truth)})  # fmt: skip
     tables = None
+    rows += ivf_rows(name, bits, X, ids, Q, truth, codes, qcodes, candidates, encode_s)
     projections = model.project(Q)
     tables = lower_bound_tables(projections)  # once per query batch (part of the query's cost: small)
     for R in candidates:
@@ -150,6 +152,58 @@ def our_rows(model, method, bits, X, ids, Q, truth, candidates):
                      "seconds": scan_s + s, "bytes_per_vector": bits / 8, "build_seconds": encode_s,
                      **recalls(found, truth)})  # fmt: skip
     return rows, codes, qcodes, m
+
+
+NPROBES = (1, 4, 16, 64)
+
+
+def ivf_lists(n: int) -> int:
+    from dhash.search.ivf import default_lists
+
+    return default_lists(n)
+
+
+def _exact_rerank(X, ids, Q, cand, k=TRUE_K):
+    """Exact L2 re-ranking of candidate positions (nq, R), -1 padding dropped."""
+    from dhash.kernels.rerank import exact_pair_distances, pairs_topk
+
+    qi = np.repeat(np.arange(len(Q)), cand.shape[1])
+    pos = cand.ravel()
+    keep = pos >= 0
+    qi, pos = qi[keep], pos[keep]
+    return pairs_topk(qi, ids[pos], exact_pair_distances(Q, X, qi, pos), len(Q), k)
+
+
+def ivf_rows(name, bits, X, ids, Q, truth, codes, qcodes, candidates, encode_s):
+    """Our inverted file (lists from k-means on the vectors, ranked by the codes' Hamming
+    distance), in Hamming order and with the exact re-ranking of its top-R."""
+    from dhash.kernels.ivf import list_layout, probed_lists, search_lists
+    from dhash.kernels.knn import cell_partition
+
+    n_lists = ivf_lists(len(X))
+    (centroids, assignment), build_s = timed(lambda: cell_partition(X, n_lists, np.random.default_rng(0)))
+    order, offsets = list_layout(assignment, n_lists)
+    list_codes, list_ids = codes[order], ids[order]
+    index_bytes = (list_codes.nbytes + 4 * len(order) + centroids.astype(np.float32).nbytes) / len(X)
+    rows = []
+    for nprobe in NPROBES:
+
+        def search(k, nprobe=nprobe):
+            return search_lists(qcodes, probed_lists(Q, centroids, nprobe), list_codes, list_ids, offsets, k)
+
+        search(10)  # compile before timing
+        (_, found), s = timed(lambda: search(TRUE_K))
+        rows.append({"family": "ours: IVF", "config": f"{name} IVF{n_lists} nprobe={nprobe}", "seconds": s,
+                     "bytes_per_vector": index_bytes, "build_seconds": encode_s + build_s,
+                     **recalls(found, truth)})  # fmt: skip
+        for R in candidates:
+            (_, cand), scan_s = timed(lambda R=R: search(R))
+            (_, found), s = timed(lambda cand=cand: _exact_rerank(X, ids, Q, cand))
+            rows.append({"family": "ours: IVF + exact re-rank",
+                         "config": f"{name} IVF{n_lists} nprobe={nprobe} top-{R} exact (reads {R} vectors/query)",
+                         "seconds": scan_s + s, "bytes_per_vector": index_bytes, "build_seconds": encode_s + build_s,
+                         **recalls(found, truth)})  # fmt: skip
+    return rows
 
 
 def faiss_float_rows(X, ids, Q, truth, build_threads):
@@ -232,6 +286,29 @@ def faiss_binary_rows(X, ids, Q, truth, codes, qcodes, bits, m, candidates):
         rows.append({"family": "faiss binary", "config": f"IndexBinaryFlat ({bits}b codes) top-{R} + exact re-rank",
                      "seconds": scan_s + s, "bytes_per_vector": bits / 8, "build_seconds": 0.0,
                      **recalls(found, truth)})  # fmt: skip
+    flat = None
+
+    # the same number of lists as ours; FAISS's lists come from k-means on the codes (binary
+    # centroids), ours from k-means on the vectors
+    n_lists = ivf_lists(len(codes))
+    faiss.omp_set_num_threads(2)
+    ivf = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(bits), bits, n_lists)
+    _, build_s = timed(lambda: (ivf.train(codes), ivf.add(codes)))
+    ivf_bytes = faiss.serialize_index_binary(ivf).nbytes / len(codes)
+    for nprobe in NPROBES:
+        ivf.nprobe = nprobe
+        faiss.omp_set_num_threads(1)
+        (_, found), s = timed(lambda: ivf.search(qcodes, TRUE_K))
+        rows.append({"family": "faiss binary IVF", "config": f"IndexBinaryIVF{n_lists} ({bits}b codes) nprobe={nprobe}",
+                     "seconds": s, "bytes_per_vector": ivf_bytes, "build_seconds": build_s,
+                     **recalls(ids[np.maximum(found, 0)], truth)})  # fmt: skip
+        for R in candidates:
+            (_, cand), scan_s = timed(lambda R=R: ivf.search(qcodes, R))
+            (_, found), s = timed(lambda cand=cand: _exact_rerank(X, ids, Q, cand))
+            rows.append({"family": "faiss binary IVF + exact re-rank",
+                         "config": f"IndexBinaryIVF{n_lists} ({bits}b codes) nprobe={nprobe} top-{R} + exact re-rank",
+                         "seconds": scan_s + s, "bytes_per_vector": ivf_bytes, "build_seconds": build_s,
+                         **recalls(found, truth)})  # fmt: skip
     return rows
 
 

@@ -26,14 +26,16 @@ def _brute_force(query_codes, codes, rows, k):
     return dist[ranked], rows[ranked]
 
 
-@pytest.mark.parametrize("nprobe", [1, 3, 7])
-def test_ivf_search_equals_brute_force_over_the_probed_lists(nprobe):
-    codes, assignment, centroids, order, offsets, queries, query_codes = _problem()
+@pytest.mark.parametrize("nprobe, k, bits", [(1, 25, 64), (3, 25, 64), (7, 25, 64), (1, 500, 64), (3, 40, 24)])
+def test_ivf_search_equals_brute_force_over_the_probed_lists(nprobe, k, bits):
+    """Ties at the cut-off distance go to the smaller ids (24-bit codes tie often); a query
+    whose lists hold fewer than k rows gets them all, then -1."""
+    codes, assignment, centroids, order, offsets, queries, query_codes = _problem(bits=bits)
     probes = probed_lists(queries, centroids, nprobe)
-    dist, ids = search_lists(query_codes, probes, codes[order], order, offsets, k=25)
+    dist, ids = search_lists(query_codes, probes, codes[order], order, offsets, k=k)
     for q in range(len(queries)):
         rows = np.flatnonzero(np.isin(assignment, probes[q]))
-        want_d, want_i = _brute_force(query_codes[q], codes, rows, 25)
+        want_d, want_i = _brute_force(query_codes[q], codes, rows, k)
         np.testing.assert_array_equal(ids[q, : len(want_i)], want_i)
         np.testing.assert_array_equal(dist[q, : len(want_d)], want_d)
         assert (ids[q, len(want_i) :] == -1).all()

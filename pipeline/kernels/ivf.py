@@ -11,18 +11,19 @@ Layout of a built list set: ``order`` holds the database ids grouped by list (as
 inside each list), ``offsets`` (n_lists + 1) where each list starts in it, and ``codes``
 the packed codes in the same order, so that a list is one contiguous slice.
 
-Searching a batch, each list is scanned once for all the queries that probe it (the
-inverted probe lists), and each query keeps the best k over its lists: the work is
-nq * nprobe * (n / n_lists) code comparisons, in a few large scans rather than one small
-scan per (query, list).
+A query's probed lists are contiguous slices of the list-ordered codes, scanned in one
+compiled loop: the work is nq * nprobe * (n / n_lists) code comparisons, with no call per
+(query, list); the top k comes from a histogram of the distances (small integers), as in
+the linear scan.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from dhash.kernels.agh import nearest_centres
-from dhash.kernels.hamming import empty_topk, hamming_topk, merge_topk
+from dhash.kernels.hamming import ID_BITS, _popcount, as_words, empty_topk
 
 
 def list_layout(assignment: np.ndarray, n_lists: int) -> tuple[np.ndarray, np.ndarray]:
@@ -52,22 +53,63 @@ def search_lists(
     k: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(D int32 (nq, k), I int64 (nq, k)): each query's Hamming top-k among the rows of its
-    probed lists (``probes``, (nq, nprobe)); -1 where those lists hold fewer than k rows.
-    ``list_codes``/``list_ids``: the codes and ids in list order, ``offsets`` the lists'
-    starts (``list_layout``)."""
-    nq = len(query_codes)
-    best = empty_topk(nq, k)
-    if nq == 0:
-        return best
-    flat = probes.ravel()
-    by_list = np.argsort(flat, kind="stable")
-    starts = np.searchsorted(flat[by_list], np.arange(len(offsets)))
-    for lst in np.flatnonzero(np.diff(starts)):
-        lo, hi = offsets[lst], offsets[lst + 1]
-        if hi == lo:
+    probed lists (``probes``, (nq, nprobe)), ties by the smaller id; -1 where those lists
+    hold fewer than k rows. ``list_codes``/``list_ids``: the codes and ids in list order,
+    ``offsets`` the lists' starts (``list_layout``)."""
+    out_d, out_i = empty_topk(len(query_codes), k)
+    if len(query_codes) == 0 or len(list_codes) == 0:
+        return out_d, out_i
+    _probed_topk(
+        as_words(query_codes), np.ascontiguousarray(probes, dtype=np.int64), as_words(list_codes),
+        np.ascontiguousarray(list_ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64), k, out_d, out_i,
+    )  # fmt: skip
+    return out_d, out_i
+
+
+@njit(nogil=True, cache=True)
+def _probed_topk(query_words, probes, list_words, list_ids, offsets, k, out_d, out_i):
+    """Per query: the distances to its probed lists' codes (contiguous slices), the cut-off
+    distance by counting (distances are small integers), then the entries below it and the
+    smallest ids at it, sorted by the key (distance, id)."""
+    width = 64 * list_words.shape[1] + 1
+    counts = np.zeros(width, np.int64)
+    for q in range(query_words.shape[0]):
+        total = 0
+        for p in probes[q]:
+            total += offsets[p + 1] - offsets[p]
+        dist = np.empty(total, np.int64)
+        ids = np.empty(total, np.int64)
+        at = 0
+        for p in probes[q]:
+            for r in range(offsets[p], offsets[p + 1]):
+                d = 0
+                for w in range(list_words.shape[1]):
+                    d += _popcount(query_words[q, w] ^ list_words[r, w])
+                dist[at] = d
+                ids[at] = list_ids[r]
+                at += 1
+        kk = min(k, total)
+        if kk == 0:
             continue
-        queries = by_list[starts[lst] : starts[lst + 1]] // probes.shape[1]
-        found = hamming_topk(list_codes[lo:hi], list_ids[lo:hi], queries=query_codes[queries], k=k)
-        merged = merge_topk([(best[0][queries], best[1][queries]), found], k)
-        best[0][queries], best[1][queries] = merged
-    return best
+        counts[:] = 0
+        for j in range(total):
+            counts[dist[j]] += 1
+        cut, before = 0, 0
+        while before + counts[cut] < kk:
+            before += counts[cut]
+            cut += 1
+        below = np.empty(before, np.int64)
+        at_cut = np.empty(counts[cut], np.int64)
+        nb, nc = 0, 0
+        for j in range(total):
+            if dist[j] < cut:
+                below[nb] = (dist[j] << ID_BITS) | ids[j]
+                nb += 1
+            elif dist[j] == cut:
+                at_cut[nc] = (dist[j] << ID_BITS) | ids[j]
+                nc += 1
+        keys = np.concatenate((below, np.sort(at_cut)[: kk - before]))
+        keys.sort()
+        for j in range(kk):
+            out_d[q, j] = keys[j] >> ID_BITS
+            out_i[q, j] = keys[j] & ((1 << ID_BITS) - 1)
