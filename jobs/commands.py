@@ -60,6 +60,7 @@ FILE_OUTPUTS = {
 RENAMED_PARAMETERS = {
     **{param: f"--{flag}" for param, flag in ARGUMENT_FLAGS.items()},
     "n_queries": "--queries",
+    "dataset_": "--dataset",
     "storage": "--storage-options",
     "validation_size": "--validation-size",
 }

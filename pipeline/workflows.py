@@ -336,7 +336,9 @@ def index(
     if kind != "ivf":
         raise InputError(f"unknown index kind {kind!r}; choose mih or ivf")
     if dataset_ is None:
-        raise InputError("an inverted file clusters the features the codes encode; give the dataset (--dataset)")
+        raise InputError(
+            "an inverted file clusters the features the codes encode; give the dataset they encode (`dataset_`)"
+        )
     ds = dataset(dataset_, storage=storage)
     loc, n_lists = build_ivf(
         codes, ds.features_dask(), out, n_lists=lists, seed=seed, overwrite=overwrite, progress=_show(progress),
@@ -375,9 +377,7 @@ def search_index(
     Rerank step when ``rerank`` is given (``candidates``: its R)."""
     inverted_file = index is not None and is_inverted_file(index)
     if nprobe is not None and not inverted_file:
-        raise InputError(
-            "nprobe sets the lists an inverted file probes; give an index made by `dhash index --kind ivf`"
-        )
+        raise InputError("nprobe sets the lists an inverted file probes; give an index built with `kind='ivf'`")
     if index is None:
         base = FlatIndex(codes, exclude=split_.query, model=model)
     elif inverted_file:
