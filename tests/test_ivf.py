@@ -131,6 +131,12 @@ def test_a_stored_ivf_refuses_other_codes_damage_and_bad_nprobe(stored_ivf, tmp_
     for nprobe in (0, 31):
         with pytest.raises(InputError, match=r"nprobe must be an int in \[1, 30\]"):
             ivf_knn_lazy(query_codes, queries, lists, 5, nprobe)
+    with pytest.raises(InputError, match="query vectors hold NaN"):
+        ivf_knn_lazy(
+            query_codes, np.where(np.arange(queries.size).reshape(queries.shape) == 5, np.nan, queries), lists, 5, 2
+        )
+    with pytest.raises(InputError, match="do not have the 128 features"):
+        ivf_knn_lazy(query_codes, queries[:, :10], lists, 5, 2)
     workflows.encode(ds, workflows.train(ds, "lsh", tmp_path / "m", bits=64), tmp_path / "c.zarr")
     with pytest.raises(InputError, match="built from other codes"):
         open_ivf(d / "i.zarr", open_codes(tmp_path / "c.zarr"))

@@ -117,6 +117,8 @@ def ivf_knn_lazy(query_codes, query_vectors, lists, k: int, nprobe: int, exclude
             f"query vectors {query_vectors.shape} do not have the {lists.centroids.shape[1]} features the inverted "
             f"file at {lists.location} was built on"
         )
+    if not np.isfinite(query_vectors).all():
+        raise InputError("query vectors hold NaN or infinite values; the lists nearest them are undefined")
     if len(query_vectors) != len(query_codes):
         raise InputError(f"{len(query_vectors)} query vectors for {len(query_codes)} query codes")
     codes_reader = lists.codes.reader
