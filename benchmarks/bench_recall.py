@@ -9,13 +9,19 @@ find the neighbours at all.
 
 What is measured:
 
-* queries: ``--queries`` rows drawn with the seed (debian-sift, or any dataset path), the
-  other rows the database; for sift-synth, rows n.. of the generator (not in the database);
+* queries: two sets of ``--queries`` rows drawn with the seed (debian-sift, or any dataset
+  path), the other rows the database; for sift-synth, rows n.. of the generator (not in the
+  database). The validation set chooses each family's configuration (the fastest reaching
+  recall@10 >= 0.9 on it), the test set measures every configuration: no choice is made on
+  the numbers reported;
 * truth: the exact squared-L2 top-100 of each query (kernels.l2, ties by id);
 * recall@K = |first K returned ∩ true top K| / K, averaged over queries (K = 1, 10, 100);
 * the hash functions learn from every database row, or from the first ``--train-rows``;
-* every search runs on one thread (our numba kernels on the calling thread, FAISS with
-  omp_set_num_threads(1)), so queries/s compare work, not thread counts; index builds use
+* every search runs on one thread (our numba kernels on the calling thread, numpy's BLAS
+  limited to one thread for our probes, FAISS with omp_set_num_threads(1)), so queries/s
+  compare work, not thread counts; a search's time includes everything from the query
+  vectors to the answer except encoding the queries (small), and is the fastest of three
+  runs (the first of which compiled nothing: every kernel is compiled before); index builds use
   both cores (FAISS's HNSW and IVF-PQ with 2 OpenMP threads, our training on a 2-worker
   LocalCluster) and their seconds are reported;
 * bytes per vector: what the index holds in memory per database vector (codes and MIH
@@ -34,6 +40,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -53,20 +60,25 @@ def timed(fn):
 
 
 def load(dataset: str, n: int | None, n_queries: int, seed: int):
-    """(database X, its ids, queries Q, description)."""
+    """(database X, its ids, test queries, validation queries, description). The validation
+    queries are drawn as the test ones are, from rows that are neither test queries nor in
+    the database."""
     if dataset == "sift-synth":
         from dhash.data.synth import sift_rows
 
         n = n or 1_000_000
-        return sift_rows(seed, 0, n), np.arange(n), sift_rows(seed, n, n + n_queries), f"sift-synth, {n:,} rows"
+        test, validation = sift_rows(seed, n, n + n_queries), sift_rows(seed, n + n_queries, n + 2 * n_queries)
+        return sift_rows(seed, 0, n), np.arange(n), test, validation, f"sift-synth, {n:,} rows"
     from dhash.data.sources import resolve_dataset
 
     ds = resolve_dataset(dataset)
     X = np.asarray(ds.features[...])
     rng = np.random.default_rng(seed)
     query_rows = np.sort(rng.choice(len(X), n_queries, replace=False))
-    db = np.setdiff1d(np.arange(len(X)), query_rows)
-    return X[db], db, X[query_rows], f"{ds.source}, {len(db):,} database rows"
+    rest = np.setdiff1d(np.arange(len(X)), query_rows)
+    validation_rows = np.sort(rng.choice(rest, n_queries, replace=False))
+    db = np.setdiff1d(rest, validation_rows)
+    return X[db], db, X[query_rows], X[validation_rows], f"{ds.source}, {len(db):,} database rows"
 
 
 def recalls(found: np.ndarray, truth: np.ndarray) -> dict:
@@ -96,8 +108,43 @@ def train(method: str, bits: int, X: np.ndarray, seed: int, **params):
     return timed(lambda: model.fit(da.from_array(X, chunks=(131072, X.shape[1]))))
 
 
-def our_rows(model, method, bits, X, ids, Q, truth, candidates):
-    """Linear scan, MIH, asymmetric and exact re-ranking of the Hamming top-R."""
+@dataclass
+class QuerySet:
+    """One split of the queries: ``validation`` chooses each family's configuration, ``test``
+    measures it. ``truth`` is the exact top-100 (database positions)."""
+
+    split: str
+    vectors: np.ndarray
+    truth: np.ndarray
+
+
+# each search is timed this many times and its fastest run kept (as timeit does): a shared
+# virtual machine's hiccups then slow no configuration more than another
+REPEATS = 3
+
+
+def measured(query_sets, search, **row) -> dict:
+    """A result row: ``search(query_set)`` -> (found positions (nq, >= 100), seconds) on every
+    query set (the fastest of REPEATS runs), on one thread (BLAS and OpenMP limited to 1, so numpy's probes are timed as
+    FAISS's searches are); the test set's numbers at the top level, the validation set's
+    under "validation"."""
+    from threadpoolctl import threadpool_limits
+
+    for qs in query_sets:
+        with threadpool_limits(1):
+            runs = [search(qs) for _ in range(REPEATS)]
+        found, seconds = runs[0][0], min(s for _, s in runs)
+        numbers = {"seconds": seconds, **recalls(found, qs.truth)}
+        if qs.split == "test":
+            row.update(numbers)
+        else:
+            row["validation"] = numbers
+    print(row, flush=True)
+    return row
+
+
+def our_rows(model, method, bits, X, ids, query_sets, candidates, ivf_lists_per_root, build_seconds):
+    """Linear scan, MIH, the inverted file, asymmetric and exact re-ranking of the Hamming top-R."""
     from dhash.kernels.hamming import hamming_topk
     from dhash.kernels.mih import build_tables, default_substrings, mih_topk
     from dhash.kernels.rerank import (
@@ -108,59 +155,69 @@ def our_rows(model, method, bits, X, ids, Q, truth, candidates):
     )
 
     codes, encode_s = timed(lambda: model.encode(X))
-    qcodes = model.encode(Q)
+    build_seconds += encode_s
+    query_codes = {qs.split: model.encode(qs.vectors) for qs in query_sets}
     name = f"{method} {bits}b"
     rows = []
-    hamming_topk(codes[:1000], ids[:1000], queries=qcodes[:2], k=10)  # compile every kernel before timing
+    qc = next(iter(query_codes.values()))
+    hamming_topk(codes[:1000], ids[:1000], queries=qc[:2], k=10)  # compile every kernel before timing
     two = np.arange(2)
-    pairs_topk(two, two, exact_pair_distances(Q, X, two, two), 2, 1)
-    lower_bound_pair_distances(model.project(Q[:2]), codes, two, two)
-    (_, found), s = timed(lambda: hamming_topk(codes, ids, queries=qcodes, k=TRUE_K))
-    rows.append({"family": "ours: Hamming order", "config": f"{name} linear scan", "seconds": s,
-                 "bytes_per_vector": bits / 8, "build_seconds": encode_s, **recalls(found, truth)})  # fmt: skip
+    pairs_topk(two, two, exact_pair_distances(X[:2], X, two, two), 2, 1)
+    lower_bound_pair_distances(model.project(X[:2]), codes, two, two)
+
+    def scan(qs, k=TRUE_K):
+        (_, found), s = timed(lambda: hamming_topk(codes, ids, queries=query_codes[qs.split], k=k))
+        return found, s
+
+    rows.append(measured(query_sets, scan, family="ours: Hamming order", config=f"{name} linear scan",
+                         bytes_per_vector=bits / 8, build_seconds=build_seconds))  # fmt: skip
     m = default_substrings(bits, len(codes))
     tables, build_s = timed(lambda: build_tables(codes, bits, m))
-    mih_topk(codes[:1000], ids[:1000], build_tables(codes[:1000], bits, m), queries=qcodes[:2], k=10, n_bits=bits)
-    (_, found), s = timed(lambda: mih_topk(codes, ids, tables, queries=qcodes, k=TRUE_K, n_bits=bits))
+    mih_topk(codes[:1000], ids[:1000], build_tables(codes[:1000], bits, m), queries=qc[:2], k=10, n_bits=bits)
     table_bytes = sum(tables[key].nbytes for key in ("order", "offsets", "sorted_words"))
-    rows.append({"family": "ours: Hamming order", "config": f"{name} MIH (m={m})", "seconds": s,
-                 "bytes_per_vector": bits / 8 + table_bytes / len(codes), "build_seconds": encode_s + build_s,
-                 **recalls(found, truth)})  # fmt: skip
+
+    def mih(qs):
+        (_, found), s = timed(
+            lambda: mih_topk(codes, ids, tables, queries=query_codes[qs.split], k=TRUE_K, n_bits=bits)
+        )
+        return found, s
+
+    rows.append(measured(query_sets, mih, family="ours: Hamming order", config=f"{name} MIH (m={m})",
+                         bytes_per_vector=bits / 8 + table_bytes / len(codes),
+                         build_seconds=build_seconds + build_s))  # fmt: skip
     tables = None
-    rows += ivf_rows(name, bits, X, ids, Q, truth, codes, qcodes, candidates, encode_s)
-    projections = model.project(Q)
-    tables = lower_bound_tables(projections)  # once per query batch (part of the query's cost: small)
+    for per_root in ivf_lists_per_root:
+        rows += ivf_rows(name, X, ids, query_sets, codes, query_codes, candidates, per_root, build_seconds)
+    projections = {qs.split: model.project(qs.vectors) for qs in query_sets}
+    bound_tables = {split: lower_bound_tables(p) for split, p in projections.items()}  # small, per query batch
     for R in candidates:
-        (_, cand), scan_s = timed(lambda R=R: hamming_topk(codes, ids, queries=qcodes, k=R))
-        qi = np.repeat(np.arange(len(Q)), R)
-        flat = cand.ravel()  # database positions (ids are positions here)
-        rows_of = flat
 
-        def asym(qi=qi, flat=flat, rows_of=rows_of):
-            distances = lower_bound_pair_distances(projections, codes, qi, rows_of, tables=tables)
-            return pairs_topk(qi, flat, distances, len(Q), TRUE_K)
+        def asym(qs, R=R):
+            cand, scan_s = scan(qs, R)
+            qi = np.repeat(np.arange(len(qs.vectors)), R)
+            started = time.perf_counter()
+            distances = lower_bound_pair_distances(projections[qs.split], codes, qi, cand.ravel(),
+                                                   tables=bound_tables[qs.split])  # fmt: skip
+            _, found = pairs_topk(qi, cand.ravel(), distances, len(qs.vectors), TRUE_K)
+            return found, scan_s + time.perf_counter() - started
 
-        def exact(qi=qi, flat=flat, rows_of=rows_of):
-            return pairs_topk(qi, flat, exact_pair_distances(Q, X, qi, rows_of), len(Q), TRUE_K)
+        def exact(qs, R=R):
+            cand, scan_s = scan(qs, R)
+            (_, found), s = timed(lambda: _exact_rerank(X, ids, qs.vectors, cand))
+            return found, scan_s + s
 
-        (_, found), s = timed(asym)
-        rows.append({"family": "ours: asymmetric re-rank", "config": f"{name} top-{R} asymmetric",
-                     "seconds": scan_s + s, "bytes_per_vector": bits / 8, "build_seconds": encode_s,
-                     **recalls(found, truth)})  # fmt: skip
-        (_, found), s = timed(exact)
-        rows.append({"family": "ours: exact re-rank", "config": f"{name} top-{R} exact (reads {R} vectors/query)",
-                     "seconds": scan_s + s, "bytes_per_vector": bits / 8, "build_seconds": encode_s,
-                     **recalls(found, truth)})  # fmt: skip
-    return rows, codes, qcodes, m
-
-
-NPROBES = (1, 4, 16, 64)
+        rows.append(measured(query_sets, asym, family="ours: asymmetric re-rank", config=f"{name} top-{R} asymmetric",
+                             bytes_per_vector=bits / 8, build_seconds=build_seconds))  # fmt: skip
+        rows.append(measured(query_sets, exact, family="ours: exact re-rank",
+                             config=f"{name} top-{R} exact (reads {R} vectors/query)",
+                             bytes_per_vector=bits / 8, build_seconds=build_seconds))  # fmt: skip
+    return rows, codes, query_codes, m
 
 
-def ivf_lists(n: int) -> int:
-    from dhash.search.ivf import default_lists
-
-    return default_lists(n)
+NPROBES = (1, 4, 8, 16, 32, 64)
+# the inverted file's exact re-ranking: fewer candidates than the flat scan needs, as the
+# probed lists already hold the query's near rows
+IVF_CANDIDATES = (100, 150, 200, 300, 1000)
 
 
 def _exact_rerank(X, ids, Q, cand, k=TRUE_K):
@@ -174,45 +231,63 @@ def _exact_rerank(X, ids, Q, cand, k=TRUE_K):
     return pairs_topk(qi, ids[pos], exact_pair_distances(Q, X, qi, pos), len(Q), k)
 
 
-def ivf_rows(name, bits, X, ids, Q, truth, codes, qcodes, candidates, encode_s):
-    """Our inverted file (lists from k-means on the vectors, ranked by the codes' Hamming
-    distance), in Hamming order and with the exact re-ranking of its top-R."""
-    from dhash.kernels.ivf import list_layout, probed_lists, search_lists
+_PARTITIONS = {}
+
+
+def ivf_rows(name, X, ids, query_sets, codes, query_codes, candidates, per_root, build_seconds):
+    """Our inverted file with ``per_root`` * sqrt(n) lists (k-means on the vectors), ranked by
+    the codes' Hamming distance, and the serving path: the Hamming top-R of the probed lists
+    re-ranked by exact L2 in the same compiled loop (kernels.ivf.search_lists_exact)."""
+    from dhash.kernels.ivf import list_layout, probed_lists, search_lists, search_lists_exact
     from dhash.kernels.knn import cell_partition
 
-    n_lists = ivf_lists(len(X))
-    (centroids, assignment), build_s = timed(lambda: cell_partition(X, n_lists, np.random.default_rng(0)))
+    n_lists = max(1, int(round(per_root * np.sqrt(len(X)))))
+    if n_lists not in _PARTITIONS:  # the lists depend on the vectors only: learnt once per count
+        _PARTITIONS[n_lists] = timed(lambda: cell_partition(X, n_lists, np.random.default_rng(0)))
+    (centroids, assignment), build_s = _PARTITIONS[n_lists]
     order, offsets = list_layout(assignment, n_lists)
     list_codes, list_ids = codes[order], ids[order]
-    index_bytes = (list_codes.nbytes + 4 * len(order) + centroids.astype(np.float32).nbytes) / len(X)
+    # codes, int32 positions (the stored layout) and float32 centroids
+    index_bytes = (list_codes.nbytes + 4 * len(order) + 4 * centroids.size) / len(X)
+    build_seconds += build_s
+    some = query_sets[0]
+    search_lists_exact(query_codes[some.split][:2], some.vectors[:2], probed_lists(some.vectors[:2], centroids, 2),
+                       list_codes, list_ids, offsets, X, order, 10, 10)  # compile before timing  # fmt: skip
+    search_lists(query_codes[some.split][:2], probed_lists(some.vectors[:2], centroids, 2), list_codes, list_ids,
+                 offsets, 10)  # fmt: skip
     rows = []
-    for nprobe in NPROBES:
+    for nprobe in [p for p in NPROBES if p <= n_lists]:
 
-        def search(k, nprobe=nprobe):
-            return search_lists(qcodes, probed_lists(Q, centroids, nprobe), list_codes, list_ids, offsets, k)
+        def hamming(qs, nprobe=nprobe):
+            started = time.perf_counter()
+            probes = probed_lists(qs.vectors, centroids, nprobe)
+            _, found = search_lists(query_codes[qs.split], probes, list_codes, list_ids, offsets, TRUE_K)
+            return found, time.perf_counter() - started
 
-        search(10)  # compile before timing
-        (_, found), s = timed(lambda: search(TRUE_K))
-        rows.append({"family": "ours: IVF", "config": f"{name} IVF{n_lists} nprobe={nprobe}", "seconds": s,
-                     "bytes_per_vector": index_bytes, "build_seconds": encode_s + build_s,
-                     **recalls(found, truth)})  # fmt: skip
-        for R in candidates:
-            (_, cand), scan_s = timed(lambda R=R: search(R))
-            (_, found), s = timed(lambda cand=cand: _exact_rerank(X, ids, Q, cand))
-            rows.append({"family": "ours: IVF + exact re-rank",
-                         "config": f"{name} IVF{n_lists} nprobe={nprobe} top-{R} exact (reads {R} vectors/query)",
-                         "seconds": scan_s + s, "bytes_per_vector": index_bytes, "build_seconds": encode_s + build_s,
-                         **recalls(found, truth)})  # fmt: skip
+        rows.append(measured(query_sets, hamming, family="ours: IVF", config=f"{name} IVF{n_lists} nprobe={nprobe}",
+                             bytes_per_vector=index_bytes, build_seconds=build_seconds))  # fmt: skip
+        for R in IVF_CANDIDATES:
+
+            def serve(qs, nprobe=nprobe, R=R):
+                started = time.perf_counter()
+                probes = probed_lists(qs.vectors, centroids, nprobe)
+                _, found = search_lists_exact(query_codes[qs.split], qs.vectors, probes, list_codes, list_ids, offsets,
+                                              X, order, R, TRUE_K)  # fmt: skip
+                return found, time.perf_counter() - started
+
+            rows.append(measured(query_sets, serve, family="ours: IVF + exact re-rank",
+                                 config=f"{name} IVF{n_lists} nprobe={nprobe} top-{R} exact (reads {R} vectors/query)",
+                                 bytes_per_vector=index_bytes, build_seconds=build_seconds))  # fmt: skip
     return rows
 
 
-def faiss_float_rows(X, ids, Q, truth, build_threads):
+def faiss_float_rows(X, ids, query_sets, build_threads, hnsw_m=(16, 32)):
     """FAISS's indexes over the vectors themselves: HNSW, IVF-PQ with an exact refine step."""
     import faiss
     import psutil
 
     rows = []
-    Xf, Qf, n, d = X.astype(np.float32), Q.astype(np.float32), len(X), X.shape[1]
+    Xf, n, d = X.astype(np.float32), len(X), X.shape[1]
 
     def per_vector(index, rss_before):
         # serialising a 10M-vector index copies it whole (the first 10M run was killed for memory
@@ -221,22 +296,27 @@ def faiss_float_rows(X, ids, Q, truth, build_threads):
             return faiss.serialize_index(index).nbytes / n
         return (psutil.Process().memory_info().rss - rss_before) / n
 
-    def search(index, k=TRUE_K):
-        faiss.omp_set_num_threads(1)
-        (_, found), s = timed(lambda: index.search(Qf, k))
-        return ids[np.maximum(found, 0)], s
+    def searcher(index, k=TRUE_K):
+        def search(qs):
+            faiss.omp_set_num_threads(1)
+            Qf = qs.vectors.astype(np.float32)
+            (_, found), s = timed(lambda: index.search(Qf, k))
+            return ids[np.maximum(found, 0)], s
 
-    faiss.omp_set_num_threads(build_threads)
-    rss = psutil.Process().memory_info().rss
-    hnsw = faiss.IndexHNSWFlat(d, 32)
-    _, build_s = timed(lambda: hnsw.add(Xf))
-    size = per_vector(hnsw, rss)
-    for ef in (16, 32, 64, 128, 256):
-        hnsw.hnsw.efSearch = ef
-        found, s = search(hnsw)
-        rows.append({"family": "faiss HNSW", "config": f"IndexHNSWFlat M=32 efSearch={ef}", "seconds": s,
-                     "bytes_per_vector": size, "build_seconds": build_s, **recalls(found, truth)})  # fmt: skip
-    hnsw = None
+        return search
+
+    for M in hnsw_m:
+        faiss.omp_set_num_threads(build_threads)
+        rss = psutil.Process().memory_info().rss
+        hnsw = faiss.IndexHNSWFlat(d, M)
+        _, build_s = timed(lambda hnsw=hnsw: hnsw.add(Xf))
+        size = per_vector(hnsw, rss)
+        for ef in (16, 20, 24, 32, 48, 64, 128, 256):
+            hnsw.hnsw.efSearch = ef
+            rows.append(measured(query_sets, searcher(hnsw), family="faiss HNSW",
+                                 config=f"IndexHNSWFlat M={M} efSearch={ef}", bytes_per_vector=size,
+                                 build_seconds=build_s))  # fmt: skip
+        hnsw = None
 
     faiss.omp_set_num_threads(build_threads)
     rss = psutil.Process().memory_info().rss
@@ -246,69 +326,63 @@ def faiss_float_rows(X, ids, Q, truth, build_threads):
     train_rows = Xf[np.random.default_rng(0).choice(n, min(n, 100_000), replace=False)]
     _, build_s = timed(lambda: (refine.train(train_rows), refine.add(Xf)))
     size = per_vector(refine, rss)
-    for nprobe, k_factor in ((4, 4), (16, 4), (16, 16), (64, 16)):
+    for nprobe, k_factor in ((4, 4), (8, 4), (16, 4), (16, 16), (64, 16)):
         faiss.ParameterSpace().set_index_parameter(refine, "nprobe", nprobe)
         refine.k_factor = k_factor
-        found, s = search(refine)
-        rows.append({"family": "faiss IVF-PQ + refine", "config": f"IVF{nlist},PQ16 nprobe={nprobe} refine x{k_factor}",
-                     "seconds": s, "bytes_per_vector": size, "build_seconds": build_s, **recalls(found, truth)})  # fmt: skip
+        rows.append(measured(query_sets, searcher(refine), family="faiss IVF-PQ + refine",
+                             config=f"IVF{nlist},PQ16 nprobe={nprobe} refine x{k_factor}", bytes_per_vector=size,
+                             build_seconds=build_s))  # fmt: skip
     return rows
 
 
-def faiss_binary_rows(X, ids, Q, truth, codes, qcodes, bits, m, candidates):
-    """FAISS's binary indexes over our codes: multi-hash, and flat + our exact re-ranking."""
+def faiss_binary_rows(X, ids, query_sets, codes, query_codes, bits, m, candidates, n_lists):
+    """FAISS's binary indexes over our codes: multi-hash, flat + our exact re-ranking, and
+    IndexBinaryIVF with ``n_lists`` lists (+ the same re-ranking)."""
     import faiss
 
-    from dhash.kernels.rerank import exact_pair_distances, pairs_topk
+    def searcher(index, R, rerank):
+        def search(qs):
+            faiss.omp_set_num_threads(1)
+            (_, cand), s = timed(lambda: index.search(query_codes[qs.split], R))
+            if not rerank:
+                return ids[np.maximum(cand, 0)], s
+            (_, found), s2 = timed(lambda: _exact_rerank(X, ids, qs.vectors, cand))
+            return found, s + s2
+
+        return search
 
     rows = []
     multi = faiss.IndexBinaryMultiHash(bits, m, bits // m)
     _, build_s = timed(lambda: multi.add(codes))
     for nflip in (0, 1, 2):
         multi.nflip = nflip
-        faiss.omp_set_num_threads(1)
-        (_, found), s = timed(lambda: multi.search(qcodes, TRUE_K))
-        rows.append({"family": "faiss binary", "config": f"IndexBinaryMultiHash ({bits}b codes, {m} x {bits // m} bits) nflip={nflip}",
-                     "seconds": s, "bytes_per_vector": None, "build_seconds": build_s,
-                     **recalls(ids[np.maximum(found, 0)], truth)})  # fmt: skip
+        rows.append(measured(query_sets, searcher(multi, TRUE_K, False), family="faiss binary",
+                             config=f"IndexBinaryMultiHash ({bits}b codes, {m} x {bits // m} bits) nflip={nflip}",
+                             bytes_per_vector=None, build_seconds=build_s))  # fmt: skip
     multi = None
 
     flat = faiss.IndexBinaryFlat(bits)
     flat.add(codes)
     for R in candidates:
-        faiss.omp_set_num_threads(1)
-        (_, cand), scan_s = timed(lambda R=R: flat.search(qcodes, R))
-        qi = np.repeat(np.arange(len(Q)), R)
-        pos = cand.ravel()
-        (_, found), s = timed(
-            lambda qi=qi, pos=pos: pairs_topk(qi, ids[pos], exact_pair_distances(Q, X, qi, pos), len(Q), TRUE_K)
-        )
-        rows.append({"family": "faiss binary", "config": f"IndexBinaryFlat ({bits}b codes) top-{R} + exact re-rank",
-                     "seconds": scan_s + s, "bytes_per_vector": bits / 8, "build_seconds": 0.0,
-                     **recalls(found, truth)})  # fmt: skip
+        rows.append(measured(query_sets, searcher(flat, R, True), family="faiss binary",
+                             config=f"IndexBinaryFlat ({bits}b codes) top-{R} + exact re-rank",
+                             bytes_per_vector=bits / 8, build_seconds=0.0))  # fmt: skip
     flat = None
 
-    # the same number of lists as ours; FAISS's lists come from k-means on the codes (binary
-    # centroids), ours from k-means on the vectors
-    n_lists = ivf_lists(len(codes))
+    # FAISS's lists come from k-means on the codes (binary centroids), ours from k-means on the vectors
     faiss.omp_set_num_threads(2)
     ivf = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(bits), bits, n_lists)
     _, build_s = timed(lambda: (ivf.train(codes), ivf.add(codes)))
     ivf_bytes = faiss.serialize_index_binary(ivf).nbytes / len(codes)
-    for nprobe in NPROBES:
+    for nprobe in [p for p in NPROBES if p <= n_lists]:
         ivf.nprobe = nprobe
-        faiss.omp_set_num_threads(1)
-        (_, found), s = timed(lambda: ivf.search(qcodes, TRUE_K))
-        rows.append({"family": "faiss binary IVF", "config": f"IndexBinaryIVF{n_lists} ({bits}b codes) nprobe={nprobe}",
-                     "seconds": s, "bytes_per_vector": ivf_bytes, "build_seconds": build_s,
-                     **recalls(ids[np.maximum(found, 0)], truth)})  # fmt: skip
-        for R in candidates:
-            (_, cand), scan_s = timed(lambda R=R: ivf.search(qcodes, R))
-            (_, found), s = timed(lambda cand=cand: _exact_rerank(X, ids, Q, cand))
-            rows.append({"family": "faiss binary IVF + exact re-rank",
-                         "config": f"IndexBinaryIVF{n_lists} ({bits}b codes) nprobe={nprobe} top-{R} + exact re-rank",
-                         "seconds": scan_s + s, "bytes_per_vector": ivf_bytes, "build_seconds": build_s,
-                         **recalls(found, truth)})  # fmt: skip
+        rows.append(measured(query_sets, searcher(ivf, TRUE_K, False), family="faiss binary IVF",
+                             config=f"IndexBinaryIVF{n_lists} ({bits}b codes) nprobe={nprobe}",
+                             bytes_per_vector=ivf_bytes, build_seconds=build_s))  # fmt: skip
+        for R in IVF_CANDIDATES:
+            rows.append(measured(query_sets, searcher(ivf, R, True), family="faiss binary IVF + exact re-rank",
+                                 config=f"IndexBinaryIVF{n_lists} ({bits}b codes) nprobe={nprobe} top-{R} + exact re-rank",
+                                 bytes_per_vector=ivf_bytes, build_seconds=build_s))  # fmt: skip
     return rows
 
 
@@ -329,6 +403,36 @@ def code_quality(X, ids, Q, truth, bits_list, at, seed, specs, train_rows=None):
                         "train_seconds": fit_s, "iterations": model.training_stats_.get("iterations")})  # fmt: skip
             print(out[-1], flush=True)
     return out
+
+
+TARGET_RECALL = 0.9
+
+
+def choose(rows) -> dict:
+    """Per family, the row of the fastest configuration on the validation queries among those
+    whose validation recall@10 reaches TARGET_RECALL (None if none does)."""
+    out = {}
+    for family in sorted({r["family"] for r in rows}):
+        good = [r for r in rows if r["family"] == family and r["validation"]["recall@10"] >= TARGET_RECALL]
+        out[family] = max(good, key=lambda r: r["validation"]["queries_per_second"]) if good else None
+    return out
+
+
+def defaults_lines(rows, n) -> list[str]:
+    """Our inverted file at the library's defaults (lists, nprobe, candidates for k = 10),
+    per code: the defaults were chosen on one data set's validation queries, and this
+    line re-checks them on every other."""
+    from dhash.search.ivf import CANDIDATES_PER_K, DEFAULT_NPROBE, default_lists
+
+    wanted = f"IVF{default_lists(n)} nprobe={DEFAULT_NPROBE} top-{CANDIDATES_PER_K * 10} "
+    at_defaults = [r for r in rows if r["family"] == "ours: IVF + exact re-rank" and wanted in r["config"]]
+    if not at_defaults:
+        return []
+    lines = ["", f"Our inverted file at the library's defaults ({wanted.strip()}), test queries:", ""]
+    for r in at_defaults:
+        lines.append(f"- {r['config']}: {r['queries_per_second']:,.0f} queries/s, recall@10 {r['recall@10']:.3f} "
+                     f"(validation {r['validation']['recall@10']:.3f})")  # fmt: skip
+    return lines
 
 
 def plot(rows, path, title):
@@ -366,20 +470,30 @@ def main(argv=None) -> int:
         action="append",
         help='code-quality methods, "name key=value ..." (repeat; default itq, dish, sgh)',
     )
+    parser.add_argument("--hnsw-m", default="16,32", help="FAISS HNSW graph degrees M to build")
+    parser.add_argument("--ivf-lists", default="1,2,4", help="our inverted files' list counts, in units of sqrt(n)")
     parser.add_argument("--skip-search", action="store_true", help="only the code-quality table")
     parser.add_argument("--train-rows", type=int, help="learn the hash functions on the first N database rows")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--render", action="store_true", help="only rewrite --out.md/.png from --out.json")
     args = parser.parse_args(argv)
+    if args.render:
+        write_report(json.loads(Path(args.out).with_suffix(".json").read_text()), Path(args.out))
+        return 0
 
     from distributed import Client, LocalCluster
 
     from dhash.kernels.l2 import l2_topk
+    from dhash.search.ivf import default_lists
 
-    X, _, Q, what = load(args.dataset, args.n, args.queries, args.seed)
+    X, _, Q, Qv, what = load(args.dataset, args.n, args.queries, args.seed)
     ids = np.arange(len(X), dtype=np.int64)  # database positions: ordered as the dataset's ids, so ties agree
     (_, truth), truth_s = timed(lambda: l2_topk(X, ids, queries=Q, k=TRUE_K))
+    _, validation_truth = l2_topk(X, ids, queries=Qv, k=TRUE_K)
+    query_sets = [QuerySet("validation", Qv, validation_truth), QuerySet("test", Q, truth)]
     candidates = [int(c) for c in args.candidates.split(",")]
+    lists_per_root = [float(c) for c in args.ivf_lists.split(",")]
     rows = []
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster):
         quality = code_quality(X, ids, Q, truth, [int(b) for b in args.quality_bits.split(",") if b], args.quality_at,
@@ -387,38 +501,51 @@ def main(argv=None) -> int:
         for bits in () if args.skip_search else (int(b) for b in args.bits.split(",")):
             for method in args.methods.split(","):
                 model, fit_s = train(method, bits, X[: args.train_rows], args.seed)
-                ours, codes, qcodes, m = our_rows(model, method, bits, X, ids, Q, truth, candidates)
-                for r in ours:
-                    r["build_seconds"] += fit_s
+                ours, codes, query_codes, m = our_rows(model, method, bits, X, ids, query_sets, candidates,
+                                                       lists_per_root, fit_s)  # fmt: skip
                 rows += ours
-                print(*ours, sep="\n", flush=True)
-            rows += faiss_binary_rows(X, ids, Q, truth, codes, qcodes, bits, m, candidates)
+            rows += faiss_binary_rows(
+                X, ids, query_sets, codes, query_codes, bits, m, candidates, default_lists(len(X))
+            )
         if not args.skip_search:
-            rows += faiss_float_rows(X, ids, Q, truth, build_threads=2)
-        print(*rows, sep="\n", flush=True)
+            hnsw_m = [int(m) for m in args.hnsw_m.split(",")]
+            rows += faiss_float_rows(X, ids, query_sets, build_threads=2, hnsw_m=hnsw_m)
     for r in rows:
         r["queries_per_second"] = args.queries / r["seconds"]
+        r["validation"]["queries_per_second"] = args.queries / r["validation"]["seconds"]
+    chosen = choose(rows)
     result = {
         "command": " ".join(["benchmarks/bench_recall.py", *(argv if argv is not None else sys.argv[1:])]),
         "data": what,
         "queries": args.queries,
+        "n_database": len(X),
         "truth_seconds": truth_s,
         "machine": machine_info(),
+        "chosen_on": "validation queries (each family: the fastest configuration whose validation recall@10 >= "
+        f"{TARGET_RECALL}); its numbers below are the test queries'",
+        "chosen": chosen,
         "rows": rows,
         "code_quality": quality,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    write_report(result, out)
+    return 0
+
+
+def write_report(result: dict, out: Path):
+    """The .md table and the .png plot of a result (also from a committed .json: --render)."""
+    rows, chosen, queries, what = result["rows"], result["chosen"], result["queries"], result["data"]
     if rows:
-        plot(rows, out.with_suffix(".png"), f"{what}, {args.queries} queries, top-{TRUE_K}")
+        plot(rows, out.with_suffix(".png"), f"{what}, {queries} queries, top-{TRUE_K}")
     lines = [
         f"# Recall against queries per second: {what}",
         "",
         f"- command: `{result['command']}`",
         f"- machine: {result['machine']['cpu_model']}, {result['machine']['cores']} cores; every search on one thread",
-        f"- {args.queries} queries; truth: exact squared-L2 top-{TRUE_K} (ties by id); recall@K = |first K returned "
-        "∩ true top K| / K",
+        f"- {queries} test queries and {queries} validation queries; truth: exact squared-L2 top-{TRUE_K} (ties by "
+        "id); recall@K = |first K returned ∩ true top K| / K; the table's numbers are the test queries'",
         "- bytes/vector: the index in memory per database vector; exact re-ranking also reads the candidates' "
         "original vectors from storage",
         "",
@@ -431,25 +558,35 @@ def main(argv=None) -> int:
             f"| {r['family']} | {r['config']} | {r['queries_per_second']:,.0f} | {r['recall@1']:.3f} | "
             f"{r['recall@10']:.3f} | {r['recall@100']:.3f} | {size} | {r['build_seconds']:.1f} |"
         )
-    lines += ["", "Fastest configuration per family at recall@10 >= 0.9:", ""] if rows else []
-    for family in sorted({r["family"] for r in rows}):
-        good = [r for r in rows if r["family"] == family and r["recall@10"] >= 0.9]
-        if good:
-            best = max(good, key=lambda r: r["queries_per_second"])
-            size = "—" if best["bytes_per_vector"] is None else f"{best['bytes_per_vector']:.1f} bytes/vector"
-            lines.append(f"- {family}: {best['config']}, {best['queries_per_second']:,.0f} queries/s, "
-                         f"recall@10 {best['recall@10']:.3f}, {size}")  # fmt: skip
-        else:
-            lines.append(f"- {family}: none reaches it")
+    lines += [
+        "",
+        f"Each family's configuration chosen on the {queries} validation queries (the fastest whose validation "
+        f"recall@10 >= {TARGET_RECALL}), measured on the test queries:",
+        "",
+    ] if rows else []  # fmt: skip
+    for family, best in chosen.items():
+        if best is None:
+            lines.append(f"- {family}: none reaches it on the validation queries")
+            continue
+        size = "—" if best["bytes_per_vector"] is None else f"{best['bytes_per_vector']:.1f} bytes/vector"
+        lines.append(f"- {family}: {best['config']}: {best['queries_per_second']:,.0f} queries/s, "
+                     f"recall@10 {best['recall@10']:.3f} (validation {best['validation']['recall@10']:.3f}), {size}")  # fmt: skip
+    if "n_database" in result:
+        lines += defaults_lines(rows, result["n_database"])
+    ours, hnsw = chosen.get("ours: IVF + exact re-rank"), chosen.get("faiss HNSW")
+    if ours and hnsw:
+        lines += ["", f"Ours (IVF + exact re-rank) against HNSW, both chosen on validation: "
+                  f"{ours['queries_per_second'] / hnsw['queries_per_second']:.2f}x the queries/s, "
+                  f"1/{hnsw['bytes_per_vector'] / ours['bytes_per_vector']:.0f} of the bytes per vector."]  # fmt: skip
+    quality = result["code_quality"]
     if quality:
-        at = args.quality_at
+        at = next(int(key.split("@")[1].split("_")[0]) for key in quality[0] if key.startswith("recall@"))
         lines += ["", f"Code quality: recall@{at} of the exact top-100 in Hamming order (the DisH paper's measure)", "",
                   "| bits | method | recall | train s | iterations |", "|---|---|---|---|---|"]  # fmt: skip
         lines += [f"| {q['bits']} | {q['method']} | {q[f'recall@{at}_of_top100']:.4f} | {q['train_seconds']:.1f} | "
                   f"{q['iterations']} |" for q in quality]  # fmt: skip
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":

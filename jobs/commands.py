@@ -295,12 +295,14 @@ def index(values):
 
 def search(values):
     where = (values["model"], values["codes"], values["out"])
-    options = pick(values, "split", "k", "radius", "index", "nprobe", "rerank", "candidates", "overwrite")
+    options = pick(values, "split", "k", "radius", "index", "nprobe", "rerank", "candidates", "recall", "overwrite")
     done = workflows.search(_dataset(values), *where, progress=_progress(values), storage=_storage(values), **options)
     print(
         f"results: {done.path} ({done.n_queries} queries x {done.n_database:,} codes, {done.rows} rows) in "
         f"{done.seconds:.2f}s ({done.n_queries * done.n_database / done.seconds / 1e9:.2f} G query-code pairs/s)"
     )
+    if done.recall is not None:
+        print(f"recall@{done.k} of the exact Euclidean top-{done.k}: {done.recall:.4f}")
 
 
 def _evaluate_options(command, values) -> dict:

@@ -790,12 +790,14 @@ OPTIONS: tuple[Option, ...] = (
          type=positive_int),
     _opt("index", ["search"], "search through this index (made by `dhash index` from these codes): a multi-index "
          "gives the linear scan's results, an inverted file the top-k of the --nprobe lists nearest each query"),
-    _opt("nprobe", ["search"], "lists of an inverted file --index searched per query (default 1)", type=positive_int),
+    _opt("nprobe", ["search"], "lists of an inverted file --index searched per query (default 4)", type=positive_int),
     _opt("rerank", ["search"], "re-rank the Hamming top --candidates: exact (squared L2 to the original vectors, "
          "read from the dataset chunk by chunk) or asymmetric (the queries' real projections against the codes)",
          choices=("exact", "asymmetric")),
     _opt("candidates", ["search"], "Hamming candidates per query that --rerank re-ranks (default 10 x k)",
          type=positive_int),
+    _opt("recall", ["search"], "also measure recall@k of the exact Euclidean top-k neighbours of the queries (computed "
+         "once on the cluster and stored in the dataset, as the groundtruth command does)", switch=True),
     _opt("codes", ["train"], "adsh: codes store for the learned database codes (every row of the dataset; the "
          "split's queries encoded by the network)"),
     _opt("resume", ["train"], "continue an interrupted run from OUT.checkpoint (itq, dish: saved after every "

@@ -17,7 +17,8 @@ Public API (everything a notebook needs; ``__all__`` lists it)::
   location: Dataset and Split (``open_dataset``), Model (``load_model``), Codes
   (``open_codes``), the stored multi-index (``open_index``) and inverted file (``open_ivf``);
 * the Index objects (FAISS's ``search`` -> (D, I), ``range_search`` -> (lims, D, I)):
-  FlatIndex, MIHIndex, IVFIndex, MultiIndex, Rerank;
+  FlatIndex, MIHIndex, IVFIndex, MultiIndex, Rerank, and ServingIVF (an inverted file
+  loaded in memory, searched on the calling thread);
 * Storage, the fsspec options URLs are opened with (the workflows' ``storage=``);
 * cluster helpers (``connect``, ``disconnect``) and InputError, the one error of bad input.
 
@@ -63,6 +64,7 @@ _EXPORTS = {
     "MIHIndex": "dhash.search.index",
     "IVFIndex": "dhash.search.index",
     "Rerank": "dhash.search.index",
+    "ServingIVF": "dhash.search.serving",
     "Queries": "dhash.search.index",
     "MultiIndex": "dhash.search.mih",
     "database_view": "dhash.views",

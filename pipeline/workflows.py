@@ -36,7 +36,7 @@ from dhash.distributed.progress import compute_with_progress
 from dhash.errors import InputError
 from dhash.evaluation.evaluate import DEFAULT_KS, evaluate_method, evaluation_protocol
 from dhash.evaluation.report import build_report, has_training_plot, write_report
-from dhash.evaluation.truth import build_truth, query_rows
+from dhash.evaluation.truth import build_truth, euclidean_groundtruth, query_rows
 from dhash.hashing import (
     BASELINE_METHODS,
     DEMO_METHODS,
@@ -48,6 +48,7 @@ from dhash.hashing import (
     method_params,
 )
 from dhash.hashing.checkpoint import CheckpointTarget, checkpoint_path, dataset_identity, live_writer
+from dhash.kernels.knn import neighbour_recall
 from dhash.search.hamming import flat_hits
 from dhash.search.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
 from dhash.search.ivf import DEFAULT_NPROBE, build_ivf
@@ -358,6 +359,8 @@ class Searched:
     rows: int
     seconds: float
     results: tuple = ()
+    k: int | None = None
+    recall: float | None = None  # of the exact Euclidean top-k, when asked
 
 
 def search_index(
@@ -404,6 +407,7 @@ def search(
     nprobe: int | None = None,
     rerank: str | None = None,
     candidates: int | None = None,
+    recall: bool = False,
     overwrite: bool = False,
     progress: bool = False,
     storage=None,
@@ -416,12 +420,18 @@ def search(
     ``nprobe`` lists nearest each query: fewer codes compared, approximate. With ``rerank`` ("exact": squared L2
     to the original vectors; "asymmetric": the queries' real projections against the
     codes) the Hamming top-``candidates`` (default 10 k) are re-ranked and the top k kept.
+    With ``recall``, ``Searched.recall`` is the mean fraction of each query's exact Euclidean
+    top-k found in its k results (the exact neighbours computed once and stored in the
+    dataset, as ``groundtruth(top_k=k)``), for the searcher actually used (Hamming order,
+    re-ranked, through an index).
 
     Each location is opened once, here, into its handle (Dataset, Model, Codes, Split, the
     index's tables); the Index objects (dhash.search.index) do the searching."""
 
     if k is not None and radius is not None:
         raise InputError("give either `k` (top-k search) or `radius` (radius search), not both")
+    if recall and radius is not None:
+        raise InputError("`recall` measures a top-k search against the exact top-k; give `k` instead of `radius`")
     candidates = check_rerank(rerank, candidates, k, radius)
     ds, model = dataset(dataset_, storage=storage), _model(model, storage)
     codes_ = open_codes(_at(codes, storage), model, ds)
@@ -451,8 +461,13 @@ def search(
         if out is not None:
             write_knn_results(out, split_.query, dist, nn, rerank=reranked, overwrite=overwrite)
         found = int((nn >= 0).sum())
+    seconds = time.perf_counter() - started
+    measured = None
+    if recall:
+        truth, _, _ = euclidean_groundtruth(ds, split_, top_k=k)
+        measured = neighbour_recall(nn, truth)
     path = None if out is None else str(out)
-    return Searched(path, len(queries), n_database, found, time.perf_counter() - started, results)
+    return Searched(path, len(queries), n_database, found, seconds, results, k=k, recall=measured)
 
 
 # ------------------------------------------------------------------ evaluation ---------

@@ -420,3 +420,31 @@ def test_search_through_an_inverted_file_probing_every_list_gives_the_linear_sca
     plain = ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10]
     assert run(*plain, "--nprobe", 2, "--out", bad, *sched) == 2
     assert "inverted file" in _one_line_error(capsys) and not bad.exists()
+
+
+def test_search_reports_recall_of_the_exact_neighbours(pipeline_run, cluster, tmp_path, capsys):
+    """--recall: recall@k of the exact Euclidean top-k, for the searcher used (here an
+    inverted file re-ranked by L2), equal to the measure recomputed from the written
+    results and a brute-force truth over the split's database rows."""
+    _, ds, model, codes, _ = pipeline_run
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    index = tmp_path / "codes.ivf"
+    assert run("index", "--kind", "ivf", "--codes", codes, "--dataset", ds, "--lists", 16, "--out", index, *sched) == 0
+    out = tmp_path / "reranked.parquet"
+    search = ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10, "--index", index]
+    capsys.readouterr()
+    assert run(*search, "--nprobe", 4, "--rerank", "exact", "--candidates", 40, "--recall", "--out", out, *sched) == 0
+    printed = float(capsys.readouterr().out.split("recall@10 of the exact Euclidean top-10: ")[1].split()[0])
+    handle = open_dataset(ds)
+    split = handle.get_split("default")
+    X = np.asarray(handle.features_dask().compute(), dtype=np.float64)
+    database = np.setdiff1d(np.arange(len(X)), split.query)
+    table = pq.read_table(out)
+    query_of, found = table.column("query_id").to_numpy(), table.column("id").to_numpy()
+    hits = 0
+    for q in split.query:
+        d2 = ((X[database] - X[q]) ** 2).sum(axis=1)
+        exact = database[np.lexsort((database, d2))[:10]]
+        hits += len(np.intersect1d(found[query_of == q], exact))
+    assert printed == pytest.approx(hits / (10 * len(split.query)), abs=5e-5)
+    assert 0.3 < printed <= 1.0

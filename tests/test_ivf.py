@@ -5,7 +5,7 @@ import pytest
 
 from dhash.kernels.codes import pack_signs
 from dhash.kernels.hamming import hamming_distances, hamming_topk
-from dhash.kernels.ivf import list_layout, probed_lists, search_lists
+from dhash.kernels.ivf import list_layout, probed_lists, search_lists, search_lists_exact
 from dhash.kernels.knn import cell_partition
 
 
@@ -39,6 +39,35 @@ def test_ivf_search_equals_brute_force_over_the_probed_lists(nprobe, k, bits):
         np.testing.assert_array_equal(ids[q, : len(want_i)], want_i)
         np.testing.assert_array_equal(dist[q, : len(want_d)], want_d)
         assert (ids[q, len(want_i) :] == -1).all()
+
+
+@pytest.mark.parametrize("nprobe, candidates, k, bits", [(2, 60, 10, 64), (5, 200, 50, 128), (1, 400, 300, 24)])
+def test_exact_reranking_equals_brute_force_over_the_probed_lists(nprobe, candidates, k, bits, tmp_path):
+    """The fused serving path: the Hamming top-R of the probed lists (ties by id), re-ranked
+    by exact squared L2 (ties by id: the vectors are small integers with repeated rows),
+    inf / -1 beyond the rows there are. The vectors are read memory-mapped through
+    ``list_rows`` (positions), while the ids are offset: the two must not be confused."""
+    codes, assignment, centroids, order, offsets, queries, query_codes = _problem(bits=bits)
+    rng = np.random.default_rng(1)
+    vectors = rng.integers(0, 4, (len(codes), 8)).astype(np.uint8)
+    vectors[1::7] = vectors[::7][: len(vectors[1::7])]  # exact ties in the re-ranked distances
+    np.save(tmp_path / "v.npy", vectors)
+    mapped = np.load(tmp_path / "v.npy", mmap_mode="r")
+    query_vectors = rng.integers(0, 4, (len(queries), 8)).astype(np.float64)
+    probes = probed_lists(queries, centroids, nprobe)
+    base = 10_000
+    dist, ids = search_lists_exact(
+        query_codes, query_vectors, probes, codes[order], base + order, offsets, mapped, order, candidates, k
+    )
+    for q in range(len(queries)):
+        rows = np.flatnonzero(np.isin(assignment, probes[q]))
+        _, shortlist = _brute_force(query_codes[q], codes, rows, candidates)
+        exact = ((vectors[shortlist].astype(np.float64) - query_vectors[q]) ** 2).sum(axis=1)
+        ranked = np.lexsort((shortlist, exact))[:k]
+        np.testing.assert_array_equal(ids[q, : len(ranked)], base + shortlist[ranked])
+        np.testing.assert_array_equal(dist[q, : len(ranked)], exact[ranked])
+        assert (ids[q, len(ranked) :] == -1).all() and np.isinf(dist[q, len(ranked) :]).all()
+    assert (ids == -1).any() == (k == 300)  # the padding case is exercised
 
 
 def test_probing_every_list_is_the_linear_scan():
@@ -146,3 +175,49 @@ def test_a_stored_ivf_refuses_other_codes_damage_and_bad_nprobe(stored_ivf, tmp_
     chunk.write_bytes(b"\0" * len(chunk.read_bytes()))
     with pytest.raises(InputError, match="order"):
         ivf_knn_lazy(query_codes, queries, open_ivf(damaged, codes), 5, 2).compute(scheduler="synchronous")
+
+
+def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
+    """ServingIVF (lists regrouped from 8 shards into one layout, the split's queries left
+    out) gives the stored index's Hamming answer and, with the vectors (stored, or an
+    array), the answer of Rerank("exact") over it on a 2-worker cluster: same probes, same
+    top-R, same ties."""
+    from distributed import Client, LocalCluster
+
+    from dhash.errors import InputError
+    from dhash.search.index import IVFIndex, Queries, Rerank
+    from dhash.search.serving import ServingIVF
+    from dhash.storage.codes import open_codes
+    from dhash.storage.ivf_index import open_ivf
+
+    d, ds, split = stored_ivf
+    codes = open_codes(d / "c.zarr")
+    lists = open_ivf(d / "i.zarr", codes)
+    queries = Queries(
+        codes=codes.reader[...][split.query], vectors=np.asarray(ds.features_dask()[split.query].compute())
+    )
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, Client(lc):
+        stored = IVFIndex(lists, 5, exclude=split.query)
+        hamming_d, hamming_i = stored.search(queries, 30)
+        exact_d, exact_i = Rerank("exact", stored, 120, source=ds).search(queries, 30)
+    serving = ServingIVF.load(lists, exclude=split.query, nprobe=5, candidates=120)
+    assert serving.ntotal == 5000 - len(split.query) and serving.list_ids.dtype == np.int32
+    small = (31 * 8 + 30 * 128 * 4) / serving.ntotal  # offsets, float32 centroids
+    assert serving.bytes_per_vector == pytest.approx(8 + 4 + small)  # 64-bit codes, int32 ids
+    got_d, got_i = serving.search(queries, 30)
+    np.testing.assert_array_equal(got_i, hamming_i)
+    np.testing.assert_array_equal(got_d, hamming_d)
+    in_memory = np.asarray(ds.features_dask().compute())
+    for vectors in (ds, in_memory):  # read where stored, chunk by chunk; or the fused loop over an array
+        serving = ServingIVF.load(lists, vectors=vectors, exclude=split.query, nprobe=5, candidates=120)
+        got_d, got_i = serving.search(queries, 30)
+        np.testing.assert_array_equal(got_i, exact_i)
+        np.testing.assert_array_equal(got_d, exact_d)
+    serving.candidates = 20
+    with pytest.raises(InputError, match="20 candidates is below k = 30"):
+        serving.search(queries, 30)
+    serving.nprobe = 31
+    with pytest.raises(InputError, match=r"nprobe must be an int in \[1, 30\]"):
+        serving.search(queries, 10)
+    with pytest.raises(InputError, match="4999 vectors for the 5000 codes"):
+        ServingIVF.load(lists, vectors=np.zeros((4999, 128)))

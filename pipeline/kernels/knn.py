@@ -96,5 +96,12 @@ def knn_recall(X: np.ndarray, rows: np.ndarray, found: np.ndarray) -> float:
     """Share of the exact k nearest others of ``rows`` that ``found`` (len(rows), k) holds."""
     k = found.shape[1]
     exact = _without_self(l2_topk(X, np.arange(len(X), dtype=np.int64), queries=X[rows], k=k + 1)[1], rows, k)
-    hits = sum(len(np.intersect1d(a, b)) for a, b in zip(exact, found))
-    return hits / exact.size
+    return neighbour_recall(found, exact)
+
+
+def neighbour_recall(found: np.ndarray, exact: np.ndarray) -> float:
+    """recall@k: the mean share of each row's exact k neighbours (``exact`` (m, >= k)) among
+    its first k results (``found`` (m, k), -1 padding finds nothing)."""
+    k = found.shape[1]
+    hits = sum(len(np.intersect1d(a[a >= 0], b[:k])) for a, b in zip(found, exact))
+    return hits / (k * len(found)) if len(found) else float("nan")

@@ -26,13 +26,17 @@ from dhash.storage.codes import open_codes
 from dhash.storage.ivf_index import create_ivf_arrays, ivf_output
 from dhash.storage.location import resolve
 
-# lists per sqrt(n) codes by default: FAISS's guideline for an inverted file is
-# 4 sqrt(n) to 16 sqrt(n) lists
+# Defaults chosen on the validation queries of the recall benchmark (sift-synth, 2M rows,
+# benchmarks/results/recall/sift-synth-2M.md): among the settings tried (1, 2 and 4 sqrt(n)
+# lists; 1 to 64 probes; 100 to 1000 candidates), the fastest whose recall@10 of the exact
+# neighbours, after exact re-ranking, reached 0.9 for each of 64- and 128-bit ITQ and DisH
+# codes. 4 sqrt(n) lists is also FAISS's guideline (4 to 16 sqrt(n)).
 LISTS_PER_ROOT_N = 4
 KMEANS_STEPS = 10
-# lists probed per query unless told: FAISS's default; recall against speed is the caller's
-# choice (--nprobe), measured in the recall benchmark
-DEFAULT_NPROBE = 1
+DEFAULT_NPROBE = 4
+# Hamming candidates re-ranked by exact L2 per query, per neighbour asked for, when serving
+# with the original vectors (300 for a top-10)
+CANDIDATES_PER_K = 30
 
 
 def default_lists(n: int) -> int:
@@ -100,29 +104,39 @@ def _stored_topk(shard, start, excluded, *, readers, queries, probes, k):
     return search_lists(queries, probes, codes[order], start + order, offsets, k)
 
 
+def check_nprobe(nprobe, n_lists: int, location) -> int:
+    if isinstance(nprobe, bool) or not isinstance(nprobe, (int, np.integer)) or not 1 <= nprobe <= n_lists:
+        raise InputError(
+            f"nprobe must be an int in [1, {n_lists}] (the lists of the inverted file at {location}); got {nprobe!r}"
+        )
+    return int(nprobe)
+
+
+def check_query_vectors(query_vectors, d: int, location) -> np.ndarray:
+    """The query vectors as float64, refused unless (nq, d) and finite."""
+    query_vectors = np.asarray(query_vectors, dtype=np.float64)
+    if query_vectors.ndim != 2 or query_vectors.shape[1] != d:
+        raise InputError(
+            f"query vectors {query_vectors.shape} do not have the {d} features the inverted file at {location} was "
+            "built on"
+        )
+    if not np.isfinite(query_vectors).all():
+        raise InputError("query vectors hold NaN or infinite values; the lists nearest them are undefined")
+    return query_vectors
+
+
 def ivf_knn_lazy(query_codes, query_vectors, lists, k: int, nprobe: int, excluded_rows=()):
     """Delayed (distances, ids = row numbers) of the Hamming top-k of ``query_codes`` among the
     rows of each query's ``nprobe`` nearest lists (found from ``query_vectors``) of a stored
     inverted file (the StoredLists of storage.ivf_index.open_ivf), ``excluded_rows`` left out."""
     if not isinstance(k, (int, np.integer)) or k < 1:
         raise InputError(f"k must be a positive int; got {k!r}")
-    if isinstance(nprobe, bool) or not isinstance(nprobe, (int, np.integer)) or not 1 <= nprobe <= lists.n_lists:
-        raise InputError(
-            f"nprobe must be an int in [1, {lists.n_lists}] (the lists of the inverted file at {lists.location}); "
-            f"got {nprobe!r}"
-        )
-    query_vectors = np.asarray(query_vectors, dtype=np.float64)
-    if query_vectors.ndim != 2 or query_vectors.shape[1] != lists.centroids.shape[1]:
-        raise InputError(
-            f"query vectors {query_vectors.shape} do not have the {lists.centroids.shape[1]} features the inverted "
-            f"file at {lists.location} was built on"
-        )
-    if not np.isfinite(query_vectors).all():
-        raise InputError("query vectors hold NaN or infinite values; the lists nearest them are undefined")
+    nprobe = check_nprobe(nprobe, lists.n_lists, lists.location)
+    query_vectors = check_query_vectors(query_vectors, lists.centroids.shape[1], lists.location)
     if len(query_vectors) != len(query_codes):
         raise InputError(f"{len(query_vectors)} query vectors for {len(query_codes)} query codes")
     codes_reader = lists.codes.reader
-    probes = probed_lists(query_vectors, lists.centroids, int(nprobe))
+    probes = probed_lists(query_vectors, lists.centroids, nprobe)
     parts = map_chunks(
         "ivf-topk",
         _stored_topk,

@@ -1,0 +1,136 @@
+"""An inverted file held in this process's memory, for answering queries one batch at a time
+at low latency (a service, a notebook) rather than as a cluster job.
+
+``ServingIVF.load`` reads a stored inverted file (``dhash index --kind ivf``) and its codes
+once, regroups every shard's lists into one list-ordered layout, and keeps the codes, 4-byte
+row ids (8 above 2**31 rows) and the centroids: ``bytes_per_vector`` says how much. A search
+then runs on the calling thread, without Dask: the query's ``nprobe`` nearest lists, the
+Hamming top ``candidates`` of their codes, and, when original vectors are given, their exact
+squared L2 re-ranking in the same compiled loop (kernels.ivf.search_lists_exact), reading
+only the candidates' rows of the vectors. Vectors may be a memory-mapped array
+(``np.load(path, mmap_mode="r")``): only those rows are then paged in from disk. Or they
+may stay where the dataset stores them (a Dataset handle, or a dask array): the candidates'
+rows are then read chunk by chunk, as the cluster's re-ranking reads them (search.rerank),
+on this thread; slower per query, and nothing of the dataset is loaded beyond those rows.
+Vectors are not counted in ``bytes_per_vector``.
+
+Its answers are the cluster path's (``IVFIndex``, and ``Rerank`` over it): the same probed
+lists, the same Hamming top-R with ties by id, the same exact re-ranking.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dhash.errors import InputError
+from dhash.kernels.ivf import probed_lists, search_lists, search_lists_exact
+from dhash.search.index import as_queries, query_codes
+from dhash.search.ivf import CANDIDATES_PER_K, DEFAULT_NPROBE, check_nprobe, check_query_vectors
+from dhash.search.rerank import rerank_lazy
+
+
+class ServingIVF:
+    """Top-k search through an inverted file loaded in memory (FAISS's interface:
+    ``search(queries, k)`` -> (D, I); ``nprobe`` and ``candidates`` are attributes, as
+    FAISS's ``nprobe``). With ``vectors``, D is the exact squared L2 (float64) of the
+    re-ranked Hamming top ``candidates`` (None: CANDIDATES_PER_K x k); without, the Hamming
+    distance (int32). The defaults of ``nprobe`` and ``candidates`` were chosen on
+    validation queries for recall@10 of 0.9 (see the documentation's search page)."""
+
+    def __init__(self, centroids, list_codes, list_ids, offsets, *, vectors=None, model=None,
+                 nprobe: int = DEFAULT_NPROBE, candidates: int | None = None, location=None):  # fmt: skip
+        self.centroids = np.ascontiguousarray(centroids, dtype=np.float32)
+        self.list_codes = np.ascontiguousarray(list_codes, dtype=np.uint8)
+        self.list_ids = np.ascontiguousarray(list_ids)
+        self.offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        self.vectors, self.model, self.location = vectors, model, location
+        self.nprobe, self.candidates = nprobe, candidates
+        if vectors is not None and (vectors.ndim != 2 or vectors.shape[1] != self.centroids.shape[1]):
+            raise InputError(
+                f"the vectors {tuple(vectors.shape)} do not have the {self.centroids.shape[1]} features the inverted "
+                "file was built on; give the dataset the codes were encoded from"
+            )
+
+    @classmethod
+    def load(cls, lists, *, vectors=None, exclude=None, model=None, nprobe: int = DEFAULT_NPROBE,
+             candidates: int | None = None) -> ServingIVF:  # fmt: skip
+        """Load a stored inverted file (the StoredLists of ``open_ivf``) and its codes, the rows
+        ``exclude`` (e.g. a split's queries) left out. ``vectors``: the original vectors of
+        every row, aligned with the codes, to re-rank by: a numpy array, a memory-mapped one,
+        or where they are stored (a Dataset handle or a dask array)."""
+        reader, n_lists = lists.codes.reader, lists.n_lists
+        codes, ids, list_of = [], [], []
+        for shard in range(reader.n_chunks):
+            order = lists.order(shard).astype(np.int64)
+            offsets = lists.offsets(shard)[0].astype(np.int64)
+            codes.append(reader(shard)[order])
+            ids.append(shard * reader.chunk_rows + order)
+            list_of.append(np.repeat(np.arange(n_lists), np.diff(offsets)))
+        codes, ids, list_of = (np.concatenate(a) if a else np.empty(0, np.int64) for a in (codes, ids, list_of))
+        if exclude is not None:
+            kept = ~np.isin(ids, np.asarray(exclude, dtype=np.int64))
+            codes, ids, list_of = codes[kept], ids[kept], list_of[kept]
+        # shards in order, ascending ids inside each shard's lists: a stable sort by list keeps
+        # every list ascending by id, the layout the kernels want
+        regroup = np.argsort(list_of, kind="stable")
+        offsets = np.searchsorted(list_of[regroup], np.arange(n_lists + 1))
+        id_type = np.int32 if reader.shape[0] < 2**31 else np.int64
+        if vectors is not None and hasattr(vectors, "features_dask"):
+            vectors = vectors.features_dask()
+        if vectors is not None and len(vectors) != reader.shape[0]:
+            raise InputError(
+                f"{len(vectors)} vectors for the {reader.shape[0]} codes at {lists.codes.path}; give the vectors of "
+                "every row the codes encode"
+            )
+        reader_codes = codes[regroup] if len(codes) else np.empty((0, reader.shape[1]), np.uint8)
+        return cls(lists.centroids, reader_codes, ids[regroup].astype(id_type), offsets, vectors=vectors,
+                   model=model, nprobe=nprobe, candidates=candidates, location=lists.location)  # fmt: skip
+
+    @property
+    def n_lists(self) -> int:
+        return len(self.centroids)
+
+    @property
+    def ntotal(self) -> int:
+        return len(self.list_ids)
+
+    @property
+    def bytes_per_vector(self) -> float:
+        """Memory held per indexed row: codes, ids, offsets and centroids (not the vectors)."""
+        held = self.list_codes.nbytes + self.list_ids.nbytes + self.offsets.nbytes + self.centroids.nbytes
+        return held / max(1, self.ntotal)
+
+    def search(self, queries, k: int):
+        """(D (nq, k), I int64 (nq, k)): each query's top k among its nprobe nearest lists,
+        re-ranked by exact squared L2 when the index holds vectors; -1 (and inf or -1 in D)
+        where the probed lists hold fewer rows. ``queries``: vectors (encoded with the
+        model) or ``Queries`` with their codes and vectors."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise InputError(f"k must be a positive int; got {k!r}")
+        nprobe = check_nprobe(self.nprobe, self.n_lists, self.location)
+        queries = as_queries(queries)
+        if queries.vectors is None:
+            raise InputError(
+                "an inverted file probes the lists nearest the query vectors; pass vectors (or Queries with vectors)"
+            )
+        vectors = check_query_vectors(queries.vectors, self.centroids.shape[1], self.location)
+        codes = query_codes(queries, self.model)
+        if len(codes) != len(vectors):
+            raise InputError(f"{len(vectors)} query vectors for {len(codes)} query codes")
+        probes = probed_lists(vectors, self.centroids, nprobe)
+        if self.vectors is None:
+            return search_lists(codes, probes, self.list_codes, self.list_ids, self.offsets, int(k))
+        candidates = CANDIDATES_PER_K * int(k) if self.candidates is None else int(self.candidates)
+        if candidates < k:
+            raise InputError(
+                f"{candidates} candidates is below k = {k}: re-ranking keeps k of them; raise `candidates`"
+            )
+        if isinstance(self.vectors, np.ndarray):  # in memory or memory-mapped: the fused loop
+            return search_lists_exact(codes, vectors, probes, self.list_codes, self.list_ids, self.offsets,
+                                      self.vectors, self.list_ids, candidates, int(k))  # fmt: skip
+        # stored vectors: the Hamming top-R here, their rows read chunk by chunk on this thread
+        _, shortlist = search_lists(codes, probes, self.list_codes, self.list_ids, self.offsets, candidates)
+        return rerank_lazy("exact", vectors, self.vectors, shortlist, int(k)).compute(scheduler="sync")
+
+    def range_search(self, queries, radius):
+        raise InputError("an inverted file answers top-k searches; use search(queries, k), or the flat or MIH index")
