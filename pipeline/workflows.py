@@ -57,9 +57,8 @@ from dhash.search.rerank import check_rerank
 from dhash.storage.atomic import remove_artifact
 from dhash.storage.codes import Codes, open_codes
 from dhash.storage.datasets import Dataset, Split, dataset_summary, open_dataset, write_dataset_like
-from dhash.storage.ivf_index import is_inverted_file, open_ivf
+from dhash.storage.ivf_index import StoredLists, open_stored_index
 from dhash.storage.location import Location, resolve
-from dhash.storage.mih_index import open_index
 from dhash.storage.results import write_knn_results, write_radius_results
 from dhash.views import database_view
 
@@ -378,16 +377,16 @@ def search_index(
     codes, or the stored index ``index`` (a multi-index, or an inverted file probing
     ``nprobe`` lists, default DEFAULT_NPROBE), minus the split's query rows; wrapped in a
     Rerank step when ``rerank`` is given (``candidates``: its R)."""
-    inverted_file = index is not None and is_inverted_file(index)
-    if nprobe is not None and not inverted_file:
+    stored = None if index is None else open_stored_index(index, codes)
+    if nprobe is not None and not isinstance(stored, StoredLists):
         raise InputError("nprobe sets the lists an inverted file probes; give an index built with `kind='ivf'`")
-    if index is None:
+    if stored is None:
         base = FlatIndex(codes, exclude=split_.query, model=model)
-    elif inverted_file:
+    elif isinstance(stored, StoredLists):
         probes = DEFAULT_NPROBE if nprobe is None else nprobe
-        base = IVFIndex(open_ivf(index, codes), probes, exclude=split_.query, model=model)
+        base = IVFIndex(stored, probes, exclude=split_.query, model=model)
     else:
-        base = MIHIndex(open_index(index, codes), exclude=split_.query, model=model)
+        base = MIHIndex(stored, exclude=split_.query, model=model)
     if rerank is None:
         return base
     source = dataset_ if rerank == "exact" else codes

@@ -122,7 +122,8 @@ def test_vector_queries_are_encoded_by_the_index_model():
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
-    """A small dataset with a split, an ITQ model, its codes and a stored multi-index."""
+    """A small dataset with a split, an ITQ model, its codes, a stored multi-index and an
+    inverted file."""
     d = tmp_path_factory.mktemp("index")
     with dask.config.set(scheduler="synchronous"):
         ds = workflows.synth("sift", d / "s.zarr", n=4000, chunk_rows=1000)
@@ -130,6 +131,7 @@ def stored(tmp_path_factory):
         model = workflows.train(ds, "itq", d / "m", bits=32, split="default")
         workflows.encode(ds, model, d / "c.zarr")
         workflows.index(d / "c.zarr", d / "i.zarr")
+        workflows.index(d / "c.zarr", d / "v.zarr", kind="ivf", dataset_=d / "s.zarr", lists=8)
     return d
 
 
@@ -169,15 +171,21 @@ _READERS = (
     "dhash.storage.datasets",
     "dhash.storage.codes",
     "dhash.storage.mih_index",
+    "dhash.storage.ivf_index",
     "dhash.hashing.registry",
     "dhash.hashing.base",
 )
 
 
-@pytest.mark.parametrize("how", ["scan", "index", "rerank"])
+@pytest.mark.parametrize("how", ["scan", "index", "ivf", "rerank"])
 def test_one_search_reads_each_commit_record_and_metadata_once(stored, tmp_path, how):
     d = stored
-    options = {"index": d / "i.zarr"} if how == "index" else {"rerank": "exact"} if how == "rerank" else {}
+    options = {
+        "scan": {},
+        "index": {"index": d / "i.zarr"},
+        "ivf": {"index": d / "v.zarr"},
+        "rerank": {"rerank": "exact"},
+    }[how]
 
     def run():
         with dask.config.set(scheduler="synchronous"):
@@ -185,8 +193,8 @@ def test_one_search_reads_each_commit_record_and_metadata_once(stored, tmp_path,
 
     counts = _counted(run)
     artifacts = {str(d / n) for n in ("s.zarr", "m", "c.zarr", "s.zarr/splits/default")}
-    if how == "index":
-        artifacts.add(str(d / "i.zarr"))
+    if "index" in options:
+        artifacts.add(str(options["index"]))
     assert set(counts["commit"]) == artifacts, counts["commit"]
     assert all(n == 1 for n in counts["commit"].values()), counts["commit"]
     assert counts["metadata"] and all(n == 1 for n in counts["metadata"].values()), counts["metadata"]

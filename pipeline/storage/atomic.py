@@ -117,9 +117,10 @@ def read_commit(loc: Location) -> dict | None:
     return record if isinstance(record, dict) and record.get("schema") in READABLE_COMMIT_SCHEMAS else None
 
 
-def require_committed(loc: Location, kind: str, remedy: str) -> dict:
-    """The commit record of ``loc``, which must be a complete ``kind``; else a one-line error."""
-    record = read_commit(loc)
+def require_committed(loc: Location, kind: str, remedy: str, record: dict | None = None) -> dict:
+    """The commit record of ``loc`` (read here unless given), which must be a complete
+    ``kind``; else a one-line error."""
+    record = read_commit(loc) if record is None else record
     if record is None:
         if not loc.exists():
             raise InputError(f"{loc} does not exist; {remedy}")

@@ -24,7 +24,7 @@ from dhash.errors import InputError
 from dhash.storage.atomic import atomic_output, read_commit
 from dhash.storage.chunkread import arrays_manifest, create_array, new_group
 from dhash.storage.location import Location, resolve
-from dhash.storage.mih_index import open_code_index
+from dhash.storage.mih_index import StoredTables, open_code_index, open_index
 
 IVF_SCHEMA = "dhash.ivf-index/1"
 IVF_KIND = "ivf-index"
@@ -72,7 +72,7 @@ class StoredLists:
         return len(self.centroids)
 
 
-def open_ivf(path, codes, *, storage=None) -> StoredLists:
+def open_ivf(path, codes, *, storage=None, record=None) -> StoredLists:
     """The inverted file at ``path`` (a location, or StoredLists returned as is), checked to
     be an index of ``codes`` (a Codes handle: same content, same chunking)."""
     if isinstance(path, StoredLists):
@@ -80,7 +80,14 @@ def open_ivf(path, codes, *, storage=None) -> StoredLists:
             raise InputError(f"the inverted file at {path.location} was built from other codes than {codes.path}")
         return path
     loc, attrs, (centroids, order, offsets) = open_code_index(
-        path, codes, kind=IVF_KIND, schema=IVF_SCHEMA, what="inverted file", arrays=IVF_ARRAYS, storage=storage
+        path,
+        codes,
+        kind=IVF_KIND,
+        schema=IVF_SCHEMA,
+        what="inverted file",
+        arrays=IVF_ARRAYS,
+        storage=storage,
+        record=record,
     )
     n_lists = int(attrs.get("n_lists", -1))
     if (
@@ -96,12 +103,16 @@ def open_ivf(path, codes, *, storage=None) -> StoredLists:
     return StoredLists(loc, codes, np.asarray(centroids[:], dtype=np.float64), order, offsets)
 
 
-def is_inverted_file(index, storage=None) -> bool:
-    """Whether ``index`` (StoredLists, another opened index, or a location) is a stored
-    inverted file, by its commit record (anything else is left to its own opener's checks)."""
+def open_stored_index(index, codes, *, storage=None):
+    """The stored index at ``index`` over ``codes``, opened by its kind (its commit record,
+    read once): StoredLists for an inverted file, StoredTables for a multi-index; an index
+    opened already is checked and returned as is."""
     if isinstance(index, StoredLists):
-        return True
-    if not isinstance(index, (str, Location)) and not hasattr(index, "__fspath__"):
-        return False
-    record = read_commit(resolve(index, storage=storage))
-    return record is not None and record.get("kind") == IVF_KIND
+        return open_ivf(index, codes)
+    if isinstance(index, StoredTables):
+        return open_index(index, codes)
+    loc = resolve(index, storage=storage)
+    record = read_commit(loc)
+    if record is not None and record.get("kind") == IVF_KIND:
+        return open_ivf(loc, codes, record=record)
+    return open_index(loc, codes, record=record)

@@ -85,7 +85,7 @@ class StoredTables:
         return int(self.attrs["n_bits"])
 
 
-def open_index(path, codes, *, storage=None) -> StoredTables:
+def open_index(path, codes, *, storage=None, record=None) -> StoredTables:
     """The index at ``path`` (a location, or StoredTables returned as is), checked to be an
     index of ``codes`` (a Codes handle: same content, same chunking)."""
     if isinstance(path, StoredTables):
@@ -94,7 +94,7 @@ def open_index(path, codes, *, storage=None) -> StoredTables:
         return path
     loc, attrs, (order, offsets) = open_code_index(
         path, codes, kind=INDEX_KIND, schema=INDEX_SCHEMA, what="multi-index", arrays=("order", "offsets"),
-        storage=storage,
+        storage=storage, record=record,
     )  # fmt: skip
     if order.chunk_rows != codes.reader.chunk_rows or offsets.shape[0] != codes.reader.n_chunks:
         raise InputError(
@@ -104,13 +104,14 @@ def open_index(path, codes, *, storage=None) -> StoredTables:
     return StoredTables(loc, codes, order, offsets, attrs)
 
 
-def open_code_index(path, codes, *, kind: str, schema: str, what: str, arrays: tuple, storage=None):
+def open_code_index(path, codes, *, kind: str, schema: str, what: str, arrays: tuple, storage=None, record=None):
     """(location, attrs, verified readers of ``arrays``) of a committed index of ``kind``
     over ``codes`` (a Codes handle): one-line errors for anything else, for an index of
-    other codes, and for a missing or damaged array."""
+    other codes, and for a missing or damaged array. ``record``: its commit record, when the
+    caller has read it already (each artifact's record is read once per job)."""
     loc = resolve(path, storage=storage)
     remedy = f"build it again from the codes {codes.path} with `overwrite=True`"
-    record = require_committed(loc, kind, remedy)
+    record = require_committed(loc, kind, remedy, record)
     attrs = read_attrs(loc, f"index {loc}", remedy)
     if attrs.get("schema") != schema:
         raise InputError(f"{loc} is not a dhash {what} (schema {attrs.get('schema')!r}); {remedy}")
