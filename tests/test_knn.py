@@ -69,3 +69,12 @@ def test_unknown_search_or_too_few_points_are_errors(search):
         nearest_others(X, 2, np.random.default_rng(0), search)
     with pytest.raises(ValueError, match="5 points have no 5 nearest others"):
         nearest_others(X, 5, np.random.default_rng(0))
+
+
+def test_neighbour_recall_counts_the_first_k_and_never_the_padding():
+    from dhash.kernels.knn import neighbour_recall
+
+    exact = np.array([[3, 1, 2, 9], [5, 6, 7, 8]])
+    found = np.array([[1, 2, 4], [-1, -1, 6]])
+    # row 0: 1 and 2 of {3, 1, 2}; row 1: 6 of {5, 6, 7}; -1 never counts
+    assert neighbour_recall(found, exact) == (2 + 1) / 6
