@@ -213,6 +213,20 @@ def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
         got_d, got_i = serving.search(queries, 30)
         np.testing.assert_array_equal(got_i, exact_i)
         np.testing.assert_array_equal(got_d, exact_d)
+    # tuning on validation vectors: the fastest setting that reaches the target, its recall
+    # that of the exact top-10 over the indexed rows
+    trials = serving.tune(queries, k=10, target=0.8)
+    chosen = next(t for t in trials if t["recall"] >= 0.8)
+    assert (serving.nprobe, serving.candidates) == (chosen["nprobe"], chosen["candidates"])
+    assert [t["queries_per_second"] for t in trials] == sorted((t["queries_per_second"] for t in trials), reverse=True)
+    rows = np.setdiff1d(np.arange(5000), split.query)
+    vectors = in_memory[rows].astype(np.float64)
+    exact = np.array([rows[np.lexsort((rows, ((vectors - v) ** 2).sum(1)))[:10]] for v in queries.vectors])
+    _, found = serving.search(queries, 10)
+    hits = sum(len(np.intersect1d(f, e)) for f, e in zip(found, exact))
+    assert chosen["recall"] == pytest.approx(hits / exact.size)
+    with pytest.raises(InputError, match="no setting reached recall@10 1.0"):
+        serving.tune(queries, k=10, target=1.0, nprobes=(1,), candidates_per_k=(1,))
     serving.candidates = 20
     with pytest.raises(InputError, match="20 candidates is below k = 30"):
         serving.search(queries, 30)

@@ -20,13 +20,21 @@ lists, the same Hamming top-R with ties by id, the same exact re-ranking.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from dhash.errors import InputError
 from dhash.kernels.ivf import probed_lists, search_lists, search_lists_exact
-from dhash.search.index import as_queries, query_codes
+from dhash.kernels.knn import neighbour_recall
+from dhash.kernels.l2 import l2_topk
+from dhash.search.index import Queries, as_queries, query_codes
 from dhash.search.ivf import CANDIDATES_PER_K, DEFAULT_NPROBE, check_nprobe, check_query_vectors
 from dhash.search.rerank import rerank_lazy
+
+# the grid ``tune`` tries: probes, and candidates per neighbour asked for
+TUNE_NPROBES = (1, 2, 4, 8, 16, 32, 64, 128)
+TUNE_CANDIDATES = (10, 15, 20, 30, 50, 100)
 
 
 class ServingIVF:
@@ -131,6 +139,50 @@ class ServingIVF:
         # stored vectors: the Hamming top-R here, their rows read chunk by chunk on this thread
         _, shortlist = search_lists(codes, probes, self.list_codes, self.list_ids, self.offsets, candidates)
         return rerank_lazy("exact", vectors, self.vectors, shortlist, int(k)).compute(scheduler="sync")
+
+    def tune(
+        self, queries, k: int = 10, target: float = 0.9, *, nprobes=TUNE_NPROBES, candidates_per_k=TUNE_CANDIDATES
+    ):
+        """Choose ``nprobe`` and ``candidates`` on the caller's validation queries (vectors that
+        are not test queries, encoded with the model, or ``Queries`` with their codes): the exact Euclidean top-k of each is computed here over the
+        indexed rows, then every setting of the grid is timed on this thread, and the fastest
+        whose recall@k reaches ``target`` is kept (set on the index). Returns every setting's
+        {"nprobe", "candidates", "recall", "queries_per_second"}, fastest first. Needs the
+        vectors in memory or memory-mapped (they are scanned once for the exact neighbours)."""
+        if not isinstance(self.vectors, np.ndarray):
+            raise InputError(
+                "tuning computes the exact neighbours from the vectors; load the index with vectors= an array"
+            )
+        if not 0 < target <= 1:
+            raise InputError(f"target must be a recall in (0, 1]; got {target!r}")
+        if not isinstance(queries, Queries):  # vectors, whatever their type (SIFT bytes are uint8)
+            queries = Queries(vectors=np.asarray(queries))
+        if queries.vectors is None:
+            raise InputError("tuning needs the validation queries' vectors")
+        vectors = check_query_vectors(queries.vectors, self.centroids.shape[1], self.location)
+        rows = np.sort(self.list_ids.astype(np.int64))
+        _, truth = l2_topk(np.asarray(self.vectors[rows]), rows, queries=vectors, k=int(k))
+        queries = Queries(codes=query_codes(queries, self.model), vectors=vectors)
+        trials = []
+        for nprobe in [p for p in nprobes if p <= self.n_lists]:
+            for per_k in candidates_per_k:
+                self.nprobe, self.candidates = nprobe, per_k * int(k)
+                started = time.perf_counter()
+                _, found = self.search(queries, int(k))
+                seconds = time.perf_counter() - started
+                trials.append({"nprobe": nprobe, "candidates": per_k * int(k), "recall": neighbour_recall(found, truth),
+                               "queries_per_second": len(vectors) / seconds})  # fmt: skip
+        trials.sort(key=lambda t: -t["queries_per_second"])
+        good = [t for t in trials if t["recall"] >= target]
+        best = good[0] if good else max(trials, key=lambda t: t["recall"])
+        self.nprobe, self.candidates = best["nprobe"], best["candidates"]
+        if not good:
+            raise InputError(
+                f"no setting reached recall@{k} {target} on these queries (best {best['recall']:.3f} with nprobe "
+                f"{best['nprobe']} and {best['candidates']} candidates, now set); use longer codes, more lists probed "
+                "or a lower target"
+            )
+        return trials
 
     def range_search(self, queries, radius):
         raise InputError("an inverted file answers top-k searches; use search(queries, k), or the flat or MIH index")
