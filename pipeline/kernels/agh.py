@@ -72,11 +72,19 @@ def nearest_centres(X: np.ndarray, centres: np.ndarray, count: int | None = None
         if count is None:
             out[rows] = scores.argmin(axis=1)
             continue
-        near = np.argpartition(scores, count - 1, axis=1)[:, :count] if count < len(centres) else None
-        near = np.sort(near, axis=1) if near is not None else np.broadcast_to(np.arange(len(centres)), scores.shape)
-        order = np.argsort(np.take_along_axis(scores, near, axis=1), axis=1, kind="stable")
-        out[rows] = np.take_along_axis(near, order, axis=1)
+        out[rows] = smallest_scores(scores, count)
     return out
+
+
+def smallest_scores(scores: np.ndarray, count: int) -> np.ndarray:
+    """Per row, the columns of the ``count`` smallest scores, smallest first (ties: the lower
+    column)."""
+    if count < scores.shape[1]:
+        near = np.sort(np.argpartition(scores, count - 1, axis=1)[:, :count], axis=1)
+    else:
+        near = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
+    order = np.argsort(np.take_along_axis(scores, near, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(near, order, axis=1)
 
 
 def updated_centres(centres: np.ndarray, counts: np.ndarray, sums: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dhash.kernels.agh import smallest_scores
 from dhash.kernels.hamming import ID_BITS, _popcount, as_words, empty_topk
 
 # Histogram lanes: consecutive codes count into different rows, so that equal distances in
@@ -52,12 +53,7 @@ def probed_lists(query_vectors: np.ndarray, centroids: np.ndarray, nprobe: int) 
     if not 1 <= nprobe <= len(centroids):
         raise ValueError(f"nprobe must lie in [1, {len(centroids)}] (the number of lists); got {nprobe}")
     scores = (centroids * centroids).sum(axis=1)[None, :] - 2 * (np.asarray(query_vectors, np.float32) @ centroids.T)
-    if nprobe < len(centroids):
-        near = np.sort(np.argpartition(scores, nprobe - 1, axis=1)[:, :nprobe], axis=1)
-    else:
-        near = np.broadcast_to(np.arange(len(centroids)), scores.shape)
-    order = np.argsort(np.take_along_axis(scores, near, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(near, order, axis=1).astype(np.int64)
+    return smallest_scores(scores, nprobe).astype(np.int64)
 
 
 def _checked(query_codes, probes, list_codes, list_ids, offsets):
