@@ -51,6 +51,8 @@ class ServingIVF:
         self.list_codes = np.ascontiguousarray(list_codes, dtype=np.uint8)
         self.list_ids = np.ascontiguousarray(list_ids)
         self.offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        if vectors is not None and hasattr(vectors, "features_dask"):  # a Dataset: its rows stay where stored
+            vectors = vectors.features_dask()
         self.vectors, self.model, self.location = vectors, model, location
         self.nprobe, self.candidates = nprobe, candidates
         if vectors is not None and (vectors.ndim != 2 or vectors.shape[1] != self.centroids.shape[1]):
@@ -83,16 +85,15 @@ class ServingIVF:
         regroup = np.argsort(list_of, kind="stable")
         offsets = np.searchsorted(list_of[regroup], np.arange(n_lists + 1))
         id_type = np.int32 if reader.shape[0] < 2**31 else np.int64
-        if vectors is not None and hasattr(vectors, "features_dask"):
-            vectors = vectors.features_dask()
-        if vectors is not None and len(vectors) != reader.shape[0]:
+        list_codes = codes[regroup] if len(codes) else np.empty((0, reader.shape[1]), np.uint8)
+        index = cls(lists.centroids, list_codes, ids[regroup].astype(id_type), offsets, vectors=vectors,
+                    model=model, nprobe=nprobe, candidates=candidates, location=lists.location)  # fmt: skip
+        if index.vectors is not None and index.vectors.shape[0] != reader.shape[0]:
             raise InputError(
-                f"{len(vectors)} vectors for the {reader.shape[0]} codes at {lists.codes.path}; give the vectors of "
-                "every row the codes encode"
+                f"{index.vectors.shape[0]} vectors for the {reader.shape[0]} codes at {lists.codes.path}; give the "
+                "vectors of every row the codes encode"
             )
-        reader_codes = codes[regroup] if len(codes) else np.empty((0, reader.shape[1]), np.uint8)
-        return cls(lists.centroids, reader_codes, ids[regroup].astype(id_type), offsets, vectors=vectors,
-                   model=model, nprobe=nprobe, candidates=candidates, location=lists.location)  # fmt: skip
+        return index
 
     @property
     def n_lists(self) -> int:
