@@ -444,6 +444,7 @@ def search(
     queries = Queries(codes=codes_.take(split_.query), vectors=query_rows(ds, split_) if needs_vectors else None)
     n_database = ds.n - split_.n_query
     started = time.perf_counter()
+    measured = None
     if radius is not None:
         lims, dist, ids = results = searcher.range_search(queries, radius)
         if out is not None:
@@ -457,14 +458,15 @@ def search(
         else:
             dist, nn = results = searcher.search(queries, k, progress=progress)
             reranked = None
+        if recall:  # before the results are written: a failure here leaves no output
+            searched = time.perf_counter()
+            truth, _, _ = euclidean_groundtruth(ds, split_, top_k=k)
+            measured = neighbour_recall(nn, truth)
+            started += time.perf_counter() - searched  # the search's seconds leave the truth out
         if out is not None:
             write_knn_results(out, split_.query, dist, nn, rerank=reranked, overwrite=overwrite)
         found = int((nn >= 0).sum())
     seconds = time.perf_counter() - started
-    measured = None
-    if recall:
-        truth, _, _ = euclidean_groundtruth(ds, split_, top_k=k)
-        measured = neighbour_recall(nn, truth)
     path = None if out is None else str(out)
     return Searched(path, len(queries), n_database, found, seconds, results, k=k, recall=measured)
 
