@@ -20,7 +20,8 @@ from pathlib import Path
 from dhash import workflows
 from dhash.distributed.cluster import REPORT_KIND, performance_report
 from dhash.errors import PARAMETER, InputError
-from dhash.evaluation.report import quality_table
+from dhash.evaluation.neighbours import NeighbourSearches
+from dhash.evaluation.report import neighbour_table, quality_table
 from dhash.hashing.checkpoint import checkpoint_path
 from dhash.jobs.options import ARGUMENT_FLAGS, OPTIONS, method_params
 from dhash.search.rerank import check_rerank
@@ -299,7 +300,8 @@ def search(values):
     done = workflows.search(_dataset(values), *where, progress=_progress(values), storage=_storage(values), **options)
     print(
         f"results: {done.path} ({done.n_queries} queries x {done.n_database:,} codes, {done.rows} rows) in "
-        f"{done.seconds:.2f}s ({done.n_queries * done.n_database / done.seconds / 1e9:.2f} G query-code pairs/s)"
+        f"{done.seconds:.2f}s ({done.n_queries * done.n_database / done.seconds / 1e9:.2f} G query-code pairs/s) "
+        f"by {done.searched_by}"
     )
     if done.recall is not None:
         print(f"recall@{done.k} of the exact Euclidean top-{done.k}: {done.recall:.4f}")
@@ -310,8 +312,18 @@ def _evaluate_options(command, values) -> dict:
         **pick(values, "methods", "bits", "queries", "seed", "ks", "top_k", "top_percent"),
         "params": method_params(command, values),
         "evaluation_options": pick(values, "dish2_dictionaries"),  # how particular methods are scored
+        "neighbours": _neighbour_searches(values),
         "log_lines": None if values["quiet"] else log,
     }
+
+
+def _neighbour_searches(values):
+    if not values.get("recall_at"):
+        return None
+    return NeighbourSearches(
+        k=values["recall_at"], candidates=tuple(values["rerank_candidates"]), ivf_lists=values["ivf_lists"],
+        nprobes=tuple(values["ivf_nprobes"]),
+    )  # fmt: skip
 
 
 def _print_report(ds_name: str, report: dict, out) -> None:
@@ -321,6 +333,8 @@ def _print_report(ds_name: str, report: dict, out) -> None:
         f"{report['ground_truth']['kind']}\n"
     )
     print(quality_table(report))
+    if neighbour_table(report):
+        print("\n" + neighbour_table(report), end="")
     print(f"\nreport: {out}/report.json, report.md, " + ", ".join(report["plots"]))
 
 

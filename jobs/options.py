@@ -810,6 +810,16 @@ OPTIONS: tuple[Option, ...] = (
     # -- evaluate, demo
     _opt("ground-truth", _EVAL, "default: labels when the dataset has them", choices=("labels", "euclidean")),
     _opt("ks", _EVAL, "K values of precision@K", type=positive_int_list, default=[1, 10, 50, 100, 200, 500, 1000]),
+    _opt("recall-at", ["evaluate"], "also measure recall@K of the exact Euclidean top-K neighbours (computed once and "
+         "stored in the dataset) for codes every row is encoded into: in Hamming order, re-ranked exactly, and "
+         "through an inverted file with --ivf-lists", type=positive_int),
+    _opt("rerank-candidates", ["evaluate"], "--recall-at: Hamming candidates R re-ranked by the exact squared L2",
+         type=positive_int_list, default=[100, 1000]),
+    _opt("ivf-lists", ["evaluate"], "--recall-at: also an inverted file of this many k-means lists of the database "
+         "(0: 4 sqrt(n)), probed at each --ivf-nprobes, its Hamming candidates re-ranked exactly",
+         type=non_negative_int),
+    _opt("ivf-nprobes", ["evaluate"], "--recall-at: lists probed per query in the inverted file", type=positive_int_list,
+         default=[4]),
     _opt("dish2-dictionaries", _EVAL, "DisH2: score this many node dictionaries drawn with the seed (1 = the paper's "
          "DisH2, one random node); default all nodes, reported as mean and std", type=positive_int),
     # -- bench

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +35,7 @@ from dhash.distributed.encode import all_rows_codes, encode_to_zarr, write_codes
 from dhash.distributed.progress import compute_with_progress
 from dhash.errors import InputError
 from dhash.evaluation.evaluate import DEFAULT_KS, evaluate_method, evaluation_protocol
+from dhash.evaluation.neighbours import NeighbourSearches
 from dhash.evaluation.report import build_report, has_training_plot, write_report
 from dhash.evaluation.truth import build_truth, euclidean_groundtruth, query_rows
 from dhash.hashing import (
@@ -318,6 +319,7 @@ def index(
     substrings: int | None = None,
     dataset_=None,
     lists: int | None = None,
+    kmeans_rows: int | None = None,
     seed: int = 0,
     overwrite: bool = False,
     progress: bool = False,
@@ -327,7 +329,8 @@ def index(
     written to ``out`` for ``search(..., index=out)``. ``kind="mih"``: multi-index hashing
     tables, ``substrings`` m (default: the paper's b / log2(rows per shard)); exact.
     ``kind="ivf"``: an inverted file of ``lists`` lists (default 4 sqrt(n)), k-means (seeded
-    by ``seed``) on the features of ``dataset_``, the dataset the codes encode; approximate."""
+    by ``seed``) on ``kmeans_rows`` rows (default 256 per list) of the features of
+    ``dataset_``, the dataset the codes encode; approximate."""
     started = time.perf_counter()
     codes = open_codes(codes, storage=storage)
     if kind == "mih":
@@ -341,7 +344,7 @@ def index(
         )
     ds = dataset(dataset_, storage=storage)
     loc, n_lists = build_ivf(
-        codes, ds.features_dask(), out, n_lists=lists, seed=seed, overwrite=overwrite, progress=_show(progress),
+        codes, ds.features_dask(), out, n_lists=lists, kmeans_rows=kmeans_rows, seed=seed, overwrite=overwrite, progress=_show(progress),
         storage=storage,
     )  # fmt: skip
     return Indexed(str(loc), codes.n, n_lists, time.perf_counter() - started)
@@ -360,6 +363,7 @@ class Searched:
     results: tuple = ()
     k: int | None = None
     recall: float | None = None  # of the exact Euclidean top-k, when asked
+    searched_by: str | None = None  # linear scan, multi-index hashing or inverted file
 
 
 def search_index(
@@ -468,7 +472,10 @@ def search(
         found = int((nn >= 0).sum())
     seconds = time.perf_counter() - started
     path = None if out is None else str(out)
-    return Searched(path, len(queries), n_database, found, seconds, results, k=k, recall=measured)
+    searched_by = getattr(searcher, "base", searcher).searched_by
+    return Searched(
+        path, len(queries), n_database, found, seconds, results, k=k, recall=measured, searched_by=searched_by
+    )
 
 
 # ------------------------------------------------------------------ evaluation ---------
@@ -489,6 +496,7 @@ def evaluate(
     params: dict | None = None,
     evaluation_options: dict | None = None,
     split_name: str | None = None,
+    neighbours: NeighbourSearches | None = None,
     log_lines=None,
     storage=None,
 ) -> dict:
@@ -497,7 +505,10 @@ def evaluate(
     returns the report, and writes report.json, report.md and plots to ``out`` when given.
     ``log_lines``: a callable receiving one line per trained model. ``evaluation_options``:
     options of how particular methods are scored (``Hasher.evaluation_options``, e.g.
-    ``{"dish2_dictionaries": 1}``), each given to the methods that declare it."""
+    ``{"dish2_dictionaries": 1}``), each given to the methods that declare it.
+    ``neighbours`` (a NeighbourSearches): also measure, for codes every row is encoded
+    into, the recall@k of the exact Euclidean top-k (computed once, stored in the dataset)
+    of the Hamming order, of exact re-ranking and of an inverted file."""
     unknown = [m for m in methods if m not in METHOD_NAMES]
     if unknown:
         raise InputError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHOD_NAMES)}")
@@ -507,7 +518,11 @@ def evaluate(
     split_ = ds.make_split(queries, seed, name=split_name or f"q{queries}-s{seed}")
     truth = build_truth(ds, split_, ground_truth=ground_truth, top_k=top_k, top_percent=top_percent)
     features = ds.features_dask()
-    options = {"seed": seed, "ks": ks, "params": params, "log": log_lines, "evaluation_options": evaluation_options}
+    if neighbours is not None:
+        neighbours = neighbours.checked(split_.n_database)
+        exact, _, _ = euclidean_groundtruth(ds, split_, top_k=neighbours.k)
+    options = {"seed": seed, "ks": ks, "params": params, "log": log_lines, "evaluation_options": evaluation_options,
+               "neighbours": None if neighbours is None else (neighbours, exact)}  # fmt: skip
     results = [
         row
         for b in bits
@@ -524,6 +539,7 @@ def evaluate(
         "method_params": params or {},
         **recorded_options,
         "has_training_plot": has_training_plot(results),
+        **({} if neighbours is None else {"neighbour_recall": asdict(neighbours)}),
     }
     report = build_report(
         dataset=dataset_summary(ds),

@@ -362,13 +362,29 @@ def test_cli_sgh_and_usplh_options_reach_the_models(pipeline_run, cluster, tmp_p
             0.3,
             "--max-iter",
             2,
+            "--recall-at",
+            5,
+            "--rerank-candidates",
+            20,
+            "--ivf-lists",
+            8,
+            "--ivf-nprobes",
+            8,
             "--out",
             out,
             *sched,
         )
         == 0
     )
-    rows = {r["method"]: r for r in json.loads((out / "report.json").read_text())["results"]}
+    report = json.loads((out / "report.json").read_text())
+    validate(report, "report.schema.json")
+    rows = {r["method"]: r for r in report["results"]}
+    # recall of the true neighbours: every list probed re-ranks the same candidates as the scan
+    assert report["protocol"]["neighbour_recall"] == {"k": 5, "candidates": [20], "ivf_lists": 8, "nprobes": [8]}
+    for row in rows.values():
+        hamming, reranked, ivf = (s["recall"] for s in row["metrics"]["neighbour_recall"]["searches"])
+        assert ivf == reranked and 0 <= hamming <= 1
+    assert "Recall@5 of the exact Euclidean top-5" in (out / "report.md").read_text()
     assert rows["sgh"]["params"]["rho_scale"] == 0.25 and rows["sgh"]["params"]["n_bases"] == 32
     assert rows["dish-allreduce"]["params"]["rho_scale"] == 0.7
     assert rows["usplh"]["params"]["region_size"] == 100 and rows["usplh"]["params"]["decay"] == 0.3

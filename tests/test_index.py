@@ -21,6 +21,7 @@ from dhash.kernels.codes import pack_signs
 from dhash.search.hamming import flat_hits, knn_search, radius_search
 from dhash.search.index import FlatIndex, Index, MIHIndex, Queries, Rerank
 from dhash.search.mih import MultiIndex
+from dhash.search.plan import MIH, SCAN, faster_exact_search
 from dhash.storage.location import Storage, resolve
 from tests import reference as ref
 
@@ -210,17 +211,21 @@ def test_index_objects_over_handles_equal_dhash_search(stored, tmp_path):
         split = ds.get_split("default")
         queries = codes.take(split.query)
         flat = FlatIndex(codes, exclude=split.query)
-        mih = MIHIndex(dhash.open_index(d / "i.zarr", codes), exclude=split.query)
+        tables = dhash.open_index(d / "i.zarr", codes)
+        mih = MIHIndex(tables, exclude=split.query, choose=False)  # always through the tables
+        chosen = MIHIndex(tables, exclude=split.query)  # the faster of the tables and the scan
         all_codes, keep = codes.reader.read_all(), np.setdiff1d(np.arange(ds.n), split.query)
         want = brute_force(queries, all_codes[keep], 25, ids=keep)
-        for index in (flat, mih):
-            got = index.search(queries, 25)
-            np.testing.assert_array_equal(got[0], want[0])
-            np.testing.assert_array_equal(got[1], want[1])
         want_range = brute_force_range(queries, all_codes[keep], 3, keep)
-        for index in (flat, mih):
-            for g, w in zip(index.range_search(queries, 3), want_range, strict=True):
-                np.testing.assert_array_equal(g, w)
+        for choice in (SCAN, MIH):  # whichever the trial picks, the answer is the same
+            with mock.patch("dhash.search.index.faster_exact_search", return_value=choice) as trial:
+                for index in (flat, mih, chosen):
+                    got = index.search(queries, 25)
+                    np.testing.assert_array_equal(got[0], want[0])
+                    np.testing.assert_array_equal(got[1], want[1])
+                    for g, w in zip(index.range_search(queries, 3), want_range, strict=True):
+                        np.testing.assert_array_equal(g, w)
+                assert trial.call_count == 2 and chosen.searched_by == choice and mih.searched_by == MIH
         # the public API and its parquet output say the same (handles accepted as well as locations)
         done = dhash.search(ds, model, codes, tmp_path / "r.parquet", split=split, k=25)
         table = pq.read_table(tmp_path / "r.parquet")
@@ -236,6 +241,25 @@ def test_index_objects_over_handles_equal_dhash_search(stored, tmp_path):
         done = dhash.search(ds, model, codes, split=split, k=10, rerank="exact", candidates=100)
         np.testing.assert_array_equal(done.results[1], ids_x)
         np.testing.assert_array_equal(done.results[0], dist_x)
+
+
+def test_the_trial_chooses_what_is_faster_by_a_wide_margin(tmp_path):
+    """On 100,000 codes in one shard, a top-1 is a handful of table lookups for multi-index
+    hashing and a pass over every code for the scan; a top-10,000 needs a search radius that
+    reaches most codes through the tables, which the scan does in one pass. Each margin (about
+    9x and 4x on an idle machine) is wide enough that a busy one cannot flip it."""
+    with dask.config.set(scheduler="synchronous"):
+        ds = workflows.synth("sift", tmp_path / "s.zarr", n=100_000, chunk_rows=100_000)
+        workflows.split(ds, queries=100)
+        model = workflows.train(ds, "itq", bits=32, split="default", params={"itq": {"n_iter": 5}})
+        codes = workflows.encode(ds, model, tmp_path / "c.zarr")
+        workflows.index(codes.path, tmp_path / "i.zarr")
+        tables = dhash.open_index(tmp_path / "i.zarr", dhash.open_codes(codes.path))
+        queries = dhash.open_codes(codes.path).take(ds.get_split("default").query)
+        assert faster_exact_search(tables, queries, k=1) == MIH
+        assert faster_exact_search(tables, queries, k=10_000) == SCAN
+        done = dhash.search(ds, model, codes.path, k=1, index=tmp_path / "i.zarr")
+        assert done.searched_by == MIH
 
 
 def test_storage_is_an_explicit_immutable_context(monkeypatch):

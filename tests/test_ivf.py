@@ -1,5 +1,7 @@
 """The inverted file's kernels (kernels/ivf.py) against brute force over the probed lists."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -235,3 +237,71 @@ def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
         serving.search(queries, 10)
     with pytest.raises(InputError, match="4999 vectors for the 5000 codes"):
         ServingIVF.load(lists, vectors=np.zeros((4999, 128)))
+
+
+def _exact_top(query, vectors, rows, k):
+    dist = ((vectors[rows] - query) ** 2).sum(axis=1)
+    return rows[np.lexsort((rows, dist))[:k]]
+
+
+def _recall(found, exact):
+    return np.mean([len(np.intersect1d(f, e)) / len(e) for f, e in zip(found, exact)])
+
+
+def test_evaluation_neighbour_recall_equals_brute_force():
+    """The evaluation's recall of the true neighbours, for the Hamming order, exact re-ranking
+    and the inverted file, recomputed from scratch: brute-force Hamming top-R (ties by id),
+    brute-force exact L2 top-k, lists from the same seeded centroids."""
+    import dask
+    import dask.array as da
+
+    from dhash.evaluation.neighbours import NeighbourSearches, neighbour_recalls
+    from dhash.search.ivf import ivf_centroids
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((3000, 8)) + 3 * rng.standard_normal((12, 8))[rng.integers(0, 12, 3000)]
+    codes = pack_signs(X @ rng.standard_normal((8, 32)))
+    query = np.sort(rng.choice(3000, 50, replace=False))
+    db = np.setdiff1d(np.arange(3000), query)
+    k, searches = 10, NeighbourSearches(k=10, candidates=(30, 200), ivf_lists=25, nprobes=(2, 25)).checked(len(db))
+    exact = np.array([_exact_top(X[q], X, db, k) for q in query])
+    features = da.from_array(X, chunks=(700, 8))
+    with dask.config.set(scheduler="synchronous"):
+        got = neighbour_recalls(
+            searches, exact, features, X[query], codes[query], da.from_array(X[db], chunks=(700, 8)),
+            da.from_array(codes[db], chunks=(700, 4)), da.from_array(db, chunks=700), seed=5,
+        )  # fmt: skip
+        centroids = ivf_centroids(da.from_array(X[db], chunks=(700, 8)), 25, seed=5)
+    assignment = np.argmin(((X[:, None, :] - centroids[None]) ** 2).sum(-1), axis=1)
+
+    def reranked(candidate_rows, R):
+        return [
+            _exact_top(X[q], X, _brute_force(codes[q], codes, rows, R)[1], k) for q, rows in zip(query, candidate_rows)
+        ]
+
+    want = [_recall([_brute_force(codes[q], codes, db, k)[1] for q in query], exact)]
+    want += [_recall(reranked([db] * len(query), R), exact) for R in (30, 200)]
+    for nprobe in (2, 25):
+        probes = probed_lists(X[query], centroids, nprobe)
+        rows = [db[np.isin(assignment[db], p)] for p in probes]
+        want += [_recall(reranked(rows, R), exact) for R in (30, 200)]
+    assert got["k"] == k and [s["search"] for s in got["searches"]] == ["hamming"] + ["rerank"] * 2 + ["ivf"] * 4
+    np.testing.assert_allclose([s["recall"] for s in got["searches"]], want, rtol=0, atol=1e-12)
+    assert got["searches"][2]["recall"] > got["searches"][0]["recall"]  # re-ranking finds more true neighbours
+    # probing every list is the re-ranked scan
+    assert [s["recall"] for s in got["searches"][5:]] == [s["recall"] for s in got["searches"][1:3]]
+
+
+def test_evaluation_neighbour_settings_are_checked():
+    from dhash.errors import InputError
+    from dhash.evaluation.neighbours import NeighbourSearches
+
+    assert NeighbourSearches(k=10, candidates=(100,), ivf_lists=0).checked(10_000).ivf_lists == 400
+    for bad, words in [
+        (NeighbourSearches(k=10, candidates=(5,)), "re-ranking candidates must lie in [k=10"),
+        (NeighbourSearches(k=0), "recall@k needs 1 <= k"),
+        (NeighbourSearches(candidates=(100,), ivf_lists=20, nprobes=(30,)), "nprobe must lie in [1, 20]"),
+        (NeighbourSearches(candidates=(100,), ivf_lists=20_000), "inverted file lists must lie in [1, 10000]"),
+    ]:
+        with pytest.raises(InputError, match=re.escape(words)):
+            bad.checked(10_000)

@@ -15,6 +15,7 @@ import numpy as np
 from dhash.distributed.graph import as_dask, chunk_delayeds, map_chunks, tree_reduce
 from dhash.errors import InputError
 from dhash.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
+from dhash.evaluation.neighbours import neighbour_recalls
 from dhash.evaluation.truth import Truth
 from dhash.hashing import HASHERS, make_hasher, method_params
 from dhash.kernels.ranking import mean_ap, radius_precision_recall, rank_offsets, tie_aware_ap, topk_metrics
@@ -107,11 +108,13 @@ class Scorer:
     ``evaluation_results`` hook (``dhash.hashing.base.Hasher``): however the estimator's codes
     are made, they are ranked by ``code_metrics`` against the same queries, database rows and
     ground truth, and each way returns (metrics, timing). ``view``: the database view
-    (features, labels, ids and the split's query rows); ``seed``: the evaluation's seed."""
+    (features, labels, ids and the split's query rows); ``seed``: the evaluation's seed;
+    ``neighbours``: see ``evaluate_method``."""
 
-    def __init__(self, features, view, truth: Truth, n_bits: int, ks, seed: int):
+    def __init__(self, features, view, truth: Truth, n_bits: int, ks, seed: int, *, neighbours=None):
         self.features, self.view, self.truth = features, view, truth
         self.n_bits, self.ks, self.seed = n_bits, ks, seed
+        self.neighbours = neighbours
 
     def _database_truth(self):
         return self.truth.database_rows(self.features.chunks[0], self.view.query)
@@ -123,7 +126,19 @@ class Scorer:
         dask.compute(codes.sum())  # materialise: time the encoding alone
         encode_seconds = time.perf_counter() - started
         metrics, search_seconds = score_codes(codes, self.view.query, self.truth, self.n_bits, self.ks)
+        if self.neighbours is not None:
+            metrics["neighbour_recall"] = self._neighbour_recalls(codes)
         return metrics, _timing(encode_seconds, search_seconds)
+
+    def _neighbour_recalls(self, codes) -> dict:
+        searches, exact = self.neighbours
+        query = self.view.query
+        database = view_of(codes, query)
+        query_vectors = np.asarray(self.features[query].compute(), dtype=np.float64)
+        return neighbour_recalls(
+            searches, exact, self.features, query_vectors, np.asarray(codes[query].compute()),
+            self.view.features, database.features, database.ids, self.seed,
+        )  # fmt: skip
 
     def asymmetric(self, encoder, database_codes) -> tuple[dict, dict]:
         """Methods that learn the database's codes directly: ``database_codes`` (aligned with
@@ -158,6 +173,13 @@ class Scorer:
         mean = {k: float(np.mean([r[k] for r in runs])) for k, v in runs[0].items() if isinstance(v, float)}
         std = {k: float(np.std([r[k] for r in runs])) for k in mean}
         curve = {k: np.mean([r["pr_curve"][k] for r in runs], axis=0).tolist() for k in runs[0]["pr_curve"]}
+        if "neighbour_recall" in runs[0]:
+            first = runs[0]["neighbour_recall"]
+            searches = [
+                {**row, "recall": float(np.mean([r["neighbour_recall"]["searches"][i]["recall"] for r in runs]))}
+                for i, row in enumerate(first["searches"])
+            ]
+            mean["neighbour_recall"] = {**first, "searches": searches}
         return {**runs[0], **mean, "pr_curve": curve}, std
 
 
@@ -188,12 +210,15 @@ def evaluate_method(
     params: dict | None = None,
     log=None,
     evaluation_options: dict | None = None,
+    neighbours=None,
 ) -> list[dict]:
     """Train one method on the database rows, encode all rows, rank the query codes.
 
     Returns report rows: one for most methods; a method scored in several ways gives one row
     per way (its estimator's ``evaluation_results`` hook, which receives the options in
-    ``evaluation_options`` that its class declares).
+    ``evaluation_options`` that its class declares). ``neighbours``: (NeighbourSearches,
+    the queries' exact Euclidean neighbour ids), to measure the recall of the true
+    neighbours of codes every row is encoded into (``Scorer.symmetric``).
     """
 
     features = as_dask(features)
@@ -211,7 +236,7 @@ def evaluate_method(
         "training": model.training_stats_,
     }
     options = {k: v for k, v in (evaluation_options or {}).items() if k in type(model).evaluation_options}
-    scorer = Scorer(features, view, truth, n_bits, ks, seed)
+    scorer = Scorer(features, view, truth, n_bits, ks, seed, neighbours=neighbours)
     rows = []
     for scored in model.evaluation_results(scorer, options):
         label = {} if scored.variant is None else {"label": f"{method} ({scored.variant})"}

@@ -61,6 +61,37 @@ def quality_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def search_label(row: dict) -> str:
+    """A neighbour-recall search's column name."""
+    if row["search"] == "hamming":
+        return "Hamming order"
+    if row["search"] == "rerank":
+        return f"top-{row['candidates']} re-ranked"
+    return f"IVF{row['lists']} nprobe {row['nprobe']}, top-{row['candidates']} re-ranked"
+
+
+def neighbour_table(report: dict) -> str:
+    """Markdown table of recall@k of the exact Euclidean neighbours, one row per (method,
+    bits) that measured it; empty when none did."""
+    measured = [r for r in report["results"] if "neighbour_recall" in r["metrics"]]
+    if not measured:
+        return ""
+    first = measured[0]["metrics"]["neighbour_recall"]
+    head = ["method", "bits"] + [search_label(s) for s in first["searches"]]
+    lines = [
+        f"Recall@{first['k']} of the exact Euclidean top-{first['k']} (exact squared L2 re-ranking of the Hamming "
+        "candidates):",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for r in measured:
+        cells = [r.get("label", r["method"]), str(r["n_bits"])]
+        cells += [f"{s['recall']:.4f}" for s in r["metrics"]["neighbour_recall"]["searches"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def render_markdown(report: dict) -> str:
     ds, sp, gt, pr, cl = (
         report["dataset"],
@@ -84,6 +115,7 @@ def render_markdown(report: dict) -> str:
             "",
             quality_table(report),
             "",
+            neighbour_table(report),
             "Plots: `precision_at_k.png`, `pr_curve.png`" + (", `training.png`" if pr.get("has_training_plot") else ""),
             "",
         ]

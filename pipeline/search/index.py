@@ -31,9 +31,10 @@ import numpy as np
 from dhash.distributed.progress import compute_with_progress
 from dhash.errors import InputError
 from dhash.kernels.rerank import candidate_values
-from dhash.search.hamming import knn_search_lazy, lims_of, radius_search
+from dhash.search.hamming import _check_codes, knn_search_lazy, lims_of, radius_search
 from dhash.search.ivf import ivf_knn_lazy
 from dhash.search.mih import index_knn_lazy, index_radius
+from dhash.search.plan import MIH, SCAN, faster_exact_search
 from dhash.search.rerank import RERANKERS, rerank_lazy
 from dhash.storage.codes import Codes
 from dhash.views import view_of
@@ -105,6 +106,8 @@ class FlatIndex(_CodesIndex):
     packed codes) minus the rows ``exclude`` (e.g. a split's queries); ids are the codes'
     row numbers. ``model`` encodes vector queries."""
 
+    searched_by = SCAN
+
     def __init__(self, codes, *, exclude=None, model=None):
         self.codes = codes
         self.model = model
@@ -124,19 +127,43 @@ class FlatIndex(_CodesIndex):
 class MIHIndex(_CodesIndex):
     """Exact Hamming search through a stored multi-index (the StoredTables of
     storage.mih_index.open_index) over its codes minus the rows ``exclude``: the linear
-    scan's answer, fewer codes compared."""
+    scan's answer, fewer codes compared.
 
-    def __init__(self, tables, *, exclude=None, model=None):
+    With ``choose`` (the default) each search first times a sample of its queries both
+    through the tables and by the linear scan of the same codes on one shard
+    (search.plan), and runs by the faster: the answer is the same either way.
+    ``searched_by`` names the one the last search used."""
+
+    def __init__(self, tables, *, exclude=None, model=None, choose: bool = True):
         self.tables = tables
         self.model = model
+        self.choose = choose
         self._exclude = np.empty(0, np.int64) if exclude is None else np.asarray(exclude, dtype=np.int64)
         self.ntotal = tables.codes.n - len(np.unique(self._exclude))
+        self.searched_by = MIH
+
+    def _by_scan(self, codes, **search) -> bool:
+        """Whether this search (top-k or radius) runs by the linear scan; sets searched_by."""
+        _check_codes(codes, self.tables.codes.reader[:0])  # before the trial runs the kernels on them
+        self.searched_by = faster_exact_search(self.tables, codes, **search) if self.choose else MIH
+        return self.searched_by == SCAN
+
+    def _scan(self) -> FlatIndex:
+        return FlatIndex(self.tables.codes, exclude=self._exclude)
 
     def search_lazy(self, queries, k: int):
         codes = query_codes(as_queries(queries), self.model)
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise InputError(f"k must be a positive int; got {k!r}")
+        if len(codes) and self._by_scan(codes, k=int(k)):
+            return self._scan().search_lazy(Queries(codes=codes), k)
         return index_knn_lazy(codes, self.tables, k, excluded_rows=self._exclude)
 
     def _radius(self, codes, radius):
+        if not isinstance(radius, (int, np.integer)) or radius < 0:
+            raise InputError(f"radius must be a non-negative int; got {radius!r}")
+        if len(codes) and self._by_scan(codes, radius=int(radius)):
+            return self._scan()._radius(codes, radius)
         return index_radius(codes, self.tables, radius, excluded_rows=self._exclude)
 
 
@@ -146,6 +173,8 @@ class IVFIndex(_CodesIndex):
     lists, the rows ``exclude`` left out. Approximate (a true neighbour in a list not probed
     is missed); exactly the linear scan over the probed lists' rows. The lists are found
     from the query vectors, so queries must carry them (vectors, or ``Queries`` with both)."""
+
+    searched_by = "inverted file"
 
     def __init__(self, lists, nprobe: int, *, exclude=None, model=None):
         self.lists, self.nprobe, self.model = lists, nprobe, model

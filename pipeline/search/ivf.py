@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dhash.distributed.graph import map_chunks, tree_reduce, write_shards
+from dhash.distributed.graph import map_chunks, select_rows, tree_reduce, write_shards
 from dhash.errors import InputError
 from dhash.hashing.anchor_graph import kmeans
 from dhash.kernels.agh import nearest_centres
@@ -33,6 +33,10 @@ from dhash.storage.location import resolve
 # codes. 4 sqrt(n) lists is also FAISS's guideline (4 to 16 sqrt(n)).
 LISTS_PER_ROOT_N = 4
 KMEANS_STEPS = 10
+# k-means learns the centroids from at most this many rows per list (FAISS's
+# max_points_per_centroid): more rows barely move them, while each Lloyd step costs a pass
+# over every training row against every centroid
+KMEANS_ROWS_PER_LIST = 256
 DEFAULT_NPROBE = 4
 # Hamming candidates re-ranked by exact L2 per query, per neighbour asked for, when serving
 # with the original vectors (300 for a top-10)
@@ -50,6 +54,7 @@ def build_ivf(
     *,
     n_lists: int | None = None,
     kmeans_steps: int = KMEANS_STEPS,
+    kmeans_rows: int | None = None,
     seed: int = 0,
     overwrite: bool = False,
     progress=None,
@@ -57,7 +62,10 @@ def build_ivf(
 ):
     """Write the inverted file of a codes store (a Codes handle or its location) at ``out``
     (atomically), its lists given by k-means on ``features`` (a dask array of the rows the
-    codes encode, in the same order). Returns (index location, n_lists)."""
+    codes encode, in the same order). The centroids are learned from ``kmeans_rows`` rows
+    drawn with ``seed`` (default: KMEANS_ROWS_PER_LIST per list, every row when there are
+    fewer); every row is then assigned to its nearest centroid. Returns (index location,
+    n_lists)."""
     codes = open_codes(codes, storage=storage)
     reader = codes.reader
     if features.ndim != 2 or features.shape[0] != reader.shape[0]:
@@ -68,7 +76,7 @@ def build_ivf(
     n_lists = default_lists(reader.shape[0]) if n_lists is None else int(n_lists)
     if not 1 <= n_lists <= reader.shape[0]:
         raise InputError(f"n_lists must lie in [1, {reader.shape[0]}] (the number of codes); got {n_lists}")
-    centroids, _ = kmeans(features, n_lists, kmeans_steps, np.random.default_rng(seed), "ivf")
+    centroids = ivf_centroids(features, n_lists, kmeans_rows=kmeans_rows, kmeans_steps=kmeans_steps, seed=seed)
     # one feature chunk per codes chunk, so that each task holds the rows of one shard
     aligned = features.rechunk((reader.chunk_rows, features.shape[1]))
     out = resolve(out, storage=storage)
@@ -79,6 +87,25 @@ def build_ivf(
             centroids=centroids, chunk_rows=reader.chunk_rows, target=tmp,
         )  # fmt: skip
     return out, n_lists
+
+
+def ivf_centroids(features, n_lists: int, *, kmeans_rows: int | None = None, kmeans_steps: int = KMEANS_STEPS, seed=0):
+    """The coarse quantiser: k-means centroids (n_lists, d) of ``kmeans_rows`` rows of
+    ``features`` (a dask array) drawn with ``seed`` (default KMEANS_ROWS_PER_LIST per list)."""
+    n = features.shape[0]
+    kmeans_rows = min(n, KMEANS_ROWS_PER_LIST * n_lists) if kmeans_rows is None else kmeans_rows
+    if isinstance(kmeans_rows, bool) or not isinstance(kmeans_rows, (int, np.integer)):
+        raise InputError(f"kmeans_rows must be an int; got {kmeans_rows!r}")
+    if not n_lists <= kmeans_rows <= n:
+        raise InputError(
+            f"kmeans_rows must lie in [{n_lists}, {n}] (the lists, the rows): k-means starts from that many "
+            f"distinct rows; got {kmeans_rows}"
+        )
+    rng = np.random.default_rng(seed)
+    training = features
+    if kmeans_rows < n:
+        training = select_rows(features, np.sort(rng.choice(n, int(kmeans_rows), replace=False)), keep=True)
+    return kmeans(training, n_lists, kmeans_steps, rng, "ivf")[0]
 
 
 def _build_shard_into(block, shard, *, centroids, chunk_rows, target):

@@ -1,0 +1,107 @@
+"""Recall of the true neighbours for the searches users serve with, beside the evaluation's
+ranking metrics: recall@k of each query's exact Euclidean top-k among the k results of
+
+- the Hamming order (the linear scan's top-k);
+- the Hamming top-R re-ranked by the exact squared L2 to the original vectors, per R;
+- an inverted file (k-means lists on the database features, the Hamming top-R of the
+  ``nprobe`` lists nearest the query, re-ranked exactly), per nprobe and R.
+
+The database codes and features stay on the cluster for the scan and the re-ranking (the
+candidates' rows are read chunk by chunk); the inverted file's lists are laid out on the
+client from the database codes (n x code bytes) and every row's list (n int32), which is
+what a serving process holds too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import dask
+import numpy as np
+
+from dhash.distributed.graph import chunk_delayeds, map_chunks
+from dhash.errors import InputError
+from dhash.kernels.agh import nearest_centres
+from dhash.kernels.ivf import list_layout, probed_lists, search_lists
+from dhash.kernels.knn import neighbour_recall
+from dhash.search.hamming import knn_search_lazy
+from dhash.search.ivf import DEFAULT_NPROBE, default_lists, ivf_centroids
+from dhash.search.rerank import rerank_lazy
+
+
+@dataclass(frozen=True)
+class NeighbourSearches:
+    """Which searches to measure: recall@``k``; exact re-ranking of each R in ``candidates``;
+    with ``ivf_lists`` (0: the inverted file default, 4 sqrt(n)), an inverted file probed at
+    each of ``nprobes``."""
+
+    k: int = 10
+    candidates: tuple[int, ...] = (100, 1000)
+    ivf_lists: int | None = None
+    nprobes: tuple[int, ...] = field(default=(DEFAULT_NPROBE,))
+
+    def checked(self, n_database: int) -> NeighbourSearches:
+        ints = [self.k, *self.candidates, *self.nprobes] + ([] if self.ivf_lists is None else [self.ivf_lists])
+        if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in ints):
+            raise InputError(f"neighbour recall settings must be ints; got {self}")
+        if not 1 <= self.k <= n_database:
+            raise InputError(f"recall@k needs 1 <= k <= {n_database} (the database rows); got k={self.k}")
+        if any(r < self.k or r > n_database for r in self.candidates):
+            raise InputError(f"re-ranking candidates must lie in [k={self.k}, {n_database}]; got {self.candidates}")
+        lists = None if self.ivf_lists is None else self.ivf_lists or default_lists(n_database)
+        if lists is not None and not 1 <= lists <= n_database:
+            raise InputError(f"inverted file lists must lie in [1, {n_database}]; got {lists}")
+        if lists is not None and any(not 1 <= p <= lists for p in self.nprobes):
+            raise InputError(f"nprobe must lie in [1, {lists}] (the lists); got {self.nprobes}")
+        return NeighbourSearches(self.k, tuple(sorted(set(self.candidates))), lists, tuple(sorted(set(self.nprobes))))
+
+
+def neighbour_recalls(
+    searches: NeighbourSearches, exact, features, query_vectors, query_codes, db_features, db_codes, db_ids, seed: int
+) -> dict:
+    """recall@k of each search (``searches`` checked), against ``exact`` (m, >= k) ids of the
+    queries' Euclidean neighbours. ``features``: every dataset row (dask, the re-ranking's
+    source); ``db_*``: the database rows' features, codes and ids (dask, aligned)."""
+    k, deepest = searches.k, max((searches.k, *searches.candidates))
+    _, hamming = dask.compute(knn_search_lazy(query_codes, db_codes, deepest, ids=db_ids))[0]
+    rows = [{"search": "hamming", "recall": neighbour_recall(hamming[:, :k], exact)}]
+    for r in searches.candidates:
+        found = _reranked(query_vectors, features, hamming[:, :r], k)
+        rows.append({"search": "rerank", "candidates": r, "recall": neighbour_recall(found, exact)})
+    if searches.ivf_lists is not None:
+        rows += _inverted_file_recalls(searches, exact, features, query_vectors, query_codes, db_features, db_codes,
+                                       db_ids, seed)  # fmt: skip
+    return {"k": k, "searches": rows}
+
+
+def _reranked(query_vectors, features, candidates, k) -> np.ndarray:
+    return dask.compute(rerank_lazy("exact", query_vectors, features, candidates, k))[0][1]
+
+
+def _inverted_file_recalls(searches, exact, features, query_vectors, query_codes, db_features, db_codes, db_ids, seed):
+    lists = searches.ivf_lists
+    centroids = ivf_centroids(db_features, lists, seed=seed)
+    assigned = map_chunks("ivf-assign", _assign, chunk_delayeds(db_features), centroids=centroids)
+    codes, ids, assignment = dask.compute(db_codes, db_ids, assigned)
+    order, offsets = list_layout(np.concatenate(assignment), lists)
+    list_codes, list_ids = codes[order], ids[order]
+    rows = []
+    for nprobe in searches.nprobes:
+        probes = probed_lists(query_vectors, centroids, nprobe)
+        for r in searches.candidates:
+            _, candidates = search_lists(query_codes, probes, list_codes, list_ids, offsets, r)
+            found = _reranked(query_vectors, features, candidates, searches.k)
+            rows.append(
+                {
+                    "search": "ivf",
+                    "lists": lists,
+                    "nprobe": nprobe,
+                    "candidates": r,
+                    "recall": neighbour_recall(found, exact),
+                }
+            )
+    return rows
+
+
+def _assign(block, *, centroids):
+    return nearest_centres(block, centroids).astype(np.int32)
