@@ -287,7 +287,7 @@ def index(values):
     ivf = values["kind"] == "ivf"
     done = workflows.index(
         values["codes"], values["out"], kind=values["kind"], substrings=values["substrings"],
-        dataset_=values.get("dataset"), lists=values["lists"], seed=values["seed"], overwrite=values["overwrite"],
+        dataset_=values.get("dataset"), lists=values["lists"], kmeans_rows=values["kmeans_rows"], seed=values["seed"], overwrite=values["overwrite"],
         progress=_progress(values), storage=_storage(values),
     )  # fmt: skip
     parts = f"{done.m:,} lists" if ivf else f"{done.m} substring tables per shard"

@@ -788,6 +788,8 @@ OPTIONS: tuple[Option, ...] = (
          "codes chunk), the multi-index hashing paper's rule)", type=positive_int),
     _opt("lists", ["index"], "ivf: lists, k-means centroids of the dataset's features (default 4 sqrt(n))",
          type=positive_int),
+    _opt("kmeans-rows", ["index"], "ivf: rows k-means learns the centroids from, drawn with the seed (default 256 "
+         "per list); every row is then assigned to its nearest centroid", type=positive_int),
     _opt("index", ["search"], "search through this index (made by `dhash index` from these codes): a multi-index "
          "gives the linear scan's results, an inverted file the top-k of the --nprobe lists nearest each query"),
     _opt("nprobe", ["search"], "lists of an inverted file --index searched per query (default 4)", type=positive_int),

@@ -419,7 +419,8 @@ def test_search_through_an_inverted_file_probing_every_list_gives_the_linear_sca
     _, ds, model, codes, res = pipeline_run
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
     index = tmp_path / "codes.ivf"
-    assert run("index", "--kind", "ivf", "--codes", codes, "--dataset", ds, "--lists", 16, "--out", index, *sched) == 0
+    ivf = ["index", "--kind", "ivf", "--codes", codes, "--dataset", ds, "--lists", 16, "--kmeans-rows", 300]
+    assert run(*ivf, "--out", index, *sched) == 0
     search = ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10, "--index", index]
     every_list, one_list = tmp_path / "ivf-16.parquet", tmp_path / "ivf-1.parquet"
     assert run(*search, "--nprobe", 16, "--out", every_list, *sched) == 0
@@ -433,6 +434,8 @@ def test_search_through_an_inverted_file_probing_every_list_gives_the_linear_sca
     assert "nprobe must be an int in [1, 16]" in _one_line_error(capsys) and not bad.exists()
     assert run("index", "--kind", "ivf", "--codes", codes, "--out", tmp_path / "no-data.ivf", *sched) == 2
     assert "give the dataset" in _one_line_error(capsys)
+    assert run(*ivf[:-1], 5, "--out", tmp_path / "few.ivf", *sched) == 2  # fewer k-means rows than lists
+    assert "kmeans_rows must lie in [16, " in _one_line_error(capsys) and not (tmp_path / "few.ivf").exists()
     plain = ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10]
     assert run(*plain, "--nprobe", 2, "--out", bad, *sched) == 2
     assert "inverted file" in _one_line_error(capsys) and not bad.exists()
@@ -445,7 +448,8 @@ def test_search_reports_recall_of_the_exact_neighbours(pipeline_run, cluster, tm
     _, ds, model, codes, _ = pipeline_run
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
     index = tmp_path / "codes.ivf"
-    assert run("index", "--kind", "ivf", "--codes", codes, "--dataset", ds, "--lists", 16, "--out", index, *sched) == 0
+    ivf = ["index", "--kind", "ivf", "--codes", codes, "--dataset", ds, "--lists", 16, "--kmeans-rows", 300]
+    assert run(*ivf, "--out", index, *sched) == 0
     out = tmp_path / "reranked.parquet"
     search = ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10, "--index", index]
     capsys.readouterr()
