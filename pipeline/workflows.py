@@ -344,8 +344,8 @@ def index(
         )
     ds = dataset(dataset_, storage=storage)
     loc, n_lists = build_ivf(
-        codes, ds.features_dask(), out, n_lists=lists, kmeans_rows=kmeans_rows, seed=seed, overwrite=overwrite, progress=_show(progress),
-        storage=storage,
+        codes, ds.features_dask(), out, n_lists=lists, kmeans_rows=kmeans_rows, seed=seed, overwrite=overwrite,
+        progress=_show(progress), storage=storage,
     )  # fmt: skip
     return Indexed(str(loc), codes.n, n_lists, time.perf_counter() - started)
 
