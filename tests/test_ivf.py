@@ -115,8 +115,10 @@ def stored_ivf(tmp_path_factory):
     return d, ds, split
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, workers):
+@pytest.mark.parametrize("workers, rows_per_task", [(1, None), (2, 700), (2, 2100)])
+def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, workers, rows_per_task):
+    """One task per codes chunk (700 rows), per 3 chunks (the last run holds 2 chunks, one of
+    them partial) or per every chunk: the same answer."""
     import dask
     from distributed import Client, LocalCluster
 
@@ -133,7 +135,15 @@ def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, 
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
         with Client(lc):
             dist, ids = dask.compute(
-                ivf_knn_lazy(all_codes[queries], features[queries], lists, 20, 4, excluded_rows=queries)
+                ivf_knn_lazy(
+                    all_codes[queries],
+                    features[queries],
+                    lists,
+                    20,
+                    4,
+                    excluded_rows=queries,
+                    **({} if rows_per_task is None else {"rows_per_task": rows_per_task}),
+                )  # fmt: skip
             )[0]
     assignment = np.argmin(((features[:, None, :] - lists.centroids[None]) ** 2).sum(-1), axis=1)
     probes = probed_lists(features[queries], lists.centroids, 4)

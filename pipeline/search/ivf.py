@@ -20,7 +20,6 @@ from dhash.hashing.anchor_graph import kmeans
 from dhash.kernels.agh import nearest_centres
 from dhash.kernels.ivf import list_layout, probed_lists, search_lists
 from dhash.search.hamming import _check_codes, _merge_pair
-from dhash.search.mih import _stored_shards
 from dhash.storage.chunkread import write_rows
 from dhash.storage.codes import open_codes
 from dhash.storage.ivf_index import create_ivf_arrays, ivf_output
@@ -38,6 +37,10 @@ KMEANS_STEPS = 10
 # over every training row against every centroid
 KMEANS_ROWS_PER_LIST = 256
 DEFAULT_NPROBE = 4
+# Rows one ivf-topk task searches: a task merges the lists of its shards into one layout, so
+# a query's cost per task (finding its probed lists, its top-k buffers) is paid once per
+# about a million rows rather than once per codes chunk (a chunk is often 128k rows)
+SEARCH_TASK_ROWS = 1 << 20
 # Hamming candidates re-ranked by exact L2 per query, per neighbour asked for, when serving
 # with the original vectors (300 for a top-10)
 CANDIDATES_PER_K = 30
@@ -118,17 +121,60 @@ def _build_shard_into(block, shard, *, centroids, chunk_rows, target):
     return len(block)
 
 
-def _stored_topk(shard, start, excluded, *, readers, queries, probes, k):
-    """One task: the top-k of one shard's probed lists, the rows ``excluded`` left out."""
+def merged_lists(readers, n_lists: int, shards, excluded_rows=()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(list codes, list ids int64, offsets): the rows of the given ``shards`` of a stored
+    inverted file (``readers``: its codes, order and offsets readers) in one list layout,
+    every list ascending by id, the sorted row numbers ``excluded_rows`` left out."""
     codes_reader, order_reader, offsets_reader = readers
-    codes = codes_reader(shard)
-    order = order_reader(shard).astype(np.int64)
-    offsets = offsets_reader(shard)[0].astype(np.int64)
-    if len(excluded):
-        kept = ~np.isin(order, excluded)
-        list_of = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[kept]
-        order, offsets = order[kept], np.searchsorted(list_of, np.arange(len(offsets)))
-    return search_lists(queries, probes, codes[order], start + order, offsets, k)
+    codes, ids, list_of = [], [], []
+    for shard in shards:
+        order = order_reader(shard).astype(np.int64)
+        offsets = offsets_reader(shard)[0].astype(np.int64)
+        codes.append(_take_rows(codes_reader(shard), order))
+        ids.append(shard * codes_reader.chunk_rows + order)
+        list_of.append(np.repeat(np.arange(n_lists, dtype=np.int64), np.diff(offsets)))
+    if not codes:
+        return np.empty((0, codes_reader.shape[1]), np.uint8), np.empty(0, np.int64), np.zeros(n_lists + 1, np.int64)
+    codes, ids, list_of = np.concatenate(codes), np.concatenate(ids), np.concatenate(list_of)
+    if len(excluded_rows):
+        kept = ~np.isin(ids, excluded_rows)
+        codes, ids, list_of = codes[kept], ids[kept], list_of[kept]
+    # shards in order, ascending ids inside each shard's lists: a stable sort by list keeps
+    # every list ascending by id, the layout the kernels want (a radix sort when the list
+    # numbers fit 16 bits)
+    keys = list_of.astype(np.uint16) if n_lists <= 1 << 16 else list_of
+    regroup = np.argsort(keys, kind="stable")
+    return _take_rows(codes, regroup), ids[regroup], np.searchsorted(list_of[regroup], np.arange(n_lists + 1))
+
+
+def _take_rows(codes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """codes[rows] for packed (n, bytes) codes, each row moved as one item (several times
+    faster than numpy's gather of a 2-D uint8 array)."""
+    width = codes.shape[1]
+    items = np.ascontiguousarray(codes).view(np.dtype((np.void, width))).reshape(-1)
+    return items[rows].view(np.uint8).reshape(len(rows), width)
+
+
+def _stored_topk(shards, excluded, *, readers, n_lists, queries, probes, k):
+    """One task: the top-k of the probed lists of a run of shards, merged into one layout
+    first so that each query visits each probed list once per task, not once per shard."""
+    list_codes, list_ids, offsets = merged_lists(readers, n_lists, shards, excluded)
+    return search_lists(queries, probes, list_codes, list_ids, offsets, k)
+
+
+def shard_runs(codes_reader, excluded_rows, rows_per_task: int) -> list[tuple]:
+    """Per task: (consecutive shards holding about ``rows_per_task`` rows, the excluded row
+    numbers among them)."""
+    excluded_rows = np.sort(np.asarray(excluded_rows, dtype=np.int64))
+    per_task = max(1, rows_per_task // codes_reader.chunk_rows)
+    runs = []
+    for first in range(0, codes_reader.n_chunks, per_task):
+        shards = list(range(first, min(first + per_task, codes_reader.n_chunks)))
+        lo, hi = np.searchsorted(
+            excluded_rows, [first * codes_reader.chunk_rows, (shards[-1] + 1) * codes_reader.chunk_rows]
+        )
+        runs.append((shards, excluded_rows[lo:hi]))
+    return runs
 
 
 def check_nprobe(nprobe, n_lists: int, location) -> int:
@@ -152,10 +198,13 @@ def check_query_vectors(query_vectors, d: int, location) -> np.ndarray:
     return query_vectors
 
 
-def ivf_knn_lazy(query_codes, query_vectors, lists, k: int, nprobe: int, excluded_rows=()):
+def ivf_knn_lazy(
+    query_codes, query_vectors, lists, k: int, nprobe: int, excluded_rows=(), rows_per_task: int = SEARCH_TASK_ROWS
+):
     """Delayed (distances, ids = row numbers) of the Hamming top-k of ``query_codes`` among the
     rows of each query's ``nprobe`` nearest lists (found from ``query_vectors``) of a stored
-    inverted file (the StoredLists of storage.ivf_index.open_ivf), ``excluded_rows`` left out."""
+    inverted file (the StoredLists of storage.ivf_index.open_ivf), ``excluded_rows`` left out.
+    One ``ivf-topk`` task per run of shards holding about ``rows_per_task`` rows."""
     if not isinstance(k, (int, np.integer)) or k < 1:
         raise InputError(f"k must be a positive int; got {k!r}")
     nprobe = check_nprobe(nprobe, lists.n_lists, lists.location)
@@ -167,8 +216,9 @@ def ivf_knn_lazy(query_codes, query_vectors, lists, k: int, nprobe: int, exclude
     parts = map_chunks(
         "ivf-topk",
         _stored_topk,
-        _stored_shards(codes_reader, excluded_rows),
+        shard_runs(codes_reader, excluded_rows, rows_per_task),
         readers=(codes_reader, lists.order, lists.offsets),
+        n_lists=lists.n_lists,
         queries=_check_codes(query_codes, codes_reader[:0]),
         probes=probes,
         k=int(k),

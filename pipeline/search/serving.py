@@ -29,7 +29,7 @@ from dhash.kernels.ivf import probed_lists, search_lists, search_lists_exact
 from dhash.kernels.knn import neighbour_recall
 from dhash.kernels.l2 import l2_topk
 from dhash.search.index import Queries, as_queries, query_codes
-from dhash.search.ivf import CANDIDATES_PER_K, DEFAULT_NPROBE, check_nprobe, check_query_vectors
+from dhash.search.ivf import CANDIDATES_PER_K, DEFAULT_NPROBE, check_nprobe, check_query_vectors, merged_lists
 from dhash.search.rerank import rerank_lazy
 
 # the grid ``tune`` tries: probes, and candidates per neighbour asked for
@@ -68,25 +68,12 @@ class ServingIVF:
         ``exclude`` (e.g. a split's queries) left out. ``vectors``: the original vectors of
         every row, aligned with the codes, to re-rank by: a numpy array, a memory-mapped one,
         or where they are stored (a Dataset handle or a dask array)."""
-        reader, n_lists = lists.codes.reader, lists.n_lists
-        codes, ids, list_of = [], [], []
-        for shard in range(reader.n_chunks):
-            order = lists.order(shard).astype(np.int64)
-            offsets = lists.offsets(shard)[0].astype(np.int64)
-            codes.append(reader(shard)[order])
-            ids.append(shard * reader.chunk_rows + order)
-            list_of.append(np.repeat(np.arange(n_lists), np.diff(offsets)))
-        codes, ids, list_of = (np.concatenate(a) if a else np.empty(0, np.int64) for a in (codes, ids, list_of))
-        if exclude is not None:
-            kept = ~np.isin(ids, np.asarray(exclude, dtype=np.int64))
-            codes, ids, list_of = codes[kept], ids[kept], list_of[kept]
-        # shards in order, ascending ids inside each shard's lists: a stable sort by list keeps
-        # every list ascending by id, the layout the kernels want
-        regroup = np.argsort(list_of, kind="stable")
-        offsets = np.searchsorted(list_of[regroup], np.arange(n_lists + 1))
+        reader = lists.codes.reader
+        excluded = np.empty(0, np.int64) if exclude is None else np.unique(np.asarray(exclude, dtype=np.int64))
+        readers = (reader, lists.order, lists.offsets)
+        list_codes, ids, offsets = merged_lists(readers, lists.n_lists, range(reader.n_chunks), excluded)
         id_type = np.int32 if reader.shape[0] < 2**31 else np.int64
-        list_codes = codes[regroup] if len(codes) else np.empty((0, reader.shape[1]), np.uint8)
-        index = cls(lists.centroids, list_codes, ids[regroup].astype(id_type), offsets, vectors=vectors,
+        index = cls(lists.centroids, list_codes, ids.astype(id_type), offsets, vectors=vectors,
                     model=model, nprobe=nprobe, candidates=candidates, location=lists.location)  # fmt: skip
         if index.vectors is not None and index.vectors.shape[0] != reader.shape[0]:
             raise InputError(
