@@ -35,7 +35,7 @@ from dhash.distributed.encode import all_rows_codes, encode_to_zarr, write_codes
 from dhash.distributed.progress import compute_with_progress
 from dhash.errors import InputError
 from dhash.evaluation.evaluate import DEFAULT_KS, evaluate_method, evaluation_protocol
-from dhash.evaluation.neighbours import NeighbourSearches
+from dhash.evaluation.neighbours import NeighbourRecall, NeighbourSearches
 from dhash.evaluation.report import build_report, has_training_plot, write_report
 from dhash.evaluation.truth import build_truth, euclidean_groundtruth, query_rows
 from dhash.hashing import (
@@ -522,7 +522,7 @@ def evaluate(
         neighbours = neighbours.checked(split_.n_database)
         exact, _, _ = euclidean_groundtruth(ds, split_, top_k=neighbours.k)
     options = {"seed": seed, "ks": ks, "params": params, "log": log_lines, "evaluation_options": evaluation_options,
-               "neighbours": None if neighbours is None else (neighbours, exact)}  # fmt: skip
+               "neighbours": None if neighbours is None else NeighbourRecall(neighbours, exact, seed)}  # fmt: skip
     results = [
         row
         for b in bits

@@ -265,7 +265,7 @@ def test_evaluation_neighbour_recall_equals_brute_force():
     import dask
     import dask.array as da
 
-    from dhash.evaluation.neighbours import NeighbourSearches, neighbour_recalls
+    from dhash.evaluation.neighbours import NeighbourRecall, NeighbourSearches
     from dhash.search.ivf import ivf_centroids
 
     rng = np.random.default_rng(3)
@@ -277,10 +277,17 @@ def test_evaluation_neighbour_recall_equals_brute_force():
     exact = np.array([_exact_top(X[q], X, db, k) for q in query])
     features = da.from_array(X, chunks=(700, 8))
     with dask.config.set(scheduler="synchronous"):
-        got = neighbour_recalls(
-            searches, exact, features, X[query], codes[query], da.from_array(X[db], chunks=(700, 8)),
-            da.from_array(codes[db], chunks=(700, 4)), da.from_array(db, chunks=700), seed=5,
+        measure = NeighbourRecall(searches, exact, seed=5)
+        got = measure.measure(
+            features, X[query], codes[query], da.from_array(X[db], chunks=(700, 8)),
+            da.from_array(codes[db], chunks=(700, 4)), da.from_array(db, chunks=700),
         )  # fmt: skip
+        lists = measure._lists
+        again = measure.measure(
+            features, X[query], codes[query], None, da.from_array(codes[db], chunks=(700, 4)),
+            da.from_array(db, chunks=700),
+        )  # fmt: skip
+        assert measure._lists is lists and again == got  # the lists are learned once
         centroids = ivf_centroids(da.from_array(X[db], chunks=(700, 8)), 25, seed=5)
     assignment = np.argmin(((X[:, None, :] - centroids[None]) ** 2).sum(-1), axis=1)
 

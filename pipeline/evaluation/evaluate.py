@@ -15,7 +15,6 @@ import numpy as np
 from dhash.distributed.graph import as_dask, chunk_delayeds, map_chunks, tree_reduce
 from dhash.errors import InputError
 from dhash.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
-from dhash.evaluation.neighbours import neighbour_recalls
 from dhash.evaluation.truth import Truth
 from dhash.hashing import HASHERS, make_hasher, method_params
 from dhash.kernels.ranking import mean_ap, radius_precision_recall, rank_offsets, tie_aware_ap, topk_metrics
@@ -131,13 +130,12 @@ class Scorer:
         return metrics, _timing(encode_seconds, search_seconds)
 
     def _neighbour_recalls(self, codes) -> dict:
-        searches, exact = self.neighbours
         query = self.view.query
         database = view_of(codes, query)
         query_vectors = np.asarray(self.features[query].compute(), dtype=np.float64)
-        return neighbour_recalls(
-            searches, exact, self.features, query_vectors, np.asarray(codes[query].compute()),
-            self.view.features, database.features, database.ids, self.seed,
+        return self.neighbours.measure(
+            self.features, query_vectors, np.asarray(codes[query].compute()), self.view.features, database.features,
+            database.ids,
         )  # fmt: skip
 
     def asymmetric(self, encoder, database_codes) -> tuple[dict, dict]:
@@ -216,9 +214,9 @@ def evaluate_method(
 
     Returns report rows: one for most methods; a method scored in several ways gives one row
     per way (its estimator's ``evaluation_results`` hook, which receives the options in
-    ``evaluation_options`` that its class declares). ``neighbours``: (NeighbourSearches,
-    the queries' exact Euclidean neighbour ids), to measure the recall of the true
-    neighbours of codes every row is encoded into (``Scorer.symmetric``).
+    ``evaluation_options`` that its class declares). ``neighbours``: a NeighbourRecall,
+    to measure the recall of the true neighbours of codes every row is encoded into
+    (``Scorer.symmetric``).
     """
 
     features = as_dask(features)

@@ -56,12 +56,38 @@ class NeighbourSearches:
         return NeighbourSearches(self.k, tuple(sorted(set(self.candidates))), lists, tuple(sorted(set(self.nprobes))))
 
 
-def neighbour_recalls(
-    searches: NeighbourSearches, exact, features, query_vectors, query_codes, db_features, db_codes, db_ids, seed: int
-) -> dict:
+class NeighbourRecall:
+    """The evaluation's measure of the recall of the true neighbours: the checked
+    ``searches``, the queries' ``exact`` Euclidean neighbour ids and the evaluation's
+    ``seed``. The inverted file's lists depend only on the database features, so they are
+    learned once and reused for every method and bit length."""
+
+    def __init__(self, searches: NeighbourSearches, exact: np.ndarray, seed: int):
+        self.searches, self.exact, self.seed = searches, exact, seed
+        self._lists = None
+
+    def measure(self, features, query_vectors, query_codes, db_features, db_codes, db_ids) -> dict:
+        if self.searches.ivf_lists is not None and self._lists is None:
+            self._lists = inverted_lists(db_features, self.searches.ivf_lists, self.seed)
+        return neighbour_recalls(
+            self.searches, self.exact, features, query_vectors, query_codes, db_codes, db_ids, self._lists
+        )
+
+
+def inverted_lists(db_features, n_lists: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(centroids, each database row's list): k-means on the database features (as
+    ``dhash index --kind ivf``), every row assigned to its nearest centroid."""
+    centroids = ivf_centroids(db_features, n_lists, seed=seed)
+    assigned = map_chunks("ivf-assign", _assign, chunk_delayeds(db_features), centroids=centroids)
+    return centroids, np.concatenate(dask.compute(assigned)[0])
+
+
+def neighbour_recalls(searches: NeighbourSearches, exact, features, query_vectors, query_codes, db_codes, db_ids,
+                      lists=None) -> dict:  # fmt: skip
     """recall@k of each search (``searches`` checked), against ``exact`` (m, >= k) ids of the
     queries' Euclidean neighbours. ``features``: every dataset row (dask, the re-ranking's
-    source); ``db_*``: the database rows' features, codes and ids (dask, aligned)."""
+    source); ``db_codes``, ``db_ids``: the database rows' codes and ids (dask, aligned);
+    ``lists``: the inverted file's (centroids, row lists) of ``inverted_lists``."""
     k, deepest = searches.k, max((searches.k, *searches.candidates))
     _, hamming = dask.compute(knn_search_lazy(query_codes, db_codes, deepest, ids=db_ids))[0]
     rows = [{"search": "hamming", "recall": neighbour_recall(hamming[:, :k], exact)}]
@@ -69,8 +95,7 @@ def neighbour_recalls(
         found = _reranked(query_vectors, features, hamming[:, :r], k)
         rows.append({"search": "rerank", "candidates": r, "recall": neighbour_recall(found, exact)})
     if searches.ivf_lists is not None:
-        rows += _inverted_file_recalls(searches, exact, features, query_vectors, query_codes, db_features, db_codes,
-                                       db_ids, seed)  # fmt: skip
+        rows += _inverted_file_recalls(searches, exact, features, query_vectors, query_codes, db_codes, db_ids, lists)
     return {"k": k, "searches": rows}
 
 
@@ -78,12 +103,10 @@ def _reranked(query_vectors, features, candidates, k) -> np.ndarray:
     return dask.compute(rerank_lazy("exact", query_vectors, features, candidates, k))[0][1]
 
 
-def _inverted_file_recalls(searches, exact, features, query_vectors, query_codes, db_features, db_codes, db_ids, seed):
-    lists = searches.ivf_lists
-    centroids = ivf_centroids(db_features, lists, seed=seed)
-    assigned = map_chunks("ivf-assign", _assign, chunk_delayeds(db_features), centroids=centroids)
-    codes, ids, assignment = dask.compute(db_codes, db_ids, assigned)
-    order, offsets = list_layout(np.concatenate(assignment), lists)
+def _inverted_file_recalls(searches, exact, features, query_vectors, query_codes, db_codes, db_ids, lists):
+    centroids, assignment = lists
+    codes, ids = dask.compute(db_codes, db_ids)
+    order, offsets = list_layout(assignment, len(centroids))
     list_codes, list_ids = codes[order], ids[order]
     rows = []
     for nprobe in searches.nprobes:
@@ -91,15 +114,8 @@ def _inverted_file_recalls(searches, exact, features, query_vectors, query_codes
         for r in searches.candidates:
             _, candidates = search_lists(query_codes, probes, list_codes, list_ids, offsets, r)
             found = _reranked(query_vectors, features, candidates, searches.k)
-            rows.append(
-                {
-                    "search": "ivf",
-                    "lists": lists,
-                    "nprobe": nprobe,
-                    "candidates": r,
-                    "recall": neighbour_recall(found, exact),
-                }
-            )
+            recall = neighbour_recall(found, exact)
+            rows.append({"search": "ivf", "lists": len(centroids), "nprobe": nprobe, "candidates": r, "recall": recall})
     return rows
 
 
