@@ -42,21 +42,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.harness.measure import machine_info  # noqa: E402
+from benchmarks.harness.measure import machine_info, peak_rss_mb, reset_peak_rss  # noqa: E402
 
 FAISS_THREADS = 2
 ADD_BLOCK = 1_000_000
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set (VmHWM). Not getrusage's ru_maxrss: Linux carries that
-    over from the parent across fork and exec, so every worker and FAISS child would report
-    this script's own peak."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def timed(fn):
@@ -124,12 +113,6 @@ def run_faiss(kind: str, args) -> dict:
 
 
 # ------------------------------------------------------------------ ours ---------------
-
-
-def reset_peak_rss() -> None:
-    """Start this process's VmHWM afresh from its current resident set (Linux >= 4.0)."""
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")
 
 
 def worker_peaks(client) -> list[float]:

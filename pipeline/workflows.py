@@ -516,10 +516,11 @@ def evaluate(
     recorded_options = evaluation_protocol(evaluation_options)  # an unknown option fails before any work
     ds = dataset(dataset_, storage=storage)
     split_ = ds.make_split(queries, seed, name=split_name or f"q{queries}-s{seed}")
+    if neighbours is not None:  # refused before any ground truth is computed
+        neighbours = neighbours.checked(split_.n_database)
     truth = build_truth(ds, split_, ground_truth=ground_truth, top_k=top_k, top_percent=top_percent)
     features = ds.features_dask()
     if neighbours is not None:
-        neighbours = neighbours.checked(split_.n_database)
         exact, _, _ = euclidean_groundtruth(ds, split_, top_k=neighbours.k)
     options = {"seed": seed, "ks": ks, "params": params, "log": log_lines, "evaluation_options": evaluation_options,
                "neighbours": None if neighbours is None else NeighbourRecall(neighbours, exact, seed)}  # fmt: skip

@@ -146,6 +146,23 @@ def disk_usage(path: Path) -> dict:
     return {"disk_mb": round(allocated / MB, 1), "apparent_mb": round(apparent / MB, 1), "files": files}
 
 
+def reset_peak_rss() -> None:
+    """Start this process's peak resident set (VmHWM) afresh from its current one."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # Linux: reset VmHWM to the current RSS
+    except OSError:
+        pass
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM) in MB. Not getrusage's ru_maxrss: Linux
+    carries that over from the parent across fork and exec."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
 def machine_info() -> dict:
     model = ""
     try:

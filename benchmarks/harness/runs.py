@@ -25,7 +25,7 @@ import dask.array as da
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from benchmarks.harness.measure import TreeWatcher, disk_usage, machine_info, tree_memory
+from benchmarks.harness.measure import TreeWatcher, disk_usage, machine_info, peak_rss_mb, reset_peak_rss, tree_memory
 from dhash.errors import InputError
 from dhash.kernels.stats import add
 
@@ -40,20 +40,6 @@ def _faiss():
             "dhash bench needs faiss-cpu and psutil; install them with pip install -e '.[bench]'"
         ) from None
     return faiss
-
-
-def _reset_peak_rss() -> None:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # Linux: reset VmHWM to the current RSS
-    except OSError:
-        pass
-
-
-def _peak_rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return float("nan")
 
 
 def cpu_jiffies() -> tuple[int, int]:
@@ -72,10 +58,10 @@ def steal_fraction(before, after) -> float:
 
 def _timed_in_process(fn):
     """(result, seconds, peak RSS MB of this process during fn)."""
-    _reset_peak_rss()
+    reset_peak_rss()
     started = time.perf_counter()
     out = fn()
-    return out, time.perf_counter() - started, _peak_rss_mb()
+    return out, time.perf_counter() - started, peak_rss_mb()
 
 
 def _timed_on_cluster(fn):
