@@ -28,3 +28,14 @@ class InputError(ValueError):
     def parameters(self) -> list[str]:
         """The parameters the message names (its `` `name` `` / `` `name=value` `` marks), in order."""
         return [m.group(1) for m in PARAMETER.finditer(str(self))]
+
+
+def shape_words(shape) -> str:
+    """An array shape in words for a message, never a Python tuple: ``(5,)`` -> "5 values",
+    ``(5, 128)`` -> "5 x 128", ``()`` -> "a single value"."""
+    shape = tuple(int(s) for s in shape)
+    if not shape:
+        return "a single value"
+    if len(shape) == 1:
+        return f"{shape[0]} value" + ("" if shape[0] == 1 else "s")
+    return " x ".join(map(str, shape))
