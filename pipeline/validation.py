@@ -6,7 +6,7 @@ import numbers
 
 import numpy as np
 
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 
 
 def check_numeric_dtype(dtype, what: str = "features") -> np.dtype:
@@ -23,10 +23,10 @@ def check_features_array(X, what: str = "features"):
     if not hasattr(X, "shape") or not hasattr(X, "dtype"):
         X = np.asarray(X)
     if X.ndim != 2:
-        raise InputError(f"{what} must be a 2-D array (n_points, n_features); got shape {X.shape}")
+        raise InputError(f"{what} must be a 2-D array (n_points, n_features); got {shape_words(X.shape)}")
     check_numeric_dtype(X.dtype, what)
     if X.shape[0] == 0 or X.shape[1] == 0:
-        raise InputError(f"{what} are empty (shape {X.shape}); pass at least one point with one feature")
+        raise InputError(f"{what} are empty ({shape_words(X.shape)}); pass at least one point with one feature")
     chunks = getattr(X, "chunks", None)
     if chunks is not None:
         if any(np.isnan(c) for c in chunks[0]):

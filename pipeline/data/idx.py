@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from dhash.data.readers import check_not_empty, existing_file, row_ranges
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 
 IDX_DTYPES = {
     0x08: np.dtype("u1"),
@@ -76,8 +76,8 @@ class IdxReader:
             if size != expected:
                 problem = "is truncated" if size < expected else "has trailing bytes"
                 raise InputError(
-                    f"{self.path} {problem}: {size} bytes, but its header announces {self.shape} "
-                    f"{self.dtype} values ({expected} bytes); re-download it"
+                    f"{self.path} {problem}: {size} bytes, but its header announces {shape_words(self.shape)} "
+                    f"of {self.dtype} ({expected} bytes); re-download it"
                 )
 
     def __repr__(self):
@@ -98,7 +98,7 @@ class IdxReader:
             # reading on to the end also makes gzip verify its checksum
             if _read(f, 1, self.path):
                 raise InputError(
-                    f"{self.path} has trailing bytes after the {self.shape} values its header "
+                    f"{self.path} has trailing bytes after the {shape_words(self.shape)} of {self.dtype} its header "
                     f"announces; the file is corrupt, re-download it"
                 )
 
@@ -108,7 +108,7 @@ def read_idx_labels(path) -> np.ndarray:
     reader = IdxReader(path)
     if len(reader.shape) != 1:
         raise InputError(
-            f"{reader.path} holds an array of shape {reader.shape}, not labels; pass the *-idx1-ubyte labels file"
+            f"{reader.path} holds an array of {shape_words(reader.shape)}, not labels; pass the *-idx1-ubyte labels file"
         )
     return np.concatenate(list(reader.iter_blocks(reader.n))).ravel()
 

@@ -15,7 +15,7 @@ from dhash.data.parquetfile import ParquetReader
 from dhash.data.readers import VectorReader, block_rows_for, existing_file
 from dhash.data.sources import SOURCES, write_fashion_mnist
 from dhash.distributed.progress import rows_bar
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 from dhash.storage.datasets import Dataset, write_dataset_like
 from dhash.storage.location import resolve
 
@@ -43,7 +43,7 @@ def read_labels_file(path) -> np.ndarray:
         shape, dtype = read_npy_header(path)
         if len(shape) not in (1, 2) or dtype.kind not in "iu":
             raise InputError(
-                f"labels file {path} holds {dtype} of shape {shape}; give (n,) integer class ids "
+                f"labels file {path} holds {dtype} of {shape_words(shape)}; give (n,) integer class ids "
                 f"or an (n, L) integer multi-hot matrix"
             )
         return np.load(path, allow_pickle=False)

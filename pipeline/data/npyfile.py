@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from dhash.data.readers import check_not_empty, existing_file, row_ranges
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 from dhash.validation import check_numeric_dtype
 
 
@@ -42,7 +42,7 @@ class NpyReader:
             )
         if len(shape) != 2:
             raise InputError(
-                f"{self.path} holds a {len(shape)}-D array of shape {shape}; vectors must be 2-D "
+                f"{self.path} holds a {len(shape)}-D array of {shape_words(shape)}; vectors must be 2-D "
                 f"(n_points, n_features), save x.reshape(len(x), -1) instead"
             )
         self.dtype = check_numeric_dtype(dtype, what=f"vectors in {self.path}").newbyteorder("=")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from dhash.data.readers import block_rows_for, existing_file, row_ranges
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 
 VECS_DTYPES = {"fvecs": np.dtype("<f4"), "bvecs": np.dtype("u1"), "ivecs": np.dtype("<i4")}
 MAX_DIM = 2**20  # far above any real descriptor; a larger header means "not a vecs file"
@@ -94,7 +94,7 @@ def write_vecs(path, array, block_rows: int | None = None) -> Path:
     path = Path(path)
     kind = vecs_kind(path)
     if len(array.shape) != 2 or array.shape[1] < 1:
-        raise InputError(f"write_vecs needs a 2-D (n, d) array with d >= 1; got shape {array.shape}")
+        raise InputError(f"write_vecs needs a 2-D (n, d) array with d >= 1; got {shape_words(array.shape)}")
     n, d = array.shape
     record = record_dtype(kind, d)
     target = VECS_DTYPES[kind]

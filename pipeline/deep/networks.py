@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 
 DEEP_EXTRA_HINT = "install the deep extra: pip install 'dhash[deep]' (torch==2.13.0, the CPU build)"
 
@@ -45,7 +45,7 @@ def _cnn(n_bits: int, input_shape, channels=(32, 64), hidden: int = 500, dropout
         c, h, w = out, (h - 4) // 2, (w - 4) // 2
     if h < 1 or w < 1:
         raise InputError(
-            f"cnn: images of {shape} are too small for {len(channels)} 5x5 convolutions; use the mlp network"
+            f"cnn: images of {shape_words(shape)} are too small for {len(channels)} 5x5 convolutions; use the mlp network"
         )
     return nn.Sequential(
         nn.Unflatten(1, (in_channels, *shape[-2:])),

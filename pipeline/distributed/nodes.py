@@ -18,7 +18,7 @@ from dask.base import tokenize
 
 from dhash.distributed import cluster
 from dhash.distributed.graph import InlineRead, chunk_reads, compact_rows, row_bounds, take_rows
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def partition_rows(X, n_nodes: int, partition: str, seed: int, y=None) -> list[n
             raise InputError("partition='by-label' needs labels: call fit(X, y) or use a dataset with labels")
         y = np.asarray(y)
         if y.ndim != 1 or len(y) != n:
-            raise InputError(f"by-label partition needs one class label per row ({n}); got shape {y.shape}")
+            raise InputError(f"by-label partition needs one class label per row ({n}); got {shape_words(y.shape)}")
         classes = np.unique(y)
         if len(classes) < n_nodes:
             raise InputError(

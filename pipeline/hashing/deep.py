@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 from dhash.hashing.base import Hasher
 from dhash.kernels.codes import pack_signs
 from dhash.storage.npz import FLOAT
@@ -42,7 +42,7 @@ class DeepHashFunction(Hasher):
             shape = tuple(int(s) for s in self.input_shape)
         if int(np.prod(shape)) != n_features:
             raise InputError(
-                f"{type(self).__name__}: input_shape {shape} holds {int(np.prod(shape))} values but the rows have "
+                f"{type(self).__name__}: input_shape {shape_words(shape)} holds {int(np.prod(shape))} values but the rows have "
                 f"{n_features} features; give the shape of one row"
             )
         return spec, shape

@@ -57,7 +57,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from dhash.distributed.graph import select_rows
 from dhash.distributed.progress import active_client
 from dhash.distributed.row_blocks import ScatteredBlocks
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 from dhash.hashing.base import BITS, SEED, Hasher, TrainingPlot, labels_of_rows, report_row_label
 from dhash.kernels.affinity import (
     LOSSES,
@@ -265,8 +265,8 @@ class MAC(Hasher):
         )
         if labels.ndim != 1:
             raise InputError(
-                f"{self._name}: label affinities need one class per point, got labels of shape {labels.shape}; "
-                "use affinity='knn' for multi-label data"
+                f"{self._name}: label affinities need one class per point, got labels of {labels.ndim} dimensions ({shape_words(labels.shape)}); "
+                "use `affinity='knn'` for multi-label data"
             )
         return labels
 

@@ -358,7 +358,7 @@ class Pairs:
         Y = sparse.csr_matrix(Y, copy=True)
         Y.sum_duplicates()
         if Y.shape[0] != Y.shape[1]:
-            raise ValueError(f"affinities must be square, got shape {Y.shape}")
+            raise ValueError(f"affinities must be square, got {Y.shape[0]} x {Y.shape[1]}")
         if Y.nnz and not np.isin(Y.data, (-1, 1)).all():
             raise ValueError("affinities must be +1 (similar) or -1 (dissimilar), each pair listed once")
         if Y.diagonal().any():

@@ -114,7 +114,7 @@ def search_lists_exact(
     query_vectors = np.ascontiguousarray(query_vectors, dtype=np.float64)
     if query_vectors.shape != (len(query_codes), vectors.shape[1]):
         raise ValueError(
-            f"query vectors {query_vectors.shape} for {len(query_codes)} queries of {vectors.shape[1]} features"
+            f"{len(query_vectors)} query vectors of {query_vectors.shape[-1]} features for {len(query_codes)} queries of {vectors.shape[1]} features"
         )
     words, probes, list_words, list_ids, offsets = _checked(query_codes, probes, list_codes, list_ids, offsets)
     _probed_exact_topk(
