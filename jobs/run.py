@@ -310,13 +310,21 @@ def _step_outputs(step: Step) -> list[str]:
     return [out] if out and step.command in commands.OUTPUT_KINDS else []
 
 
+def _checkpoint_of(step: Step, storage_options=None):
+    """The Location of a train step's checkpoint (beside its model, opened with the step's
+    storage options, else the run's), None for other steps."""
+    outs = _step_outputs(step)
+    if step.command != "train" or not outs:
+        return None
+    return checkpoint_path(step_location(step, outs[0], storage_options))
+
+
 def _prepare_checkpoint(pipe: Pipeline, step: Step, values: dict, force: bool) -> dict:
     """A train step whose checkpoint exists resumes it; with --force it starts over."""
 
-    outs = _step_outputs(step)
-    if step.command != "train" or not outs:
+    ckpt = _checkpoint_of(step, values.get("storage_options"))
+    if ckpt is None:
         return values
-    ckpt = checkpoint_path(outs[0])
     if not ckpt.exists():
         return values
     if force:
@@ -464,13 +472,19 @@ def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
                 # everything that needs no data, before the cluster starts (and only once:
                 # execute is told it was done)
                 outputs.check(step)
-                values = _prepare_checkpoint(pipe, step, dict(step.values), force)
-                values["quiet"] = values["quiet"] or cluster_args["quiet"]
-                if values.get("storage_options") is None:
+                values = dict(step.values)
+                if values.get("storage_options") is None:  # a step's own options win over the run's
                     values["storage_options"] = cluster_args["storage_options"]
+                values = _prepare_checkpoint(pipe, step, values, force)
+                values["quiet"] = values["quiet"] or cluster_args["quiet"]
                 commands.check_before_work(step.command, values)
-            except InputError as exc:
-                message = commands.cli_message(exc)
+            except Exception as exc:  # noqa: BLE001 - bad input (also refused credentials...) stops the run, one line
+                bad_input = (
+                    exc if isinstance(exc, InputError) else storage_error(exc, urls=[*step.inputs, *step.outputs])
+                )
+                if bad_input is None:
+                    raise
+                message = commands.cli_message(bad_input)
                 _say(pipe, f"{step.label} FAILED with status {EXIT_BAD_INPUT}: {message}; later steps not run")
                 entry.update(status="failed", exit_code=EXIT_BAD_INPUT, error=message, seconds=0.0)
                 return EXIT_BAD_INPUT
@@ -502,7 +516,8 @@ def _run_steps(pipe, stamps, record, cluster_args, force) -> int:
             )
             if code != 0:
                 _say(pipe, f"{step.label} FAILED with status {code} after {entry['seconds']:.1f}s; later steps not run")
-                if step.command == "train" and _step_outputs(step) and checkpoint_path(_step_outputs(step)[0]).exists():
+                ckpt = _checkpoint_of(step, values["storage_options"])
+                if ckpt is not None and ckpt.exists():
                     # the next run resumes it; a checkpoint it cannot resume needs --force
                     _say(pipe, f"{step.label}: its checkpoint is kept for the next run; --force restarts the step")
                 return code

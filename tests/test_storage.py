@@ -693,3 +693,41 @@ def test_scheduled_pipeline_on_s3_skips_unchanged_steps_and_reruns_changed_ones(
     fs.put_file(str(tmp_path / "base.fvecs"), "dhash-test/nightly/inbox/base.fvecs")
     time.sleep(1.1)
     assert run(*job) == 0 and statuses() == ["ok", "ok"]
+
+
+@pytest.fixture
+def no_credentials_in_env(monkeypatch, tmp_path):
+    """No credentials from the environment, ~/.aws or the instance metadata service: only
+    what a command is given reaches the store."""
+    for name in list(os.environ):
+        if name.startswith("AWS_") or name == "DHASH_STORAGE_OPTIONS":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_run_storage_options_reach_every_step_on_s3(s3_server, cluster, tmp_path, no_credentials_in_env, capsys):
+    """``dhash run --storage-options`` is the only source of credentials: every step reads
+    and writes s3:// with them, and the next run finds every step up to date with them."""
+    base = "s3://dhash-test/run-options"
+    (tmp_path / "p.toml").write_text(
+        '[pipeline]\nname = "opts"\nworkdir = "work"\n\n'
+        f'[[steps]]\ncommand = "synth"\nkind = "sift"\nn = 1200\nchunk_rows = 400\nout = "{base}/ds.zarr"\n\n'
+        f'[[steps]]\ncommand = "split"\ndataset = "{base}/ds.zarr"\nqueries = 20\n\n'
+        f'[[steps]]\ncommand = "train"\ndataset = "{base}/ds.zarr"\nmethod = "itq"\nbits = 16\nn_iter = 3\nout = "{base}/itq"\n\n'
+        f'[[steps]]\ncommand = "encode"\ndataset = "{base}/ds.zarr"\nmodel = "{base}/itq"\nout = "{base}/codes.zarr"\n'
+    )
+    job = ["run", tmp_path / "p.toml", "--scheduler", cluster.scheduler_address, "--quiet"]
+    job += ["--storage-options", json.dumps(s3_server)]
+
+    def statuses():
+        log = sorted((tmp_path / "work" / "logs").glob("opts-*.json"))[-1]
+        return [s["status"] for s in json.loads(log.read_text())["steps"]]
+
+    assert run(*job) == 0, capsys.readouterr().err
+    assert statuses() == ["ok"] * 4
+    assert open_codes(f"{base}/codes.zarr", storage=Storage(s3_server))[0].shape == (1200, 2)
+    time.sleep(1.1)  # log names carry the second
+    assert run(*job) == 0, capsys.readouterr().err
+    assert statuses() == ["skipped"] * 4
