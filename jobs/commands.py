@@ -321,8 +321,8 @@ def _neighbour_searches(values):
     if not values.get("recall_at"):
         return None
     return NeighbourSearches(
-        k=values["recall_at"], candidates=tuple(values["rerank_candidates"]), ivf_lists=values["ivf_lists"],
-        nprobes=tuple(values["ivf_nprobes"]),
+        recall_at=values["recall_at"], rerank_candidates=tuple(values["rerank_candidates"]),
+        ivf_lists=values["ivf_lists"], ivf_nprobes=tuple(values["ivf_nprobes"]),
     )  # fmt: skip
 
 

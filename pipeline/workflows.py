@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -444,23 +444,31 @@ def search(
     out = _at(out, storage)
     index = _at(index, storage)
     searcher = search_index(ds, model, codes_, split_, index=index, nprobe=nprobe, rerank=rerank, candidates=candidates)
-    needs_vectors = rerank is not None or isinstance(searcher, IVFIndex)
-    queries = Queries(codes=codes_.take(split_.query), vectors=query_rows(ds, split_) if needs_vectors else None)
+    inverted_file = isinstance(getattr(searcher, "base", searcher), IVFIndex)
+    if radius is not None and inverted_file:
+        raise InputError(
+            "an inverted file answers top-k searches only; give `k` instead of `radius`, or an `index` built with "
+            "`kind='mih'`"
+        )
+    # the stored codes of the split's queries, and their rows where the lists or the re-ranking need them
+    query_codes = codes_.take(split_.query)
+    needs_vectors = rerank is not None or inverted_file
+    queries = Queries(codes=query_codes, vectors=query_rows(ds, split_)) if needs_vectors else query_codes
     n_database = ds.n - split_.n_query
     started = time.perf_counter()
     measured = None
     if radius is not None:
-        lims, dist, ids = results = searcher.range_search(queries, radius)
+        lims, dist, ids = results = searcher.range_search_codes(queries, radius)
         if out is not None:
             write_radius_results(out, split_.query, flat_hits(lims), ids, dist, overwrite=overwrite)
         found = len(ids)
     else:
         k = 100 if k is None else k
         if rerank is not None:
-            scores, nn, dist = searcher.search_with_hamming(queries, k, progress=progress)
+            scores, nn, dist = searcher.search_codes_with_hamming(queries, k, progress=progress)
             reranked, results = (rerank, candidates, scores), (scores, nn)
         else:
-            dist, nn = results = searcher.search(queries, k, progress=progress)
+            dist, nn = results = searcher.search_codes(queries, k, progress=progress)
             reranked = None
         if recall:  # before the results are written: a failure here leaves no output
             searched = time.perf_counter()
@@ -521,7 +529,7 @@ def evaluate(
     truth = build_truth(ds, split_, ground_truth=ground_truth, top_k=top_k, top_percent=top_percent)
     features = ds.features_dask()
     if neighbours is not None:
-        exact, _, _ = euclidean_groundtruth(ds, split_, top_k=neighbours.k)
+        exact, _, _ = euclidean_groundtruth(ds, split_, top_k=neighbours.recall_at)
     options = {"seed": seed, "ks": ks, "params": params, "log": log_lines, "evaluation_options": evaluation_options,
                "neighbours": None if neighbours is None else NeighbourRecall(neighbours, exact, seed)}  # fmt: skip
     results = [
@@ -540,7 +548,7 @@ def evaluate(
         "method_params": params or {},
         **recorded_options,
         "has_training_plot": has_training_plot(results),
-        **({} if neighbours is None else {"neighbour_recall": asdict(neighbours)}),
+        **({} if neighbours is None else {"neighbour_recall": neighbours.protocol()}),
     }
     report = build_report(
         dataset=dataset_summary(ds),

@@ -67,30 +67,30 @@ def test_index_objects_equal_the_search_functions_and_brute_force(codes_5k):
             assert isinstance(index, Index)
         for k in (1, 10, 100):
             want = brute_force(q, db, k)
-            for got in (flat.search(q, k), multi.search(q, k), knn_search(q, chunked, k)):
+            for got in (flat.search_codes(q, k), multi.search_codes(q, k), knn_search(q, chunked, k)):
                 np.testing.assert_array_equal(got[0], want[0])
                 np.testing.assert_array_equal(got[1], want[1])
             want = brute_force(q, db[keep], k, ids=keep)
-            got = flat_excl.search(q, k)
+            got = flat_excl.search_codes(q, k)
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
         for radius in (0, 4, 9):
             want = brute_force_range(q, db, radius, np.arange(len(db)))
-            for got in (flat.range_search(q, radius), multi.range_search(q, radius)):
+            for got in (flat.range_search_codes(q, radius), multi.range_search_codes(q, radius)):
                 for g, w in zip(got, want, strict=True):
                     np.testing.assert_array_equal(g, w)
             query_index, ids, dist = radius_search(q, chunked, radius)
-            lims, dist_r, ids_r = flat.range_search(q, radius)
+            lims, dist_r, ids_r = flat.range_search_codes(q, radius)
             np.testing.assert_array_equal(flat_hits(lims), query_index)
             np.testing.assert_array_equal(ids_r, ids)
             np.testing.assert_array_equal(dist_r, dist)
         # fewer rows than k: -1 ids as FAISS
         small = FlatIndex(db[:5])
-        dist, nn = small.search(q[:3], 8)
+        dist, nn = small.search_codes(q[:3], 8)
         np.testing.assert_array_equal(nn[:, 5:], -1)
         np.testing.assert_array_equal(nn, brute_force(q[:3], db[:5], 8)[1])
         with pytest.raises(InputError, match="k must be a positive int"):
-            flat.search(q, 0)
+            flat.search_codes(q, 0)
 
 
 def test_vector_queries_are_encoded_by_the_index_model():
@@ -101,7 +101,7 @@ def test_vector_queries_are_encoded_by_the_index_model():
     with dask.config.set(scheduler="synchronous"):
         index = FlatIndex(codes, model=model)
         by_vectors = index.search(X[:20], 10)
-        by_codes = index.search(codes[:20], 10)
+        by_codes = index.search_codes(codes[:20], 10)
         np.testing.assert_array_equal(by_vectors[1], by_codes[1])
         exact = Rerank("exact", index, 50, source=da.from_array(X, chunks=500), model=model)
         dist_x, ids_x = exact.search(X[:20], 10)
@@ -113,11 +113,11 @@ def test_vector_queries_are_encoded_by_the_index_model():
         )
         np.testing.assert_array_equal(ids_x, np.vstack(want_i))
         np.testing.assert_allclose(dist_x, np.vstack(want_d), rtol=1e-5)
-        with pytest.raises(InputError, match="needs the query vectors"):
-            exact.search(codes[:2], 5)
-        with pytest.raises(InputError, match="top-k search"):
+        with pytest.raises(InputError, match=r"needs the query vectors as well as their codes: pass Queries\("):
+            exact.search_codes(codes[:2], 5)
+        with pytest.raises(InputError, match="answers top-k searches only"):
             exact.range_search(X[:2], 3)
-    with pytest.raises(InputError, match="has no model"):
+    with pytest.raises(InputError, match="has no `model` to encode query vectors.* call search_codes"):
         FlatIndex(codes).search(X[:2], 3)
 
 
@@ -220,10 +220,10 @@ def test_index_objects_over_handles_equal_dhash_search(stored, tmp_path):
         for choice in (SCAN, MIH):  # whichever the trial picks, the answer is the same
             with mock.patch("dhash.search.index.faster_exact_search", return_value=choice) as trial:
                 for index in (flat, mih, chosen):
-                    got = index.search(queries, 25)
+                    got = index.search_codes(queries, 25)
                     np.testing.assert_array_equal(got[0], want[0])
                     np.testing.assert_array_equal(got[1], want[1])
-                    for g, w in zip(index.range_search(queries, 3), want_range, strict=True):
+                    for g, w in zip(index.range_search_codes(queries, 3), want_range, strict=True):
                         np.testing.assert_array_equal(g, w)
                 assert trial.call_count == 2 and chosen.searched_by == choice and mih.searched_by == MIH
         # the public API and its parquet output say the same (handles accepted as well as locations)
@@ -237,7 +237,7 @@ def test_index_objects_over_handles_equal_dhash_search(stored, tmp_path):
         for g, w in zip(in_memory.results, want_range, strict=True):
             np.testing.assert_array_equal(g, w)
         reranked = Rerank("exact", flat, 100, source=ds)
-        dist_x, ids_x = reranked.search(Queries(codes=queries, vectors=ds.features.take(split.query)), 10)
+        dist_x, ids_x = reranked.search_codes(Queries(codes=queries, vectors=ds.features.take(split.query)), 10)
         done = dhash.search(ds, model, codes, split=split, k=10, rerank="exact", candidates=100)
         np.testing.assert_array_equal(done.results[1], ids_x)
         np.testing.assert_array_equal(done.results[0], dist_x)

@@ -170,13 +170,13 @@ def test_a_stored_ivf_refuses_other_codes_damage_and_bad_nprobe(stored_ivf, tmp_
     queries = np.asarray(ds.features_dask()[:3].compute(), dtype=np.float64)
     query_codes = codes.reader[:3]
     for nprobe in (0, 31):
-        with pytest.raises(InputError, match=r"nprobe must be an int in \[1, 30\]"):
+        with pytest.raises(InputError, match=r"`nprobe` must be an int in \[1, 30\]"):
             ivf_knn_lazy(query_codes, queries, lists, 5, nprobe)
     with pytest.raises(InputError, match="query vectors hold NaN"):
         ivf_knn_lazy(
             query_codes, np.where(np.arange(queries.size).reshape(queries.shape) == 5, np.nan, queries), lists, 5, 2
         )
-    with pytest.raises(InputError, match="do not have the 128 features"):
+    with pytest.raises(InputError, match="query vectors have 10 features but the inverted file at .* was built on 128"):
         ivf_knn_lazy(query_codes, queries[:, :10], lists, 5, 2)
     workflows.encode(ds, workflows.train(ds, "lsh", tmp_path / "m", bits=64), tmp_path / "c.zarr")
     with pytest.raises(InputError, match="built from other codes"):
@@ -210,41 +210,41 @@ def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
     )
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, Client(lc):
         stored = IVFIndex(lists, 5, exclude=split.query)
-        hamming_d, hamming_i = stored.search(queries, 30)
-        exact_d, exact_i = Rerank("exact", stored, 120, source=ds).search(queries, 30)
+        hamming_d, hamming_i = stored.search_codes(queries, 30)
+        exact_d, exact_i = Rerank("exact", stored, 120, source=ds).search_codes(queries, 30)
     serving = ServingIVF.load(lists, exclude=split.query, nprobe=5, candidates=120)
     assert serving.ntotal == 5000 - len(split.query) and serving.list_ids.dtype == np.int32
     small = (31 * 8 + 30 * 128 * 4) / serving.ntotal  # offsets, float32 centroids
     assert serving.bytes_per_vector == pytest.approx(8 + 4 + small)  # 64-bit codes, int32 ids
-    got_d, got_i = serving.search(queries, 30)
+    got_d, got_i = serving.search_codes(queries, 30)
     np.testing.assert_array_equal(got_i, hamming_i)
     np.testing.assert_array_equal(got_d, hamming_d)
     in_memory = np.asarray(ds.features_dask().compute())
     for vectors in (ds, in_memory):  # read where stored, chunk by chunk; or the fused loop over an array
         serving = ServingIVF.load(lists, vectors=vectors, exclude=split.query, nprobe=5, candidates=120)
-        got_d, got_i = serving.search(queries, 30)
+        got_d, got_i = serving.search_codes(queries, 30)
         np.testing.assert_array_equal(got_i, exact_i)
         np.testing.assert_array_equal(got_d, exact_d)
     # tuning on validation vectors: the fastest setting that reaches the target, its recall
     # that of the exact top-10 over the indexed rows
-    trials = serving.tune(queries, k=10, target=0.8)
+    trials = serving.tune_codes(queries, k=10, target=0.8)
     chosen = next(t for t in trials if t["recall"] >= 0.8)
     assert (serving.nprobe, serving.candidates) == (chosen["nprobe"], chosen["candidates"])
     assert [t["queries_per_second"] for t in trials] == sorted((t["queries_per_second"] for t in trials), reverse=True)
     rows = np.setdiff1d(np.arange(5000), split.query)
     vectors = in_memory[rows].astype(np.float64)
     exact = np.array([rows[np.lexsort((rows, ((vectors - v) ** 2).sum(1)))[:10]] for v in queries.vectors])
-    _, found = serving.search(queries, 10)
+    _, found = serving.search_codes(queries, 10)
     hits = sum(len(np.intersect1d(f, e)) for f, e in zip(found, exact))
     assert chosen["recall"] == pytest.approx(hits / exact.size)
     with pytest.raises(InputError, match="no setting reached recall@10 1.0"):
-        serving.tune(queries, k=10, target=1.0, nprobes=(1,), candidates_per_k=(1,))
+        serving.tune_codes(queries, k=10, target=1.0, nprobes=(1,), candidates_per_k=(1,))
     serving.candidates = 20
     with pytest.raises(InputError, match="20 candidates is below k = 30"):
-        serving.search(queries, 30)
+        serving.search_codes(queries, 30)
     serving.nprobe = 31
-    with pytest.raises(InputError, match=r"nprobe must be an int in \[1, 30\]"):
-        serving.search(queries, 10)
+    with pytest.raises(InputError, match=r"`nprobe` must be an int in \[1, 30\]"):
+        serving.search_codes(queries, 10)
     with pytest.raises(InputError, match="4999 vectors for the 5000 codes"):
         ServingIVF.load(lists, vectors=np.zeros((4999, 128)))
 
@@ -273,7 +273,12 @@ def test_evaluation_neighbour_recall_equals_brute_force():
     codes = pack_signs(X @ rng.standard_normal((8, 32)))
     query = np.sort(rng.choice(3000, 50, replace=False))
     db = np.setdiff1d(np.arange(3000), query)
-    k, searches = 10, NeighbourSearches(k=10, candidates=(30, 200), ivf_lists=25, nprobes=(2, 25)).checked(len(db))
+    k, searches = (
+        10,
+        NeighbourSearches(recall_at=10, rerank_candidates=(30, 200), ivf_lists=25, ivf_nprobes=(2, 25)).checked(
+            len(db)
+        ),
+    )
     exact = np.array([_exact_top(X[q], X, db, k) for q in query])
     features = da.from_array(X, chunks=(700, 8))
     with dask.config.set(scheduler="synchronous"):
@@ -313,12 +318,32 @@ def test_evaluation_neighbour_settings_are_checked():
     from dhash.errors import InputError
     from dhash.evaluation.neighbours import NeighbourSearches
 
-    assert NeighbourSearches(k=10, candidates=(100,), ivf_lists=0).checked(10_000).ivf_lists == 400
-    for bad, words in [
-        (NeighbourSearches(k=10, candidates=(5,)), "re-ranking candidates must lie in [k=10"),
-        (NeighbourSearches(k=0), "recall@k needs 1 <= k"),
-        (NeighbourSearches(candidates=(100,), ivf_lists=20, nprobes=(30,)), "nprobe must lie in [1, 20]"),
-        (NeighbourSearches(candidates=(100,), ivf_lists=20_000), "inverted file lists must lie in [1, 10000]"),
+    assert NeighbourSearches(recall_at=10, rerank_candidates=(100,), ivf_lists=0).checked(10_000).ivf_lists == 400
+    for bad, words, marks in [
+        (
+            NeighbourSearches(recall_at=10, rerank_candidates=(5,)),
+            "re-ranking candidates must lie in [k=10, 10000] (the recall's k, the database rows); got 5; set "
+            "`rerank_candidates` at or above `recall_at`",
+            ["rerank_candidates", "recall_at"],
+        ),
+        (NeighbourSearches(recall_at=0), "`recall_at` must lie in [1, 10000]", ["recall_at"]),
+        (
+            NeighbourSearches(rerank_candidates=(100,), ivf_lists=20, ivf_nprobes=(4, 30)),
+            "lists probed (`ivf_nprobes`) must lie in [1, 20] (the inverted file's lists); got 4, 30",
+            ["ivf_nprobes"],
+        ),
+        (
+            NeighbourSearches(rerank_candidates=(100,), ivf_lists=20_000),
+            "inverted file lists (`ivf_lists`) must lie in [1, 10000]",
+            ["ivf_lists"],
+        ),
+        (NeighbourSearches(recall_at=True), "must be ints; got True, 100, 1000, 4", None),
     ]:
-        with pytest.raises(InputError, match=re.escape(words)):
+        with pytest.raises(InputError, match=re.escape(words)) as raised:
             bad.checked(10_000)
+        if marks is not None:
+            assert raised.value.parameters == marks
+    # the evaluation report records the settings under its own keys
+    assert NeighbourSearches(recall_at=5, rerank_candidates=(20,), ivf_lists=8, ivf_nprobes=(8,)).protocol() == {
+        "k": 5, "candidates": [20], "ivf_lists": 8, "nprobes": [8]
+    }  # fmt: skip

@@ -79,7 +79,7 @@ def test_bad_substring_counts_and_mismatched_indexes_give_one_line_errors():
 def test_the_index_on_the_cluster_equals_the_linear_scan_whatever_the_chunking(client):
     import dask.array as da
 
-    from dhash.search.hamming import knn_search, radius_search
+    from dhash.search.hamming import flat_hits, knn_search, radius_search
     from dhash.search.mih import MultiIndex
 
     rng = np.random.default_rng(3)
@@ -89,10 +89,11 @@ def test_the_index_on_the_cluster_equals_the_linear_scan_whatever_the_chunking(c
     want_radius = radius_search(queries, codes, 6)
     for rows in (30_000, 7_001):
         index = MultiIndex(da.from_array(codes, chunks=(rows, 8)))
-        got = index.knn(queries, 50)
+        got = index.search_codes(queries, 50)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
-        for g, w in zip(index.radius(queries, 6), want_radius, strict=True):
+        lims, dist, ids = index.range_search_codes(queries, 6)
+        for g, w in zip((flat_hits(lims), ids, dist), want_radius, strict=True):
             np.testing.assert_array_equal(g, w)
-    with pytest.raises(InputError, match="do not match the index's 8-byte codes"):
-        index.knn(queries[:, :4], 5)
+    with pytest.raises(InputError, match=r"query codes are 4 bytes \(32 bits\) wide but the index holds 8-byte"):
+        index.search_codes(queries[:, :4], 5)

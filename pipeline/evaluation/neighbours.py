@@ -29,31 +29,58 @@ from dhash.search.ivf import DEFAULT_NPROBE, default_lists, ivf_centroids
 from dhash.search.rerank import rerank_lazy
 
 
+def _listed(values) -> str:
+    return ", ".join(str(v) for v in values)
+
+
 @dataclass(frozen=True)
 class NeighbourSearches:
-    """Which searches to measure: recall@``k``; exact re-ranking of each R in ``candidates``;
-    with ``ivf_lists`` (0: the inverted file default, 4 sqrt(n)), an inverted file probed at
-    each of ``nprobes``."""
+    """Which searches to measure: recall@``recall_at``; exact re-ranking of each R in
+    ``rerank_candidates``; with ``ivf_lists`` (0: the inverted file default, 4 sqrt(n)), an
+    inverted file probed at each of ``ivf_nprobes``. The fields are spelt as the options of
+    ``dhash evaluate`` that set them, so its messages name those options."""
 
-    k: int = 10
-    candidates: tuple[int, ...] = (100, 1000)
+    recall_at: int = 10
+    rerank_candidates: tuple[int, ...] = (100, 1000)
     ivf_lists: int | None = None
-    nprobes: tuple[int, ...] = field(default=(DEFAULT_NPROBE,))
+    ivf_nprobes: tuple[int, ...] = field(default=(DEFAULT_NPROBE,))
 
     def checked(self, n_database: int) -> NeighbourSearches:
-        ints = [self.k, *self.candidates, *self.nprobes] + ([] if self.ivf_lists is None else [self.ivf_lists])
+        """These settings for a database of ``n_database`` rows (``ivf_lists`` 0 resolved,
+        the lists of R and nprobe sorted), refused in one line unless they fit it."""
+        k, candidates, nprobes = self.recall_at, self.rerank_candidates, self.ivf_nprobes
+        ints = [k, *candidates, *nprobes] + ([] if self.ivf_lists is None else [self.ivf_lists])
         if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in ints):
-            raise InputError(f"neighbour recall settings must be ints; got {self}")
-        if not 1 <= self.k <= n_database:
-            raise InputError(f"recall@k needs 1 <= k <= {n_database} (the database rows); got k={self.k}")
-        if any(r < self.k or r > n_database for r in self.candidates):
-            raise InputError(f"re-ranking candidates must lie in [k={self.k}, {n_database}]; got {self.candidates}")
+            raise InputError(
+                f"`recall_at`, `rerank_candidates`, `ivf_lists` and `ivf_nprobes` must be ints; got {_listed(ints)}"
+            )
+        if not 1 <= k <= n_database:
+            raise InputError(f"`recall_at` must lie in [1, {n_database}] (the database rows); got {k}")
+        if any(r < k or r > n_database for r in candidates):
+            raise InputError(
+                f"re-ranking candidates must lie in [k={k}, {n_database}] (the recall's k, the database rows); got "
+                f"{_listed(candidates)}; set `rerank_candidates` at or above `recall_at`"
+            )
         lists = None if self.ivf_lists is None else self.ivf_lists or default_lists(n_database)
         if lists is not None and not 1 <= lists <= n_database:
-            raise InputError(f"inverted file lists must lie in [1, {n_database}]; got {lists}")
-        if lists is not None and any(not 1 <= p <= lists for p in self.nprobes):
-            raise InputError(f"nprobe must lie in [1, {lists}] (the lists); got {self.nprobes}")
-        return NeighbourSearches(self.k, tuple(sorted(set(self.candidates))), lists, tuple(sorted(set(self.nprobes))))
+            raise InputError(
+                f"inverted file lists (`ivf_lists`) must lie in [1, {n_database}] (the database rows); got {lists}"
+            )
+        if lists is not None and any(not 1 <= p <= lists for p in nprobes):
+            raise InputError(
+                f"lists probed (`ivf_nprobes`) must lie in [1, {lists}] (the inverted file's lists); got "
+                f"{_listed(nprobes)}"
+            )
+        return NeighbourSearches(k, tuple(sorted(set(candidates))), lists, tuple(sorted(set(nprobes))))
+
+    def protocol(self) -> dict:
+        """The settings as the evaluation report records them."""
+        return {
+            "k": self.recall_at,
+            "candidates": list(self.rerank_candidates),
+            "ivf_lists": self.ivf_lists,
+            "nprobes": list(self.ivf_nprobes),
+        }
 
 
 class NeighbourRecall:
@@ -88,10 +115,10 @@ def neighbour_recalls(searches: NeighbourSearches, exact, features, query_vector
     queries' Euclidean neighbours. ``features``: every dataset row (dask, the re-ranking's
     source); ``db_codes``, ``db_ids``: the database rows' codes and ids (dask, aligned);
     ``lists``: the inverted file's (centroids, row lists) of ``inverted_lists``."""
-    k, deepest = searches.k, max((searches.k, *searches.candidates))
+    k, deepest = searches.recall_at, max((searches.recall_at, *searches.rerank_candidates))
     _, hamming = dask.compute(knn_search_lazy(query_codes, db_codes, deepest, ids=db_ids))[0]
     rows = [{"search": "hamming", "recall": neighbour_recall(hamming[:, :k], exact)}]
-    for r in searches.candidates:
+    for r in searches.rerank_candidates:
         found = _reranked(query_vectors, features, hamming[:, :r], k)
         rows.append({"search": "rerank", "candidates": r, "recall": neighbour_recall(found, exact)})
     if searches.ivf_lists is not None:
@@ -109,11 +136,11 @@ def _inverted_file_recalls(searches, exact, features, query_vectors, query_codes
     order, offsets = list_layout(assignment, len(centroids))
     list_codes, list_ids = codes[order], ids[order]
     rows = []
-    for nprobe in searches.nprobes:
+    for nprobe in searches.ivf_nprobes:
         probes = probed_lists(query_vectors, centroids, nprobe)
-        for r in searches.candidates:
+        for r in searches.rerank_candidates:
             _, candidates = search_lists(query_codes, probes, list_codes, list_ids, offsets, r)
-            found = _reranked(query_vectors, features, candidates, searches.k)
+            found = _reranked(query_vectors, features, candidates, searches.recall_at)
             recall = neighbour_recall(found, exact)
             rows.append({"search": "ivf", "lists": len(centroids), "nprobe": nprobe, "candidates": r, "recall": recall})
     return rows

@@ -10,8 +10,9 @@ import dask
 import numpy as np
 
 from dhash.distributed.graph import as_dask, chunk_delayeds, chunk_reads, map_chunks, row_numbers, tree_reduce
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 from dhash.kernels.hamming import hamming_radius, hamming_topk, merge_topk, sort_radius_results
+from dhash.search.queries import width_words
 
 
 def _check_codes(query_codes, codes):
@@ -24,10 +25,16 @@ def _check_codes(query_codes, codes):
             f"codes must be packed uint8 arrays (got {query_codes.dtype} queries and "
             f"{getattr(codes, 'dtype', None)} database codes); encode with a hasher's encode()"
         )
-    if query_codes.ndim != 2 or codes.ndim != 2 or query_codes.shape[1] != codes.shape[1]:
+    if query_codes.ndim != 2 or codes.ndim != 2:
         raise InputError(
-            f"query codes {query_codes.shape} and database codes {codes.shape} have different "
-            f"code lengths; encode both with the same model"
+            f"query codes ({shape_words(query_codes.shape)}) and database codes ({shape_words(codes.shape)}) must "
+            "both be 2-D arrays of packed codes, one row per code"
+        )
+    if query_codes.shape[1] != codes.shape[1]:
+        width = query_codes.shape[1]
+        raise InputError(
+            f"query codes are {width} byte{'' if width == 1 else 's'} ({8 * width} bits) wide but the database "
+            f"holds {width_words(codes.shape[1])} codes; encode both with the same model"
         )
     return query_codes
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from dhash.distributed.graph import map_chunks, select_rows, tree_reduce, write_shards
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 from dhash.hashing.anchor_graph import kmeans
 from dhash.kernels.agh import nearest_centres
 from dhash.kernels.ivf import list_layout, probed_lists, search_lists
@@ -73,12 +73,12 @@ def build_ivf(
     reader = codes.reader
     if features.ndim != 2 or features.shape[0] != reader.shape[0]:
         raise InputError(
-            f"the features {tuple(features.shape)} are not the {reader.shape[0]} rows the codes at {codes.path} "
-            "encode; give the dataset the codes were encoded from"
+            f"the features ({shape_words(features.shape)}) are not the {reader.shape[0]} rows the codes at "
+            f"{codes.path} encode; give the dataset the codes were encoded from"
         )
     n_lists = default_lists(reader.shape[0]) if n_lists is None else int(n_lists)
     if not 1 <= n_lists <= reader.shape[0]:
-        raise InputError(f"n_lists must lie in [1, {reader.shape[0]}] (the number of codes); got {n_lists}")
+        raise InputError(f"`n_lists` must lie in [1, {reader.shape[0]}] (the number of codes); got {n_lists}")
     centroids = ivf_centroids(features, n_lists, kmeans_rows=kmeans_rows, kmeans_steps=kmeans_steps, seed=seed)
     # one feature chunk per codes chunk, so that each task holds the rows of one shard
     aligned = features.rechunk((reader.chunk_rows, features.shape[1]))
@@ -98,10 +98,10 @@ def ivf_centroids(features, n_lists: int, *, kmeans_rows: int | None = None, kme
     n = features.shape[0]
     kmeans_rows = min(n, KMEANS_ROWS_PER_LIST * n_lists) if kmeans_rows is None else kmeans_rows
     if isinstance(kmeans_rows, bool) or not isinstance(kmeans_rows, (int, np.integer)):
-        raise InputError(f"kmeans_rows must be an int; got {kmeans_rows!r}")
+        raise InputError(f"`kmeans_rows` must be an int; got {kmeans_rows!r}")
     if not n_lists <= kmeans_rows <= n:
         raise InputError(
-            f"kmeans_rows must lie in [{n_lists}, {n}] (the lists, the rows): k-means starts from that many "
+            f"`kmeans_rows` must lie in [{n_lists}, {n}] (the lists, the rows): k-means starts from that many "
             f"distinct rows; got {kmeans_rows}"
         )
     rng = np.random.default_rng(seed)
@@ -180,7 +180,7 @@ def shard_runs(codes_reader, excluded_rows, rows_per_task: int) -> list[tuple]:
 def check_nprobe(nprobe, n_lists: int, location) -> int:
     if isinstance(nprobe, bool) or not isinstance(nprobe, (int, np.integer)) or not 1 <= nprobe <= n_lists:
         raise InputError(
-            f"nprobe must be an int in [1, {n_lists}] (the lists of the inverted file at {location}); got {nprobe!r}"
+            f"`nprobe` must be an int in [1, {n_lists}] (the lists of the inverted file at {location}); got {nprobe!r}"
         )
     return int(nprobe)
 
@@ -188,10 +188,14 @@ def check_nprobe(nprobe, n_lists: int, location) -> int:
 def check_query_vectors(query_vectors, d: int, location) -> np.ndarray:
     """The query vectors as float64, refused unless (nq, d) and finite."""
     query_vectors = np.asarray(query_vectors, dtype=np.float64)
-    if query_vectors.ndim != 2 or query_vectors.shape[1] != d:
+    if query_vectors.ndim != 2:
         raise InputError(
-            f"query vectors {query_vectors.shape} do not have the {d} features the inverted file at {location} was "
-            "built on"
+            f"query vectors must be a 2-D array, one row per query; got {shape_words(query_vectors.shape)}"
+        )
+    if query_vectors.shape[1] != d:
+        raise InputError(
+            f"query vectors have {query_vectors.shape[1]} features but the inverted file at {location} was built on "
+            f"{d}; give {d}-feature vectors"
         )
     if not np.isfinite(query_vectors).all():
         raise InputError("query vectors hold NaN or infinite values; the lists nearest them are undefined")

@@ -26,6 +26,7 @@ from dhash.kernels.mih import (
     tables_from_arrays,
 )
 from dhash.search.hamming import _aligned, _check_codes, _concat_radius, _merge_pair, lims_of
+from dhash.search.queries import checked_codes, encoded
 from dhash.storage.chunkread import write_rows
 from dhash.storage.codes import open_codes
 from dhash.storage.location import resolve
@@ -43,72 +44,64 @@ def checked_substrings(n_bits: int, m: int) -> np.ndarray:
 class MultiIndex:
     """Substring tables of every chunk of ``codes`` (numpy or dask (n, n_bytes) uint8), kept on
     the workers. ``m`` substrings (default: the paper's b / log2(rows of the largest chunk));
-    ``ids`` the id of each row (default: row numbers)."""
+    ``ids`` the id of each row (default: row numbers); ``model`` encodes the vectors
+    ``search`` takes. The Index interface of search.index: ``search(vectors, k)``,
+    ``search_codes(codes, k)``, ``range_search(vectors, radius)``,
+    ``range_search_codes(codes, radius)``."""
 
-    def __init__(self, codes, *, m: int | None = None, ids=None):
+    def __init__(self, codes, *, m: int | None = None, ids=None, model=None):
         codes, ids = _aligned(codes, ids)
+        self.model = model
         self.n_bits = 8 * int(codes.shape[1])
         self.m = default_substrings(self.n_bits, max(codes.chunks[0])) if m is None else int(m)
         checked_substrings(self.n_bits, self.m)  # a bad m is refused here, not in every task
         self.n_codes = int(codes.shape[0])
-        self._code_bytes = int(codes.shape[1])
+        self.code_bytes = int(codes.shape[1])
         code_parts, id_parts = chunk_delayeds(codes), chunk_delayeds(ids)
         tables = map_chunks("mih-build", build_tables, code_parts, self.n_bits, self.m)
         self._shards = list(zip(*dask.persist(code_parts, id_parts, tables), strict=True))
 
-    def _queries(self, query_codes):
-        query_codes = np.asarray(query_codes)
-        if query_codes.dtype != np.uint8 or query_codes.ndim != 2 or query_codes.shape[1] != self._code_bytes:
-            raise InputError(
-                f"query codes {query_codes.shape} {query_codes.dtype} do not match the index's "
-                f"{self._code_bytes}-byte codes; encode the queries with the model of the indexed codes"
-            )
-        return query_codes
-
-    def knn_lazy(self, query_codes, k: int):
-        """Delayed (distances int32 (m, k), ids int64 (m, k)) of the exact top-k."""
-        if not isinstance(k, (int, np.integer)) or k < 1:
+    def search_codes_lazy(self, codes, k: int):
+        """Delayed (D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k`` of packed
+        ``codes`` (or the codes of a Queries value)."""
+        codes = checked_codes(codes, self.code_bytes)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise InputError(f"k must be a positive int; got {k!r}")
-        parts = map_chunks(
-            "mih-topk", _topk_shard, self._shards, queries=self._queries(query_codes), k=int(k), n_bits=self.n_bits
-        )
+        parts = map_chunks("mih-topk", _topk_shard, self._shards, queries=codes, k=int(k), n_bits=self.n_bits)
         return tree_reduce("mih-topk-merge", parts, _merge_pair(int(k)))
 
-    def knn(self, query_codes, k: int):
-        """Exact Hamming top-k: the linear scan's (distances, ids), found through the tables."""
-        return dask.compute(self.knn_lazy(query_codes, k))[0]
+    def search_lazy(self, vectors, k: int):
+        """Delayed (D, I) of ``search``."""
+        return self.search_codes_lazy(encoded(vectors, self.model, self.code_bytes).codes, k)
 
-    def radius(self, query_codes, radius: int):
-        """Every code within Hamming ``radius``: flat (query_index, id, distance) sorted by
-        (query, distance, id), as dhash.search.hamming.radius_search."""
-        if not isinstance(radius, (int, np.integer)) or radius < 0:
-            raise InputError(f"radius must be a non-negative int; got {radius!r}")
-        parts = map_chunks(
-            "mih-radius", _radius_shard, self._shards, queries=self._queries(query_codes),
-            radius=int(radius), n_bits=self.n_bits,
-        )  # fmt: skip
-        return dask.compute(tree_reduce("mih-radius-merge", parts, _concat_radius))[0]
-
-    # the Index interface (search.index): FAISS-shaped results
-    def search(self, queries, k: int, *, progress: bool = False):
-        """(D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k``."""
+    def search_codes(self, codes, k: int, *, progress: bool = False):
+        """(D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k`` of packed
+        ``codes``: the linear scan's answer, found through the tables."""
         from dhash.distributed.progress import compute_with_progress
 
-        return compute_with_progress(self.knn_lazy(_codes_of(queries), k), show=progress)
+        return compute_with_progress(self.search_codes_lazy(codes, k), show=progress)
 
-    def range_search(self, queries, radius: int):
-        """(lims, D, I): every code within Hamming ``radius``, sorted by (distance, id) per query."""
-        codes = _codes_of(queries)
-        query_index, ids, dist = self.radius(codes, radius)
+    def search(self, vectors, k: int, *, progress: bool = False):
+        """(D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k`` of ``vectors``,
+        encoded by the index's model."""
+        return self.search_codes(encoded(vectors, self.model, self.code_bytes).codes, k, progress=progress)
+
+    def range_search_codes(self, codes, radius: int):
+        """(lims, D, I): every code within Hamming ``radius`` of packed ``codes``, sorted by
+        (distance, id) per query."""
+        codes = checked_codes(codes, self.code_bytes)
+        if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
+            raise InputError(f"radius must be a non-negative int; got {radius!r}")
+        parts = map_chunks(
+            "mih-radius", _radius_shard, self._shards, queries=codes, radius=int(radius), n_bits=self.n_bits
+        )
+        query_index, ids, dist = dask.compute(tree_reduce("mih-radius-merge", parts, _concat_radius))[0]
         return lims_of(query_index, len(codes)), dist, ids
 
-
-def _codes_of(queries):
-    """Packed query codes, from an array or search.index.Queries."""
-    codes = getattr(queries, "codes", queries)
-    if codes is None:
-        raise InputError("a MultiIndex searches packed codes; encode the query vectors with the model first")
-    return codes
+    def range_search(self, vectors, radius: int):
+        """(lims, D, I): every code within Hamming ``radius`` of ``vectors`` encoded by the
+        index's model."""
+        return self.range_search_codes(encoded(vectors, self.model, self.code_bytes).codes, radius)
 
 
 def _topk_shard(codes, ids, tables, *, queries, k, n_bits):

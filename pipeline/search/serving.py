@@ -24,12 +24,13 @@ import time
 
 import numpy as np
 
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 from dhash.kernels.ivf import probed_lists, search_lists, search_lists_exact
 from dhash.kernels.knn import neighbour_recall
 from dhash.kernels.l2 import l2_topk
-from dhash.search.index import Queries, as_queries, query_codes
+from dhash.search.index import top_k_only
 from dhash.search.ivf import CANDIDATES_PER_K, DEFAULT_NPROBE, check_nprobe, check_query_vectors, merged_lists
+from dhash.search.queries import Queries, checked_codes, encoded, with_vectors
 from dhash.search.rerank import rerank_lazy
 
 # the grid ``tune`` tries: probes, and candidates per neighbour asked for
@@ -39,8 +40,9 @@ TUNE_CANDIDATES = (10, 15, 20, 30, 50, 100)
 
 class ServingIVF:
     """Top-k search through an inverted file loaded in memory (FAISS's interface:
-    ``search(queries, k)`` -> (D, I); ``nprobe`` and ``candidates`` are attributes, as
-    FAISS's ``nprobe``). With ``vectors``, D is the exact squared L2 (float64) of the
+    ``search(vectors, k)`` -> (D, I), the vectors encoded with ``model``; ``search_codes``
+    takes Queries holding the codes and the vectors; ``nprobe`` and ``candidates`` are
+    attributes, as FAISS's ``nprobe``). With ``vectors``, D is the exact squared L2 (float64) of the
     re-ranked Hamming top ``candidates`` (None: CANDIDATES_PER_K x k); without, the Hamming
     distance (int32). The defaults of ``nprobe`` and ``candidates`` were chosen on
     validation queries for recall@10 of 0.9 (see the documentation's search page)."""
@@ -57,8 +59,8 @@ class ServingIVF:
         self.nprobe, self.candidates = nprobe, candidates
         if vectors is not None and (vectors.ndim != 2 or vectors.shape[1] != self.centroids.shape[1]):
             raise InputError(
-                f"the vectors {tuple(vectors.shape)} do not have the {self.centroids.shape[1]} features the inverted "
-                "file was built on; give the dataset the codes were encoded from"
+                f"the vectors ({shape_words(vectors.shape)}) do not have the {self.centroids.shape[1]} features the "
+                "inverted file was built on; give the dataset the codes were encoded from"
             )
 
     @classmethod
@@ -91,28 +93,30 @@ class ServingIVF:
         return len(self.list_ids)
 
     @property
+    def code_bytes(self) -> int:
+        return int(self.list_codes.shape[1])
+
+    @property
     def bytes_per_vector(self) -> float:
         """Memory held per indexed row: codes, ids, offsets and centroids (not the vectors)."""
         held = self.list_codes.nbytes + self.list_ids.nbytes + self.offsets.nbytes + self.centroids.nbytes
         return held / max(1, self.ntotal)
 
-    def search(self, queries, k: int):
+    def search(self, vectors, k: int):
         """(D (nq, k), I int64 (nq, k)): each query's top k among its nprobe nearest lists,
         re-ranked by exact squared L2 when the index holds vectors; -1 (and inf or -1 in D)
-        where the probed lists hold fewer rows. ``queries``: vectors (encoded with the
-        model) or ``Queries`` with their codes and vectors."""
+        where the probed lists hold fewer rows. ``vectors`` are encoded with the model."""
+        return self.search_codes(encoded(vectors, self.model, self.code_bytes), k)
+
+    def search_codes(self, queries: Queries, k: int):
+        """``search`` of ``queries``: Queries holding the codes and the vectors (which find
+        the lists, and are re-ranked)."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise InputError(f"k must be a positive int; got {k!r}")
         nprobe = check_nprobe(self.nprobe, self.n_lists, self.location)
-        queries = as_queries(queries)
-        if queries.vectors is None:
-            raise InputError(
-                "an inverted file probes the lists nearest the query vectors; pass vectors (or Queries with vectors)"
-            )
+        codes = checked_codes(queries, self.code_bytes)
+        queries = with_vectors(queries, "an inverted file finds each query's lists from its vector, so it")
         vectors = check_query_vectors(queries.vectors, self.centroids.shape[1], self.location)
-        codes = query_codes(queries, self.model)
-        if len(codes) != len(vectors):
-            raise InputError(f"{len(vectors)} query vectors for {len(codes)} query codes")
         probes = probed_lists(vectors, self.centroids, nprobe)
         if self.vectors is None:
             return search_lists(codes, probes, self.list_codes, self.list_ids, self.offsets, int(k))
@@ -128,35 +132,39 @@ class ServingIVF:
         _, shortlist = search_lists(codes, probes, self.list_codes, self.list_ids, self.offsets, candidates)
         return rerank_lazy("exact", vectors, self.vectors, shortlist, int(k)).compute(scheduler="sync")
 
-    def tune(
-        self, queries, k: int = 10, target: float = 0.9, *, nprobes=TUNE_NPROBES, candidates_per_k=TUNE_CANDIDATES
-    ):
+    def tune(self, vectors, k: int = 10, target: float = 0.9, *, nprobes=TUNE_NPROBES,
+             candidates_per_k=TUNE_CANDIDATES):  # fmt: skip
         """Choose ``nprobe`` and ``candidates`` on the caller's validation queries (vectors that
-        are not test queries, encoded with the model, or ``Queries`` with their codes): the exact Euclidean top-k of each is computed here over the
-        indexed rows, then every setting of the grid is timed on this thread, and the fastest
-        whose recall@k reaches ``target`` is kept (set on the index). Returns every setting's
-        {"nprobe", "candidates", "recall", "queries_per_second"}, fastest first. Needs the
-        vectors in memory or memory-mapped (they are scanned once for the exact neighbours)."""
+        are not test queries, encoded with the model): the exact Euclidean top-k of each is
+        computed here over the indexed rows, then every setting of the grid is timed on this
+        thread, and the fastest whose recall@k reaches ``target`` is kept (set on the index).
+        Returns every setting's {"nprobe", "candidates", "recall", "queries_per_second"},
+        fastest first. Needs the vectors in memory or memory-mapped (they are scanned once for
+        the exact neighbours)."""
+        return self.tune_codes(encoded(vectors, self.model, self.code_bytes), k, target, nprobes=nprobes,
+                               candidates_per_k=candidates_per_k)  # fmt: skip
+
+    def tune_codes(self, queries: Queries, k: int = 10, target: float = 0.9, *, nprobes=TUNE_NPROBES,
+                   candidates_per_k=TUNE_CANDIDATES):  # fmt: skip
+        """``tune`` on validation ``queries``: Queries holding their codes and vectors."""
         if not isinstance(self.vectors, np.ndarray):
             raise InputError(
-                "tuning computes the exact neighbours from the vectors; load the index with vectors= an array"
+                "tuning computes the exact neighbours from the vectors; load the index with its vectors as an array"
             )
         if not 0 < target <= 1:
             raise InputError(f"target must be a recall in (0, 1]; got {target!r}")
-        if not isinstance(queries, Queries):  # vectors, whatever their type (SIFT bytes are uint8)
-            queries = Queries(vectors=np.asarray(queries))
-        if queries.vectors is None:
-            raise InputError("tuning needs the validation queries' vectors")
+        codes = checked_codes(queries, self.code_bytes)
+        queries = with_vectors(queries, "tuning measures recall against the exact neighbours, so it")
         vectors = check_query_vectors(queries.vectors, self.centroids.shape[1], self.location)
         rows = np.sort(self.list_ids.astype(np.int64))
         _, truth = l2_topk(np.asarray(self.vectors[rows]), rows, queries=vectors, k=int(k))
-        queries = Queries(codes=query_codes(queries, self.model), vectors=vectors)
+        queries = Queries(codes=codes, vectors=vectors)
         trials = []
         for nprobe in [p for p in nprobes if p <= self.n_lists]:
             for per_k in candidates_per_k:
                 self.nprobe, self.candidates = nprobe, per_k * int(k)
                 started = time.perf_counter()
-                _, found = self.search(queries, int(k))
+                _, found = self.search_codes(queries, int(k))
                 seconds = time.perf_counter() - started
                 trials.append({"nprobe": nprobe, "candidates": per_k * int(k), "recall": neighbour_recall(found, truth),
                                "queries_per_second": len(vectors) / seconds})  # fmt: skip
@@ -172,5 +180,8 @@ class ServingIVF:
             )
         return trials
 
-    def range_search(self, queries, radius):
-        raise InputError("an inverted file answers top-k searches; use search(queries, k), or the flat or MIH index")
+    def range_search(self, vectors, radius):
+        raise top_k_only("an inverted file")
+
+    def range_search_codes(self, codes, radius):
+        raise top_k_only("an inverted file")
