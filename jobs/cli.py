@@ -16,7 +16,7 @@ from dhash.errors import InputError
 from dhash.jobs import commands
 from dhash.jobs.commands import pick
 from dhash.jobs.config import load_config
-from dhash.jobs.options import COMMANDS, OptionParser, options_of, toml_scalar
+from dhash.jobs.options import COMMANDS, OptionParser, Values, options_of, refuse_unused, toml_scalar
 from dhash.jobs.run import run_pipeline
 
 EXIT_BAD_INPUT = 2
@@ -66,24 +66,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv) -> tuple[str, dict]:
+def parse_args(argv) -> tuple[str, Values]:
     """(command, dest -> value of every option of the command): flags > --config TOML >
-    the table's defaults; required options missing from both are a one-line error."""
+    the table's defaults; required options missing from both are a one-line error. The
+    values know which options were given (flags or config) rather than defaulted
+    (``Values.given``): an option given where it does nothing is refused before work."""
 
     args = vars(build_parser().parse_args(argv))
     command = args.pop("command")
     config = load_config(args["config"], command) if args.get("config") else {}
-    values = {}
+    values, given = {}, set()
     for dest, opt in options_of(command).items():
-        given = args.get(dest)
-        values[dest] = given if given is not None else config.get(dest, opt.default_for(command))
+        flag = args.get(dest)
+        values[dest] = flag if flag is not None else config.get(dest, opt.default_for(command))
+        if flag is not None or dest in config:
+            given.add(dest)
         if values[dest] is None and command in opt.required:
             where = opt.dest if opt.positional else opt.flag
             raise InputError(
                 f"dhash {command}: {where} is required (on the command line or as {opt.name} in "
                 f"--config); see `dhash {command} --help`"
             )
-    return command, values
+    return command, Values(values, given)
 
 
 # ------------------------------------------------------------------ running ----------
@@ -146,6 +150,7 @@ def _main(argv) -> int:
         command, values = parse_args(argv)
         _configure_logging(values["quiet"])
         if command == "run":
+            refuse_unused(command, values, values.given)
             return _run(values)
         commands.check_before_work(command, values)
         if commands.needs_cluster(command, values):

@@ -23,7 +23,15 @@ from dhash.errors import PARAMETER, InputError
 from dhash.evaluation.neighbours import NeighbourSearches
 from dhash.evaluation.report import neighbour_table, quality_table
 from dhash.hashing.checkpoint import checkpoint_path
-from dhash.jobs.options import ARGUMENT_FLAGS, OPTIONS, method_params
+from dhash.jobs.options import (
+    ARGUMENT_FLAGS,
+    METHOD_COMMANDS,
+    OPTIONS,
+    is_set,
+    method_params,
+    options_of,
+    refuse_unused,
+)
 from dhash.search.rerank import check_rerank
 from dhash.storage.atomic import (
     OVERWRITE,
@@ -32,7 +40,6 @@ from dhash.storage.atomic import (
     check_output,
     child_inside,
     read_commit,
-    with_suffix,
 )
 from dhash.storage.location import resolve
 
@@ -47,10 +54,10 @@ OUTPUT_KINDS = {
     "index": lambda values: "ivf-index" if values.get("kind") == "ivf" else "mih-index",
     "evaluate": "report",
 }  # demo: one report per dataset below out
-# commands whose ``out`` is a single file: file path -> kind (bench: a Markdown table beside its JSON)
+# commands whose ``out`` is a single file: file path -> kind (bench: its JSON and its Markdown table)
 FILE_OUTPUTS = {
     "search": lambda out: {out: "search-results"},
-    "bench": lambda out: {out: "bench", with_suffix(out, ".md"): "bench"},
+    "bench": lambda out: dict.fromkeys(benchmark_harness().result_paths(out), "bench"),
 }
 
 
@@ -64,6 +71,7 @@ RENAMED_PARAMETERS = {
     "dataset_": "--dataset",
     "storage": "--storage-options",
     "validation_size": "--validation-size",
+    "n_lists": "--lists",
 }
 
 
@@ -113,15 +121,43 @@ def needs_cluster(command: str, values: dict) -> bool:
     return command not in ("ingest", "run")
 
 
-def check_before_work(command: str, values: dict) -> None:
-    """Checks that need no data, before any cluster starts or any computation runs: option
-    combinations, and where this command will write (writable, replaceable when it exists)."""
+# values ``dhash run`` fills into every step itself (its --quiet and --storage-options, and
+# --overwrite and --resume: a pipeline owns its outputs and resumes its checkpoints): never
+# taken for options a step gives
+FILLED_IN = ("quiet", "storage_options", "overwrite", "resume")
 
-    values = {**values, **{key: _located(values, key) for key in ("out", "codes") if values.get(key)}}
+
+def given_options(command: str, values: dict) -> frozenset:
+    """The dests of the options given for this command: known to values parsed from a
+    command line (``Values.given``); for other values (a ``dhash run`` step's), those that
+    differ from the option's default, except ``FILLED_IN``."""
+    given = getattr(values, "given", None)
+    if given is not None:
+        return given
+    return frozenset(
+        dest
+        for dest, opt in options_of(command).items()
+        if dest not in FILLED_IN and is_set(values.get(dest)) and values.get(dest) != opt.default_for(command)
+    )
+
+
+def check_before_work(command: str, values: dict) -> None:
+    """Checks that need no data, before any cluster starts or any computation runs: options
+    given that would do nothing (the option table's ``applies``, and method options for
+    methods not run), option combinations, and where this command will write (writable,
+    replaceable when it exists)."""
+
     if command == "search" and values["radius"] is not None and values["k"] is not None:
         raise InputError("give either --k (top-k search) or --radius (radius search), not both")
+    given = given_options(command, values)
+    refuse_unused(command, values, given)
+    if command in METHOD_COMMANDS:
+        method_params(command, values)  # a method option for methods this command does not run is refused
+    values = {**values, **{key: _located(values, key) for key in ("out", "codes") if values.get(key)}}
     if command == "search":
         check_rerank(values["rerank"], values["candidates"], values["k"], values["radius"])
+        if values["nprobe"] is not None and values["index"]:
+            check_inverted_file(_located(values, "index"))
     if command == "bench":
         use_benchmark_checkout()
     kind = OUTPUT_KINDS.get(command)
@@ -130,11 +166,15 @@ def check_before_work(command: str, values: dict) -> None:
     if kind is not None and values.get("out"):
         # evaluate replaces its own previous report; the others need --overwrite
         check_output(values["out"], kind=kind, overwrite=values.get("overwrite", True), flag=flag)
+    if command == "bench":
+        check_bench_out(values["out"])
     if command in FILE_OUTPUTS and values.get("out"):
         for path, file_kind in FILE_OUTPUTS[command](values["out"]).items():
             check_file_output(path, kind=file_kind, overwrite=bool(values.get("overwrite")), flag=flag)
     if command == "train" and values.get("codes"):
         check_output(values["codes"], kind="codes", overwrite=bool(values.get("overwrite")), flag=flag)
+    if command == "train" and values["resume"] and "resume" in given:
+        check_resume(values["out"], overwrite=bool(values["overwrite"]) and "overwrite" in given)
     if command == "train" and values.get("out") and checkpoint_path(values["out"]).exists():
         # the checkpoint beside the model is resumed or replaced later: it must be dhash's own
         check_output(checkpoint_path(values["out"]), kind="checkpoint", overwrite=True, flag=None)
@@ -143,6 +183,42 @@ def check_before_work(command: str, values: dict) -> None:
     if values.get("performance_report"):
         check_file_output(
             values["performance_report"], kind=REPORT_KIND, overwrite=bool(values.get("overwrite")), flag=flag
+        )
+
+
+def check_bench_out(out) -> None:
+    """dhash bench writes BASE.json and BASE.md (benchmarks.harness.runs.result_paths): an
+    ``out`` that is neither yet exists (a file or directory named BASE) is refused, so the
+    results never land beside something the user pointed at by mistake."""
+    loc = resolve(out)
+    if loc.exists() and loc not in benchmark_harness().result_paths(out):
+        raise InputError(
+            f"--out {out} exists and is not a bench result; dhash bench writes BASE.json and BASE.md, so name a "
+            "new BASE (or BASE.json, BASE.md)"
+        )
+
+
+def check_resume(out, *, overwrite: bool) -> None:
+    """--resume continues the checkpoint beside ``out``: without one it would do nothing, and
+    with --overwrite (which starts over) it is refused unless --overwrite has a model at
+    ``out`` to replace."""
+    ckpt = checkpoint_path(out)
+    if not ckpt.exists():
+        raise InputError(f"--resume continues an interrupted run from {ckpt}, and there is none; drop --resume")
+    if overwrite and not resolve(out).exists():
+        raise InputError(
+            f"--resume continues the interrupted run in {ckpt} and --overwrite starts over; give one of them"
+        )
+
+
+def check_inverted_file(index) -> None:
+    """--nprobe probes the lists of an inverted file: an index that is a multi-index is refused
+    (one that cannot be read is left for the search to report)."""
+    record = read_commit(resolve(index))
+    if record is not None and record.get("kind") == OUTPUT_KINDS["index"]({"kind": "mih"}):
+        raise InputError(
+            f"--nprobe sets the lists an inverted file probes, and {index} is a multi-index; drop --nprobe, or "
+            "search an index made by dhash index --kind ivf"
         )
 
 
@@ -376,10 +452,8 @@ def use_benchmark_checkout() -> str:
     )
 
 
-def bench(values):
-    options = pick(
-        values, "n", "bits", "queries", "k", "method", "iterations", "nodes", "floor_repeats", "data", "seed"
-    )
+def benchmark_harness():
+    """The benchmark harness's runs module (benchmarks/harness/runs.py of the checkout)."""
     checkout = use_benchmark_checkout()
     try:
         from benchmarks.harness import runs
@@ -387,11 +461,20 @@ def bench(values):
         raise InputError(
             f"dhash bench needs the benchmark extra ({exc.name} is missing); pip install -e '.[bench]' in {checkout}"
         ) from None
+    return runs
+
+
+def bench(values):
+    options = pick(
+        values, "n", "bits", "queries", "k", "method", "iterations", "nodes", "floor_repeats", "data", "seed"
+    )
+    runs = benchmark_harness()
     result = runs.run_stage(
         values["stage"], values["out"], threads=values["bench_threads"], overwrite=bool(values["overwrite"]), **options
     )
     log(result.pop("markdown"))
-    print(f"bench: {values['out']} (ratio ours/peer seconds {result['ratio_ours_over_peer_seconds']})")
+    written = " and ".join(str(path) for path in runs.result_paths(values["out"]))
+    print(f"bench: {written} (ratio ours/peer seconds {result['ratio_ours_over_peer_seconds']})")
 
 
 RUN = {

@@ -23,14 +23,16 @@ import argparse
 import datetime as dt
 import json
 import math
+import os
 from dataclasses import dataclass
 from numbers import Integral
 
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from dhash.data.sources import SOURCES
 from dhash.deep import networks
 from dhash.errors import InputError
-from dhash.hashing.registry import HASHERS, METHOD_NAMES, METHOD_VARIANTS
+from dhash.hashing.registry import HASHERS, METHOD_NAMES, METHOD_VARIANTS, method_class
 
 
 class OptionParser(argparse.ArgumentParser):
@@ -193,7 +195,10 @@ class Option:
     """One option. ``default`` may be a dict {command: default}; ``required`` names the
     commands that need it (from the command line or the config). A method option sets the
     estimator parameter ``param`` of the estimators ``methods`` (base method names); its
-    ``default`` is None (not given: the estimator's own default, ``estimator_defaults``)."""
+    ``default`` is None (not given: the estimator's own default, ``estimator_defaults``).
+    ``applies``: the conditions (``With``, ``Without``, ...) under which the option does
+    something, all of which must hold; given where one does not, it is refused
+    (``refuse_unused``) rather than ignored."""
 
     name: str
     commands: tuple
@@ -211,6 +216,7 @@ class Option:
     dest_name: str | None = None
     repeat: bool = False
     metavar: str | None = None
+    applies: tuple = ()
 
     @property
     def dest(self) -> str:
@@ -253,6 +259,175 @@ class Option:
 
 def _opt(name, commands, help_, **kw) -> Option:
     return Option(name, tuple(commands), help_, **kw)
+
+
+# ------------------------------------------------------- when an option applies --------
+# An option that would do nothing for the command as given is refused, not ignored: an
+# Option's ``applies`` lists conditions on the other options' values, and ``refuse_unused``
+# checks every option *given* (on the command line or in the config, not defaulted) against
+# them before any work starts. Each condition says when it holds and, when it does not, the
+# one-line refusal: the option, when it applies, and what to add or drop.
+
+
+def is_set(value) -> bool:
+    """A value that does something: not None, and for a switch, on."""
+    return value is not None and value is not False
+
+
+def _one_of(values) -> str:
+    """'a', 'a or b', 'a, b or c'."""
+    items = [str(v) for v in values]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+
+
+def _why(why: str) -> str:
+    return f" ({why})" if why else ""
+
+
+@dataclass(frozen=True)
+class With:
+    """Applies when option ``dest`` is set (``values`` empty) or has one of ``values`` (a
+    list option such as --methods: holds one of them). ``commands``: the commands this
+    condition is for (empty: all of the option's); ``why``: what the option does, a few
+    words for the refusal."""
+
+    dest: str
+    values: tuple = ()
+    why: str = ""
+    commands: tuple = ()
+
+    def holds(self, command: str, values: dict) -> bool:
+        value = values.get(self.dest)
+        if not self.values:
+            return is_set(value)
+        return any(v in self.values for v in (value if isinstance(value, list) else [value]))
+
+    def phrase(self, command: str, options: dict) -> str:
+        other = options[self.dest]
+        if other.positional:
+            return f"to dhash {command} {_one_of(self.values)}"
+        if not self.values:
+            return f"with {other.flag}"
+        if other.type is name_list:
+            return f"when {other.flag} includes {_one_of(self.values)}"
+        return f"with {other.flag} {_one_of(self.values)}"
+
+    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
+        other = options[self.dest]
+        if other.positional or len(self.values) > 1:
+            fix = f"drop {opt.flag}"
+        else:
+            fix = f"add {other.flag}{' ' + str(self.values[0]) if self.values else ''} or drop {opt.flag}"
+        return f"{opt.flag} applies only {self.phrase(command, options)}{_why(self.why)}; {fix}"
+
+
+@dataclass(frozen=True)
+class Without:
+    """Applies unless option ``dest`` is set (``values`` empty) or has one of ``values``."""
+
+    dest: str
+    values: tuple = ()
+    why: str = ""
+    commands: tuple = ()
+
+    def holds(self, command: str, values: dict) -> bool:
+        return not With(self.dest, self.values).holds(command, values)
+
+    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
+        other, why = options[self.dest], _why(self.why)
+        if other.positional:
+            return f"{opt.flag} does not apply to dhash {command} {_one_of(self.values)}{why}; drop {opt.flag}"
+        if self.values:
+            return f"{opt.flag} does not apply with {other.flag} {_one_of(self.values)}{why}; drop {opt.flag}"
+        return f"{opt.flag} does not apply with {other.flag}{_why(self.why)}; drop {opt.flag} or {other.flag}"
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """Applies when one of ``conditions`` (``With``) holds."""
+
+    conditions: tuple
+    why: str = ""
+    commands: tuple = ()
+
+    def holds(self, command: str, values: dict) -> bool:
+        return any(c.holds(command, values) for c in self.conditions)
+
+    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
+        where = ", or ".join(c.phrase(command, options) for c in self.conditions)
+        return f"{opt.flag} applies only {where}{_why(self.why)}; drop {opt.flag}"
+
+
+@dataclass(frozen=True)
+class Never:
+    """Does not apply to ``commands``: ``why`` says why, ``fix`` (default: drop it) what to do."""
+
+    commands: tuple
+    why: str
+    fix: str = ""
+
+    def holds(self, command: str, values: dict) -> bool:
+        return False
+
+    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
+        return f"{opt.flag} does not apply to dhash {command} ({self.why}); {self.fix or 'drop ' + opt.flag}"
+
+
+SCHEDULER_VARIABLE = "DASK_SCHEDULER_ADDRESS"
+
+
+def scheduler_address(values: dict) -> tuple[str, str] | None:
+    """(address, where it comes from) of the running scheduler a command joins, as
+    ``dhash.distributed.cluster.connect`` picks it; None: a local cluster is started."""
+    from dhash import config as settings
+
+    for address, where in (
+        (values.get("scheduler"), "given by --scheduler"),
+        (os.environ.get(SCHEDULER_VARIABLE), f"in ${SCHEDULER_VARIABLE}"),
+        (settings.get("scheduler"), "of the dhash.scheduler setting"),
+    ):
+        if address:
+            return address, where
+    return None
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    """Applies when the command starts a local cluster: no scheduler address is given (by
+    --scheduler, $DASK_SCHEDULER_ADDRESS or the dhash.scheduler setting)."""
+
+    commands: tuple = ()
+
+    def holds(self, command: str, values: dict) -> bool:
+        return scheduler_address(values) is None
+
+    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
+        address, where = scheduler_address(values)
+        return (
+            f"{opt.flag} sizes the local cluster dhash starts, and this command joins the scheduler {address} "
+            f"{where}; drop {opt.flag}"
+        )
+
+
+# the options naming a place data is read from or written to
+LOCATION_DESTS = ("source", "out", "dataset", "labels", "model", "codes", "index", "performance_report")
+
+
+@dataclass(frozen=True)
+class AnyURL:
+    """Applies when one of the command's locations is a URL (s3://, gs://, ...): storage
+    options are how those are opened; local paths take none."""
+
+    commands: tuple = ()
+
+    def holds(self, command: str, values: dict) -> bool:
+        return any("://" in str(values[d]) for d in LOCATION_DESTS if is_set(values.get(d)))
+
+    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
+        return (
+            f"{opt.flag} applies only to URL locations (s3://, gs://, abfs://, ...), and every location of this "
+            f"dhash {command} is a local path; drop {opt.flag}"
+        )
 
 
 # ------------------------------------------------------------ method options -----------
@@ -717,67 +892,100 @@ METHOD_OPTIONS: tuple[Option, ...] = tuple(_method_option(*entry) for entry in P
 
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
+# options of the Dask cluster: ingest, bench search and bench groundtruth run without one
+_ON_A_CLUSTER = (
+    Never(("ingest",), "it runs without a Dask cluster"),
+    With("stage", ("train", "encode"), "bench search and groundtruth run without a Dask cluster", ("bench",)),
+)
+_LOCAL = LocalCluster(tuple(c for c in CLUSTER_COMMANDS if c != "ingest"))  # ingest: refused by _ON_A_CLUSTER
+_BUILT_IN = ("fashion-mnist", "debian-sift")  # ingest: sources that bring their own vectors and labels
+_NO_BUILT_IN = (Without("source", _BUILT_IN, "a built-in source brings its own vectors and labels"),)
+
+
+def _methods_where(test) -> tuple[str, ...]:
+    """The method names (variants too) whose estimator class passes ``test``."""
+    return tuple(name for name in METHOD_NAMES if test(method_class(name)))
+
+
+_CHECKPOINTING = _methods_where(lambda cls: cls.supports_checkpoint)
+_DATABASE_CODES = _methods_where(lambda cls: cls.learns_database_codes)
+_DISH2 = _methods_where(lambda cls: "dish2_dictionaries" in cls.evaluation_options)
+_TRAIN_STAGE = (With("stage", ("train",)), Without("method", ("itq-vs-faiss",), "it times faiss.ITQTransform"))
 
 # a table reads best one option per line:
 # fmt: off
 OPTIONS: tuple[Option, ...] = (
     # -- every command
     _opt("scheduler", CLUSTER_COMMANDS, "address of a running Dask scheduler (else $DASK_SCHEDULER_ADDRESS, else a "
-         "local cluster)", group=_CLUSTER),
+         "local cluster)", group=_CLUSTER, applies=_ON_A_CLUSTER),
     _opt("workers", CLUSTER_COMMANDS, "local cluster: worker processes (default: from the CPU cores)", type=positive_int,
-         group=_CLUSTER),
+         group=_CLUSTER, applies=(*_ON_A_CLUSTER, _LOCAL)),
     _opt("threads", CLUSTER_COMMANDS, "local cluster: threads per worker (default: from the CPU cores)",
-         type=positive_int, group=_CLUSTER),
+         type=positive_int, group=_CLUSTER, applies=(*_ON_A_CLUSTER, _LOCAL)),
     _opt("config", CLUSTER_COMMANDS, "TOML file with this command's options (flags given here win)", group=_CLUSTER),
     _opt("quiet", CLUSTER_COMMANDS, "no progress bars", switch=True, group=_CLUSTER),
     _opt("storage-options", CLUSTER_COMMANDS, "JSON object of fsspec storage options for s3:// gs:// abfs:// "
          "locations (endpoint_url, profile, anon, ...); else the config's storage-options table, else "
-         "$DHASH_STORAGE_OPTIONS", type=json_object, metavar="JSON", group=_CLUSTER),
+         "$DHASH_STORAGE_OPTIONS", type=json_object, metavar="JSON", group=_CLUSTER,
+         applies=(AnyURL(commands=tuple(c for c in CLUSTER_COMMANDS if c not in ("bench", "run"))),
+                  Never(("bench",), "the benchmarks open --data with the storage options of $DHASH_STORAGE_OPTIONS"))),
     _opt("performance-report", CLUSTER_COMMANDS, "save Dask's performance report of this job (task stream, worker "
-         "profiles, bandwidth)", metavar="FILE.html", group=_CLUSTER),
+         "profiles, bandwidth)", metavar="FILE.html", group=_CLUSTER,
+         applies=(*_ON_A_CLUSTER, Never(("run",), "each step of a pipeline may have its own report",
+                                        "add performance-report to a step of the pipeline instead"))),
     # -- ingest, synth
     _opt("source", ["ingest"], "input file (path or URL), or a built-in source name (fashion-mnist)", positional=True,
          required=("ingest",)),
     _opt("kind", ["synth"], "sift: SIFT-like 128-d uint8 (sift-synth)", positional=True, choices=("sift",),
          required=("synth",)),
-    _opt("format", ["ingest"], "auto (by extension), fvecs, bvecs, ivecs, idx, npy, parquet", default="auto"),
-    _opt("column", ["ingest"], "parquet: the vector column"),
-    _opt("labels", ["ingest"], "labels file (IDX labels, .ivecs or .npy of integers)"),
-    _opt("label-column", ["ingest"], "parquet: integer label column"),
+    _opt("format", ["ingest"], "auto (by extension), fvecs, bvecs, ivecs, idx, npy, parquet", default="auto",
+         applies=_NO_BUILT_IN),
+    _opt("column", ["ingest"], "parquet: the vector column", applies=_NO_BUILT_IN),
+    _opt("labels", ["ingest"], "labels file (IDX labels, .ivecs or .npy of integers)", applies=_NO_BUILT_IN),
+    _opt("label-column", ["ingest"], "parquet: integer label column", applies=_NO_BUILT_IN),
     _opt("n", ["synth"], "number of points", type=positive_int, default=1_000_000),
     _opt("n", ["evaluate"], "built-in source rows: sift-synth (default 1000000), debian-minilm (its first N; "
-         "default all)", type=positive_int),
+         "default all)", type=positive_int,
+         applies=(With("dataset", ("sift-synth", "debian-minilm"), "the rows of a generated source"),)),
     _opt("n", ["demo"], "sift-synth: number of points", type=positive_int, default=1_000_000),
     _opt("n", ["bench"], "database rows (search: codes; others: sift-synth rows)", type=positive_int,
          required=("bench",)),
     _opt("chunk-rows", ["ingest", "synth", *_EVAL], "rows per feature chunk (default: ~16 MiB per chunk)",
-         type=positive_int),
+         type=positive_int, applies=(With("dataset", SOURCES, "how a built-in source is chunked when it is made",
+                                          ("evaluate",)),)),
     # -- datasets, splits
     _opt("dataset", ["split", "groundtruth", "train", "encode", "search", "evaluate", "index"],
          "dataset location (path or URL), or a built-in source (fashion-mnist, sift-synth, debian-minilm, debian-sift)",
-         required=("split", "groundtruth", "train", "encode", "search", "evaluate")),
+         required=("split", "groundtruth", "train", "encode", "search", "evaluate"),
+         applies=(With("kind", ("ivf",), "an inverted file clusters the dataset's features", ("index",)),)),
     _opt("queries", ["split", *_EVAL], "query rows drawn with the seed", type=positive_int, default=1000),
-    _opt("queries", ["bench"], "search/groundtruth: queries", type=positive_int, default=1000),
+    _opt("queries", ["bench"], "search/groundtruth: queries", type=positive_int, default=1000,
+         applies=(With("stage", ("search", "groundtruth")),)),
     _opt("name", ["split"], "name of the split", default="default"),
     _opt("split", ["groundtruth", "search"], "split whose queries are used (database = the other rows)",
          default="default"),
     _opt("split", ["train"], "train on the database rows of this split (default: all rows)"),
-    _opt("top-k", ["groundtruth", *_EVAL], "euclidean ground truth: K nearest neighbours", type=positive_int),
+    _opt("top-k", ["groundtruth", *_EVAL], "euclidean ground truth: K nearest neighbours", type=positive_int,
+         applies=(Without("ground_truth", ("labels",), "it sets the Euclidean ground truth", ("evaluate",)),)),
     _opt("top-percent", ["groundtruth", *_EVAL], "euclidean ground truth: top P percent of the database",
-         type=positive_float),
+         type=positive_float,
+         applies=(Without("ground_truth", ("labels",), "it sets the Euclidean ground truth", ("evaluate",)),
+                  Without("top_k", (), "the Euclidean ground truth is the top K or the top P percent"))),
     # -- models
     _opt("method", ["train"], "lsh, pcah, itq, dish, dish-allreduce, sgh, splh, usplh, pcah-adjusted",
          required=("train",)),
     _opt("method", ["bench"], "train: dish, dish-allreduce, itq, or itq-vs-faiss (ITQ vs faiss.ITQTransform: time, "
-         "Fashion-MNIST map)", default="dish"),
-    _opt("bits", ["train", "bench"], f"code length in bits (1 to {MAX_BITS})", type=bit_count, default=32),
+         "Fashion-MNIST map)", default="dish", applies=(With("stage", ("train",)),)),
+    _opt("bits", ["train"], f"code length in bits (1 to {MAX_BITS})", type=bit_count, default=32),
+    _opt("bits", ["bench"], f"search, train, encode: code length in bits (1 to {MAX_BITS})", type=bit_count,
+         default=32, applies=(With("stage", ("search", "train", "encode")),)),
     _opt("bits", _EVAL, f"code lengths in bits (1 to {MAX_BITS}), comma-separated", type=bit_counts,
          default={"evaluate": [32], "demo": [32, 64]}),
     _opt("methods", _EVAL, "methods, comma-separated", type=name_list,
          default={"evaluate": ["lsh", "pcah", "itq"], "demo": ["lsh", "pcah", "itq", "dish"]}),
     _opt("seed", ["synth", "split", "train", "bench", "index", *_EVAL], "random seed: fixes every result",
-         type=non_negative_int,
-         default=0),
+         type=non_negative_int, default=0,
+         applies=(With("kind", ("ivf",), "it draws the rows k-means learns from", ("index",)),)),
     _opt("model", ["encode", "search"], "model directory made by `dhash train`", required=("encode", "search")),
     _opt("codes", ["search"], "codes made by `dhash encode` with this model", required=("search",)),
     _opt("codes", ["index"], "codes store to index (made by `dhash encode`)", required=("index",)),
@@ -785,55 +993,69 @@ OPTIONS: tuple[Option, ...] = (
          "of the dataset's features; a search ranks the codes of the lists nearest each query)",
          choices=("mih", "ivf"), default="mih"),
     _opt("substrings", ["index"], "mih: substrings m of each code, one table each (default: bits / log2(rows per "
-         "codes chunk), the multi-index hashing paper's rule)", type=positive_int),
+         "codes chunk), the multi-index hashing paper's rule)", type=positive_int,
+         applies=(With("kind", ("mih",), "the tables of a multi-index"),)),
     _opt("lists", ["index"], "ivf: lists, k-means centroids of the dataset's features (default 4 sqrt(n))",
-         type=positive_int),
+         type=positive_int, applies=(With("kind", ("ivf",), "the k-means lists of an inverted file"),)),
     _opt("kmeans-rows", ["index"], "ivf: rows k-means learns the centroids from, drawn with the seed (default 256 "
-         "per list); every row is then assigned to its nearest centroid", type=positive_int),
+         "per list); every row is then assigned to its nearest centroid", type=positive_int,
+         applies=(With("kind", ("ivf",), "the k-means of an inverted file"),)),
     _opt("index", ["search"], "search through this index (made by `dhash index` from these codes): a multi-index "
          "gives the linear scan's results, an inverted file the top-k of the --nprobe lists nearest each query"),
-    _opt("nprobe", ["search"], "lists of an inverted file --index searched per query (default 4)", type=positive_int),
+    _opt("nprobe", ["search"], "lists of an inverted file --index searched per query (default 4)", type=positive_int,
+         applies=(With("index", (), "the lists of an inverted file probed per query"),)),
     _opt("rerank", ["search"], "re-rank the Hamming top --candidates: exact (squared L2 to the original vectors, "
          "read from the dataset chunk by chunk) or asymmetric (the queries' real projections against the codes)",
-         choices=("exact", "asymmetric")),
+         choices=("exact", "asymmetric"), applies=(Without("radius", (), "it re-ranks a top-k search"),)),
     _opt("candidates", ["search"], "Hamming candidates per query that --rerank re-ranks (default 10 x k)",
-         type=positive_int),
+         type=positive_int, applies=(With("rerank", (), "the candidates it re-ranks"),)),
     _opt("recall", ["search"], "also measure recall@k of the exact Euclidean top-k neighbours of the queries (computed "
-         "once on the cluster and stored in the dataset, as the groundtruth command does)", switch=True),
+         "once on the cluster and stored in the dataset, as the groundtruth command does)", switch=True,
+         applies=(Without("radius", (), "it scores a top-k search"),)),
     _opt("codes", ["train"], "adsh: codes store for the learned database codes (every row of the dataset; the "
-         "split's queries encoded by the network)"),
+         "split's queries encoded by the network)",
+         applies=(With("method", _DATABASE_CODES, "it stores the database codes such a method learns"),)),
     _opt("resume", ["train"], "continue an interrupted run from OUT.checkpoint (itq, dish: saved after every "
-         "iteration)", switch=True),
+         "iteration)", switch=True,
+         applies=(With("method", _CHECKPOINTING, "it continues the checkpoint such a method saves after every iteration"),)),
     *METHOD_OPTIONS,
     # -- search
     _opt("k", ["search"], "neighbours per query (default 100)", type=positive_int),
-    _opt("k", ["bench"], "search/groundtruth: neighbours per query", type=positive_int, default=100),
+    _opt("k", ["bench"], "search/groundtruth: neighbours per query", type=positive_int, default=100,
+         applies=(With("stage", ("search", "groundtruth")),)),
     _opt("radius", ["search"], "radius search instead of top-k", type=non_negative_int),
     # -- evaluate, demo
-    _opt("ground-truth", _EVAL, "default: labels when the dataset has them", choices=("labels", "euclidean")),
+    _opt("ground-truth", _EVAL, "default: labels when the dataset has them", choices=("labels", "euclidean"),
+         applies=(Never(("demo",), "the demo scores sift-synth by Euclidean and Fashion-MNIST by label ground "
+                                   "truth"),)),
     _opt("ks", _EVAL, "K values of precision@K", type=positive_int_list, default=[1, 10, 50, 100, 200, 500, 1000]),
     _opt("recall-at", ["evaluate"], "also measure recall@K of the exact Euclidean top-K neighbours (computed once and "
          "stored in the dataset) for codes every row is encoded into: in Hamming order, re-ranked exactly, and "
          "through an inverted file with --ivf-lists", type=positive_int),
     _opt("rerank-candidates", ["evaluate"], "--recall-at: Hamming candidates R re-ranked by the exact squared L2",
-         type=positive_int_list, default=[100, 1000]),
+         type=positive_int_list, default=[100, 1000], applies=(With("recall_at", (), "part of its recall measure"),)),
     _opt("ivf-lists", ["evaluate"], "--recall-at: also an inverted file of this many k-means lists of the database "
          "(0: 4 sqrt(n)), probed at each --ivf-nprobes, its Hamming candidates re-ranked exactly",
-         type=non_negative_int),
+         type=non_negative_int, applies=(With("recall_at", (), "part of its recall measure"),)),
     _opt("ivf-nprobes", ["evaluate"], "--recall-at: lists probed per query in the inverted file", type=positive_int_list,
-         default=[4]),
+         default=[4], applies=(With("recall_at", (), "part of its recall measure"),
+                               With("ivf_lists", (), "the lists of that inverted file probed per query"))),
     _opt("dish2-dictionaries", _EVAL, "DisH2: score this many node dictionaries drawn with the seed (1 = the paper's "
-         "DisH2, one random node); default all nodes, reported as mean and std", type=positive_int),
+         "DisH2, one random node); default all nodes, reported as mean and std", type=positive_int,
+         applies=(With("methods", _DISH2, "how DisH's codes are scored"),)),
     # -- bench
     _opt("stage", ["bench"], "search, groundtruth, train or encode", positional=True,
          choices=("search", "groundtruth", "train", "encode"), required=("bench",)),
-    _opt("iterations", ["bench"], "train: outer iterations (fixed, no early stop)", type=positive_int, default=10),
-    _opt("nodes", ["bench"], "train: DisH nodes", type=positive_int, default=10),
+    _opt("iterations", ["bench"], "train: outer iterations (fixed, no early stop)", type=positive_int, default=10,
+         applies=_TRAIN_STAGE),
+    _opt("nodes", ["bench"], "train: DisH nodes", type=positive_int, default=10, applies=_TRAIN_STAGE),
     _opt("floor-repeats", ["bench"], "train: time the floor before and after ours (2, averaged) or only before (1)",
-         type=positive_int, default=2, choices=(1, 2)),
-    _opt("data", ["bench"], "dataset to use (its first --n rows); default: sift-synth of --n rows, cached"),
-    _opt("bench-threads", ["bench"], "search/groundtruth: threads for both sides (default: all cores)",
-         type=positive_int),
+         type=positive_int, default=2, choices=(1, 2), applies=_TRAIN_STAGE),
+    _opt("data", ["bench"], "groundtruth, train, encode: dataset to use (its first --n rows); default: sift-synth of "
+         "--n rows, cached", applies=(With("stage", ("groundtruth", "train", "encode")),)),
+    _opt("bench-threads", ["bench"], "search, groundtruth, train itq-vs-faiss: threads for both sides (default: all "
+         "cores)", type=positive_int,
+         applies=(AnyOf((With("stage", ("search", "groundtruth")), With("method", ("itq-vs-faiss",)))),)),
     # -- run
     _opt("pipeline", ["run"], "pipeline file (see jobs/configs/nightly.toml, weekly.toml)", positional=True,
          required=("run",)),
@@ -852,7 +1074,8 @@ OPTIONS: tuple[Option, ...] = (
     _opt("out", ["search"], "results parquet file (query_id, rank, id, hamming)", required=("search",)),
     _opt("out", ["evaluate"], "report directory", required=("evaluate",)),
     _opt("out", ["demo"], "report directory", default="runs/demo"),
-    _opt("out", ["bench"], "result JSON file (a Markdown table is written beside it)", required=("bench",)),
+    _opt("out", ["bench"], "where the result goes: BASE.json and a Markdown table BASE.md, BASE being --out "
+         "without a .json or .md suffix (x, x.json and x.md all write x.json and x.md)", required=("bench",)),
     _opt("overwrite", ["ingest", "synth", "split", "train", "encode", "index", "search", "bench"],
          "replace an existing output of the same kind that dhash wrote whole (one that holds anything else is "
          "refused), and an earlier --performance-report", switch=True),
@@ -863,6 +1086,39 @@ OPTIONS: tuple[Option, ...] = (
 def options_of(command: str) -> dict[str, Option]:
     """dest -> Option of the options ``command`` takes, in table order."""
     return {o.dest: o for o in OPTIONS if command in o.commands}
+
+
+class Values(dict):
+    """dest -> value of every option of a command, which also knows the dests ``given`` (on
+    the command line or in the config) as opposed to filled in from the defaults."""
+
+    def __init__(self, values: dict, given=()):
+        super().__init__(values)
+        self.given = frozenset(given)
+
+
+def conditions() -> list[tuple[str, Option, object]]:
+    """(command, option, condition) of every condition in the table, in table order."""
+    return [
+        (command, opt, condition)
+        for command in COMMANDS
+        for opt in options_of(command).values()
+        for condition in opt.applies
+        if not condition.commands or command in condition.commands
+    ]
+
+
+def refuse_unused(command: str, values: dict, given) -> None:
+    """An InputError for the first option in ``given`` (dests) that would do nothing for
+    ``command`` with these ``values`` (an Option's ``applies``): one line naming it, when it
+    applies and what to add or drop. An option left at its default is never refused."""
+    options = options_of(command)
+    for dest, opt in options.items():
+        if dest not in given or not is_set(values.get(dest)):
+            continue
+        for condition in opt.applies:
+            if (not condition.commands or command in condition.commands) and not condition.holds(command, values):
+                raise InputError(condition.refusal(opt, command, values, options))
 
 
 def option_names(options) -> str:

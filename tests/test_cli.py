@@ -439,7 +439,7 @@ def test_search_through_an_inverted_file_probing_every_list_gives_the_linear_sca
     assert run("index", "--kind", "ivf", "--codes", codes, "--out", tmp_path / "no-data.ivf", *sched) == 2
     assert "give the dataset" in _one_line_error(capsys)
     assert run(*ivf[:-1], 5, "--out", tmp_path / "few.ivf", *sched) == 2  # fewer k-means rows than lists
-    assert "kmeans_rows must lie in [16, " in _one_line_error(capsys) and not (tmp_path / "few.ivf").exists()
+    assert "--kmeans-rows must lie in [16, " in _one_line_error(capsys) and not (tmp_path / "few.ivf").exists()
     plain = ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10]
     assert run(*plain, "--nprobe", 2, "--out", bad, *sched) == 2
     assert "inverted file" in _one_line_error(capsys) and not bad.exists()
@@ -472,3 +472,20 @@ def test_search_reports_recall_of_the_exact_neighbours(pipeline_run, cluster, tm
         hits += len(np.intersect1d(found[query_of == q], exact))
     assert printed == pytest.approx(hits / (10 * len(split.query)), abs=5e-5)
     assert 0.3 < printed <= 1.0
+
+
+def test_bench_writes_its_json_and_markdown_beside_each_other_whatever_the_out_suffix(tmp_path, capsys):
+    """--out x, x.json and x.md all write x.json (the result) and x.md (its table): never one
+    over the other, and --overwrite replaces both."""
+    bench = ["bench", "search", "--n", 2000, "--queries", 10, "--k", 5, "--bits", 16, "--quiet"]
+    assert run(*bench, "--out", tmp_path / "x.md") == 0, capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.md"]
+    result = json.loads((tmp_path / "x.json").read_text())
+    assert result["schema"] == "dhash.bench/1"
+    assert (tmp_path / "x.md").read_text().startswith("# dhash bench search")
+    assert "x.json" in capsys.readouterr().out
+    assert run(*bench, "--out", tmp_path / "x.json") == 2  # the same two files: --overwrite replaces them
+    assert "--overwrite" in _one_line_error(capsys)
+    assert run(*bench, "--out", tmp_path / "x", "--overwrite") == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.md"]
+    assert json.loads((tmp_path / "x.json").read_text())["schema"] == "dhash.bench/1"

@@ -491,20 +491,39 @@ def markdown(result: dict) -> str:
 BENCH_KIND = "bench"
 
 
+RESULT_SUFFIXES = (".json", ".md")
+
+
+def result_paths(out) -> tuple:
+    """(JSON, Markdown) locations of the result written at ``out``: BASE.json and BASE.md,
+    BASE being ``out`` without a .json or .md suffix, so ``x``, ``x.json`` and ``x.md`` all
+    give x.json and x.md, and neither file is ever written over the other."""
+    from dhash.storage.location import resolve
+
+    loc = resolve(out)
+    base = loc.name
+    for suffix in RESULT_SUFFIXES:
+        if base.endswith(suffix) and len(base) > len(suffix):
+            base = base[: -len(suffix)]
+            break
+    return tuple(loc.sibling(base + suffix) for suffix in RESULT_SUFFIXES)
+
+
 def write_result(result: dict, out, *, overwrite: bool = False) -> Path:
-    """The result JSON (schema dhash.bench/1) and its Markdown table beside it; an existing
-    file is replaced only with ``overwrite`` and only when it is a bench result dhash wrote."""
-    from dhash.storage.atomic import FILE_MARK, check_file_output, with_suffix, write_file_output
+    """The result JSON (schema dhash.bench/1) and its Markdown table beside it
+    (``result_paths``); an existing file is replaced only with ``overwrite`` and only when it
+    is a bench result dhash wrote. Returns the JSON's path."""
+    from dhash.storage.atomic import FILE_MARK, check_file_output, write_file_output
     from dhash.storage.jsonio import dumps
 
-    md = with_suffix(out, ".md")
-    for path in (out, md):  # both checked before either is written
+    json_path, md = result_paths(out)
+    for path in (json_path, md):  # both checked before either is written
         check_file_output(path, kind=BENCH_KIND, overwrite=overwrite)
     result = {"schema": f"dhash.{BENCH_KIND}/1", **{k: v for k, v in result.items() if k != "schema"}}
-    write_file_output(out, (dumps(result) + "\n").encode(), kind=BENCH_KIND, overwrite=overwrite)
+    write_file_output(json_path, (dumps(result) + "\n").encode(), kind=BENCH_KIND, overwrite=overwrite)
     text = markdown(result) + "\n" + FILE_MARK.format(kind=BENCH_KIND) + "\n"
     write_file_output(md, text.encode(), kind=BENCH_KIND, overwrite=overwrite)
-    return Path(out)
+    return Path(str(json_path))
 
 
 # ----------------------------------------------------------- ITQ vs faiss.ITQTransform ----
@@ -605,7 +624,7 @@ def run_stage(
     overwrite: bool = False,
 ) -> dict:
     """Benchmark one stage against its peer (FAISS, or the plain-pass floor) and write the
-    result JSON (and a Markdown table beside it; ``overwrite`` replaces a previous result).
+    result JSON and its Markdown table (``result_paths``: ``overwrite`` replaces a previous result).
     ``dhash bench`` calls this in a checkout of the repository."""
     cpu_before = cpu_jiffies()
     if stage in ("search", "groundtruth"):
