@@ -164,7 +164,7 @@ def test_an_edited_checkpoint_is_refused_by_train_resume(
 @pytest.mark.parametrize("edit", EDITS)
 def test_an_edited_checkpoint_is_never_resumed_by_the_workflow(datasets, client, tmp_path, monkeypatch, edit):
     """The train workflow (and any fit given the checkpoint) reads it only through its commit
-    record: an edited file is refused saying to delete the checkpoint."""
+    record: an edited file is refused saying to remove the checkpoint."""
     from dhash import workflows
 
     out = tmp_path / "m"
@@ -173,8 +173,34 @@ def test_an_edited_checkpoint_is_never_resumed_by_the_workflow(datasets, client,
     with pytest.raises(InputError) as info:
         workflows.train(datasets / "a.zarr", "itq", out, bits=8, params={"n_iter": 20}, resume=True)
     message = str(info.value)
-    assert "\n" not in message and REFUSALS[changed] in message and "delete it to start over" in message, message
+    remedy = f"remove the checkpoint directory {ckpt} to train from the start"
+    assert "\n" not in message and REFUSALS[changed] in message and remedy in message, message
     assert not out.exists()
+
+
+@pytest.mark.parametrize("extra", [[], ["--resume"], ["--overwrite"]])
+def test_an_edited_checkpoint_is_refused_with_a_remedy_that_works(
+    datasets, cluster, client, tmp_path, monkeypatch, capsys, extra
+):
+    """A checkpoint whose state.json was edited by hand: train (a re-run, with --resume or
+    --overwrite alike) says it was changed since dhash wrote it and to remove it; done so,
+    the next train succeeds."""
+    import shutil
+
+    out = tmp_path / "m"
+    ckpt = _interrupted_checkpoint(datasets / "a.zarr", out, monkeypatch)
+    _edit_iteration(ckpt)
+    capsys.readouterr()
+    train = ["train", "--dataset", datasets / "a.zarr", "--method", "itq", "--bits", 8, "--n-iter", 3, "--out", out]
+    train += ["--scheduler", cluster.scheduler_address, "--quiet"]
+    assert run(*train, *extra) == 2
+    err = _one_line_error(capsys)
+    assert f"checkpoint {ckpt} was changed since dhash wrote it" in err and "state.json" in err, err
+    assert f"remove the checkpoint directory {ckpt} to train from the start" in err, err
+    assert not out.exists() and (ckpt / "state.json").exists()
+    shutil.rmtree(ckpt)  # the remedy, as the message gives it
+    assert run(*train) == 0, capsys.readouterr().err
+    assert load_model(out).training_stats_["passes"] == 4 and not ckpt.exists()
 
 
 def test_a_checkpoint_of_another_dataset_is_refused(datasets, cluster, client, tmp_path, monkeypatch, capsys):

@@ -24,7 +24,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from dhash.errors import InputError
-from dhash.storage.atomic import atomic_output, read_verified, require_committed, writer_alive, writer_record
+from dhash.storage.atomic import (
+    atomic_output,
+    checkpoint_remedy,
+    read_verified,
+    require_committed,
+    writer_alive,
+    writer_record,
+)
 from dhash.storage.location import Location, resolve
 from dhash.storage.npz import check_arrays, npz_arrays, npz_bytes
 
@@ -32,8 +39,6 @@ CHECKPOINT_SCHEMA = "dhash.checkpoint/2"  # 2: the fingerprint names the trainin
 STATE_FILE = "state.json"
 ARRAYS_FILE = "arrays.npz"
 REMEDY = "delete it or pass `overwrite=True` to start over"
-# a checkpoint that is not as dhash wrote it is not replaced by overwrite=True either (it may not be ours)
-CHANGED_REMEDY = "delete it to start over (it is not as dhash wrote it, so `overwrite=True` does not replace it)"
 
 
 def checkpoint_path(model_path):
@@ -79,12 +84,14 @@ class Checkpoint:
         commit record lists them; anything else is a one-line error saying how to start over."""
         if not self.path.exists():
             return None
-        record = require_committed(self.path, "checkpoint", CHANGED_REMEDY)
-        raw = read_verified(self.path, STATE_FILE, record, CHANGED_REMEDY)
+        # not as dhash wrote it: removing it always works (`overwrite=True` replaces only what dhash wrote)
+        changed = checkpoint_remedy(self.path)
+        record = require_committed(self.path, "checkpoint", changed)
+        raw = read_verified(self.path, STATE_FILE, record, changed)
         try:
             state = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise InputError(f"checkpoint {self.path} is unreadable ({str(exc)[:60]}); {CHANGED_REMEDY}") from None
+            raise InputError(f"checkpoint {self.path} is unreadable ({str(exc)[:60]}); {changed}") from None
         schema, fingerprint = (
             (state.get("schema"), state.get("fingerprint")) if isinstance(state, dict) else (None, None)
         )
@@ -107,7 +114,7 @@ class Checkpoint:
         if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
             raise InputError(f"checkpoint {self.path} has a bad iteration count {iteration!r}; {REMEDY}")
         where = self.path.child(ARRAYS_FILE)
-        arrays = npz_arrays(read_verified(self.path, ARRAYS_FILE, record, CHANGED_REMEDY), where, CHANGED_REMEDY)
+        arrays = npz_arrays(read_verified(self.path, ARRAYS_FILE, record, changed), where, changed)
         if spec is not None:
             check_arrays(arrays, spec, where, REMEDY)
         return iteration, arrays, state["meta"]
@@ -134,8 +141,8 @@ def checkpoint_progress(path) -> int | None:
     if not loc.exists():
         return None
     try:
-        record = require_committed(loc, "checkpoint", CHANGED_REMEDY)
-        state = json.loads(read_verified(loc, STATE_FILE, record, CHANGED_REMEDY))
+        record = require_committed(loc, "checkpoint", checkpoint_remedy(loc))
+        state = json.loads(read_verified(loc, STATE_FILE, record, checkpoint_remedy(loc)))
     except ValueError:  # an InputError (missing, unlisted or changed file), bad JSON or UTF-8
         return None
     iteration = state.get("iteration") if isinstance(state, dict) else None

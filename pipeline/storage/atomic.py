@@ -22,8 +22,12 @@ from that list, never from the marker alone:
 * a directory is a temporary only by its name (``.NAME.tmp-<8 hex>``), never because of a
   file inside it; a symlinked output is judged, and written, at its target;
 * single-file outputs (search results, benchmark results, performance reports) never
-  replace a directory, and replace a file only with ``overwrite`` and only when the file
-  says dhash wrote it as that kind (``file_kind``).
+  replace a directory, and replace a file only with ``overwrite``, only when the file
+  says dhash wrote it as that kind (``file_kind``), and only when it still matches the
+  checksum dhash recorded in it (``changed_since_written``): a file the user edited is kept;
+* an artifact directory holding a file its record lists but whose content changed (checked
+  by sha256 for files up to ``SMALL_FILE``, e.g. a report's report.md, a model's
+  model.json) is refused as changed since dhash wrote it, naming the files.
 
 SIGTERM is turned into an exception by the CLI, so the ``except`` below removes the
 temporary on ``kill`` too; a full disk becomes a one-line error naming what was written.
@@ -147,7 +151,7 @@ def read_verified(loc: Location, name: str, record: dict, remedy: str) -> bytes:
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         raise InputError(f"{loc}/{name} is missing; {remedy}") from None
     if len(data) != entry.get("size") or _checksum(data) != entry.get("checksum"):
-        raise InputError(f"{loc}/{name} differs from its commit record (changed after it was written); {remedy}")
+        raise InputError(f"{loc}/{name} differs from its commit record (changed since dhash wrote it); {remedy}")
     return data
 
 
@@ -201,13 +205,26 @@ def _record_files(loc: Location, chunk_sums: dict[str, str]) -> dict:
 
 def foreign_entries(loc: Location, record: dict) -> list[str]:
     """Entries under the artifact at ``loc`` that its commit record does not account for
-    (top-most only: a foreign directory is named, not its content). Empty: dhash owns all."""
+    (top-most only: a foreign directory is named, not its content): added entries and
+    listed files changed since dhash wrote them. Empty: dhash owns all."""
+    return [rel for rel, _ in _judge_entries(loc, record)]
+
+
+def changed_files(loc: Location, record: dict) -> list[str]:
+    """Files of the artifact at ``loc`` that its commit record lists but that were changed
+    since dhash wrote them (another size; or, for files up to ``SMALL_FILE`` bytes, another
+    sha256). Larger files of the same size are not read, and chunks are verified when read."""
+    return [rel for rel, changed in _judge_entries(loc, record) if changed]
+
+
+def _judge_entries(loc: Location, record: dict) -> list[tuple[str, bool]]:
+    """``foreign_entries`` as (entry, whether it is a listed file that was changed)."""
     files = record.get("files")
     if not isinstance(files, dict):
-        return ["(no file list in its commit record: written by an older dhash)"]
+        return [("(no file list in its commit record: written by an older dhash)", False)]
     # top level first: a home directory holding a copied record is refused without walking it
     expected_top = {rel.split("/")[0] for rel in files} | set(PART_FOLDERS.get(record.get("kind"), {})) | {COMMIT_FILE}
-    unexpected = [name for name in loc.list_names() if name not in expected_top]
+    unexpected = [(name, False) for name in loc.list_names() if name not in expected_top]
     if unexpected:
         return unexpected
     owned_dirs = {posixpath.dirname(rel) for rel in files}
@@ -215,7 +232,7 @@ def foreign_entries(loc: Location, record: dict) -> list[str]:
     parts = PART_FOLDERS.get(record.get("kind"), {})
     foreign, judged_parts = [], {}
     for rel, (kind, size) in sorted(_walk(loc).items()):
-        if rel == COMMIT_FILE or any(rel.startswith(f + "/") for f in foreign):
+        if rel == COMMIT_FILE or any(rel.startswith(f + "/") for f, _ in foreign):
             continue
         top, _, rest = rel.partition("/")
         if top in parts and kind == "dir" and not rest:
@@ -228,13 +245,11 @@ def foreign_entries(loc: Location, record: dict) -> list[str]:
             if key not in judged_parts:
                 sub = loc.child(top, name)
                 sub_record = read_commit(sub)
-                judged_parts[key] = (
-                    sub_record is not None
-                    and sub_record.get("kind") == parts[top]
-                    and not foreign_entries(sub, sub_record)
-                )
-                if not judged_parts[key]:
-                    foreign.append(key)
+                if sub_record is None or sub_record.get("kind") != parts[top]:
+                    judged_parts[key] = [(key, False)]
+                else:
+                    judged_parts[key] = [(f"{key}/{r}", changed) for r, changed in _judge_entries(sub, sub_record)]
+                foreign += judged_parts[key]
             continue
         if kind == "dir" and rel in owned_dirs:
             continue
@@ -245,8 +260,39 @@ def foreign_entries(loc: Location, record: dict) -> list[str]:
                 continue
             if _checksum(loc.child(rel).read_bytes()) == checksum:
                 continue
-        foreign.append(rel)
+        foreign.append((rel, kind == "file" and entry is not None))
     return foreign
+
+
+def refusal(final: Location, kind: str, record: dict) -> str | None:
+    """Why dhash may not replace the ``kind`` at ``final`` (None: dhash wrote all of it), in
+    one line with a remedy that works when followed."""
+    judged = _judge_entries(final, record)
+    if not judged:
+        return None
+    changed = [rel for rel, was_changed in judged if was_changed]
+    if changed and kind == "checkpoint":
+        return (
+            f"checkpoint {final} was changed since dhash wrote it (changed: {_name_some(changed)}); "
+            f"{checkpoint_remedy(final)}"
+        )
+    if changed:
+        return (
+            f"output {final} is a dhash {kind} changed since dhash wrote it (changed: {_name_some(changed)}); "
+            f"nothing was replaced. Choose another path, or copy what you want to keep elsewhere, remove {final} "
+            "and run again"
+        )
+    return (
+        f"output {final} holds entries the dhash {kind} there does not consist of "
+        f"({_name_some([rel for rel, _ in judged])}); nothing was replaced. Choose another path, or move them "
+        "out and run again"
+    )
+
+
+def checkpoint_remedy(path) -> str:
+    """What to do with a checkpoint that is not as dhash wrote it: removing it always works
+    (training starts over); restoring its files from a copy keeps its progress."""
+    return f"remove the checkpoint directory {path} to train from the start, or restore it as dhash wrote it"
 
 
 def _ancestors(rel: str) -> list[str]:
@@ -307,14 +353,11 @@ def check_output(final, *, kind: str, overwrite: bool, flag: str | None = OVERWR
             f"output {final} exists and is a dhash {record.get('kind')}; only a dhash {kind} may be replaced "
             "there. Choose another path or remove it yourself"
         )
+    why = refusal(final, kind, record)  # judged first: the overwrite setting is suggested only when it works
+    if why is not None:
+        raise InputError(why)
     if not overwrite:
         raise InputError(f"output {final} already exists; choose another path" + (f" or pass {flag}" if flag else ""))
-    foreign = foreign_entries(final, record)
-    if foreign:
-        raise InputError(
-            f"output {final} holds entries the dhash {kind} there does not consist of ({_name_some(foreign)}); "
-            "nothing was replaced. Choose another path, or move them out and run again"
-        )
     return final
 
 
@@ -363,8 +406,21 @@ def _check_writable_parent(final: Location) -> None:
 
 # ------------------------------------------------------------------ single files ------
 
-FILE_MARK = "<!-- written by dhash: {kind} -->"
-_FILE_MARK = re.compile(rb"<!-- written by dhash: ([a-z0-9-]+) -->")
+# A single file dhash wrote carries its own checksum: the token ``dhash-sha256:<hex>`` (in
+# the mark of a text file, a key of a JSON object, the metadata of a parquet file), the sha256
+# of the file's bytes with that hex zeroed. The writer puts ``SEAL_PLACEHOLDER`` where it
+# goes; ``atomic_output`` fills it in when the file is complete. A file edited since is
+# never replaced (``check_file_output``).
+SEAL_PREFIX = b"dhash-sha256:"
+SEAL_PLACEHOLDER = SEAL_PREFIX + b"0" * 64
+_SEAL = re.compile(re.escape(SEAL_PREFIX) + rb"([0-9a-f]{64})")
+SEAL_JSON_KEY = "dhash_sha256"
+# a parquet file keeps the token in its file metadata, and this value under SEAL_JSON_KEY in
+# its schema's metadata (which other programs copy when they rewrite the file; the token not)
+SEAL_IN_FILE_METADATA = "in-file-metadata"
+SEAL_SEARCH = 1 << 16  # the token is looked for in the first and last 64 KiB
+FILE_MARK = "<!-- written by dhash: {kind} " + SEAL_PLACEHOLDER.decode() + " -->"
+_FILE_MARK = re.compile(rb"<!-- written by dhash: ([a-z0-9-]+)(?: " + _SEAL.pattern + rb")? -->")
 
 
 def file_kind(loc: Location) -> str | None:
@@ -395,34 +451,125 @@ def file_kind(loc: Location) -> str | None:
     return None
 
 
-def _parquet_kind(loc: Location) -> str | None:
+def _parquet_schema_metadata(loc: Location) -> dict:
+    """The Arrow schema metadata of a parquet file ({} when it is none, or unreadable)."""
     import pyarrow.parquet as pq
 
     try:
         with loc.open("rb") as f:
-            schema = (pq.ParquetFile(f).schema_arrow.metadata or {}).get(b"schema", b"").decode()
+            if f.read(4) != b"PAR1":
+                return {}
+            f.seek(0)
+            return dict(pq.ParquetFile(f).schema_arrow.metadata or {})
     except Exception:  # noqa: BLE001 - anything unreadable is simply not ours
-        return None
+        return {}
+
+
+def _parquet_kind(loc: Location) -> str | None:
+    schema = _parquet_schema_metadata(loc).get(b"schema", b"").decode(errors="replace")
     return schema[len("dhash.") :].rpartition("/")[0] or None if schema.startswith("dhash.") else None
+
+
+def _find_seal(loc: Location) -> tuple[int, str] | None:
+    """(offset, hex) of the checksum token of a single file (the last one in its last 64
+    KiB, else the first in its first 64 KiB), None when it has none."""
+    try:
+        with loc.open("rb") as f:
+            size = f.seek(0, 2)
+            start = max(0, size - SEAL_SEARCH)
+            f.seek(start)
+            tail = f.read()
+            f.seek(0)
+            head = f.read(min(SEAL_SEARCH, start))
+    except (OSError, ValueError):
+        return None
+    found = list(_SEAL.finditer(tail))
+    if found:
+        return start + found[-1].start(1), found[-1].group(1).decode()
+    first = _SEAL.search(head)
+    return (first.start(1), first.group(1).decode()) if first else None
+
+
+def _sealed_digest(loc: Location, offset: int) -> str:
+    """sha256 of the file's bytes with the 64 hex digits at ``offset`` read as zeros."""
+    digest, position = hashlib.sha256(), 0
+    with loc.open("rb") as f:
+        while block := f.read(1 << 22):
+            lo, hi = max(offset - position, 0), min(offset + 64 - position, len(block))
+            if lo < hi:
+                block = block[:lo] + b"0" * (hi - lo) + block[hi:]
+            digest.update(block)
+            position += len(block)
+    return digest.hexdigest()
+
+
+def seal_file(loc: Location) -> None:
+    """Fill in the checksum of a single file whose writer left ``SEAL_PLACEHOLDER`` in it
+    (a file without one is left as it is)."""
+    found = _find_seal(loc)
+    if found is None or found[1] != "0" * 64:
+        return
+    offset, _ = found
+    hexdigest = _sealed_digest(loc, offset).encode()
+    if loc.is_local:
+        with open(loc.url, "r+b") as f:
+            f.seek(offset)
+            f.write(hexdigest)
+    else:  # an object cannot be patched: written again whole (a single PUT)
+        data = loc.read_bytes()
+        loc.write_bytes(data[:offset] + hexdigest + data[offset + 64 :])
+
+
+def changed_since_written(loc: Location) -> bool:
+    """Whether a single file dhash wrote was changed since: its bytes no longer match the
+    checksum it carries (a file without one, from an older dhash, is taken as written)."""
+    found = _find_seal(loc)
+    if found is None:
+        return _parquet_schema_metadata(loc).get(SEAL_JSON_KEY.encode()) == SEAL_IN_FILE_METADATA.encode()
+    return _sealed_digest(loc, found[0]) != found[1]
+
+
+def with_seal_placeholder(data: bytes) -> bytes:
+    """The bytes of a single file with room for its checksum: a JSON object gets the key
+    ``SEAL_JSON_KEY`` first; anything else must carry ``SEAL_PLACEHOLDER`` itself (the mark
+    ``FILE_MARK`` does)."""
+    if _SEAL.search(data):
+        return data
+    start = len(data) - len(data.lstrip())
+    if data[start : start + 1] == b"{" and data[start + 1 :].lstrip()[:1] not in (b"}", b""):
+        entry = f'\n  "{SEAL_JSON_KEY}": "{SEAL_PLACEHOLDER.decode()}",'.encode()
+        return data[: start + 1] + entry + data[start + 1 :]
+    return data
+
+
+def _edited_refusal(final: Location, kind: str) -> str:
+    return (
+        f"output {final} is a dhash {kind} file changed since dhash wrote it (its content no longer matches the "
+        f"checksum dhash recorded in it); nothing was replaced. Choose another path, or move the file away "
+        "(keeping your edits) and run again"
+    )
 
 
 def check_file_output(final, *, kind: str, overwrite: bool, flag: str | None = OVERWRITE) -> Location:
     """Refuse a single-file output we may not write, before any work: never a directory; an
-    existing file only with ``overwrite`` and only a file dhash wrote as ``kind``."""
+    existing file only with ``overwrite``, only a file dhash wrote as ``kind``, and only
+    when it was not changed since (its checksum matches)."""
     final = _follow_link(resolve(final))
     if not final.exists():
         _check_writable_parent(final)
         return final
     if _is_dir(final):
         raise InputError(f"output {final} is a directory; a {kind} is written to a file: name a file path")
-    if not overwrite:
-        raise InputError(f"output {final} already exists; choose another path" + (f" or pass {flag}" if flag else ""))
-    found = file_kind(final)
+    found = file_kind(final)  # judged first: the overwrite setting is suggested only when it works
     if found != kind:
         what = f"a dhash {found}" if found else "not a file dhash wrote"
         raise InputError(
             f"output {final} is {what}; only a dhash {kind} file may be replaced. Choose another path or remove it yourself"
         )
+    if changed_since_written(final):
+        raise InputError(_edited_refusal(final, kind))
+    if not overwrite:
+        raise InputError(f"output {final} already exists; choose another path" + (f" or pass {flag}" if flag else ""))
     return final
 
 
@@ -590,6 +737,8 @@ def atomic_output(final, *, kind: str, overwrite: bool = False, manifest=None, f
         if not file:
             tmp.child(WRITER_FILE).write_text(json.dumps(writer_record(kind)))
         yield tmp
+        if file and kind != "file":
+            seal_file(tmp)
         if not file:
             built = manifest(tmp) if manifest is not None else {}
             record = {
@@ -638,6 +787,8 @@ def _rename_into_place(tmp: Location, final: Location, kind: str, file: bool) ->
             raise InputError(
                 f"output {final} appeared while dhash was writing and is not a dhash {kind}; nothing was replaced"
             )
+        if kind != "file" and os.path.lexists(final.url) and changed_since_written(final):
+            raise InputError(_edited_refusal(final, kind))
         os.replace(tmp.url, final.url)  # one atomic replace
         return
     if not os.path.lexists(final.url):
@@ -680,7 +831,8 @@ def with_suffix(path, suffix: str) -> Location:
 
 
 def write_file_output(path, data: bytes, *, kind: str, overwrite: bool = False) -> Location:
-    """A user-facing single-file output (``check_file_output`` rules), written atomically."""
+    """A user-facing single-file output (``check_file_output`` rules), written atomically
+    with its checksum (a JSON object gets it as its first key, ``with_seal_placeholder``)."""
     with atomic_output(path, kind=kind, overwrite=overwrite, file=True) as tmp:
-        tmp.write_bytes(data)
+        tmp.write_bytes(with_seal_placeholder(data))
     return resolve(path)

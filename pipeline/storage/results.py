@@ -9,17 +9,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dhash.storage.atomic import atomic_output
+from dhash.storage.atomic import SEAL_IN_FILE_METADATA, SEAL_JSON_KEY, SEAL_PLACEHOLDER, atomic_output
 
 RESULTS_SCHEMA = "dhash.search-results/1"
 RESULTS_KIND = "search-results"
 
 
 def _write(path, table: pa.Table, meta: dict, overwrite: bool):
-    table = table.replace_schema_metadata({b"dhash": json.dumps(meta).encode(), b"schema": RESULTS_SCHEMA.encode()})
+    # the file's checksum goes into the file's own metadata (filled in when the file is
+    # complete), and the schema's says it is there: a copy rewritten by another program
+    # keeps the schema's metadata but not the checksum, and is never replaced
+    schema_meta = {b"dhash": json.dumps(meta).encode(), b"schema": RESULTS_SCHEMA.encode()}
+    table = table.replace_schema_metadata({**schema_meta, SEAL_JSON_KEY.encode(): SEAL_IN_FILE_METADATA.encode()})
     with atomic_output(path, kind=RESULTS_KIND, overwrite=overwrite, file=True) as tmp:
-        with tmp.open("wb") as f:
-            pq.write_table(table, f)
+        with tmp.open("wb") as f, pq.ParquetWriter(f, table.schema) as writer:
+            writer.write_table(table)
+            writer.add_key_value_metadata({SEAL_JSON_KEY: SEAL_PLACEHOLDER.decode()})
 
 
 RERANK_COLUMNS = {"exact": "l2", "asymmetric": "asymmetric"}
