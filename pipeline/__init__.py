@@ -16,9 +16,11 @@ Public API (everything a notebook needs; ``__all__`` lists it)::
 * handles, each a location opened and verified once and passed down instead of the
   location: Dataset and Split (``open_dataset``), Model (``load_model``), Codes
   (``open_codes``), the stored multi-index (``open_index``) and inverted file (``open_ivf``);
-* the Index objects (FAISS's ``search`` -> (D, I), ``range_search`` -> (lims, D, I)):
-  FlatIndex, MIHIndex, IVFIndex, MultiIndex, Rerank, and ServingIVF (an inverted file
-  loaded in memory, searched on the calling thread);
+* the Index objects, FAISS's (D, I) and (lims, D, I), the query kind said by the method:
+  ``search(vectors, k)`` encodes vectors with the index's model, ``search_codes(codes, k)``
+  takes packed codes or ``Queries`` (codes and vectors); ``range_search`` and
+  ``range_search_codes`` likewise. FlatIndex, MIHIndex, IVFIndex, MultiIndex, Rerank, and
+  ServingIVF (an inverted file loaded in memory, searched on the calling thread);
 * Storage, the fsspec options URLs are opened with (the workflows' ``storage=``);
 * cluster helpers (``connect``, ``disconnect``) and InputError, the one error of bad input.
 
@@ -65,7 +67,7 @@ _EXPORTS = {
     "IVFIndex": "dhash.search.index",
     "Rerank": "dhash.search.index",
     "ServingIVF": "dhash.search.serving",
-    "Queries": "dhash.search.index",
+    "Queries": "dhash.search.queries",
     "MultiIndex": "dhash.search.mih",
     "database_view": "dhash.views",
     "connect": "dhash.distributed.cluster",

@@ -1,5 +1,8 @@
-"""Hamming search: the linear scan (hamming), multi-index hashing (mih), re-ranking
-(rerank), and the Index objects that compose them (index: FlatIndex, MIHIndex, Rerank).
+"""Hamming search: the linear scan (hamming), multi-index hashing (mih), inverted files (ivf,
+and serving: one loaded in memory), re-ranking (rerank), and the Index objects that compose
+them (index: FlatIndex, MIHIndex, IVFIndex, Rerank). Every index takes query vectors in
+``search(vectors, k)`` (encoded with its model) and packed codes, or ``Queries`` holding codes
+and vectors, in ``search_codes(codes, k)`` (queries: what each is, checked, never guessed).
 
 ``dhash.search`` is also the search workflow itself: ``dhash.search(dataset, model, codes,
 out, k=...)`` calls ``dhash.workflows.search``. The package module is made callable so
