@@ -48,14 +48,20 @@ from dhash.hashing import (
     make_hasher,
     method_params,
 )
-from dhash.hashing.checkpoint import CheckpointTarget, checkpoint_path, dataset_identity, live_writer
+from dhash.hashing.checkpoint import (
+    CheckpointTarget,
+    checkpoint_path,
+    checkpoint_progress,
+    dataset_identity,
+    live_writer,
+)
 from dhash.kernels.knn import neighbour_recall
 from dhash.search.hamming import flat_hits
 from dhash.search.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
 from dhash.search.ivf import DEFAULT_NPROBE, build_ivf
 from dhash.search.mih import build_index
 from dhash.search.rerank import check_rerank
-from dhash.storage.atomic import remove_artifact
+from dhash.storage.atomic import DiskFull, remove_artifact
 from dhash.storage.codes import Codes, open_codes
 from dhash.storage.datasets import Dataset, Split, dataset_summary, open_dataset, write_dataset_like
 from dhash.storage.ivf_index import StoredLists, open_stored_index
@@ -266,12 +272,21 @@ def train(
         query = split_.query if split_ else None
         identity = dataset_identity(ds.content_id, ds.n, split_.name if split_ else None, query, rows)
         target = CheckpointTarget(ckpt, identity)
-    model.fit(view.features, view.labels, checkpoint=target)
-    model.dataset_ = {**dataset_summary(ds), "split": split_.manifest if split_ else {}}
-    if out is not None:
-        model.save(out, overwrite=overwrite)
-        if ckpt is not None:
-            remove_artifact(ckpt, kind="checkpoint")  # the model holds everything now
+    try:
+        model.fit(view.features, view.labels, checkpoint=target)
+        model.dataset_ = {**dataset_summary(ds), "split": split_.manifest if split_ else {}}
+        if out is not None:
+            model.save(out, overwrite=overwrite)
+    except DiskFull as exc:
+        if ckpt is None or not ckpt.exists():
+            raise
+        done = checkpoint_progress(ckpt)  # an earlier iteration's, committed whole
+        raise exc.keeping(
+            f"the checkpoint {ckpt} (after iteration {'?' if done is None else done}) was kept: free space "
+            "there and train again with `resume=True` to continue from it"
+        ) from None
+    if out is not None and ckpt is not None:
+        remove_artifact(ckpt, kind="checkpoint")  # the model holds everything now
     if codes is not None:
         query_rows = split_.query if split_ else np.empty(0, dtype=np.int64)
         write_codes(

@@ -311,3 +311,21 @@ def test_manifest_mismatch_names_the_field(dataset, tmp_path, cluster, capsys, f
     line = one_error_line(capsys)
     assert f"{field} " in line and "differs from its manifest" in line, line
     assert str(value).replace(" ", "") in line.replace(" ", ""), line
+
+
+def test_an_index_given_as_the_dataset_is_named_and_a_dataset_asked_for(dataset, tmp_path, cluster, capsys):
+    """An inverted-file index where a dataset goes: the message says what it is and to pass a
+    dataset (re-creating the index would not help); passing the dataset works."""
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    model, codes, index = tmp_path / "lsh", tmp_path / "c.zarr", tmp_path / "ivf.zarr"
+    assert run("train", "--dataset", dataset, "--method", "lsh", "--bits", 8, "--out", model, *sched) == 0
+    assert run("encode", "--dataset", dataset, "--model", model, "--out", codes, *sched) == 0
+    assert (
+        run("index", "--codes", codes, "--kind", "ivf", "--lists", 2, "--dataset", dataset, "--out", index, *sched) == 0
+    )
+    capsys.readouterr()
+    assert run("split", "--dataset", index, "--queries", 5, *sched) == 2
+    line = one_error_line(capsys)
+    assert f"{index} is a dhash ivf-index (written by `dhash index`), not a dataset; pass a dataset there" in line
+    assert "re-create" not in line, line
+    assert run("split", "--dataset", dataset, "--queries", 5, *sched) == 0  # the remedy

@@ -124,3 +124,23 @@ def test_a_symlinked_output_is_judged_and_written_at_its_target(inputs, cluster,
     assert run(*train, "--seed", 2, "--out", link, "--overwrite", *sched) == 2
     assert (model / "notes.txt").read_text() == "mine" and link.is_symlink()
     np.testing.assert_equal(sorted(p.name for p in tmp_path.iterdir()), ["link", "real-model"])
+
+
+def test_a_full_disk_during_training_names_the_checkpoint_it_kept(inputs, small_disk, cluster, capsys):
+    """ITQ checkpoints every iteration: the disk fills on a later checkpoint, whose write
+    leaves nothing, while the earlier one stays. The message names that checkpoint and says a
+    re-run with --resume continues from it; freeing space and doing so finishes the model."""
+    disk = small_disk(56 << 10)  # one 64-bit checkpoint fits, a second beside it does not
+    out, ckpt = disk / "m", disk / "m.checkpoint"
+    train = ["train", "--dataset", inputs / "ds.zarr", "--method", "itq", "--bits", 64, "--n-iter", 4, "--out", out]
+    train += ["--scheduler", cluster.scheduler_address, "--quiet"]
+    capsys.readouterr()
+    assert run(*train) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "no space left" in err, err
+    assert "nothing was left behind" not in err and f"the checkpoint {ckpt} (after iteration 1) was kept" in err, err
+    assert "train again with --resume to continue from it" in err, err
+    assert sorted(p.name for p in disk.iterdir()) == ["filler", "m.checkpoint"]  # no temporary
+    (disk / "filler").unlink()  # the remedy: free space, then resume
+    assert run(*train, "--resume") == 0, capsys.readouterr().err
+    assert (out / "model.json").exists() and not ckpt.exists()

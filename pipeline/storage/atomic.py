@@ -72,6 +72,18 @@ KIND_ENTRIES = {
     "checkpoint": {"state.json", "arrays.npz"},
     "report": {"report.json", "report.md", "precision_at_k.png", "pr_curve.png", "training.png"},
 }
+# what writes each kind, named when one kind is given where another was expected
+WRITTEN_BY = {
+    "dataset": "`dhash ingest` or `dhash synth`",
+    "split": "`dhash split`",
+    "groundtruth": "`dhash groundtruth`",
+    "model": "`dhash train`",
+    "checkpoint": "`dhash train` for its model",
+    "codes": "`dhash encode`",
+    "mih-index": "`dhash index`",
+    "ivf-index": "`dhash index`",
+    "report": "`dhash evaluate`",
+}
 MAX_NAMED = 3  # foreign entries named in a refusal
 OVERWRITE = "`overwrite=True`"  # the setting a refusal names (the command line shows --overwrite)
 SMALL_FILE = 1 << 20  # files up to this size are compared by content when checking ownership
@@ -135,7 +147,13 @@ def require_committed(loc: Location, kind: str, remedy: str, record: dict | None
             f"running, or it was made by another tool or an older dhash); {remedy}"
         )
     if record.get("kind") != kind:
-        raise InputError(f"{loc} is a dhash {record.get('kind')}, not a {kind}; {remedy}")
+        # another artifact than the one asked for: re-creating it would not help; the right one goes there
+        found = record.get("kind")
+        made = f" (written by {WRITTEN_BY[found]})" if found in WRITTEN_BY else ""
+        raise InputError(
+            f"{loc} is a dhash {found}{made}, not a {kind}; pass a {kind} there"
+            + (f" (one written by {WRITTEN_BY[kind]})" if kind in WRITTEN_BY else "")
+        )
     return record
 
 
@@ -764,11 +782,26 @@ def atomic_output(final, *, kind: str, overwrite: bool = False, manifest=None, f
             _remove_written(final, kind)
         full = FULL_DISK.get(getattr(exc, "errno", None)) if isinstance(exc, OSError) else None
         if full:
-            raise InputError(
-                f"{full} while writing the {kind} {final} (at {getattr(exc, 'filename', None) or final}); "
-                "nothing was left behind: free space there or choose another output path"
-            ) from None
+            raise DiskFull(f"{full} while writing the {kind} {final} (at {getattr(exc, 'filename', None) or final})") from None
         raise
+
+
+class DiskFull(InputError):
+    """A write that failed for lack of space; its own temporary is removed. ``what``: which
+    write failed, where; ``kept``: what an earlier write of the same job left that a re-run
+    can use (a caller that knows, such as training with its checkpoint, names it)."""
+
+    def __init__(self, what: str, kept: str | None = None):
+        self.what = what
+        if kept is None:
+            message = f"{what}; nothing was left behind: free space there or choose another output path"
+        else:
+            message = f"{what}; that write left nothing behind, and {kept}"
+        super().__init__(message)
+
+    def keeping(self, kept: str) -> DiskFull:
+        """The same failure, naming what was kept and how a re-run continues from it."""
+        return DiskFull(self.what, kept)
 
 
 def _check_single_file(final, kind: str, overwrite: bool) -> Location:
