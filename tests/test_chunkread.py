@@ -96,3 +96,31 @@ def test_all_zero_chunks_of_a_dataset_are_written_and_read(tmp_path):
     ds = write_dataset(tmp_path / "z.zarr", [X], n=900, d=5, dtype=np.uint8, source="test", chunk_rows=300)
     assert (tmp_path / "z.zarr" / "features" / "c" / "1" / "0").is_file()
     np.testing.assert_array_equal(ds.features_dask().compute(scheduler="sync"), X)
+
+
+@pytest.mark.parametrize("rows", [3000, 1000])  # the same chunks with other content; fewer chunks
+def test_a_dataset_replaced_while_it_is_read_says_so(cluster, client, tmp_path, rows):
+    """A dataset opened by one job and replaced by another (``dhash synth --overwrite`` into the
+    same path) before the first reads its chunks: the reader sees its commit record changed
+    and says the dataset was replaced while being read, not that it is damaged. Read again,
+    the new dataset is read whole."""
+    from dhash.jobs.cli import main
+    from dhash.storage.datasets import open_dataset
+
+    path = tmp_path / "ds.zarr"
+    synth = ["synth", "sift", "--chunk-rows", 1000, "--out", path, "--scheduler", cluster.scheduler_address]
+    assert main([str(a) for a in [*synth, "--n", 3000, "--quiet"]]) == 0
+    opened = open_dataset(path)
+    assert main([str(a) for a in [*synth, "--n", rows, "--seed", 1, "--overwrite", "--quiet"]]) == 0
+    with pytest.raises(InputError) as info:
+        opened.features(2)  # chunk 2: another checksum, or no such chunk any more
+    message = str(info.value)
+    assert (
+        message == f"the dataset at {path} was replaced while it was being read (its commit record changed "
+        "since it was opened); run again"
+    ), message
+    with pytest.raises(InputError, match="was replaced while it was being read"):
+        client.compute(opened.features_dask().sum()).result()  # on the cluster's workers alike
+    again = open_dataset(path)  # the remedy: a run again opens the new one
+    assert again.n == rows and again.features_dask().shape == (rows, 128)
+    assert client.compute(again.features_dask().sum()).result() > 0

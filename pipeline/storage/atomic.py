@@ -782,7 +782,9 @@ def atomic_output(final, *, kind: str, overwrite: bool = False, manifest=None, f
             _remove_written(final, kind)
         full = FULL_DISK.get(getattr(exc, "errno", None)) if isinstance(exc, OSError) else None
         if full:
-            raise DiskFull(f"{full} while writing the {kind} {final} (at {getattr(exc, 'filename', None) or final})") from None
+            raise DiskFull(
+                f"{full} while writing the {kind} {final} (at {getattr(exc, 'filename', None) or final})"
+            ) from None
         raise
 
 

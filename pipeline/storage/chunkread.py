@@ -10,7 +10,10 @@ Reading a chunk is then: read the file (or object), compare its last 4 bytes wit
 manifest, decompress straight into the output array (zstd verifies the content against
 the same checksum). A missing chunk, a checksum that differs, a frame that does not
 decode or decodes to the wrong size raises ``InputError`` naming the array, the chunk and
-the command that re-creates it, on whichever worker reads it. zarr itself would return
+the command that re-creates it, on whichever worker reads it; unless the artifact's commit
+record changed since the reader was opened, which means it was replaced while being read
+(another job wrote a new one there), and a run again reads the new one whole. zarr itself
+would return
 its fill value for a missing chunk, i.e. train, encode or score on zeros. Direct reads
 are also faster: ``zarr.Array.__getitem__`` adds event-loop hand-offs and copies around
 the decode. The
@@ -19,6 +22,7 @@ cost of a verified read pass is in benchmarks/results/verify_10M.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -136,11 +140,18 @@ def array_manifest(loc: Location) -> dict:
     return {"shape": list(meta["shape"]), "dtype": meta["dtype"], "chunk_rows": meta["chunk_rows"], "checksums": sums}
 
 
-class ChunkReader:
-    """Callable: chunk number -> its rows, verified (the last chunk trimmed to the array's end)."""
+def record_digest(record: dict) -> str:
+    """A digest of an artifact's commit record: another one means another write of it."""
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
-    def __init__(self, loc: Location, manifest: dict, what: str, remedy: str):
-        self.loc, self.what, self.remedy = loc, what, remedy
+
+class ChunkReader:
+    """Callable: chunk number -> its rows, verified (the last chunk trimmed to the array's end).
+    ``opened``: (kind, ``record_digest``) of the artifact holding the array (its parent) when
+    it was opened, so a chunk that fails because the artifact was replaced says so."""
+
+    def __init__(self, loc: Location, manifest: dict, what: str, remedy: str, opened: tuple[str, str] | None = None):
+        self.loc, self.what, self.remedy, self.opened = loc, what, remedy, opened
         self.shape = tuple(manifest["shape"])
         self.chunk_rows = int(manifest["chunk_rows"])
         self.dtype = np.dtype(manifest["dtype"])
@@ -154,6 +165,16 @@ class ChunkReader:
         return len(self.checksums)
 
     def _fail(self, i: int, problem: str, path: Location):
+        if self.opened is not None:
+            from dhash.storage.atomic import read_commit
+
+            kind, digest = self.opened
+            now = read_commit(self.loc.parent)
+            if now is None or record_digest(now) != digest:  # being replaced, or replaced
+                raise InputError(
+                    f"the {kind} at {self.loc.parent} was replaced while it was being read (its commit record "
+                    "changed since it was opened); run again"
+                )
         raise InputError(f"{self.what} chunk {i} is {problem} ({path}); {self.remedy}")
 
     def _raw(self, i: int, path: Location) -> bytes:
@@ -215,8 +236,12 @@ class ChunkReader:
         )
 
 
-def open_verified(loc: Location, manifest: dict | None, what: str, remedy: str) -> ChunkReader:
-    """A verified reader of the array at ``loc`` whose committed manifest entry is ``manifest``."""
+def open_verified(
+    loc: Location, manifest: dict | None, what: str, remedy: str, record: dict | None = None
+) -> ChunkReader:
+    """A verified reader of the array at ``loc`` whose committed manifest entry is ``manifest``.
+    ``record``: the commit record of the artifact holding it (``loc``'s parent), as read when
+    the artifact was opened; a chunk that fails after it changed is reported as replaced."""
     if not manifest:
         raise InputError(f"{what} ({loc}) is not listed in its artifact's manifest; {remedy}")
     meta = _metadata(loc, what, remedy)
@@ -245,7 +270,8 @@ def open_verified(loc: Location, manifest: dict | None, what: str, remedy: str) 
         raise InputError(
             f"{what} ({loc}): its manifest lists {len(checksums)} chunk checksums for {n_chunks} chunks; {remedy}"
         )
-    return ChunkReader(loc, manifest, what, remedy)
+    opened = (str(record.get("kind")), record_digest(record)) if record else None
+    return ChunkReader(loc, manifest, what, remedy, opened)
 
 
 def dask_from_reader(reader: ChunkReader, name: str):

@@ -72,6 +72,7 @@ class Codes:
             self.manifest.get("arrays", {}).get("codes"),
             f"codes {loc}",
             f"encode the dataset into {loc} again",
+            record,
         )
 
     @property

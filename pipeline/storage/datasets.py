@@ -237,6 +237,8 @@ class Dataset:
         if attrs.get("schema") != DATASET_SCHEMA:
             raise InputError(f"{self.location} is not a dhash dataset (schema {attrs.get('schema')!r}); {remedy}")
         self.attrs = attrs
+        self.record = record  # as read now: a chunk read after the dataset was replaced says so
+        self._part_records: dict[str, dict] = {}
         self.manifest = record["manifest"]
         self.source = attrs.get("source", "")
         self._remedy = f"re-create the dataset ({self.source or 'its source'}) with `dhash ingest` or `dhash synth`"
@@ -260,6 +262,7 @@ class Dataset:
             self.manifest.get("arrays", {}).get(name),
             f"dataset {self.location} {name}",
             self._remedy,
+            self.record,
         )
 
     def __repr__(self):
@@ -296,12 +299,13 @@ class Dataset:
     def _open_part(self, folder: str, name: str, kind: str, remedy: str) -> tuple[dict, dict, Location]:
         loc = child_inside(self.location, folder, name, what=f"{kind} name")
         record = require_committed(loc, kind, remedy)
+        self._part_records[loc.url] = record  # as read now: its readers tell a replaced part from a damaged one
         return record["manifest"], read_attrs(loc, f"{kind} {loc}", remedy), loc
 
     def _part_array(self, loc: Location, manifest: dict, name: str, remedy: str) -> ChunkReader:
-        return open_verified(
-            loc.child(name), manifest.get("arrays", {}).get(name), f"{loc.name} {name} ({loc.parent.name})", remedy
-        )
+        what = f"{loc.name} {name} ({loc.parent.name})"
+        record = self._part_records.get(loc.url)
+        return open_verified(loc.child(name), manifest.get("arrays", {}).get(name), what, remedy, record)
 
     # ---- splits -------------------------------------------------------------------
     def split_names(self) -> list[str]:

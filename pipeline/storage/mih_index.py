@@ -122,6 +122,6 @@ def open_code_index(path, codes, *, kind: str, schema: str, what: str, arrays: t
         )
     manifest = record["manifest"].get("arrays", {})
     readers = tuple(
-        open_verified(loc.child(name), manifest.get(name), f"index {loc} ({name})", remedy) for name in arrays
+        open_verified(loc.child(name), manifest.get(name), f"index {loc} ({name})", remedy, record) for name in arrays
     )
     return loc, attrs, readers
