@@ -78,6 +78,12 @@ def _validated(estimator, X, what: str, **kwargs):
     return check_features_array(X, what)
 
 
+def _computable(block: np.ndarray) -> np.ndarray:
+    """float16 rows as float32: the compiled kernels have no half-precision arithmetic, and
+    every float16 value is exactly a float32 one, so the codes are those of the same values."""
+    return block.astype(np.float32) if block.dtype == np.float16 else block
+
+
 def labels_of_rows(y, n: int, rows: np.ndarray, who: str, unlabeled_remedy: str) -> np.ndarray:
     """The labels of training rows ``rows`` from ``y`` (numpy or dask, one label or multi-hot
     row per training row), with one-line errors when y is missing or of the wrong length."""
@@ -310,14 +316,14 @@ class Hasher(TransformerMixin, BaseEstimator):
                 "apply; re-rank with exact distances (`rerank='exact'`)"
             )
         check_finite_block(X, what="features to project")
-        return self._project_kernel(X)
+        return self._project_kernel(_computable(X))
 
     def _project_kernel(self, block):  # the projections behind the bits, where there are such
         raise NotImplementedError
 
     def _encode_block(self, block: np.ndarray) -> np.ndarray:
         check_finite_block(block, what="features to encode")
-        return self._encode_kernel(block)
+        return self._encode_kernel(_computable(block))
 
     def _encode_kernel(self, block):  # pragma: no cover - abstract
         raise NotImplementedError
