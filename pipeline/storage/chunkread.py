@@ -27,7 +27,7 @@ import json
 
 import numpy as np
 
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 from dhash.storage.location import Location
 
 # level 1: much faster than zstd's default level on SIFT-like chunks, with no worse a ratio
@@ -257,7 +257,12 @@ def open_verified(
     except (KeyError, TypeError, ValueError):
         raise InputError(f"{what} ({loc}) has a damaged manifest entry in its commit record; {remedy}") from None
     stored = {"shape": list(meta["shape"]), "dtype": meta["dtype"], "chunk_rows": meta["chunk_rows"]}
-    differ = [f"{field} {stored[field]} vs {recorded[field]}" for field in stored if stored[field] != recorded[field]]
+    shown = {"shape": shape_words}  # in words, never a Python list
+    differ = [
+        f"{field} {shown.get(field, str)(stored[field])} vs {shown.get(field, str)(recorded[field])}"
+        for field in stored
+        if stored[field] != recorded[field]
+    ]
     if differ:
         raise InputError(
             f"{what} ({loc}) has metadata that differs from its manifest ({'; '.join(differ)}, zarr.json vs "

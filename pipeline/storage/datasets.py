@@ -35,7 +35,7 @@ import numpy as np
 import zarr
 
 from dhash import __version__, config
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 from dhash.storage.atomic import atomic_output, check_name, child_inside, read_commit, require_committed
 from dhash.storage.chunkread import (
     ChunkReader,
@@ -173,7 +173,8 @@ def write_dataset(
         for block in rechunk_rows(blocks, chunk_rows):
             if block.ndim != 2 or block.shape[1] != d:
                 raise InputError(
-                    f"{source}: a block has shape {block.shape}, expected (*, {d}); the file is inconsistent"
+                    f"{source}: a block is {shape_words(block.shape)}, expected rows of {d} values; the file is "
+                    "inconsistent"
                 )
             if written + len(block) > n:
                 raise InputError(f"{source} holds more than the {n} vectors its header announced; the file is corrupt")
@@ -200,7 +201,9 @@ def write_labels(group: zarr.Group, labels: np.ndarray) -> None:
     elif labels.ndim == 2:
         labels = (labels != 0).astype(np.uint8)  # multi-hot
     else:
-        raise InputError(f"labels must be (n,) class ids or (n, L) multi-hot; got shape {labels.shape}")
+        raise InputError(
+            f"labels must be one class id per row or a rows x classes multi-hot matrix; got {shape_words(labels.shape)}"
+        )
     create_array(group, "labels", labels.shape, len(labels), labels.dtype)[...] = labels
 
 

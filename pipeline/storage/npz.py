@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dhash.errors import InputError
+from dhash.errors import InputError, shape_words
 
 # dtype kinds of an array spec (a string of numpy dtype kinds, or one exact dtype)
 FLOAT = "f"  # floating point of any width
@@ -68,10 +68,11 @@ def check_arrays(arrays: dict, spec: dict, where, remedy: str) -> None:
             raise InputError(f"{where}: array {name!r} has dtype {array.dtype}, expected {wanted}; {remedy}")
         shaped = array.ndim == len(shape) and all(s is None or s == t for s, t in zip(shape, array.shape, strict=True))
         if not shaped:
-            expected = (
-                "(" + ", ".join("any" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
-            )
-            raise InputError(f"{where}: array {name!r} has shape {array.shape}, expected {expected}; {remedy}")
+            if len(shape) == 1:
+                expected = "any number of values" if shape[0] is None else shape_words(shape)
+            else:
+                expected = " x ".join("any" if s is None else str(s) for s in shape)
+            raise InputError(f"{where}: array {name!r} is {shape_words(array.shape)}, expected {expected}; {remedy}")
 
 
 _KIND_NAMES = {"f": "float", "i": "int", "u": "uint", "b": "bool"}
