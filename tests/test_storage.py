@@ -503,7 +503,9 @@ def test_damaged_npz_of_models_and_checkpoints_is_a_one_line_error(tmp_path, dam
     assert raw == npz_bytes({"rotation": np.eye(8)})
     damaged = {"truncate": raw[: len(raw) // 2], "flip": raw[:200] + bytes([raw[200] ^ 1]) + raw[201:], "empty": b""}
     path.write_bytes(damaged[damage])
-    with pytest.raises(InputError, match="arrays.npz differs from its commit record.*remove the checkpoint directory") as info:
+    with pytest.raises(
+        InputError, match="arrays.npz differs from its commit record.*remove the checkpoint directory"
+    ) as info:
         ckpt.load()
     assert "\n" not in str(info.value)
     with pytest.raises(InputError, match="is damaged"):
