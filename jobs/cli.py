@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import signal
 import sys
 
 from dhash.errors import InputError
@@ -20,6 +21,7 @@ from dhash.jobs.options import COMMANDS, OptionParser, Values, options_of, refus
 from dhash.jobs.run import run_pipeline
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 
 # ------------------------------------------------------------------ parser -----------
@@ -120,28 +122,58 @@ class Terminated(BaseException):
 
 
 def _raise_terminated(signum, frame):
+    _hold_signals()
     raise Terminated()
 
 
+def _raise_interrupted(signum, frame):
+    _hold_signals()
+    raise KeyboardInterrupt()
+
+
+def _held(signum, frame):
+    """A second Ctrl-C (or TERM) while the first one's unfinished outputs are removed: the
+    clean-up goes on, and the one line already coming is all that is printed."""
+
+
+def _hold_signals() -> None:
+    signal.signal(signal.SIGINT, _held)
+    signal.signal(signal.SIGTERM, _held)
+
+
+def _release_signals() -> None:
+    """After the interruption is reported: a further Ctrl-C cuts the cluster's close short."""
+    signal.signal(signal.SIGINT, _raise_interrupted)
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
 @contextlib.contextmanager
-def _sigterm_cleans_up():
-    import signal
+def _signals_clean_up():
+    """SIGTERM and Ctrl-C (SIGINT) raise in the main thread, so every ``atomic_output``
+    removes its temporary, and the first one holds further signals until it is reported."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _release_signals()
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    with _sigterm_cleans_up():
-        return _main(argv)
+    with _signals_clean_up():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:  # a second Ctrl-C after the first was reported
+            return EXIT_INTERRUPTED
+        except Terminated:
+            return EXIT_TERMINATED
 
 
 def _main(argv) -> int:
@@ -161,7 +193,8 @@ def _main(argv) -> int:
             )
         return commands.execute(command, values, checked=True)
     except Terminated:
-        print("error: terminated by SIGTERM; unfinished outputs were removed", file=sys.stderr)
+        print("error: terminated by SIGTERM; unfinished outputs were removed", file=sys.stderr, flush=True)
+        _release_signals()
         return EXIT_TERMINATED
     except InputError as exc:
         print(f"error: {commands.cli_message(exc)}", file=sys.stderr)
@@ -177,8 +210,10 @@ def _main(argv) -> int:
         print(f"error: {commands.cli_message(translated)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+        _hold_signals()  # when Ctrl-C came inside a library that caught the signal itself
+        print("error: interrupted", file=sys.stderr, flush=True)
+        _release_signals()
+        return EXIT_INTERRUPTED
     finally:
         if client is not None:
             from dhash.distributed.cluster import disconnect

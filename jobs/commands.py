@@ -13,6 +13,7 @@ table ``PARAMETER_FLAGS``.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -108,7 +109,26 @@ def cli_message(message) -> str:
             value = value[1:-1]  # a Python string: the flag takes its text
         return f"{PARAMETER_FLAGS[name]} {shlex.quote(value)}"
 
-    return PARAMETER.sub(flag, str(message))
+    text = SKLEARN_PARAMETER.sub(
+        lambda m: f"{PARAMETER_FLAGS[m.group(1)]} {m.group(2)}" if m.group(1) in PARAMETER_FLAGS else m.group(0),
+        str(message),
+    )
+    for advice, instead in PYTHON_ADVICE:
+        text = advice.sub(instead, text)
+    return PARAMETER.sub(flag, text)
+
+
+# scikit-learn's parameter validation names a parameter in its own words ("The 'n_iter'
+# parameter of ITQ must be ..."): the command line says the flag
+SKLEARN_PARAMETER = re.compile(r"The '([a-z][a-z0-9_]*)' parameter of \w+ (must|is)")
+# what messages reachable from a command say in Python terms (scikit-learn's required wording
+# for a missing y, calls of fit), as the command line says it
+PYTHON_ADVICE = (
+    (re.compile(r"requires y to be passed, but the target y is None(?: \(the data has no labels\))?"), "needs labels, "
+     "and the dataset has none"),
+    (re.compile(r"(?:pass|call) fit\(X, y\)(?:,| or) "), ""),
+    (re.compile(r"partition='by-label'"), "--partition by-label"),
+)  # fmt: skip
 
 
 def log(message: str) -> None:

@@ -410,7 +410,7 @@ def test_cli_sgh_and_usplh_options_reach_the_models(pipeline_run, cluster, tmp_p
         )
         == 2
     )
-    assert "requires y to be passed" in _one_line_error(capsys) and not (tmp_path / "r2").exists()
+    assert "needs labels, and the dataset has none" in _one_line_error(capsys) and not (tmp_path / "r2").exists()
     # fewer re-ranking candidates than the recall's k: refused before any ground truth or training
     bad = ["evaluate", "--dataset", ds, "--methods", "lsh", "--queries", 30, "--recall-at", 10]
     assert run(*bad, "--rerank-candidates", 5, "--out", tmp_path / "r3", *sched) == 2

@@ -81,6 +81,21 @@ def test_every_parameter_a_library_message_marks_has_a_flag():
         ("use at most 8 bits (`n_bits`)", "use at most 8 bits (--bits)"),
         ("split with `name='default'`", "split with --name default"),
         ('e.g. `storage_options={"anon":true}`', "e.g. --storage-options '{\"anon\":true}'"),
+        (
+            "The 'dictionary' parameter of DisH must be a node number in [0, 3]. Got 7 instead.",
+            "--dictionary must be a node number in [0, 3]. Got 7 instead.",
+        ),
+        (
+            "KSH (supervised) requires y to be passed, but the target y is None (the data has no labels); pass "
+            "fit(X, y), evaluate a labelled dataset, or use an unsupervised method",
+            "KSH (supervised) needs labels, and the dataset has none; evaluate a labelled dataset, or use an "
+            "unsupervised method",
+        ),
+        (
+            "partition='by-label' needs labels: call fit(X, y) or use a dataset with labels",
+            "--partition by-label needs labels: use a dataset with labels",
+        ),
+        ("`n_lists` must lie in [1, 9]", "--lists must lie in [1, 9]"),
         # no flag, or not a parameter: left as written
         ("`max_iter` differs per method; see `dhash train`", "`max_iter` differs per method; see `dhash train`"),
     ],

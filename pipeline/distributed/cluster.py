@@ -82,21 +82,28 @@ def connect(
 
         auto_workers, auto_threads = default_shape()
         workers, threads = workers or auto_workers, threads or auto_threads
-        with (
-            dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}),
-            _workers_ignore_interrupts(),
-        ):
-            cluster = LocalCluster(
-                n_workers=workers,
-                threads_per_worker=threads,
-                processes=True,
-                dashboard_address="127.0.0.1:0",
-                memory_limit=memory_limit,
-                silence_logs=40,
-            )
-        client = Client(cluster)
-        client.register_plugin(QuietInputErrors())
-        client.register_plugin(IgnoreInterrupts())
+        cluster = None
+        try:
+            with (
+                dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}),
+                _workers_ignore_interrupts(),
+            ):
+                cluster = LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=threads,
+                    processes=True,
+                    dashboard_address="127.0.0.1:0",
+                    memory_limit=memory_limit,
+                    silence_logs=40,
+                )
+            client = Client(cluster)
+            client.register_plugin(QuietInputErrors())
+            client.register_plugin(IgnoreInterrupts())
+        except BaseException:  # Ctrl-C while it started (delivered once it runs): no cluster left behind
+            if cluster is not None:
+                with contextlib.suppress(BaseException):
+                    cluster.close()
+            raise
         where = f"local cluster {workers} workers x {threads} threads"
     if not quiet:
         print(f"dask: {where}; dashboard {client.dashboard_link}", file=sys.stderr)
@@ -121,22 +128,22 @@ def check_address(address: str) -> None:
 def _workers_ignore_interrupts():
     """Ctrl-C in a terminal reaches every process of the foreground job, the local cluster's
     worker processes too: each would die with a KeyboardInterrupt traceback of its event loop
-    over the client's one-line message. Worker processes started while SIGINT is ignored
-    inherit that (an ignored signal stays ignored across exec); the client, which handles
-    the interrupt and closes its cluster, gets its handler back once they run. A Ctrl-C in
-    the moment the cluster starts is therefore ignored (blocking the signal instead would not
-    reach the cluster's threads, which exist already)."""
+    over the client's one-line message. SIGINT is blocked in this thread while the cluster
+    starts: the threads it starts inherit that mask, and so do the worker processes they
+    start (a blocked signal stays blocked across exec; the ``IgnoreInterrupts`` plugin then
+    ignores it), while a Ctrl-C meanwhile stays pending for the client and interrupts it as
+    soon as the cluster runs (ignoring the signal instead would lose it)."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class _DropRecords(logging.Filter):
