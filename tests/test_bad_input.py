@@ -330,3 +330,14 @@ def test_an_index_given_as_the_dataset_is_named_and_a_dataset_asked_for(dataset,
     assert f"{index} is a dhash ivf-index (written by `dhash index`), not a dataset; pass a dataset there" in line
     assert "re-create" not in line, line
     assert run("split", "--dataset", dataset, "--queries", 5, *sched) == 0  # the remedy
+
+
+def test_a_storage_error_names_the_storage_urls_not_the_scheduler():
+    """A command line holds the scheduler's tcp:// address beside its s3:// URLs: a storage
+    error names only the latter."""
+    import botocore.exceptions
+
+    from dhash.storage.location import storage_error
+
+    error = storage_error(botocore.exceptions.NoCredentialsError(), urls=["tcp://127.0.0.1:8786", "s3://b/x.npy"])
+    assert str(error).startswith("s3://b/x.npy: no credentials") and "tcp://" not in str(error), error

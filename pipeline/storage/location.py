@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 from dhash.errors import InputError
 
 STORAGE_OPTIONS_ENV = "DHASH_STORAGE_OPTIONS"
+SCHEDULER_PROTOCOLS = ("tcp", "tls", "ucx", "inproc", "ws", "wss")  # Dask addresses, never storage
 # the optional extra that provides each protocol's fsspec filesystem
 EXTRAS = {
     "s3": ("s3fs", "s3"),
@@ -354,7 +355,8 @@ def storage_error(exc: BaseException, urls=(), storage=None) -> InputError | Non
     names the one concerned (all of them when the error does not tell which). ``storage``:
     the Storage (or options) the command used, when the caller knows it. The error may
     have been raised on a Dask worker: it reaches the client as the same type."""
-    urls = [str(u) for u in urls if _protocol(str(u))]
+    # storage URLs only: a command line also holds the scheduler's address (tcp://...)
+    urls = [str(u) for u in urls if _protocol(str(u)) and _protocol(str(u)) not in SCHEDULER_PROTOCOLS]
     where = ", ".join(urls) if urls else "remote storage"
     options_fix = "fix `storage_options` (or the config's storage-options table / $" + STORAGE_OPTIONS_ENV + ")"
     for e in _chain(exc):
