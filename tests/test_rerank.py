@@ -101,8 +101,8 @@ def test_cli_rerank_bad_input_is_one_line_and_writes_nothing(pipeline_run, clust
     out = tmp_path / "r.parquet"
     for bad, says in (
         (["--k", 10, "--candidates", 50], "add --rerank"),
-        (["--k", 10, "--rerank", "exact", "--candidates", 5], "raise R"),
-        (["--radius", 3, "--rerank", "exact"], "use --k instead of --radius"),
+        (["--k", 10, "--rerank", "exact", "--candidates", 5], "raise --candidates to k or more"),
+        (["--radius", 3, "--rerank", "exact"], "drop --rerank or --radius"),
     ):
         capsys.readouterr()
         assert run(*search, *bad, "--out", out, *sched) == 2

@@ -38,7 +38,9 @@ def check_rerank(rerank: str | None, candidates: int | None, k: int | None, radi
         raise InputError(f"unknown re-ranking {rerank!r}; choose exact or asymmetric")
     candidates = 10 * k if candidates is None else int(candidates)
     if candidates < k:
-        raise InputError(f"`candidates` {candidates} is below k = {k}: re-ranking keeps k of the R candidates; raise R")
+        raise InputError(
+            f"`candidates` {candidates} is below `k` {k}: re-ranking keeps the top k of the candidates; raise `candidates` to k or more"
+        )
     return candidates
 
 
