@@ -193,8 +193,6 @@ def check_before_work(command: str, values: dict) -> None:
             check_file_output(path, kind=file_kind, overwrite=bool(values.get("overwrite")), flag=flag)
     if command == "train" and values.get("codes"):
         check_output(values["codes"], kind="codes", overwrite=bool(values.get("overwrite")), flag=flag)
-    if command == "train" and values["resume"] and "resume" in given:
-        check_resume(values["out"], overwrite=bool(values["overwrite"]) and "overwrite" in given)
     if command == "train" and values.get("out") and checkpoint_path(values["out"]).exists():
         # the checkpoint beside the model is resumed or replaced later: it must be dhash's own
         check_output(checkpoint_path(values["out"]), kind="checkpoint", overwrite=True, flag=None)
@@ -215,19 +213,6 @@ def check_bench_out(out) -> None:
         raise InputError(
             f"--out {out} exists and is not a bench result; dhash bench writes BASE.json and BASE.md, so name a "
             "new BASE (or BASE.json, BASE.md)"
-        )
-
-
-def check_resume(out, *, overwrite: bool) -> None:
-    """--resume continues the checkpoint beside ``out``: without one it would do nothing, and
-    with --overwrite (which starts over) it is refused unless --overwrite has a model at
-    ``out`` to replace."""
-    ckpt = checkpoint_path(out)
-    if not ckpt.exists():
-        raise InputError(f"--resume continues an interrupted run from {ckpt}, and there is none; drop --resume")
-    if overwrite and not resolve(out).exists():
-        raise InputError(
-            f"--resume continues the interrupted run in {ckpt} and --overwrite starts over; give one of them"
         )
 
 

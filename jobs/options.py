@@ -1016,7 +1016,7 @@ OPTIONS: tuple[Option, ...] = (
          "split's queries encoded by the network)",
          applies=(With("method", _DATABASE_CODES, "it stores the database codes such a method learns"),)),
     _opt("resume", ["train"], "continue an interrupted run from OUT.checkpoint (itq, dish: saved after every "
-         "iteration)", switch=True,
+         "iteration); with no checkpoint there, train from the start", switch=True,
          applies=(With("method", _CHECKPOINTING, "it continues the checkpoint such a method saves after every iteration"),)),
     *METHOD_OPTIONS,
     # -- search

@@ -75,6 +75,8 @@ EXIT_OK, EXIT_STEP_CRASHED, EXIT_BAD_INPUT, EXIT_LOCKED = 0, 1, 2, 75
 PATH_OPTIONS = ("source", "out", "dataset", "model", "codes", "labels", "data", "performance_report")
 OUTPUT_OPTIONS = ("out",)
 NOT_A_STEP = ("run", "demo")
+# options of the cluster, which dhash run connects once for every step
+STEP_CLUSTER_KEYS = ("scheduler", "workers", "threads")
 STATE_DIR = ".dhash-run"
 
 
@@ -191,7 +193,15 @@ def _step(number, command, table, workdir, path) -> Step:
     made absolute in the workdir and ``overwrite`` on (a pipeline owns its outputs)."""
 
     where = f"pipeline file {path} step {number} ({command})"
-    # `dhash run` connects every step to its one cluster: no scheduler or config per step
+    # `dhash run` connects every step to its one cluster: a step's own cluster keys would do
+    # nothing, so they are refused by name (as is a config file per step)
+    cluster_keys = sorted(key for key in table if key.replace("_", "-") in STEP_CLUSTER_KEYS)
+    if cluster_keys:
+        key = cluster_keys[0]
+        raise InputError(
+            f"{where}: {key} does not apply to a step (dhash run starts or joins one cluster for all its steps); "
+            f"drop it from the step and give --{key.replace('_', '-')} to dhash run"
+        )
     given = check_values(command, table, lambda key: where, skip=("scheduler", "config"))
     inputs, outputs = [], []
     for dest in PATH_OPTIONS:

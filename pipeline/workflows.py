@@ -264,6 +264,8 @@ def train(
     ckpt = checkpoint_path(out) if out is not None and model.supports_checkpoint else None
     if ckpt is not None and ckpt.exists():
         _check_checkpoint(ckpt, resume=resume, overwrite=overwrite)
+    elif resume:  # a scheduled job passes resume every time: the first run, or one after a finished run, starts
+        log.info("train: no checkpoint%s to resume; training from the start", f" at {ckpt}" if ckpt else "")
     split_ = ds.get_split(split) if split else None
     view = database_view(ds, split_)
     target = None

@@ -88,7 +88,7 @@ def test_a_saved_model_encodes_the_same_and_bad_input_gives_one_line_errors(fmni
     np.testing.assert_array_equal(load_model(tmp_path / "m").encode(X[:300]), model.encode(X[:300]))
     with pytest.raises(InputError, match="requires y to be passed"):
         ADSH(12, outer_iter=1, n_samples=200).fit(X)
-    with pytest.raises(InputError, match="input_shape \\(10, 10\\) holds 100 values but the rows have 784"):
+    with pytest.raises(InputError, match="input_shape 10 x 10 holds 100 values but the rows have 784"):
         ADSH(12, outer_iter=1, n_samples=200, input_shape=(10, 10)).fit(X, y)
     with pytest.raises(InputError, match="n_samples.*ADSH"):
         ADSH(12, n_samples=5000).fit(X, y)

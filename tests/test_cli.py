@@ -435,7 +435,12 @@ def test_search_through_an_inverted_file_probing_every_list_gives_the_linear_sca
     capsys.readouterr()
     bad = tmp_path / "bad.parquet"
     assert run(*search, "--nprobe", 17, "--out", bad, *sched) == 2
-    assert "nprobe must be an int in [1, 16]" in _one_line_error(capsys) and not bad.exists()
+    assert "--nprobe must be an int in [1, 16]" in _one_line_error(capsys) and not bad.exists()
+    # a radius search through an inverted file: refused in the command line's terms, no Python advice
+    radius = ["search", "--dataset", ds, "--model", model, "--codes", codes, "--radius", 3, "--index", index]
+    assert run(*radius, "--out", bad, *sched) == 2
+    said = _one_line_error(capsys)
+    assert "--k" in said and "--radius" in said and "search(" not in said and "`" not in said and not bad.exists()
     assert run("index", "--kind", "ivf", "--codes", codes, "--out", tmp_path / "no-data.ivf", *sched) == 2
     assert "give the dataset" in _one_line_error(capsys)
     assert run(*ivf[:-1], 5, "--out", tmp_path / "few.ivf", *sched) == 2  # fewer k-means rows than lists
@@ -489,3 +494,15 @@ def test_bench_writes_its_json_and_markdown_beside_each_other_whatever_the_out_s
     assert run(*bench, "--out", tmp_path / "x", "--overwrite") == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.md"]
     assert json.loads((tmp_path / "x.json").read_text())["schema"] == "dhash.bench/1"
+
+
+def test_resume_without_a_checkpoint_trains_from_the_start(pipeline_run, cluster, tmp_path, capsys):
+    """A scheduled job passes --resume every time: with no checkpoint there (a first run, or one
+    after a finished run) it trains from the start and says so, and gives the same model."""
+    tmp, ds, model, _, _ = pipeline_run
+    out = tmp_path / "itq-resumed"
+    train = ["train", "--dataset", ds, "--method", "itq", "--bits", 32, "--split", "default"]
+    assert run(*train, "--out", out, "--resume", "--scheduler", cluster.scheduler_address) == 0
+    assert "no checkpoint at" in capsys.readouterr().err
+    saved = json.loads((out / "model.json").read_text())
+    assert saved["model_id"] == json.loads((model / "model.json").read_text())["model_id"]

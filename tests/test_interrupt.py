@@ -55,3 +55,24 @@ def test_ctrl_c_through_start_up_and_into_work_is_one_line(tmp_path):
         if working:
             break
     assert working, f"the command had not begun its work after {seen[-1]}s"
+
+
+def test_local_cluster_workers_start_with_ctrl_c_held(tmp_path):
+    """The worker processes of the command's local cluster start with SIGINT blocked (then
+    ignored), so a Ctrl-C in the moment one is importing never prints its traceback over the
+    command's one line. Read from /proc in a fresh process, as the command starts them."""
+    script = tmp_path / "masks.py"
+    script.write_text(
+        "import os\n"
+        "from dhash.distributed.cluster import connect, disconnect\n"
+        "if __name__ == '__main__':\n"
+        "    client = connect(None, workers=2, threads=1, quiet=True)\n"
+        "    for pid in client.run(os.getpid).values():\n"
+        "        fields = dict(line.split(':', 1) for line in open(f'/proc/{pid}/status').read().splitlines())\n"
+        "        print(fields['SigBlk'].strip())\n"
+        "    disconnect(client)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    masks = done.stdout.split()
+    assert done.returncode == 0 and len(masks) == 2, done.stderr
+    assert all(int(mask, 16) & (1 << (signal.SIGINT - 1)) for mask in masks), masks

@@ -71,3 +71,20 @@ def test_a_false_option_keys_the_step_differently_from_a_true_one(tmp_path):
     for value, argv in argvs.items():
         at = argv.index("--sgh-refine")
         assert argv[at + 1] == value, argv
+
+
+def test_a_steps_own_cluster_keys_are_refused_by_name(tmp_path, capsys):
+    """dhash run connects one cluster for all its steps: a step's workers, threads or
+    scheduler would do nothing, so the pipeline is refused before any step runs."""
+    from dhash.jobs.cli import main
+
+    for key, value in (("workers", "4"), ("threads", "2"), ("scheduler", '"tcp://127.0.0.1:8786"')):
+        config = tmp_path / f"{key}.toml"
+        config.write_text(
+            f'[pipeline]\nname = "p"\n\n[[steps]]\ncommand = "synth"\nkind = "sift"\nn = 1000\nout = "s.zarr"\n'
+            f"{key} = {value}\n"
+        )
+        assert main(["run", str(config), "--workdir", str(tmp_path / key)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{key} does not apply to a step" in err[0] and f"--{key}" in err[0], err
+        assert not (tmp_path / key / "s.zarr").exists()

@@ -94,7 +94,9 @@ def _pipeline(cluster, src: str, base: str, labels: str | None = None, extra=())
         ],
     ]
     for step in steps:
-        assert run(*step, *sched) == 0, step
+        # ingest runs without a cluster: the cluster flags are refused there
+        cluster_flags = [f for f in sched if f != "--scheduler" and f != cluster.scheduler_address]
+        assert run(*step, *(cluster_flags if step[0] == "ingest" else sched)) == 0, step
     return {"ds": ds, "model": model, "codes": codes, "results": f"{base}/res.parquet", "report": f"{base}/report"}
 
 

@@ -81,8 +81,9 @@ def test_row_blocks_depend_on_the_number_of_rows_only():
 
 def test_scattered_blocks_give_the_same_weights_for_one_and_two_workers(svm_problem):
     """The distributed solve sums the same blocks in the same order whatever the workers: the
-    weights are bit-identical to each other and to the in-memory solve's (numpy takes the
-    same product routines on every worker: blocks received unaligned are copied first)."""
+    weights are bit-identical for one and two workers (numpy takes the same product routines
+    on every worker: blocks received unaligned are copied first), and equal to the in-memory
+    solve's up to this process's BLAS rounding."""
     F, T = svm_problem
     local, _ = newton_svm(LocalBlocks(F, 10.0, block_rows=256).with_targets(T), F.shape[1], T.shape[1])
     weights = []
@@ -93,7 +94,10 @@ def test_scattered_blocks_give_the_same_weights_for_one_and_two_workers(svm_prob
                 weights.append(newton_svm(sums.with_targets(T), F.shape[1], T.shape[1])[0])
                 sums.release()
     np.testing.assert_array_equal(weights[0], weights[1])
-    np.testing.assert_array_equal(weights[0], local)
+    # this process's BLAS may round differently from the workers' (OpenBLAS started with two
+    # threads takes other product routines on AVX-512 cores than the workers' one-thread
+    # start): the in-memory solve agrees to the last few bits, not bit for bit
+    np.testing.assert_allclose(weights[0], local, rtol=1e-10, atol=1e-13)
 
 
 def test_mac_codes_are_identical_for_two_storage_chunkings(fmnist_paths):

@@ -139,6 +139,13 @@ def _workers_ignore_interrupts():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    # multiprocessing starts its resource tracker on the first process start, in the starting
+    # thread, and unblocks SIGINT there afterwards: the worker processes started next would
+    # then take a Ctrl-C during their first imports (a traceback). Started now, before the
+    # block, it leaves the mask alone.
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
