@@ -641,6 +641,22 @@ EMPTY_TEMPORARY_SECONDS = 60  # an empty temporary this old is no writer's work 
 UNKNOWN_TEMPORARY_SECONDS = 3600  # a temporary without a writer record (a file output) this old is stale
 
 
+# local temporaries removed when their job stopped: a task still running may write into one
+# again and be ended (its cluster closed) before it removes what it wrote, so the command
+# removes them once more after closing its cluster (remove_stopped_temporaries)
+_STOPPED_TEMPORARIES: list[Location] = []
+
+
+def remove_stopped_temporaries() -> None:
+    """Remove again the temporaries of outputs whose job stopped (see _STOPPED_TEMPORARIES):
+    call once no task of the job can run any more."""
+    while _STOPPED_TEMPORARIES:
+        tmp = _STOPPED_TEMPORARIES.pop()
+        with contextlib.suppress(OSError):
+            if tmp.exists():
+                tmp.remove()  # uniquely named: this job's alone
+
+
 def remove_stale_temporaries(final: Location) -> list[str]:
     """Remove ``.NAME.tmp-*`` / ``.NAME.old-*`` siblings of ``final`` (by name only) whose
     writer on this host is dead, that are empty for a minute, or that have no writer record
@@ -778,6 +794,8 @@ def atomic_output(final, *, kind: str, overwrite: bool = False, manifest=None, f
                 tmp.child(WRITER_FILE).remove()
         if final.is_local:
             tmp.remove()  # a uniquely named temporary: all of it is this job's
+            if not file:
+                _STOPPED_TEMPORARIES.append(tmp)
         elif not file:  # written in place: only what this writer makes (a single PUT is all-or-nothing)
             _remove_written(final, kind)
         full = FULL_DISK.get(getattr(exc, "errno", None)) if isinstance(exc, OSError) else None
