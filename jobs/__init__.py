@@ -29,9 +29,11 @@ def _started_as_the_command() -> bool:
     return os.path.basename(script).removesuffix(".exe") == "dhash" or sys.argv[:1] == ["-m"]
 
 
-if "__mp_main__" in sys.modules:
-    # a worker process of the command's local cluster (multiprocessing re-runs the dhash
-    # script in it): Ctrl-C in a terminal reaches it too, and the client handles it alone
+if getattr(sys.modules.get("__main__"), "__name__", None) == "__mp_main__":
+    # a worker process of the command's local cluster (multiprocessing's spawn re-runs the
+    # dhash script in it as __mp_main__): Ctrl-C in a terminal reaches it too, and the client
+    # handles it alone. (Only the main module's own name tells: other processes, a test
+    # runner or a notebook, may hold an "__mp_main__" alias of their main module.)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 elif _started_as_the_command() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, _interrupted_at_start_up)

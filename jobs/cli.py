@@ -223,10 +223,6 @@ def _main(argv) -> int:
             # cluster's processes end with this one), it prints no traceback
             with contextlib.suppress(KeyboardInterrupt):
                 disconnect(client)
-        from dhash.storage.atomic import remove_stopped_temporaries
-
-        with contextlib.suppress(KeyboardInterrupt):
-            remove_stopped_temporaries()  # what tasks ended by the close wrote after the job stopped
 
 
 def _run(values) -> int:

@@ -111,3 +111,15 @@ def fmnist_small_itq_map(fmnist_small, cluster):
         return maps[bits]
 
     return itq_map
+
+
+@pytest.fixture
+def no_aws_env(monkeypatch, tmp_path):
+    """No credentials from the environment, ~/.aws or the instance metadata service: only
+    what a command is given reaches an object store."""
+    for name in list(os.environ):
+        if name.startswith("AWS_") or name == "DHASH_STORAGE_OPTIONS":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

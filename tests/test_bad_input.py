@@ -94,17 +94,6 @@ def s3_auth():
 
 
 @pytest.fixture
-def no_aws_env(monkeypatch, tmp_path):
-    """No credentials from the environment, ~/.aws or the instance metadata service."""
-    for name in list(os.environ):
-        if name.startswith("AWS_") or name == "DHASH_STORAGE_OPTIONS":
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
-@pytest.fixture
 def s3_options(s3_auth) -> dict:
     """Storage options of the user allowed everything."""
     return {k: v for k, v in s3_auth.items() if k != "no-chunks"}

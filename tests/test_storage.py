@@ -699,19 +699,7 @@ def test_scheduled_pipeline_on_s3_skips_unchanged_steps_and_reruns_changed_ones(
     assert run(*job) == 0 and statuses() == ["ok", "ok"]
 
 
-@pytest.fixture
-def no_credentials_in_env(monkeypatch, tmp_path):
-    """No credentials from the environment, ~/.aws or the instance metadata service: only
-    what a command is given reaches the store."""
-    for name in list(os.environ):
-        if name.startswith("AWS_") or name == "DHASH_STORAGE_OPTIONS":
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
-def test_run_storage_options_reach_every_step_on_s3(s3_server, cluster, tmp_path, no_credentials_in_env, capsys):
+def test_run_storage_options_reach_every_step_on_s3(s3_server, cluster, tmp_path, no_aws_env, capsys):
     """``dhash run --storage-options`` is the only source of credentials: every step reads
     and writes s3:// with them, and the next run finds every step up to date with them."""
     base = "s3://dhash-test/run-options"

@@ -9,7 +9,7 @@ import sys
 
 from dhash import config
 from dhash.errors import InputError
-from dhash.storage.atomic import FILE_MARK, atomic_output
+from dhash.storage.atomic import FILE_MARK, atomic_output, remove_stopped_temporaries
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +257,9 @@ def disconnect(client) -> None:
             problems.append(f"local cluster: {_describe(exc)}")
         finally:
             logger.removeFilter(quiet)
+        # no task of a job that stopped can write any more: what one wrote into the job's
+        # temporary after it was removed (and was then ended by the close) goes now
+        remove_stopped_temporaries()
     if problems:
         log.warning(
             "warning: closing the Dask cluster did not finish cleanly (%s); the job's result stands",

@@ -228,13 +228,6 @@ def foreign_entries(loc: Location, record: dict) -> list[str]:
     return [rel for rel, _ in _judge_entries(loc, record)]
 
 
-def changed_files(loc: Location, record: dict) -> list[str]:
-    """Files of the artifact at ``loc`` that its commit record lists but that were changed
-    since dhash wrote them (another size; or, for files up to ``SMALL_FILE`` bytes, another
-    sha256). Larger files of the same size are not read, and chunks are verified when read."""
-    return [rel for rel, changed in _judge_entries(loc, record) if changed]
-
-
 def _judge_entries(loc: Location, record: dict) -> list[tuple[str, bool]]:
     """``foreign_entries`` as (entry, whether it is a listed file that was changed)."""
     files = record.get("files")
@@ -642,8 +635,8 @@ UNKNOWN_TEMPORARY_SECONDS = 3600  # a temporary without a writer record (a file 
 
 
 # local temporaries removed when their job stopped: a task still running may write into one
-# again and be ended (its cluster closed) before it removes what it wrote, so the command
-# removes them once more after closing its cluster (remove_stopped_temporaries)
+# again and be ended (its local cluster closed) before it removes what it wrote, so
+# dhash.distributed.cluster.disconnect removes them once more after closing the cluster
 _STOPPED_TEMPORARIES: list[Location] = []
 
 
