@@ -23,8 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.measure import machine_info  # noqa: E402
-from dhash import workflows  # noqa: E402
-from dhash.distributed.cluster import connect, disconnect  # noqa: E402
+from dask_hashcodes import workflows  # noqa: E402
+from dask_hashcodes.distributed.cluster import connect, disconnect  # noqa: E402
 
 # The ADSH paper's Table 1 on CIFAR-10 (map at 12 / 24 / 32 / 48 bits): its single-label
 # ten-class set, the closest of its three to Fashion-MNIST

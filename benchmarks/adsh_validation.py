@@ -13,7 +13,7 @@ configuration on the test split, for information only: those numbers choose noth
 
 ``--rbf-anchors M`` replaces every row's features by Gaussian kernel features against M
 anchors drawn with seed 0 from the rows left after removing the test split (SDH's features:
-pipeline/kernels/sdh.py, the bandwidth the mean distance to the anchors), so that a method
+pipeline/dask_hashcodes/kernels/sdh.py, the bandwidth the mean distance to the anchors), so that a method
 with a linear hash function gets SDH's kernel hash function. Writes ``--out``.json and
 ``--out``.md.
 """
@@ -38,9 +38,9 @@ def rbf_dataset(ds, n_anchors: int, out):
     anchors), written at ``out`` (reused when it was made from the same rows)."""
     import numpy as np
 
-    from dhash.kernels.l2 import squared_distances
-    from dhash.kernels.sgh import kernel_features
-    from dhash.storage.datasets import open_dataset, write_dataset
+    from dask_hashcodes.kernels.l2 import squared_distances
+    from dask_hashcodes.kernels.sgh import kernel_features
+    from dask_hashcodes.storage.datasets import open_dataset, write_dataset
 
     out = Path(out)
     tag = {"rbf_of": str(ds.path), "n": ds.n, "anchors": n_anchors}
@@ -116,9 +116,9 @@ def main(argv=None) -> int:
     import numpy as np
 
     from benchmarks.harness.tuning import holdout_dataset, sweep
-    from dhash import workflows
-    from dhash.data.sources import resolve_dataset
-    from dhash.distributed.cluster import connect
+    from dask_hashcodes import workflows
+    from dask_hashcodes.data.sources import resolve_dataset
+    from dask_hashcodes.distributed.cluster import connect
 
     bits = [int(b) for b in args.bits.split(",")]
     configs = json.loads(args.configs)

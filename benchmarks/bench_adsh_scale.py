@@ -35,8 +35,8 @@ def synthetic_labels(X, seed: int):
     """Each row's sift-synth centre as a dask array chunked like X (computed on the workers)."""
     import dask.array as da
 
-    from dhash.data.synth import sift_centres
-    from dhash.distributed.graph import row_bounds
+    from dask_hashcodes.data.synth import sift_centres
+    from dask_hashcodes.distributed.graph import row_bounds
 
     bounds = row_bounds(X)
     parts = [
@@ -54,7 +54,7 @@ def _delayed_centres(fn, seed, a, b):
 
 def numpy_v_step_pass(labels_parts, n_bits: int, m: int, seed: int) -> float:
     """Seconds of one V-step pass of the per-chunk kernel over every chunk in this process."""
-    from dhash.kernels.adsh import chunk_pass
+    from dask_hashcodes.kernels.adsh import chunk_pass
 
     rng = np.random.default_rng(seed)
     n = sum(len(p) for p in labels_parts)
@@ -79,9 +79,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
-    from dhash import workflows
-    from dhash.distributed.cluster import connect, disconnect
-    from dhash.hashing import ADSH
+    from dask_hashcodes import workflows
+    from dask_hashcodes.distributed.cluster import connect, disconnect
+    from dask_hashcodes.hashing import ADSH
 
     client = connect()
     try:

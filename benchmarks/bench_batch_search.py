@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Batch Hamming search of many queries over 100M codes on the cluster, as a user runs it
-(`dhash.workflows`), beside FAISS's binary indexes in the same run on the same codes.
+(`dask_hashcodes.workflows`), beside FAISS's binary indexes in the same run on the same codes.
 
     .venv/bin/python benchmarks/bench_batch_search.py --n 100000000 --queries 10000 --bits 64 \\
         --lists 4096 --data /work/bigdata/sift100m-q10k.zarr --work /work/bigdata/batch \\
@@ -122,7 +122,7 @@ def worker_peaks(client) -> list[float]:
 
 
 def our_search(client, data, model, codes, k, **kw) -> dict:
-    from dhash import workflows
+    from dask_hashcodes import workflows
 
     client.run(reset_peak_rss)  # warm workers, as in a long-lived cluster; their peak from here
     found, wall = timed(lambda: workflows.search(data, model, codes, k=k, **kw))
@@ -131,7 +131,7 @@ def our_search(client, data, model, codes, k, **kw) -> dict:
 
 def build(args, client) -> dict:
     """The dataset, split, model, codes and inverted file (each made only when missing)."""
-    from dhash import workflows
+    from dask_hashcodes import workflows
 
     work, steps = Path(args.work), {}
     work.mkdir(parents=True, exist_ok=True)
@@ -166,8 +166,8 @@ def build(args, client) -> dict:
 def write_faiss_input(data, codes, work: Path) -> None:
     """The database codes (every row but the split's queries) and the query codes as .npy,
     with the database's row numbers, for the FAISS children."""
-    from dhash import workflows
-    from dhash.storage.codes import open_codes
+    from dask_hashcodes import workflows
+    from dask_hashcodes.storage.codes import open_codes
 
     ds = workflows.dataset(data)
     query = np.sort(ds.get_split("default").query)
@@ -203,7 +203,7 @@ def main(argv=None) -> int:
     if args.faiss_child:
         return faiss_child(args)
 
-    from dhash.distributed.cluster import connect
+    from dask_hashcodes.distributed.cluster import connect
 
     command = "benchmarks/bench_batch_search.py " + " ".join(argv if argv is not None else sys.argv[1:])
     client = connect(workers=2, threads=1, quiet=True, memory_limit="10GB")
@@ -213,7 +213,7 @@ def main(argv=None) -> int:
     database_rows = np.load(work / "database_rows.npy")
     rows = []
 
-    from dhash import workflows
+    from dask_hashcodes import workflows
 
     workflows.split(data, queries=10, seed=args.seed, name="warm-up", overwrite=True)
     for warm_up in ({}, {"index": ivf, "nprobe": 1}):  # loads the kernels on every worker

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sys.path entry above
-from dhash import DisH, connect, disconnect, workflows  # noqa: E402
+from dask_hashcodes import DisH, connect, disconnect, workflows  # noqa: E402
 
 SCALES = (0.01, 0.03, 0.1, 0.3, 1.0)
 

@@ -150,9 +150,9 @@ def main(argv=None):
     from distributed import Client, LocalCluster
 
     from benchmarks.harness.runs import floor_passes
-    from dhash.data.synth import write_sift_synth
-    from dhash.hashing import DisH
-    from dhash.kernels.dish import random_orthonormal
+    from dask_hashcodes.data.synth import write_sift_synth
+    from dask_hashcodes.hashing import DisH
+    from dask_hashcodes.kernels.dish import random_orthonormal
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dhash-bench-dish-"))
     runs = []

@@ -30,11 +30,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.measure import machine_info  # noqa: E402
-from dhash.distributed.graph import chunk_reads, map_reduce  # noqa: E402
-from dhash.hashing.anchor_graph import kmeans  # noqa: E402
-from dhash.kernels.agh import lloyd_sums  # noqa: E402
-from dhash.kernels.stats import add_partials  # noqa: E402
-from dhash.storage.datasets import open_dataset  # noqa: E402
+from dask_hashcodes.distributed.graph import chunk_reads, map_reduce  # noqa: E402
+from dask_hashcodes.hashing.anchor_graph import kmeans  # noqa: E402
+from dask_hashcodes.kernels.agh import lloyd_sums  # noqa: E402
+from dask_hashcodes.kernels.stats import add_partials  # noqa: E402
+from dask_hashcodes.storage.datasets import open_dataset  # noqa: E402
 
 
 def mean_squared_distance(X, centres: np.ndarray) -> float:

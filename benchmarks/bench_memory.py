@@ -4,7 +4,7 @@
 Acceptance: "`dhash synth sift --n 10000000` then `dhash ingest` of a generated 1 GB
 `.bvecs` file both run with peak RSS under 2 GB".
 
-Each step runs as a subprocess (``python -m dhash.jobs ...``, exactly what ``dhash`` runs) and
+Each step runs as a subprocess (``python -m dask_hashcodes.cli ...``, exactly what ``dhash`` runs) and
 the whole process tree is watched every ~0.1 s with psutil: the client process, which also
 hosts the LocalCluster's scheduler and nannies, and every descendant (the Dask worker
 processes and multiprocessing's resource tracker). Per process we keep the largest RSS seen
@@ -13,7 +13,7 @@ over the tree we keep the peak of the summed RSS (and of summed PSS, which count
 pages once). ``os.wait4`` gives a third, exact figure: the largest peak RSS of the client
 and every descendant it reaped.
 
-The .bvecs input is written block by block from ``dhash.data.synth.sift_rows`` (never
+The .bvecs input is written block by block from ``dask_hashcodes.data.synth.sift_rows`` (never
 held in memory), and a few random ingested rows are compared with the file. A bare
 ``python -c "import numpy, zarr, dask, distributed, pipeline"`` gives the import floor.
 
@@ -122,8 +122,8 @@ def _kill_tree(pid: int) -> None:
 
 def write_bvecs(path: Path, n: int, seed: int, block_rows: int = 262_144) -> dict:
     """``n`` sift-synth rows (seed ``seed``) as a .bvecs file, one block of records at a time."""
-    from dhash.data.synth import sift_rows
-    from dhash.data.texmex import record_dtype
+    from dask_hashcodes.data.synth import sift_rows
+    from dask_hashcodes.data.texmex import record_dtype
 
     record = record_dtype("bvecs", D)
     started = time.perf_counter()
@@ -146,8 +146,8 @@ def write_bvecs(path: Path, n: int, seed: int, block_rows: int = 262_144) -> dic
 
 
 def check_ingested(dataset: Path, bvecs: Path, n: int, rng: np.random.Generator, k: int = 32) -> dict:
-    from dhash.data.texmex import record_dtype
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.data.texmex import record_dtype
+    from dask_hashcodes.storage.datasets import open_dataset
 
     ds = open_dataset(dataset)
     assert (ds.n, ds.d, ds.dtype) == (n, D, np.uint8), f"ingested dataset is {ds!r}"
@@ -162,8 +162,8 @@ def check_ingested(dataset: Path, bvecs: Path, n: int, rng: np.random.Generator,
 
 
 def check_synth(dataset: Path, n: int, seed: int, rng: np.random.Generator, k: int = 8) -> dict:
-    from dhash.data.synth import sift_rows
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.data.synth import sift_rows
+    from dask_hashcodes.storage.datasets import open_dataset
 
     ds = open_dataset(dataset)
     assert (ds.n, ds.d, ds.dtype) == (n, D, np.uint8), f"synth dataset is {ds!r}"
@@ -357,7 +357,7 @@ def main(argv=None) -> int:
         gen["generator_process_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         print(f"bvecs: {gen['size_mb']:.0f} MB in {gen['seconds']:.1f}s", file=sys.stderr)
         ingest_out = workdir / "ingested.zarr"
-        ingest_cmd = [py, "-m", "dhash.jobs", "ingest", str(bvecs), "--out", str(ingest_out), "--quiet"]
+        ingest_cmd = [py, "-m", "dask_hashcodes.cli", "ingest", str(bvecs), "--out", str(ingest_out), "--quiet"]
         print(f"ingest: {fmt_cmd(ingest_cmd)}", file=sys.stderr)
         ingest = run_measured(ingest_cmd, cwd=REPO, log=workdir / "ingest.log", root_role="ingest process")
         ingest_log = (workdir / "ingest.log").read_text()

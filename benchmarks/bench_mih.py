@@ -36,8 +36,8 @@ BLOCK = 1_000_000
 
 def itq_codes(n: int, n_queries: int, bits: int, seed: int):
     """(database codes (n, bits/8), query codes): ITQ learned on the first 100k rows."""
-    from dhash.data.synth import sift_rows
-    from dhash.hashing.linear import ITQ
+    from dask_hashcodes.data.synth import sift_rows
+    from dask_hashcodes.hashing.linear import ITQ
 
     model = ITQ(bits, random_state=seed).fit(sift_rows(seed, 0, min(n, 100_000)).astype(np.float32))
     codes = np.empty((n, bits // 8), np.uint8)
@@ -73,8 +73,8 @@ def main(argv=None) -> int:
 
     import faiss
 
-    from dhash.kernels.hamming import hamming_topk
-    from dhash.kernels.mih import build_tables, default_substrings, mih_topk
+    from dask_hashcodes.kernels.hamming import hamming_topk
+    from dask_hashcodes.kernels.mih import build_tables, default_substrings, mih_topk
 
     faiss.omp_set_num_threads(1)
     (codes, queries), gen_s = timed(lambda: itq_codes(args.n, args.queries, args.bits, args.seed))

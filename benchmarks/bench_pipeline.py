@@ -5,7 +5,7 @@ paper's Fig. 5 protocol on SIFT-10M), each step a `dhash` command, timed end to 
 
     .venv/bin/python benchmarks/bench_pipeline.py --n 10000000 --out benchmarks/results/pipeline_10M.json
 
-Steps (each one `python -m dhash.jobs ...`, exactly what `dhash` runs, watched for peak RSS):
+Steps (each one `python -m dask_hashcodes.cli ...`, exactly what `dhash` runs, watched for peak RSS):
 1. `dhash synth sift --n N --out WORK/sift.zarr`
 2. `dhash evaluate --dataset WORK/sift.zarr --methods lsh,dish --bits 32,64 --queries 1000
    --ground-truth euclidean --top-percent 2 --ks 50,100,200,500,1000`: the seeded split,
@@ -19,7 +19,7 @@ Euclidean space", with the unit lost in extraction (its GIST-1M protocol reads "
 percentile"). Two neighbours cannot be the reading: precision@1000 could not exceed
 0.002, while Fig. 5(d) plots 64-bit precision from 0.5 upwards. So relevant = the exact
 top 2% of the database, 199,980 rows per query at 10M (stored as a relevance bitmap, see
-pipeline/evaluation/truth.py). `--ground-truth-top-k 1000` reruns with the top 1000 instead
+pipeline/dask_hashcodes/evaluation/truth.py). `--ground-truth-top-k 1000` reruns with the top 1000 instead
 (the criterion of the previous version of this benchmark). The paper samples 2000 queries;
 we rank 1000 (the paper's number; `--queries` changes it). Writes JSON + Markdown; deletes
 WORK unless --keep.
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="dhash-pipeline-", dir=REPO.parent))
     work.mkdir(parents=True, exist_ok=True)
-    py = [sys.executable, "-m", "dhash.jobs"]
+    py = [sys.executable, "-m", "dask_hashcodes.cli"]
     truth_args = ["--top-k", str(args.ground_truth_top_k)] if args.ground_truth_top_k else ["--top-percent", "2"]
     truth_text = (
         f"exact top-{args.ground_truth_top_k}" if args.ground_truth_top_k else "exact top 2 percent"

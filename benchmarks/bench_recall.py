@@ -64,12 +64,12 @@ def load(dataset: str, n: int | None, n_queries: int, seed: int):
     queries are drawn as the test ones are, from rows that are neither test queries nor in
     the database."""
     if dataset == "sift-synth":
-        from dhash.data.synth import sift_rows
+        from dask_hashcodes.data.synth import sift_rows
 
         n = n or 1_000_000
         test, validation = sift_rows(seed, n, n + n_queries), sift_rows(seed, n + n_queries, n + 2 * n_queries)
         return sift_rows(seed, 0, n), np.arange(n), test, validation, f"sift-synth, {n:,} rows"
-    from dhash.data.sources import resolve_dataset
+    from dask_hashcodes.data.sources import resolve_dataset
 
     ds = resolve_dataset(dataset)
     X = np.asarray(ds.features[...])
@@ -102,7 +102,7 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 def train(method: str, bits: int, X: np.ndarray, seed: int, **params):
     import dask.array as da
 
-    from dhash.hashing import make_hasher
+    from dask_hashcodes.hashing import make_hasher
 
     model = make_hasher(method, bits, random_state=seed, **params)
     return timed(lambda: model.fit(da.from_array(X, chunks=(131072, X.shape[1]))))
@@ -146,9 +146,9 @@ def measured(query_sets, search, **row) -> dict:
 def our_rows(model, method, bits, X, ids, query_sets, candidates, ivf_lists_per_root, build_seconds):
     """Linear scan, MIH (alone and as the source of candidates), the inverted file, asymmetric
     and exact re-ranking of the Hamming top-R."""
-    from dhash.kernels.hamming import hamming_topk
-    from dhash.kernels.mih import build_tables, default_substrings, mih_topk
-    from dhash.kernels.rerank import (
+    from dask_hashcodes.kernels.hamming import hamming_topk
+    from dask_hashcodes.kernels.mih import build_tables, default_substrings, mih_topk
+    from dask_hashcodes.kernels.rerank import (
         exact_pair_distances,
         lower_bound_pair_distances,
         lower_bound_tables,
@@ -233,7 +233,7 @@ IVF_CANDIDATES = (100, 150, 200, 300, 1000)
 
 def _exact_rerank(X, ids, Q, cand, k=TRUE_K):
     """Exact L2 re-ranking of candidate positions (nq, R), -1 padding dropped."""
-    from dhash.kernels.rerank import exact_pair_distances, pairs_topk
+    from dask_hashcodes.kernels.rerank import exact_pair_distances, pairs_topk
 
     qi = np.repeat(np.arange(len(Q)), cand.shape[1])
     pos = cand.ravel()
@@ -249,8 +249,8 @@ def ivf_rows(name, X, ids, query_sets, codes, query_codes, candidates, per_root,
     """Our inverted file with ``per_root`` * sqrt(n) lists (k-means on the vectors), ranked by
     the codes' Hamming distance, and the serving path: the Hamming top-R of the probed lists
     re-ranked by exact L2 in the same compiled loop (kernels.ivf.search_lists_exact)."""
-    from dhash.kernels.ivf import list_layout, probed_lists, search_lists, search_lists_exact
-    from dhash.kernels.knn import cell_partition
+    from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists, search_lists_exact
+    from dask_hashcodes.kernels.knn import cell_partition
 
     n_lists = max(1, int(round(per_root * np.sqrt(len(X)))))
     if n_lists not in _PARTITIONS:  # the lists depend on the vectors only: learnt once per count
@@ -400,7 +400,7 @@ def faiss_binary_rows(X, ids, query_sets, codes, query_codes, bits, m, candidate
 def code_quality(X, ids, Q, truth, bits_list, at, seed, specs, train_rows=None):
     """recall@at of the exact top-100 in Hamming order, per method (``specs``: "name key=value
     ...") and length."""
-    from dhash.kernels.hamming import hamming_topk
+    from dask_hashcodes.kernels.hamming import hamming_topk
 
     out = []
     for bits in bits_list:
@@ -433,7 +433,7 @@ def defaults_lines(rows, n) -> list[str]:
     """Our inverted file at the library's defaults (lists, nprobe, candidates for k = 10),
     per code: the defaults were chosen on one data set's validation queries, and this
     line re-checks them on every other."""
-    from dhash.search.ivf import CANDIDATES_PER_K, DEFAULT_NPROBE, default_lists
+    from dask_hashcodes.search.ivf import CANDIDATES_PER_K, DEFAULT_NPROBE, default_lists
 
     wanted = f"IVF{default_lists(n)} nprobe={DEFAULT_NPROBE} top-{CANDIDATES_PER_K * 10} "
     at_defaults = [r for r in rows if r["family"] == "ours: IVF + exact re-rank" and wanted in r["config"]]
@@ -495,8 +495,8 @@ def main(argv=None) -> int:
 
     from distributed import Client, LocalCluster
 
-    from dhash.kernels.l2 import l2_topk
-    from dhash.search.ivf import default_lists
+    from dask_hashcodes.kernels.l2 import l2_topk
+    from dask_hashcodes.search.ivf import default_lists
 
     X, _, Q, Qv, what = load(args.dataset, args.n, args.queries, args.seed)
     ids = np.arange(len(X), dtype=np.int64)  # database positions: ordered as the dataset's ids, so ties agree

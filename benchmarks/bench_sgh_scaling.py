@@ -35,7 +35,7 @@ from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sy
 
 def numpy_sgh_run(X, n_bits, bases, bandwidth, rho, order, gamma=1e-6):
     """First sweep then the refinement sweep in ``order`` (add the bit's term back, refit)."""
-    from dhash.kernels.sgh import (
+    from dask_hashcodes.kernels.sgh import (
         initial_residual,
         kernel_features,
         top_generalized_eigenvector,
@@ -76,9 +76,9 @@ def main(argv=None) -> int:
     import dask
     from distributed import Client, LocalCluster
 
-    from dhash.data.synth import write_sift_synth
-    from dhash.distributed.cluster import worker_environ
-    from dhash.hashing import SGH
+    from dask_hashcodes.data.synth import write_sift_synth
+    from dask_hashcodes.distributed.cluster import worker_environ
+    from dask_hashcodes.hashing import SGH
 
     work = Path(tempfile.mkdtemp(prefix="dhash-sgh-", dir=REPO.parent))
     runs = []

@@ -37,8 +37,8 @@ from numcodecs import Zstd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dhash.storage.chunkread import ZSTD_LEVEL  # noqa: E402
-from dhash.storage.datasets import open_dataset  # noqa: E402
+from dask_hashcodes.storage.chunkread import ZSTD_LEVEL  # noqa: E402
+from dask_hashcodes.storage.datasets import open_dataset  # noqa: E402
 
 
 def _cpu() -> str:

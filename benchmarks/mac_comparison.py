@@ -30,8 +30,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.measure import machine_info  # noqa: E402
-from dhash import workflows  # noqa: E402
-from dhash.distributed.cluster import connect, disconnect  # noqa: E402
+from dask_hashcodes import workflows  # noqa: E402
+from dask_hashcodes.distributed.cluster import connect, disconnect  # noqa: E402
 
 TWO_STEP = {"maccut": "cut", "macquad": "quad"}
 LOSS_NAMES = {"ksh": "KSH", "esplh": "eSPLH"}

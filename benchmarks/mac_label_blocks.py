@@ -26,9 +26,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.measure import machine_info  # noqa: E402
-from dhash.data.sources import fashion_mnist_dir  # noqa: E402
-from dhash.kernels.affinity import Pairs, label_affinities, label_blocks, penalty_scale  # noqa: E402
-from dhash.kernels.zstep import CutBlocks, _BitSweep, _cut_blocks, _starting, bit_energy  # noqa: E402
+from dask_hashcodes.data.sources import fashion_mnist_dir  # noqa: E402
+from dask_hashcodes.kernels.affinity import Pairs, label_affinities, label_blocks, penalty_scale  # noqa: E402
+from dask_hashcodes.kernels.zstep import CutBlocks, _BitSweep, _cut_blocks, _starting, bit_energy  # noqa: E402
 
 CAPS = (None, 4000, 2000, 1000, 500)
 

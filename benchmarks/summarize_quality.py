@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dhash.evaluation.report import quality_table  # noqa: E402 - after the sys.path entry above
+from dask_hashcodes.evaluation.report import quality_table  # noqa: E402 - after the sys.path entry above
 
 # (report directory, method, metric, bits, baselines that must be lower by at least the
 # margin, reference reported only, margin)

@@ -73,8 +73,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from benchmarks.harness.tuning import grid, holdout_dataset, sweep
-    from dhash.data.sources import resolve_dataset
-    from dhash.distributed.cluster import connect
+    from dask_hashcodes.data.sources import resolve_dataset
+    from dask_hashcodes.distributed.cluster import connect
 
     bits = [int(b) for b in args.bits.split(",")]
     grids = json.loads(args.grid)

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dhash.hashing.registry import METHOD_NAMES  # noqa: E402 - after the sys.path entry above
+from dask_hashcodes.hashing.registry import METHOD_NAMES  # noqa: E402 - after the sys.path entry above
 
 OUT = REPO / "benchmarks" / "results" / "tables"
 
@@ -184,7 +184,7 @@ def run_results(run: Run, folder: Path, compute: bool) -> dict | None:
     missing = [m for m in run.methods if m in METHOD_NAMES and m not in have]
     if not compute or not missing:
         return stored
-    from dhash import workflows
+    from dask_hashcodes import workflows
 
     options = {k: v for k, v in run.options.items() if v is not None}
     ds = workflows.dataset(run.dataset, n=run.n)

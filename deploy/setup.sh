@@ -13,4 +13,4 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import dhash, faiss, dask, zarr; print('dhash', dhash.__version__, 'ready')"
+.venv/bin/python -c "import dask_hashcodes, faiss, dask, zarr; print('dask_hashcodes', dask_hashcodes.__version__, 'ready')"

@@ -1,8 +1,7 @@
 """MkDocs hooks for the documentation site.
 
-- The API pages must find the installed ``dhash`` package, not the ``dhash`` console script.
 - The command-line reference (``cli.md``) is written at build time from the option table
-  (``dhash.jobs.options``), the same table that builds the parser, ``--help`` and the config
+  (``dask_hashcodes.cli.options``), the same table that builds the parser, ``--help`` and the config
   schema, so the page can never disagree with the program. Nothing generated is committed.
 - ``<!-- include PATH -->`` (or ``<!-- include PATH untitled -->``, without the file's first
   heading) on a line of its own includes a committed file (a benchmark
@@ -20,9 +19,7 @@ breaking the build.
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
@@ -59,9 +56,6 @@ _TYPE_NAMES = {
 
 @event_priority(100)  # before mkdocstrings copies sys.path into its search paths
 def on_config(config, **kwargs):
-    # `mkdocs` runs as a console script, so its bin directory is sys.path[0]; that directory
-    # also holds the `dhash` console script, which griffe would take for the package.
-    sys.path[:] = [p for p in sys.path if not (p and os.path.isfile(os.path.join(p, "dhash")))]
     # snippets resolve their base path against the working directory; anchor it at the
     # repository root so the site builds from anywhere
     snippets = config["mdx_configs"].get("pymdownx.snippets")
@@ -187,7 +181,7 @@ def _grouped(options) -> dict[str, list]:
 
 
 def cli_reference() -> str:
-    from dhash.jobs import options as table
+    from dask_hashcodes.cli import options as table
 
     commands = dict(getattr(table, "COMMANDS", {}))
     per_command = {cmd: list(table.options_of(cmd).values()) for cmd in commands}
@@ -200,7 +194,7 @@ def cli_reference() -> str:
         "",
         "Generated from the option table that also builds the parser, `dhash COMMAND --help`, the keys",
         "a `--config` file or a `dhash run` step may hold, and the config file's JSON schema",
-        "(`data_schemas/config.schema.json`). `python -m dhash.jobs ...` is the same as `dhash ...`.",
+        "(`data_schemas/config.schema.json`). `python -m dask_hashcodes.cli ...` is the same as `dhash ...`.",
         "",
         "Every option has one type, checked the same way on the command line, in a config file and",
         'in a `dhash run` step: counts are positive integers (a TOML `bits = 12.7` or `"12"` is',

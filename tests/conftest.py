@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from dhash.data.sources import fashion_mnist_available
+from dask_hashcodes.data.sources import fashion_mnist_available
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +45,7 @@ def require_fashion_mnist():
 def fmnist_paths(data_dir):
     """Fashion-MNIST ingested twice: 20000-row and 5000-row feature chunks."""
     require_fashion_mnist()
-    from dhash.data.sources import write_fashion_mnist
+    from dask_hashcodes.data.sources import write_fashion_mnist
 
     return {rows: write_fashion_mnist(data_dir / f"fmnist-{rows}.zarr", chunk_rows=rows).path for rows in (20000, 5000)}
 
@@ -55,7 +55,7 @@ def fmnist_rows(fmnist_paths):
     """The first 3000 Fashion-MNIST rows (features as float32) and their labels, in memory."""
     import numpy as np
 
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.storage.datasets import open_dataset
 
     ds = open_dataset(fmnist_paths[5000])
     return np.asarray(ds.features[:3000], dtype=np.float32), np.asarray(ds.labels[:3000])
@@ -72,7 +72,7 @@ def fmnist_small(fmnist_paths, data_dir):
     comparisons are in benchmarks/results/)."""
     import numpy as np
 
-    from dhash.storage.datasets import open_dataset, write_dataset
+    from dask_hashcodes.storage.datasets import open_dataset, write_dataset
 
     full = open_dataset(fmnist_paths[5000])
     rows = FMNIST_SMALL_ROWS
@@ -96,8 +96,8 @@ def fmnist_small_itq_map(fmnist_small, cluster):
     with (the evaluation's split and scoring are the same in each)."""
     from distributed import Client
 
-    from dhash import workflows
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes import workflows
+    from dask_hashcodes.storage.datasets import open_dataset
 
     maps = {}
 

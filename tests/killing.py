@@ -14,11 +14,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def kill_after_checkpoint(argv: list[str], state: Path, iteration: int = 3, timeout: float = 180) -> int:
-    """Run ``python -m dhash.jobs ARGV`` in its own process group and SIGKILL the whole group (the
+    """Run ``python -m dask_hashcodes.cli ARGV`` in its own process group and SIGKILL the whole group (the
     client with its scheduler and workers) once the checkpoint ``state`` holds ``iteration``
     or later. Returns the iteration it was stopped at; fails if the job ended first."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dhash.jobs", *map(str, argv)],
+        [sys.executable, "-m", "dask_hashcodes.cli", *map(str, argv)],
         cwd=REPO,
         start_new_session=True,
         stdout=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""ADSH (pipeline/hashing/adsh.py): the V-step on the cluster against a dense single-process
+"""ADSH (pipeline/dask_hashcodes/hashing/adsh.py): the V-step on the cluster against a dense single-process
 V-step, codes independent of workers and chunking, a save/load round trip, the command-line
 flow, and its quality on Fashion-MNIST against ITQ."""
 
@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from dhash import InputError
-from dhash.distributed.graph import as_dask
+from dask_hashcodes import InputError
+from dask_hashcodes.distributed.graph import as_dask
 
 torch = pytest.importorskip("torch")  # the test extra installs the deep extra's torch: CI never skips
 
-from dhash.hashing.adsh import ADSH  # noqa: E402
+from dask_hashcodes.hashing.adsh import ADSH  # noqa: E402
 
 SMALL_NET = {"name": "mlp", "hidden": [32]}
 
@@ -59,7 +59,7 @@ def test_the_v_step_on_the_cluster_equals_a_dense_numpy_v_step(client):
 
 @pytest.fixture(scope="module")
 def fmnist(fmnist_paths):
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.storage.datasets import open_dataset
 
     ds = open_dataset(fmnist_paths[5000])
     return np.asarray(ds.features[:2400], dtype=np.float32), np.asarray(ds.labels[:2400])
@@ -80,7 +80,7 @@ def test_codes_are_identical_for_one_and_two_workers_and_two_chunk_sizes(fmnist)
 
 
 def test_a_saved_model_encodes_the_same_and_bad_input_gives_one_line_errors(fmnist, tmp_path, client):
-    from dhash.hashing import load_model
+    from dask_hashcodes.hashing import load_model
 
     X, y = fmnist
     model = ADSH(12, outer_iter=1, inner_iter=1, n_samples=200, network=SMALL_NET, threads=1).fit(X, y)
@@ -97,10 +97,10 @@ def test_a_saved_model_encodes_the_same_and_bad_input_gives_one_line_errors(fmni
 def test_without_torch_the_error_names_the_extra(monkeypatch):
     import sys
 
-    from dhash.deep.networks import require_torch
+    from dask_hashcodes.deep.networks import require_torch
 
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
-    with pytest.raises(InputError, match=r"pip install 'dhash\[deep\]'"):
+    with pytest.raises(InputError, match=r"pip install 'dask-hashcodes\[deep\]'"):
         require_torch()
 
 
@@ -108,8 +108,8 @@ def test_adsh_beats_itq_by_far_on_fashion_mnist(fmnist_small, fmnist_small_itq_m
     """Reduced run (24 bits, 6 outer iterations instead of 50, the rest as the paper) with the
     first 20000 Fashion-MNIST rows as the database; the full comparison is in
     benchmarks/results/adsh/."""
-    from dhash import workflows
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes import workflows
+    from dask_hashcodes.storage.datasets import open_dataset
 
     itq = fmnist_small_itq_map(24)
     with Client(cluster):

@@ -1,4 +1,4 @@
-"""ADSH's numeric steps (pipeline/kernels/adsh.py) against the paper's formulation written
+"""ADSH's numeric steps (pipeline/dask_hashcodes/kernels/adsh.py) against the paper's formulation written
 out densely over the whole database, and against brute force on tiny problems."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from dhash.kernels.adsh import (
+from dask_hashcodes.kernels.adsh import (
     add_chunk_sums,
     chunk_pass,
     database_sums,
@@ -129,7 +129,7 @@ def test_the_network_loss_from_the_sums_has_the_papers_gradient():
     """Eq. 6: dJ/du_i = 2 sum_j (u_i^T v_j - c S_ij) v_j + 2 gamma (u_i - v_i), over the whole
     database, against autograd of the loss built from V^T V and S V."""
     torch = pytest.importorskip("torch")
-    from dhash.deep.training import adsh_loss
+    from dask_hashcodes.deep.training import adsh_loss
 
     rng = np.random.default_rng(3)
     labels, omega, S, U, V = problem(rng, n=80, m=10, c=8)

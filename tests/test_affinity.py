@@ -1,4 +1,4 @@
-"""Affinities and affinity losses (pipeline/kernels/affinity.py) against brute force."""
+"""Affinities and affinity losses (pipeline/dask_hashcodes/kernels/affinity.py) against brute force."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from dhash.kernels.affinity import (
+from dask_hashcodes.kernels.affinity import (
     _draw_outside,
     affinity_loss,
     affinity_shortfall,
@@ -116,7 +116,7 @@ def test_bit_coefficients_give_the_loss_over_every_assignment_of_one_bit(loss):
 def test_updating_the_inner_products_after_a_bit_changed_equals_recomputing_them():
     """``Pairs.update`` visits only the changed points' pairs when few change and every pair
     otherwise: both must give the inner products of the new codes."""
-    from dhash.kernels.affinity import Pairs
+    from dask_hashcodes.kernels.affinity import Pairs
 
     rng = np.random.default_rng(5)
     n = 2000

@@ -1,10 +1,11 @@
 """The layers, checked on the source: no import cycles, kernels import nothing of ours,
-storage runs no Dask computation, jobs/ only parses and prints and nothing imports it,
+storage runs no Dask computation, the command line (``dask_hashcodes.cli``) only parses and
+prints and nothing imports it,
 and the library never imports ``benchmarks/`` or ``tests/``.
 
-Imports are read with ``ast`` from every module of ``pipeline/`` (installed as ``dhash``) and ``jobs/``
-(``dhash.jobs``), those
-inside functions included (a deferred import still is a dependency).
+Imports are read with ``ast`` from every module under ``pipeline/`` (the folders are the import
+names: ``pipeline/dask_hashcodes/cli/main.py`` is ``dask_hashcodes.cli.main``), those inside
+functions included (a deferred import still is a dependency).
 """
 
 from __future__ import annotations
@@ -13,19 +14,17 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# folder -> the package it is installed as (pyproject's package-dir)
-PACKAGES = {"pipeline": "dhash", "jobs": "dhash.jobs"}
-JOBS = "dhash.jobs"
+SOURCE = REPO / "pipeline"  # the folder whose sub-folders are the import names
+JOBS = "dask_hashcodes.cli"
 
 
 def _module_name(path: Path) -> str:
-    folder, *parts = path.relative_to(REPO).with_suffix("").parts
-    parts = [PACKAGES[folder], *parts]
+    parts = path.relative_to(SOURCE).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for folder in PACKAGES for p in sorted((REPO / folder).rglob("*.py"))}
+    return {_module_name(p): p for p in sorted(SOURCE.rglob("*.py"))}
 
 
 def _is_jobs(name: str) -> bool:
@@ -44,7 +43,7 @@ def _imports(path: Path, modules) -> set[str]:
             ]
         else:
             continue
-        found.update(n for n in names if n.split(".")[0] in ("dhash", "benchmarks", "tests"))
+        found.update(n for n in names if n.split(".")[0] in ("dask_hashcodes", "benchmarks", "tests"))
     return found
 
 
@@ -92,8 +91,8 @@ def test_no_import_cycles():
 
 def test_kernels_import_nothing_of_ours():
     for name, deps in import_graph().items():
-        if name.startswith("dhash.kernels"):
-            assert {d for d in deps if not d.startswith("dhash.kernels")} == set(), name
+        if name.startswith("dask_hashcodes.kernels"):
+            assert {d for d in deps if not d.startswith("dask_hashcodes.kernels")} == set(), name
 
 
 def test_nothing_in_the_library_imports_the_jobs():
@@ -106,7 +105,7 @@ def test_the_library_never_imports_the_benchmarks_or_tests():
     """Only the CLI's ``dhash bench`` reaches the benchmark harness (lazily, in a checkout of
     the repository, with a one-line error elsewhere); the library never does."""
     users = {name for name, deps in import_graph().items() if any(d.startswith(("benchmarks", "tests")) for d in deps)}
-    assert users <= {"dhash.jobs.commands"}
+    assert users <= {"dask_hashcodes.cli.commands"}
 
 
 def _calls(path: Path) -> set[str]:
@@ -130,11 +129,18 @@ def _third_party(path: Path) -> set[str]:
 
 def test_storage_runs_no_dask_computation():
     for name, path in _modules().items():
-        if name.startswith("dhash.storage"):
+        if name.startswith("dask_hashcodes.storage"):
             assert not _calls(path) & {"compute", "persist", "store", "submit", "gather"}, name
             assert "distributed" not in _third_party(path), name
             assert not any(
-                d.startswith(("dhash.distributed", "dhash.hashing", "dhash.evaluation", "dhash.workflows"))
+                d.startswith(
+                    (
+                        "dask_hashcodes.distributed",
+                        "dask_hashcodes.hashing",
+                        "dask_hashcodes.evaluation",
+                        "dask_hashcodes.workflows",
+                    )
+                )
                 for d in import_graph()[name]
             ), name
 

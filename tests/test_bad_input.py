@@ -1,6 +1,6 @@
 """Bad input through the real command line: one line ``error: <problem; fix>``, exit 2.
 
-Each case runs ``dhash.jobs.cli.main`` in-process on real files, zarr stores and a real S3 API
+Each case runs ``dask_hashcodes.cli.main.main`` in-process on real files, zarr stores and a real S3 API
 (moto's standalone server on loopback, set to check every request's signature against
 an IAM user it holds), and checks: status 2, exactly one line on stderr starting with
 ``error:``, no traceback, and a message that names the problem and its fix.
@@ -17,7 +17,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from dhash.jobs.cli import main
+from dask_hashcodes.cli.main import main
 
 
 def run(*argv):
@@ -326,7 +326,7 @@ def test_a_storage_error_names_the_storage_urls_not_the_scheduler():
     error names only the latter."""
     import botocore.exceptions
 
-    from dhash.storage.location import storage_error
+    from dask_hashcodes.storage.location import storage_error
 
     error = storage_error(botocore.exceptions.NoCredentialsError(), urls=["tcp://127.0.0.1:8786", "s3://b/x.npy"])
     assert str(error).startswith("s3://b/x.npy: no credentials") and "tcp://" not in str(error), error

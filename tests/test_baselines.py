@@ -7,7 +7,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from dhash import AGH, BRE, DGH, KLSH, KMH, SH, SIKH, IsoHash, load_model
+from dask_hashcodes import AGH, BRE, DGH, KLSH, KMH, SH, SIKH, IsoHash, load_model
 
 
 def _spectral_hashing_reference(X, n_bits):
@@ -183,7 +183,7 @@ def test_two_layer_agh_equals_its_dense_reference(client, tmp_path):
 def _bre_problem(seed, n=9, dim=4, b=3, t=3):
     """A tiny BRE training set with a repeated row (equal breakpoints) and a zero row (k = 0,
     it never flips), mixed-sign data so k(x_pq, x) takes both signs."""
-    from dhash.kernels.bre import scaled_distances, unit_rows
+    from dask_hashcodes.kernels.bre import scaled_distances, unit_rows
 
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, dim))
@@ -198,7 +198,7 @@ def test_bre_coordinate_step_equals_brute_force():
     every candidate alpha (each interval's midpoint between sorted breakpoints -y_i / k_i and
     one alpha in each outer interval); the incremental sweep lands on the lowest, or stays at
     alpha = 0 when none is lower than O now."""
-    from dhash.kernels.bre import (
+    from dask_hashcodes.kernels.bre import (
         bit_disagreement,
         bits_of,
         coordinate_step,
@@ -247,7 +247,7 @@ def test_bre_coordinate_step_equals_brute_force():
 
 
 def test_bre_objective_never_increases():
-    from dhash.kernels.bre import bits_of, kernel_sums, objective, train_bre
+    from dask_hashcodes.kernels.bre import bits_of, kernel_sums, objective, train_bre
 
     for seed in range(3):
         K, d, points, W0 = _bre_problem(seed, n=60, dim=8, b=6, t=5)
@@ -282,8 +282,8 @@ def test_bre_codes_equal_the_dense_kernel_sums(client, tmp_path):
 def test_bre_map_above_lsh_on_fashion_mnist(fmnist_small, client):
     """The paper's claim on real data: BRE above LSH at 32 bits, Euclidean top-2% ground truth,
     on the first 20000 Fashion-MNIST rows."""
-    from dhash import workflows
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes import workflows
+    from dask_hashcodes.storage.datasets import open_dataset
 
     protocol = {"queries": 1000, "seed": 0, "ground_truth": "euclidean", "top_percent": 2.0, "ks": [1000]}
     report = workflows.evaluate(open_dataset(fmnist_small), methods=["lsh", "bre"], bits=[32], **protocol)
@@ -364,7 +364,7 @@ def test_kmh_equals_its_dense_reference(client, tmp_path, monkeypatch):
     """The distributed KMH (sums per chunk, projected on the client) equals the dense
     algorithm; both solve every codeword's step to a tight tolerance, so that two BFGS paths
     to the same minimum agree closely."""
-    from dhash.hashing import quantization
+    from dask_hashcodes.hashing import quantization
 
     monkeypatch.setattr(quantization, "GTOL", 1e-9)
     rng = np.random.default_rng(17)
@@ -386,8 +386,8 @@ def test_kmh_map_above_lsh_on_fashion_mnist(client, fmnist_small):
     Fashion-MNIST rows better than LSH, over the whole ranking (map) and at its top
     (precision@100, where the gap is widest); 1000 queries, seed 0. The whole set:
     benchmarks/results/tables/dish.md."""
-    from dhash import workflows
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes import workflows
+    from dask_hashcodes.storage.datasets import open_dataset
 
     report = workflows.evaluate(open_dataset(fmnist_small), methods=["lsh", "kmh"], bits=[32], queries=1000, seed=0)
     by = {r["method"]: r["metrics"] for r in report["results"]}
@@ -424,8 +424,8 @@ def test_dgh_equals_its_dense_reference(client, tmp_path):
     algorithm (Y^T Y = n I, 1^T Y = 0), W = Lambda^{-1} Z^T B and the codes sgn(z(x) W)."""
     import dask
 
-    from dhash.hashing.discrete_graph import ChunkState, _graph_chunks, optimise
-    from dhash.kernels.agh import anchor_gram
+    from dask_hashcodes.hashing.discrete_graph import ChunkState, _graph_chunks, optimise
+    from dask_hashcodes.kernels.agh import anchor_gram
 
     rng = np.random.default_rng(21)
     X = rng.standard_normal((300, 8)) * np.geomspace(3, 0.5, 8)
@@ -462,8 +462,8 @@ def test_dgh_y_step_completes_a_rank_deficient_jb_whatever_the_chunking():
     """J B of rank r' < r (a repeated and a constant bit): Y = sqrt(n) [U Ubar][V Vbar]^T still
     has Y^T Y = n I and 1^T Y = 0, reaches the bound tr(B^T Y) = sqrt(n) x the nuclear norm
     of J B (the Y-step's optimum), and does not depend on the chunking."""
-    from dhash.kernels.dgh import centred_spectrum, code_moments, completion_moments, continuous_codes, y_step
-    from dhash.kernels.stats import add_partials
+    from dask_hashcodes.kernels.dgh import centred_spectrum, code_moments, completion_moments, continuous_codes, y_step
+    from dask_hashcodes.kernels.stats import add_partials
 
     rng = np.random.default_rng(4)
     n, r = 500, 6
@@ -499,8 +499,8 @@ def test_dgh_above_lsh_and_agh_on_fashion_mnist(client, fmnist_small):
     same kind of graph) at 128 bits, where the DGH paper's gain over AGH is largest (at 32
     bits AGH is level with DGH). precision@1000 on the whole set:
     benchmarks/results/tables/sgh.md."""
-    from dhash import workflows
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes import workflows
+    from dask_hashcodes.storage.datasets import open_dataset
 
     true_neighbours = 380  # 2% of 19000
     report = workflows.evaluate(

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import zarr
 
-from dhash.errors import InputError
-from dhash.storage.chunkread import array_manifest, create_array, dask_from_reader, open_verified
-from dhash.storage.location import resolve
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.storage.chunkread import array_manifest, create_array, dask_from_reader, open_verified
+from dask_hashcodes.storage.location import resolve
 
 
 def _array(tmp_path, dtype, shape=(1000, 7), chunk_rows=300):
@@ -89,7 +89,7 @@ def test_damaged_metadata_and_foreign_layouts_are_refused(tmp_path):
 def test_all_zero_chunks_of_a_dataset_are_written_and_read(tmp_path):
     """zarr skips all-zero chunks by default (and reads them back as its fill value); every
     dhash writer stores them, so a missing chunk always means damage."""
-    from dhash.storage.datasets import write_dataset
+    from dask_hashcodes.storage.datasets import write_dataset
 
     X = np.ones((900, 5), np.uint8)
     X[300:600] = 0
@@ -104,8 +104,8 @@ def test_a_dataset_replaced_while_it_is_read_says_so(cluster, client, tmp_path, 
     same path) before the first reads its chunks: the reader sees its commit record changed
     and says the dataset was replaced while being read, not that it is damaged. Read again,
     the new dataset is read whole."""
-    from dhash.jobs.cli import main
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.cli.main import main
+    from dask_hashcodes.storage.datasets import open_dataset
 
     path = tmp_path / "ds.zarr"
     synth = ["synth", "sift", "--chunk-rows", 1000, "--out", path, "--scheduler", cluster.scheduler_address]

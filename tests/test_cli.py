@@ -7,10 +7,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dhash.data.texmex import write_vecs
-from dhash.jobs.cli import main
-from dhash.storage.codes import open_codes
-from dhash.storage.datasets import open_dataset
+from dask_hashcodes.cli.main import main
+from dask_hashcodes.data.texmex import write_vecs
+from dask_hashcodes.storage.codes import open_codes
+from dask_hashcodes.storage.datasets import open_dataset
 from tests import reference as ref
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dhash.jobs.cli import main
+from dask_hashcodes.cli.main import main
 
 CLI_CASES = [
     (
@@ -174,7 +174,7 @@ def test_bad_pipeline_steps(tmp_path, capsys, step, fragment):
 
 
 def test_good_config_values_are_typed(tmp_path):
-    from dhash.jobs.cli import parse_args
+    from dask_hashcodes.cli.main import parse_args
 
     (tmp_path / "c.toml").write_text(
         '[evaluate]\ndataset = "d.zarr"\nbits = [16, 32]\nks = "1,10"\nquiet = true\n'
@@ -194,7 +194,7 @@ def test_bench_without_the_bench_extra_is_a_one_line_error(tmp_path):
 
     code = (
         "import sys; sys.modules['faiss'] = None\n"
-        "from dhash.jobs.cli import main\n"
+        "from dask_hashcodes.cli.main import main\n"
         f"sys.exit(main(['bench', 'search', '--n', '100', '--out', {str(tmp_path / 'b.json')!r}]))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from dhash.data import debian_sift
-from dhash.errors import InputError
+from dask_hashcodes.data import debian_sift
+from dask_hashcodes.errors import InputError
 
 try:
     import cv2

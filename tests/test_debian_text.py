@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from distributed import Client
 
-from dhash import workflows
-from dhash.data import debian_text
-from dhash.data.debian_text import parse_dumpavail, select_descriptions
-from dhash.errors import InputError
+from dask_hashcodes import workflows
+from dask_hashcodes.data import debian_text
+from dask_hashcodes.data.debian_text import parse_dumpavail, select_descriptions
+from dask_hashcodes.errors import InputError
 
 
 def _stanza(package, section, description):

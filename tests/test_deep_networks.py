@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from dhash.errors import InputError
+from dask_hashcodes.errors import InputError
 
 torch = pytest.importorskip("torch")
 
-from dhash.deep.networks import build_network, load_state_arrays, register_network, state_arrays  # noqa: E402
+from dask_hashcodes.deep.networks import build_network, load_state_arrays, register_network, state_arrays  # noqa: E402
 
 
 @pytest.mark.parametrize(

@@ -366,7 +366,7 @@ def test_tls_cluster_configured_by_dask_tls_yaml(certs):
     import dask
     from distributed import Client, LocalCluster
 
-    from dhash.distributed.cluster import connect
+    from dask_hashcodes.distributed.cluster import connect
 
     with (
         dask.config.set(_tls_config(certs)),
@@ -602,7 +602,7 @@ def test_pipeline_configs_the_deployments_run_are_valid(name):
     """compose, the CronJobs and the sbatch script run jobs/configs/{nightly,weekly}.toml
     with `dhash run ... --workdir /data/scheduled`: every step parses and every path lands
     in the shared volume."""
-    from dhash.jobs.run import load_pipeline
+    from dask_hashcodes.cli.run import load_pipeline
 
     pipe = load_pipeline(REPO / "jobs" / "configs" / f"{name}.toml", date="2026-01-01", workdir="/data/scheduled")
     assert pipe.name == name and len(pipe.steps) == 4

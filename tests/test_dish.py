@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from dhash import InputError
-from dhash.distributed.topology import build_topology, edges
-from dhash.hashing import DisH
-from dhash.kernels import dish as K
-from dhash.kernels.codes import project_linear
+from dask_hashcodes import InputError
+from dask_hashcodes.distributed.topology import build_topology, edges
+from dask_hashcodes.hashing import DisH
+from dask_hashcodes.kernels import dish as K
+from dask_hashcodes.kernels.codes import project_linear
 from tests.reference import signs
 
 
@@ -92,7 +92,7 @@ def _admm_reference(X, y, n_bits, outer, inner, nodes, topology, partition, seed
     same topology, partition and initial dictionary as the distributed run; everything else
     (centring, rho, eq. 13, the SVD solution 18, the multiplier step, the codes) written out
     here from the paper's equations."""
-    from dhash.distributed.nodes import partition_rows
+    from dask_hashcodes.distributed.nodes import partition_rows
 
     neighbours = build_topology(topology, nodes, seed=seed)
     rows = partition_rows(X, nodes, partition, seed, y)
@@ -133,7 +133,7 @@ def test_admm_equals_single_process_algorithm_1(client, partition):
 
 @pytest.fixture(scope="module")
 def sift_dataset(tmp_path_factory):
-    from dhash.data.synth import write_sift_synth
+    from dask_hashcodes.data.synth import write_sift_synth
 
     return write_sift_synth(tmp_path_factory.mktemp("dish") / "sift.zarr", 80_000, seed=1, chunk_rows=8192)
 
@@ -200,8 +200,8 @@ def test_node_rows_travel_as_runs_and_select_the_same_rows(partition):
     row in every task), and select exactly the rows the partition gives."""
     import pickle
 
-    from dhash.distributed.graph import InlineRead, take_rows
-    from dhash.distributed.nodes import node_groups, node_pieces, partition_rows
+    from dask_hashcodes.distributed.graph import InlineRead, take_rows
+    from dask_hashcodes.distributed.nodes import node_groups, node_pieces, partition_rows
 
     n = 300_007
     X = da.arange(n, chunks=70_001).reshape(n, 1)
@@ -225,7 +225,7 @@ def test_node_rows_travel_as_runs_and_select_the_same_rows(partition):
 def test_random_partition_spreads_any_n_over_the_nodes(n, nodes):
     """Random blocks shrink for small data (never below 8 per node): every row on exactly one
     node, node sizes within two blocks of each other, the same rows whatever the chunking."""
-    from dhash.distributed.nodes import partition_rows, random_block_rows
+    from dask_hashcodes.distributed.nodes import partition_rows, random_block_rows
 
     X = da.zeros((n, 2), chunks=(max(1, n // 3), 2))
     node_rows = partition_rows(X, nodes, "random", 5)

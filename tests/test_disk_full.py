@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dhash.jobs.cli import main
+from dask_hashcodes.cli.main import main
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def small_disk(tmp_path):
 
 @pytest.fixture(scope="module")
 def inputs(cluster, tmp_path_factory):
-    from dhash.data.synth import write_sift_synth
+    from dask_hashcodes.data.synth import write_sift_synth
 
     base = tmp_path_factory.mktemp("inputs")
     write_sift_synth(base / "ds.zarr", 20000, seed=5, chunk_rows=5000)
@@ -96,7 +96,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(command, inputs, small_disk,
 def test_empty_temporaries_of_a_failed_writer_are_removed_by_the_next_one(tmp_path):
     """An empty ``.OUT.tmp-*`` left by a writer that could not even write its record is no
     writer's work in progress after a minute: the next writer of OUT removes it."""
-    from dhash.storage.atomic import atomic_output
+    from dask_hashcodes.storage.atomic import atomic_output
 
     old = tmp_path / ".r.tmp-0123abcd"
     old.mkdir()

@@ -59,7 +59,7 @@ def _text(html_file: Path) -> str:
 
 
 def test_cli_reference_lists_every_command_and_option(site):
-    from dhash.jobs.options import COMMANDS, options_of
+    from dask_hashcodes.cli.options import COMMANDS, options_of
 
     page = _text(site / "cli" / "index.html")
     for command in COMMANDS:
@@ -74,7 +74,7 @@ def test_api_reference_is_rendered_from_docstrings(site):
     for name in ("ITQ", "DisH", "SGH", "MAC", "ADSH", "make_hasher", "load_model"):
         assert name in page, name
     # the docstrings themselves, not only the names
-    from dhash.hashing.linear import ITQ
+    from dask_hashcodes.hashing.linear import ITQ
 
     first_line = (ITQ.__doc__ or "").strip().splitlines()[0]
     assert " ".join(first_line.split()[:4]) in page
@@ -122,7 +122,7 @@ def _shell_commands(text: str):
 
 def test_documented_commands_use_real_options():
     """Every `dhash COMMAND --flag` shown in the README and the docs is an option of COMMAND."""
-    from dhash.jobs.options import COMMANDS, options_of
+    from dask_hashcodes.cli.options import COMMANDS, options_of
 
     pages = [README, *DOCS.rglob("*.md")]
     seen = 0
@@ -139,18 +139,18 @@ def test_documented_commands_use_real_options():
 
 
 def test_python_examples_use_public_names():
-    """The Python examples of the README and the docs import only what `dhash` exports."""
-    import dhash
+    """The Python examples of the README and the docs import only what `dask_hashcodes` exports."""
+    import dask_hashcodes
 
-    public = set(dhash.__all__)
+    public = set(dask_hashcodes.__all__)
     seen = 0
     for path in [README, *DOCS.rglob("*.md")]:
         for block in re.findall(r"```python\n(.*?)```", path.read_text(), re.S):
-            for names in re.findall(r"^\s*from dhash import (.+)$", block, re.M):
-                for name in (n.strip() for n in names.split(",")):
-                    assert name in public, f"{path.name}: `from dhash import {name}` is not public"
+            for names in re.findall(r"^\s*from dask_hashcodes import (\([^)]*\)|.+)$", block, re.M):
+                for name in (n.strip() for n in names.strip("()").split(",") if n.strip()):
+                    assert name in public, f"{path.name}: `from dask_hashcodes import {name}` is not public"
                     seen += 1
-            for name in re.findall(r"\bdhash\.(\w+)\(", block):
-                assert name in public, f"{path.name}: dhash.{name} is not public"
+            for name in re.findall(r"\bdask_hashcodes\.(\w+)\(", block):
+                assert name in public, f"{path.name}: dask_hashcodes.{name} is not public"
                 seen += 1
     assert seen > 10

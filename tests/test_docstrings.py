@@ -1,7 +1,7 @@
 """Docstrings and comments say what and why; measured numbers and dates belong in
 benchmarks/results (they go stale in code, and the results files say which machine and
 which split produced them). Scanned with ``ast`` and ``tokenize`` over the installed
-package's source (pipeline/, jobs/)."""
+package's source (pipeline/)."""
 
 from __future__ import annotations
 
@@ -38,8 +38,7 @@ def _texts(path: Path):
 def test_no_measured_numbers_or_dates_in_docstrings_and_comments():
     found = [
         f"{path.relative_to(REPO)}:{line}: {match.group(0)!r}"
-        for folder in ("pipeline", "jobs")
-        for path in sorted((REPO / folder).rglob("*.py"))
+        for path in sorted((REPO / "pipeline").rglob("*.py"))
         for line, text in _texts(path)
         for match in MEASURED.finditer(text)
     ]

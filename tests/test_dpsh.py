@@ -1,4 +1,4 @@
-"""DPSH (pipeline/hashing/dpsh.py): its loss against a direct numpy computation, a seed fixing
+"""DPSH (pipeline/dask_hashcodes/hashing/dpsh.py): its loss against a direct numpy computation, a seed fixing
 the codes, a save/load round trip, and its quality on Fashion-MNIST against ITQ."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the test extra installs the deep extra's torch: CI never skips
 
-from dhash.deep.training import dpsh_loss  # noqa: E402
-from dhash.hashing import DPSH  # noqa: E402
+from dask_hashcodes.deep.training import dpsh_loss  # noqa: E402
+from dask_hashcodes.hashing import DPSH  # noqa: E402
 
 SMALL_NET = {"name": "mlp", "hidden": [32]}
 
@@ -30,7 +30,7 @@ def test_the_loss_is_the_pairwise_likelihood_plus_the_quantisation_error():
 
 
 def test_the_default_cnn_has_no_dropout_unless_the_spec_names_it():
-    from dhash.hashing import ADSH
+    from dask_hashcodes.hashing import ADSH
 
     def spec(estimator):
         estimator.n_features_in_ = 28 * 28
@@ -43,15 +43,15 @@ def test_the_default_cnn_has_no_dropout_unless_the_spec_names_it():
 
 @pytest.fixture(scope="module")
 def fmnist(fmnist_paths):
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.storage.datasets import open_dataset
 
     ds = open_dataset(fmnist_paths[5000])
     return np.asarray(ds.features[:3000], dtype=np.float32), np.asarray(ds.labels[:3000])
 
 
 def test_a_seed_fixes_the_codes_and_a_saved_model_encodes_the_same(fmnist, tmp_path, client):
-    from dhash import InputError
-    from dhash.hashing import load_model
+    from dask_hashcodes import InputError
+    from dask_hashcodes.hashing import load_model
 
     X, y = fmnist
     params = {"epochs": 2, "n_labeled": 800, "network": SMALL_NET}
@@ -69,8 +69,8 @@ def test_dpsh_beats_itq_on_fashion_mnist(fmnist_small, fmnist_small_itq_map, clu
     as the database); the full comparison is in benchmarks/results/adsh/."""
     from distributed import Client
 
-    from dhash import workflows
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes import workflows
+    from dask_hashcodes.storage.datasets import open_dataset
 
     itq = fmnist_small_itq_map(24)
     with Client(cluster):

@@ -16,7 +16,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from dhash.jobs.cli import main
+from dask_hashcodes.cli.main import main
 
 
 def run(*argv):

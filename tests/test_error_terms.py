@@ -2,7 +2,7 @@
 
 * Library errors speak Python: they name the parameter (`` `overwrite=True` ``, ``n_bits``),
   never a command-line flag; the CLI translates the marked parameters into its flags
-  through one table (dhash.jobs.commands.PARAMETER_FLAGS), so its users still read
+  through one table (dask_hashcodes.cli.commands.PARAMETER_FLAGS), so its users still read
   ``--overwrite``.
 * The CLI runs its checks before work (check_before_work) exactly once per command, also
   for each step of ``dhash run``.
@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import dhash
-from dhash.errors import PARAMETER, InputError
-from dhash.jobs import commands
-from dhash.jobs.cli import main
+import dask_hashcodes
+from dask_hashcodes.cli import commands
+from dask_hashcodes.cli.main import main
+from dask_hashcodes.errors import PARAMETER, InputError
 
-LIBRARY = Path(dhash.__file__).resolve().parent
+LIBRARY = Path(dask_hashcodes.__file__).resolve().parent
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 # string constants that may name a flag: none. (Docstrings are documentation, not messages:
 # they may describe the command line, and are not scanned.)
@@ -34,8 +34,8 @@ UNMAPPED_ALLOWED = {"map", "map_tie"}
 def _library_strings():
     """(file:line, text) of every string constant of the library that is not a docstring."""
     for path in sorted(LIBRARY.rglob("*.py")):
-        if "jobs" in path.relative_to(LIBRARY).parts:
-            continue  # the command line, when it is reached through a link in a source tree
+        if path.relative_to(LIBRARY).parts[0] == "cli":
+            continue  # the command line names its own flags
         tree = ast.parse(path.read_text(), str(path))
         docstrings = {
             id(node.body[0].value)
@@ -68,7 +68,9 @@ def test_every_parameter_a_library_message_marks_has_a_flag():
         for m in PARAMETER.finditer(text)
         if m.group(1) not in commands.PARAMETER_FLAGS and m.group(1) not in UNMAPPED_ALLOWED
     )
-    assert not unmapped, "add these to RENAMED_PARAMETERS in jobs/commands.py:\n" + "\n".join(unmapped)
+    assert not unmapped, "add these to RENAMED_PARAMETERS in pipeline/dask_hashcodes/cli/commands.py:\n" + "\n".join(
+        unmapped
+    )
 
 
 @pytest.mark.parametrize(
@@ -111,7 +113,7 @@ def test_parameters_of_an_error_are_its_marks():
 
 def test_python_callers_see_parameters_and_cli_users_flags(tmp_path, capsys):
     """The same refusal: the workflow names its parameters, the command line its flags."""
-    from dhash import workflows
+    from dask_hashcodes import workflows
 
     src = tmp_path / "x.npy"
     np.save(src, np.zeros((20, 4), dtype=np.float32))

@@ -14,7 +14,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from dhash import (
+from dask_hashcodes import (
     ADSH,
     AGH,
     BRE,
@@ -39,7 +39,7 @@ from dhash import (
     IsoHash,
     make_hasher,
 )
-from dhash.hashing import HASHERS
+from dask_hashcodes.hashing import HASHERS
 
 SMALL = [
     LSH(n_bits=3),
@@ -141,7 +141,7 @@ def test_make_hasher_refuses_unknown_parameters_naming_the_valid_ones():
 def test_a_model_from_a_newer_major_version_is_refused(tmp_path):
     import json
 
-    from dhash import load_model
+    from dask_hashcodes import load_model
     from tests.test_verified_artifacts import rewrite_committed_file
 
     X = np.random.default_rng(2).standard_normal((200, 12))

@@ -6,9 +6,9 @@ import json
 import pytest
 from distributed import Client, LocalCluster
 
-from dhash import workflows
-from dhash.jobs.cli import main
-from dhash.storage.datasets import open_dataset
+from dask_hashcodes import workflows
+from dask_hashcodes.cli.main import main
+from dask_hashcodes.storage.datasets import open_dataset
 
 pytestmark = pytest.mark.slow
 

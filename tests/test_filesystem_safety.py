@@ -28,8 +28,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dhash.jobs.cli import main
-from dhash.jobs.options import COMMANDS, options_of
+from dask_hashcodes.cli.main import main
+from dask_hashcodes.cli.options import COMMANDS, options_of
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def _dead_pid() -> int:
 def inputs(cluster, tmp_path_factory):
     """A small committed pipeline: dataset with a split and ground truth, an ITQ model, its
     codes and their multi-index (outside the sandbox, and checked unchanged too)."""
-    from dhash.data.synth import write_sift_synth
+    from dask_hashcodes.data.synth import write_sift_synth
 
     base = tmp_path_factory.mktemp("inputs")
     write_sift_synth(base / "ds.zarr", 3000, seed=3, chunk_rows=1000)
@@ -285,9 +285,9 @@ def test_generated_output_paths_never_touch_the_canaries(parts, inputs, cluster,
 @given(name=st.lists(st.sampled_from(list("ab.-_/\\~ \x00é$") + ["..", "../"]), max_size=8).map("".join))
 def test_generated_split_names_stay_inside_the_dataset(name, inputs, tmp_path_factory):
     """A split name is one path component: any other name is refused and nothing is written."""
-    from dhash.errors import InputError
-    from dhash.storage.atomic import SAFE_NAME
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.errors import InputError
+    from dask_hashcodes.storage.atomic import SAFE_NAME
+    from dask_hashcodes.storage.datasets import open_dataset
 
     root = tmp_path_factory.mktemp("names")
     ds_path = root / "ds.zarr"
@@ -386,7 +386,7 @@ def test_split_names_cannot_leave_the_dataset(inputs, cluster, tmp_path):
 
 
 def test_a_split_of_another_dataset_is_refused(inputs, cluster, tmp_path, capsys):
-    from dhash.data.synth import write_sift_synth
+    from dask_hashcodes.data.synth import write_sift_synth
 
     other = tmp_path / "other.zarr"
     write_sift_synth(other, 3000, seed=4, chunk_rows=1000)
@@ -438,8 +438,8 @@ def test_a_user_directory_where_a_checkpoint_goes_is_never_removed(inputs, clust
     """``OUT.checkpoint`` is derived from ``--out``: train --overwrite, the library's train and
     `dhash run --force` (which discard an interrupted run's checkpoint) all refuse a directory
     there that dhash did not write, and remove nothing."""
-    from dhash import workflows
-    from dhash.errors import InputError
+    from dask_hashcodes import workflows
+    from dask_hashcodes.errors import InputError
 
     mine = tmp_path / "m.checkpoint"
     (mine / "data").mkdir(parents=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dhash.hashing.registry import make_hasher
+from dask_hashcodes.hashing.registry import make_hasher
 
 # the methods whose encoders run compiled kernels on the rows as given
 METHODS = ("lsh", "pcah", "itq", "isohash", "sh", "sikh", "bre", "dish")

@@ -1,10 +1,10 @@
-"""Per-bit hash functions of the h-step (pipeline/kernels/hash_functions.py)."""
+"""Per-bit hash functions of the h-step (pipeline/dask_hashcodes/kernels/hash_functions.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from dhash.kernels.hash_functions import (
+from dask_hashcodes.kernels.hash_functions import (
     apply_bits,
     fit_bits,
     keep_better_bits,

@@ -1,4 +1,4 @@
-"""The Index objects (dhash.search.index) against the search functions they wrap and against
+"""The Index objects (dask_hashcodes.search.index) against the search functions they wrap and against
 brute-force numpy Hamming; handles opened once per search; the storage context."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-import dhash
-from dhash import workflows
-from dhash.errors import InputError
-from dhash.kernels.codes import pack_signs
-from dhash.search.hamming import flat_hits, knn_search, radius_search
-from dhash.search.index import FlatIndex, Index, MIHIndex, Queries, Rerank
-from dhash.search.mih import MultiIndex
-from dhash.search.plan import MIH, SCAN, faster_exact_search
-from dhash.storage.location import Storage, resolve
+import dask_hashcodes
+from dask_hashcodes import workflows
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.kernels.codes import pack_signs
+from dask_hashcodes.search.hamming import flat_hits, knn_search, radius_search
+from dask_hashcodes.search.index import FlatIndex, Index, MIHIndex, Queries, Rerank
+from dask_hashcodes.search.mih import MultiIndex
+from dask_hashcodes.search.plan import MIH, SCAN, faster_exact_search
+from dask_hashcodes.storage.location import Storage, resolve
 from tests import reference as ref
 
 
@@ -96,7 +96,7 @@ def test_index_objects_equal_the_search_functions_and_brute_force(codes_5k):
 def test_vector_queries_are_encoded_by_the_index_model():
     rng = np.random.default_rng(5)
     X = rng.standard_normal((2000, 40)).astype(np.float32)
-    model = dhash.ITQ(n_bits=32, random_state=0).fit(X)
+    model = dask_hashcodes.ITQ(n_bits=32, random_state=0).fit(X)
     codes = model.encode(X)
     with dask.config.set(scheduler="synchronous"):
         index = FlatIndex(codes, model=model)
@@ -139,8 +139,8 @@ def stored(tmp_path_factory):
 def _counted(fn):
     """Run fn with the readers of commit records, array metadata and attributes counted per
     artifact path (in this process: where artifacts are opened)."""
-    import dhash.storage.atomic as atomic
-    import dhash.storage.chunkread as chunkread
+    import dask_hashcodes.storage.atomic as atomic
+    import dask_hashcodes.storage.chunkread as chunkread
 
     counts = {"commit": collections.Counter(), "metadata": collections.Counter(), "attrs": collections.Counter()}
 
@@ -169,12 +169,12 @@ def _counted(fn):
 
 
 _READERS = (
-    "dhash.storage.datasets",
-    "dhash.storage.codes",
-    "dhash.storage.mih_index",
-    "dhash.storage.ivf_index",
-    "dhash.hashing.registry",
-    "dhash.hashing.base",
+    "dask_hashcodes.storage.datasets",
+    "dask_hashcodes.storage.codes",
+    "dask_hashcodes.storage.mih_index",
+    "dask_hashcodes.storage.ivf_index",
+    "dask_hashcodes.hashing.registry",
+    "dask_hashcodes.hashing.base",
 )
 
 
@@ -205,20 +205,20 @@ def test_one_search_reads_each_commit_record_and_metadata_once(stored, tmp_path,
 def test_index_objects_over_handles_equal_dhash_search(stored, tmp_path):
     d = stored
     with dask.config.set(scheduler="synchronous"):
-        ds = dhash.open_dataset(d / "s.zarr")
-        model = dhash.load_model(d / "m")
-        codes = dhash.open_codes(d / "c.zarr", model, ds)
+        ds = dask_hashcodes.open_dataset(d / "s.zarr")
+        model = dask_hashcodes.load_model(d / "m")
+        codes = dask_hashcodes.open_codes(d / "c.zarr", model, ds)
         split = ds.get_split("default")
         queries = codes.take(split.query)
         flat = FlatIndex(codes, exclude=split.query)
-        tables = dhash.open_index(d / "i.zarr", codes)
+        tables = dask_hashcodes.open_index(d / "i.zarr", codes)
         mih = MIHIndex(tables, exclude=split.query, choose=False)  # always through the tables
         chosen = MIHIndex(tables, exclude=split.query)  # the faster of the tables and the scan
         all_codes, keep = codes.reader.read_all(), np.setdiff1d(np.arange(ds.n), split.query)
         want = brute_force(queries, all_codes[keep], 25, ids=keep)
         want_range = brute_force_range(queries, all_codes[keep], 3, keep)
         for choice in (SCAN, MIH):  # whichever the trial picks, the answer is the same
-            with mock.patch("dhash.search.index.faster_exact_search", return_value=choice) as trial:
+            with mock.patch("dask_hashcodes.search.index.faster_exact_search", return_value=choice) as trial:
                 for index in (flat, mih, chosen):
                     got = index.search_codes(queries, 25)
                     np.testing.assert_array_equal(got[0], want[0])
@@ -227,18 +227,18 @@ def test_index_objects_over_handles_equal_dhash_search(stored, tmp_path):
                         np.testing.assert_array_equal(g, w)
                 assert trial.call_count == 2 and chosen.searched_by == choice and mih.searched_by == MIH
         # the public API and its parquet output say the same (handles accepted as well as locations)
-        done = dhash.search(ds, model, codes, tmp_path / "r.parquet", split=split, k=25)
+        done = dask_hashcodes.search(ds, model, codes, tmp_path / "r.parquet", split=split, k=25)
         table = pq.read_table(tmp_path / "r.parquet")
         np.testing.assert_array_equal(done.results[1], want[1])
         np.testing.assert_array_equal(table.column("id").to_numpy(), want[1].ravel())
         np.testing.assert_array_equal(table.column("hamming").to_numpy(), want[0].ravel())
-        in_memory = dhash.search(d / "s.zarr", d / "m", d / "c.zarr", radius=3, index=d / "i.zarr")
+        in_memory = dask_hashcodes.search(d / "s.zarr", d / "m", d / "c.zarr", radius=3, index=d / "i.zarr")
         assert in_memory.path is None
         for g, w in zip(in_memory.results, want_range, strict=True):
             np.testing.assert_array_equal(g, w)
         reranked = Rerank("exact", flat, 100, source=ds)
         dist_x, ids_x = reranked.search_codes(Queries(codes=queries, vectors=ds.features.take(split.query)), 10)
-        done = dhash.search(ds, model, codes, split=split, k=10, rerank="exact", candidates=100)
+        done = dask_hashcodes.search(ds, model, codes, split=split, k=10, rerank="exact", candidates=100)
         np.testing.assert_array_equal(done.results[1], ids_x)
         np.testing.assert_array_equal(done.results[0], dist_x)
 
@@ -254,16 +254,16 @@ def test_the_trial_chooses_what_is_faster_by_a_wide_margin(tmp_path):
         model = workflows.train(ds, "itq", bits=32, split="default", params={"itq": {"n_iter": 5}})
         codes = workflows.encode(ds, model, tmp_path / "c.zarr")
         workflows.index(codes.path, tmp_path / "i.zarr")
-        tables = dhash.open_index(tmp_path / "i.zarr", dhash.open_codes(codes.path))
-        queries = dhash.open_codes(codes.path).take(ds.get_split("default").query)
+        tables = dask_hashcodes.open_index(tmp_path / "i.zarr", dask_hashcodes.open_codes(codes.path))
+        queries = dask_hashcodes.open_codes(codes.path).take(ds.get_split("default").query)
         assert faster_exact_search(tables, queries, k=1) == MIH
         assert faster_exact_search(tables, queries, k=10_000) == SCAN
-        done = dhash.search(ds, model, codes.path, k=1, index=tmp_path / "i.zarr")
+        done = dask_hashcodes.search(ds, model, codes.path, k=1, index=tmp_path / "i.zarr")
         assert done.searched_by == MIH
 
 
 def test_storage_is_an_explicit_immutable_context(monkeypatch):
-    import dhash.storage.location as location
+    import dask_hashcodes.storage.location as location
 
     assert not hasattr(location, "set_storage_options")
     storage = Storage({"key": "k", "secret": "s3cr3t", "client_kwargs": {"region_name": "x"}})

@@ -66,7 +66,7 @@ def test_local_cluster_workers_start_with_ctrl_c_held(tmp_path):
     script = tmp_path / "masks.py"
     script.write_text(
         "import os\n"
-        "from dhash.distributed.cluster import connect, disconnect\n"
+        "from dask_hashcodes.distributed.cluster import connect, disconnect\n"
         "if __name__ == '__main__':\n"
         "    client = connect(None, workers=2, threads=1, quiet=True)\n"
         "    for pid in client.run(os.getpid).values():\n"
@@ -84,8 +84,8 @@ def test_a_stopped_jobs_temporary_written_again_by_a_late_task_is_removed_after_
     """A job stops (an interruption): its temporary is removed, a task still running writes
     into it again and is ended before it can clean up; closing the job's cluster removes it
     once more, and nothing else beside it."""
-    from dhash.storage.atomic import atomic_output, remove_stopped_temporaries
-    from dhash.storage.location import resolve
+    from dask_hashcodes.storage.atomic import atomic_output, remove_stopped_temporaries
+    from dask_hashcodes.storage.location import resolve
 
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "keep.txt").write_text("not dhash's")
@@ -103,11 +103,11 @@ def test_a_stopped_jobs_temporary_written_again_by_a_late_task_is_removed_after_
 
 def test_importing_the_cli_leaves_ctrl_c_alone_outside_the_command():
     """A process that is neither the dhash command nor one of its workers (a test runner, a
-    notebook) keeps its Ctrl-C when it imports dhash.jobs, even when it holds an
+    notebook) keeps its Ctrl-C when it imports dask_hashcodes.cli, even when it holds an
     "__mp_main__" alias of its main module (as some libraries add): a command it starts
     would otherwise inherit the ignored signal and run on through Ctrl-C."""
     probe = (
-        "import signal, sys; sys.modules['__mp_main__'] = sys.modules['__main__']; import dhash.jobs; "
+        "import signal, sys; sys.modules['__mp_main__'] = sys.modules['__main__']; import dask_hashcodes.cli; "
         "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)

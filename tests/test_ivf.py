@@ -5,10 +5,10 @@ import re
 import numpy as np
 import pytest
 
-from dhash.kernels.codes import pack_signs
-from dhash.kernels.hamming import hamming_distances, hamming_topk
-from dhash.kernels.ivf import list_layout, probed_lists, search_lists, search_lists_exact
-from dhash.kernels.knn import cell_partition
+from dask_hashcodes.kernels.codes import pack_signs
+from dask_hashcodes.kernels.hamming import hamming_distances, hamming_topk
+from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists, search_lists_exact
+from dask_hashcodes.kernels.knn import cell_partition
 
 
 def _problem(n=3000, d=8, bits=64, n_lists=20, seed=0):
@@ -102,8 +102,8 @@ def stored_ivf(tmp_path_factory):
     """sift-synth rows in 700-row chunks with a split, their ITQ codes and inverted file."""
     import dask
 
-    from dhash import workflows
-    from dhash.search.ivf import build_ivf
+    from dask_hashcodes import workflows
+    from dask_hashcodes.search.ivf import build_ivf
 
     d = tmp_path_factory.mktemp("ivf")
     with dask.config.set(scheduler="synchronous"):
@@ -122,9 +122,9 @@ def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, 
     import dask
     from distributed import Client, LocalCluster
 
-    from dhash.search.ivf import ivf_knn_lazy
-    from dhash.storage.codes import open_codes
-    from dhash.storage.ivf_index import open_ivf
+    from dask_hashcodes.search.ivf import ivf_knn_lazy
+    from dask_hashcodes.storage.codes import open_codes
+    from dask_hashcodes.storage.ivf_index import open_ivf
 
     d, ds, split = stored_ivf
     codes = open_codes(d / "c.zarr")
@@ -158,11 +158,11 @@ def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, 
 def test_a_stored_ivf_refuses_other_codes_damage_and_bad_nprobe(stored_ivf, tmp_path):
     import shutil
 
-    from dhash import workflows
-    from dhash.errors import InputError
-    from dhash.search.ivf import ivf_knn_lazy
-    from dhash.storage.codes import open_codes
-    from dhash.storage.ivf_index import open_ivf
+    from dask_hashcodes import workflows
+    from dask_hashcodes.errors import InputError
+    from dask_hashcodes.search.ivf import ivf_knn_lazy
+    from dask_hashcodes.storage.codes import open_codes
+    from dask_hashcodes.storage.ivf_index import open_ivf
 
     d, ds, split = stored_ivf
     codes = open_codes(d / "c.zarr")
@@ -196,11 +196,11 @@ def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
     top-R, same ties."""
     from distributed import Client, LocalCluster
 
-    from dhash.errors import InputError
-    from dhash.search.index import IVFIndex, Queries, Rerank
-    from dhash.search.serving import ServingIVF
-    from dhash.storage.codes import open_codes
-    from dhash.storage.ivf_index import open_ivf
+    from dask_hashcodes.errors import InputError
+    from dask_hashcodes.search.index import IVFIndex, Queries, Rerank
+    from dask_hashcodes.search.serving import ServingIVF
+    from dask_hashcodes.storage.codes import open_codes
+    from dask_hashcodes.storage.ivf_index import open_ivf
 
     d, ds, split = stored_ivf
     codes = open_codes(d / "c.zarr")
@@ -265,8 +265,8 @@ def test_evaluation_neighbour_recall_equals_brute_force():
     import dask
     import dask.array as da
 
-    from dhash.evaluation.neighbours import NeighbourRecall, NeighbourSearches
-    from dhash.search.ivf import ivf_centroids
+    from dask_hashcodes.evaluation.neighbours import NeighbourRecall, NeighbourSearches
+    from dask_hashcodes.search.ivf import ivf_centroids
 
     rng = np.random.default_rng(3)
     X = rng.standard_normal((3000, 8)) + 3 * rng.standard_normal((12, 8))[rng.integers(0, 12, 3000)]
@@ -315,8 +315,8 @@ def test_evaluation_neighbour_recall_equals_brute_force():
 
 
 def test_evaluation_neighbour_settings_are_checked():
-    from dhash.errors import InputError
-    from dhash.evaluation.neighbours import NeighbourSearches
+    from dask_hashcodes.errors import InputError
+    from dask_hashcodes.evaluation.neighbours import NeighbourSearches
 
     assert NeighbourSearches(recall_at=10, rerank_candidates=(100,), ivf_lists=0).checked(10_000).ivf_lists == 400
     for bad, words, marks in [

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dhash.kernels import codes, hamming, ranking, stats
+from dask_hashcodes.kernels import codes, hamming, ranking, stats
 from tests import reference as ref
 
 
@@ -130,7 +130,7 @@ def test_relevance_from_neighbours_and_multilabel():
 
 
 def test_l2_topk_and_merge_equal_bruteforce_with_ties():
-    from dhash.kernels import l2
+    from dask_hashcodes.kernels import l2
 
     rng = np.random.default_rng(5)
     X = rng.integers(0, 3, (120, 4)).astype(np.uint8)  # tiny integer grid: many exact ties
@@ -150,8 +150,8 @@ def test_l2_topk_and_merge_equal_bruteforce_with_ties():
 def test_fused_metric_passes_equal_generic_passes(kind):
     """The fused distance+relevance kernels give the same histograms and precision sums as
     the generic (matrix) path, over chunks longer than a tile and with ties."""
-    from dhash.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
-    from dhash.evaluation.truth import Truth
+    from dask_hashcodes.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
+    from dask_hashcodes.evaluation.truth import Truth
 
     rng = np.random.default_rng(8)
     n, m, n_bits = 9000, 7, 12  # 12 bits: many ties; 9000 > 2 tiles
@@ -199,7 +199,7 @@ INTEGER_EXTREMES = [
 def test_gram_of_integer_features_is_exact_at_the_dtype_extremes(dtype, low, high):
     """Integer Gram terms equal the float64 computation on the same values: no int32
     accumulator overflows, whatever the dtype and value range (6000 rows: several slabs)."""
-    from dhash.kernels.dish import gram_chunk
+    from dask_hashcodes.kernels.dish import gram_chunk
 
     rng = np.random.default_rng(3)
     X = rng.integers(low, high, (6000, 12), dtype=dtype, endpoint=True)
@@ -213,7 +213,7 @@ def test_gram_of_integer_features_is_exact_at_the_dtype_extremes(dtype, low, hig
 
 
 def test_itq_codes_of_int64_features_equal_those_of_the_float64_copy():
-    from dhash.hashing import ITQ
+    from dask_hashcodes.hashing import ITQ
 
     X = np.random.default_rng(4).integers(10_000_000, 400_000_000, (5000, 20), dtype=np.int64)
     as_int = ITQ(16, n_iter=10, random_state=0).fit(X)

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from dhash.kernels.agh import nearest_centres
-from dhash.kernels.knn import cell_partition, knn_recall, nearest_others
+from dask_hashcodes.kernels.agh import nearest_centres
+from dask_hashcodes.kernels.knn import cell_partition, knn_recall, nearest_others
 
 
 def _exact(X, k):
@@ -72,7 +72,7 @@ def test_unknown_search_or_too_few_points_are_errors(search):
 
 
 def test_neighbour_recall_counts_the_first_k_and_never_the_padding():
-    from dhash.kernels.knn import neighbour_recall
+    from dask_hashcodes.kernels.knn import neighbour_recall
 
     exact = np.array([[3, 1, 2, 9], [5, 6, 7, 8]])
     found = np.array([[1, 2, 4], [-1, -1, 6]])

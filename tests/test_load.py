@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dhash.jobs.cli import main
+from dask_hashcodes.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 HOGS = 8  # busy processes: several per core, as on a shared node at a high load average
@@ -68,7 +68,7 @@ def _identity(*addresses, n_workers=None):
 def _runner(monkeypatch, answers, n_nodes=2):
     """A NodeRunner on a fake client; every way the runner may ask for the workers (the fresh
     scheduler call and the client's cached identity) reads the fake scheduler's answers."""
-    from dhash.distributed import cluster, nodes
+    from dask_hashcodes.distributed import cluster, nodes
 
     fake = _FakeClient(answers)
     monkeypatch.setattr(cluster, "_ask_scheduler", lambda client, timeout: fake.next_answer(), raising=False)
@@ -82,7 +82,7 @@ def _pending(monkeypatch, seconds):
     """``distributed.wait`` that times out for ``seconds`` (a slow step), then returns."""
     import distributed
 
-    from dhash.distributed import nodes
+    from dask_hashcodes.distributed import nodes
 
     end = time.monotonic() + seconds
 
@@ -115,7 +115,7 @@ def test_scheduler_answer_without_workers_is_not_workers_leaving(monkeypatch):
 def test_worker_gone_only_when_the_scheduler_keeps_saying_so(monkeypatch):
     """A worker missing from one answer and back in the next is not lost; one the scheduler
     keeps leaving out (its replacement has another address) is, and the step is redone."""
-    from dhash.distributed import nodes
+    from dask_hashcodes.distributed import nodes
 
     a, b, c = "tcp://127.0.0.1:40001", "tcp://127.0.0.1:40002", "tcp://127.0.0.1:40003"
     monkeypatch.setattr(nodes, "LOSS_GRACE_SECONDS", 0.3, raising=False)
@@ -137,8 +137,8 @@ def test_worker_gone_only_when_the_scheduler_keeps_saying_so(monkeypatch):
 def test_timeout_while_closing_the_cluster_keeps_the_exit_status(monkeypatch, capsys, tmp_path):
     """The job finished: a TimeoutError while closing the client and its local cluster is
     one warning line, not a traceback, and the exit status stays the job's."""
-    from dhash.distributed import cluster
-    from dhash.jobs import commands
+    from dask_hashcodes.cli import commands
+    from dask_hashcodes.distributed import cluster
 
     class Slow:
         def close(self, *args, **kwargs):
@@ -173,7 +173,7 @@ def _cli(*argv, env=None):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     env.pop("DASK_SCHEDULER_ADDRESS", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "dhash.jobs", *map(str, argv)],
+        [sys.executable, "-m", "dask_hashcodes.cli", *map(str, argv)],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

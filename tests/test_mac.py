@@ -1,4 +1,4 @@
-"""MAC and its two-step baselines (pipeline/hashing/mac.py): the loop's kernels against brute
+"""MAC and its two-step baselines (pipeline/dask_hashcodes/hashing/mac.py): the loop's kernels against brute
 force, the estimator's invariances and errors, and its quality on Fashion-MNIST."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import pytest
 from distributed import Client, LocalCluster
 from scipy import sparse
 
-from dhash import InputError
-from dhash.hashing import make_hasher
-from dhash.kernels.affinity import affinity_loss, knn_affinities, label_affinities, neighbour_blocks
-from dhash.kernels.ranking import signs_precision_at_k
-from dhash.kernels.zstep import free_codes, z_steps
+from dask_hashcodes import InputError
+from dask_hashcodes.hashing import make_hasher
+from dask_hashcodes.kernels.affinity import affinity_loss, knn_affinities, label_affinities, neighbour_blocks
+from dask_hashcodes.kernels.ranking import signs_precision_at_k
+from dask_hashcodes.kernels.zstep import free_codes, z_steps
 
 
 def _planted(n=60, classes=3, seed=0):
@@ -100,7 +100,7 @@ def test_validation_precision_is_the_brute_force_ranking_of_its_database(fmnist_
     """The precision early stopping compares: by default (held-out) the even-numbered validation
     rows ranking the odd-numbered ones, which no SVM was fitted to; with 'training' the
     validation rows ranking the training points (brute force here)."""
-    from dhash.hashing.mac import _draw_rows
+    from dask_hashcodes.hashing.mac import _draw_rows
 
     X, y = fmnist_rows[0][:1000], fmnist_rows[1][:1000]
     params = {"n_labeled": 500, "n_similar": 20, "n_dissimilar": 60, "validation_size": 200}
@@ -121,7 +121,7 @@ def test_validation_precision_is_the_brute_force_ranking_of_its_database(fmnist_
 def test_training_rows_do_not_depend_on_the_validation_size():
     """MAC with a validation set and its two-step baseline without one learn from the same
     points; the validation rows are apart from them."""
-    from dhash.hashing.mac import _draw_rows
+    from dask_hashcodes.hashing.mac import _draw_rows
 
     draws = {n_val: _draw_rows(np.random.default_rng(3), 10_000, 500, n_val) for n_val in (0, 100, 2000)}
     for train, val in draws.values():
@@ -136,8 +136,8 @@ def mac_report(fmnist_small, cluster):
     the first 6 steps of the penalty schedule, label ground truth on 1000 test queries of the
     first 20000 rows (the whole set, 5000 points, 16-48 bits and the whole schedule:
     benchmarks/results/mac/)."""
-    from dhash import workflows
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes import workflows
+    from dask_hashcodes.storage.datasets import open_dataset
 
     ds = open_dataset(fmnist_small)
     with Client(cluster):
@@ -188,8 +188,8 @@ def test_supervised_codes_beat_itq_by_far(mac_report, fmnist_small_itq_map):
 def test_ksh_bit_reproduces_a_separable_labelling_exactly():
     """Two classes separated in the kernel features: one KSH bit can make b b^T equal S on
     every pair, so its score b^T (r S) b reaches the maximum l^2 and the bit splits the classes."""
-    from dhash.kernels.ksh import train_ksh
-    from dhash.kernels.splh import pair_labels
+    from dask_hashcodes.kernels.ksh import train_ksh
+    from dask_hashcodes.kernels.splh import pair_labels
 
     rng = np.random.default_rng(4)
     labels = np.repeat([0, 1], 40)
@@ -218,8 +218,8 @@ def test_a_saved_kernel_model_without_its_feature_scaling_is_refused_in_one_line
     """A kernel MAC model round-trips through save/load with identical codes; one whose
     arrays lack the standardisation of its RBF features (as saved before it existed) is
     refused with a one-line error naming the missing array, not an AttributeError at encode."""
-    from dhash.hashing.registry import load_model
-    from dhash.storage.npz import npz_bytes
+    from dask_hashcodes.hashing.registry import load_model
+    from dask_hashcodes.storage.npz import npz_bytes
     from tests.test_verified_artifacts import rewrite_committed_file
 
     rng = np.random.default_rng(0)
@@ -275,7 +275,7 @@ def test_every_committed_mac_result_is_the_one_its_script_command_makes():
 def test_pairs_of_more_points_than_int32_keys_can_hold():
     """Beyond 46341 points, n * N + m overflows int32 (scipy stores the columns as int32):
     the couplings of 50,000 points must still be (A + A^T) / 2 of the listed pairs."""
-    from dhash.kernels.affinity import bit_coefficients
+    from dask_hashcodes.kernels.affinity import bit_coefficients
 
     n, bits, bit = 50_000, 8, 3
     rng = np.random.default_rng(0)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import dhash
-from dhash.errors import shape_words
+import dask_hashcodes
+from dask_hashcodes.errors import shape_words
 
-LIBRARY = Path(dhash.__file__).resolve().parent
+LIBRARY = Path(dask_hashcodes.__file__).resolve().parent
 ERRORS = {"InputError", "ValueError", "TypeError"}
 
 
@@ -46,4 +46,4 @@ def _shapes_in_messages():
 
 def test_no_message_prints_a_shape_tuple():
     found = sorted(set(_shapes_in_messages()))
-    assert not found, "say shapes with dhash.errors.shape_words, not as a tuple:\n" + "\n".join(found)
+    assert not found, "say shapes with dask_hashcodes.errors.shape_words, not as a tuple:\n" + "\n".join(found)

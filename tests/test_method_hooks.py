@@ -5,7 +5,7 @@ generic layers on which method runs.
 The source check reads the generic layers with ``ast``: no string literal that is a method
 name (a registered method or variant), and no reference to a specific estimator class (so no
 ``isinstance(model, DisH)``). Nothing needs an exception: the registry
-(``dhash.hashing.registry``) is where method names belong, the default method lists included.
+(``dask_hashcodes.hashing.registry``) is where method names belong, the default method lists included.
 """
 
 from __future__ import annotations
@@ -17,20 +17,20 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from dhash.errors import InputError
-from dhash.evaluation.evaluate import evaluation_protocol
-from dhash.evaluation.report import has_training_plot, training_plots
-from dhash.hashing import HASHERS, ITQ, METHOD_NAMES, DisH
-from dhash.hashing.base import OBJECTIVE_PLOT, Scored
-from dhash.views import view_of
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.evaluation.evaluate import evaluation_protocol
+from dask_hashcodes.evaluation.report import has_training_plot, training_plots
+from dask_hashcodes.hashing import HASHERS, ITQ, METHOD_NAMES, DisH
+from dask_hashcodes.hashing.base import OBJECTIVE_PLOT, Scored
+from dask_hashcodes.views import view_of
 
 REPO = Path(__file__).resolve().parents[1]
 GENERIC = (
-    "pipeline/evaluation",
-    "pipeline/workflows.py",
-    "pipeline/search",
-    "pipeline/storage",
-    "pipeline/distributed",
+    "pipeline/dask_hashcodes/evaluation",
+    "pipeline/dask_hashcodes/workflows.py",
+    "pipeline/dask_hashcodes/search",
+    "pipeline/dask_hashcodes/storage",
+    "pipeline/dask_hashcodes/distributed",
 )
 
 
@@ -68,7 +68,7 @@ def test_generic_layers_name_no_method():
 
 def test_the_source_check_sees_method_conditionals():
     source = (
-        "from dhash.hashing import DisH\n"
+        "from dask_hashcodes.hashing import DisH\n"
         "def f(model, method):\n"
         '    return isinstance(model, DisH) or method == "mac" or model.method in ("itq",)\n'
     )
@@ -84,7 +84,7 @@ def test_the_source_check_sees_method_conditionals():
 
 
 class RecordingScorer:
-    """A stand-in for ``dhash.evaluation.evaluate.Scorer`` that records what a hook asks for."""
+    """A stand-in for ``dask_hashcodes.evaluation.evaluate.Scorer`` that records what a hook asks for."""
 
     def __init__(self, features, query, seed=0):
         self.view = view_of(features, query)
@@ -188,8 +188,8 @@ def test_training_plots_come_from_the_estimators():
 
 
 def test_every_training_plot_draws(tmp_path):
-    from dhash.evaluation.report import _plot
-    from dhash.storage.location import resolve
+    from dask_hashcodes.evaluation.report import _plot
+    from dask_hashcodes.storage.location import resolve
 
     steps = [
         {"iteration": 0, "loss_h": 2.0, "loss_z": 1.5, "validation_precision": 0.5},
@@ -211,8 +211,8 @@ def test_every_training_plot_draws(tmp_path):
 def test_evaluation_passes_a_method_its_options_and_records_them(tmp_path):
     """End to end: the DisH option reaches DisH alone (ITQ gets one row), the report names the
     variants, records the option, and draws DisH's training."""
-    from dhash import workflows
-    from dhash.storage.datasets import write_dataset
+    from dask_hashcodes import workflows
+    from dask_hashcodes.storage.datasets import write_dataset
 
     rng = np.random.default_rng(1)
     X = (rng.normal(size=(1200, 10)) + rng.normal(size=10) * 3).astype(np.float32)

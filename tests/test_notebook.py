@@ -98,7 +98,7 @@ def test_learned_codes_beat_lsh_on_fashion_mnist(executed):
 
 def test_models_codes_and_outputs_left_by_the_notebook(executed):
     nb, out, _ = executed
-    from dhash import load_model, open_codes
+    from dask_hashcodes import load_model, open_codes
 
     for method in ("lsh", "itq", "dish"):
         model = load_model(out / "models" / f"{method}32")
@@ -145,32 +145,35 @@ def _trees(code):
 
 
 def check_public_names(code) -> None:
-    """Only public names of dhash: ``import dhash`` / ``from dhash import NAME`` with NAME in
-    ``dhash.__all__``, ``dhash.NAME`` likewise, never a submodule (``dhash.x.y``)."""
+    """Only public names of dask_hashcodes: ``import dask_hashcodes`` / ``from dask_hashcodes import NAME`` with NAME in
+    ``dask_hashcodes.__all__``, ``dask_hashcodes.NAME`` likewise, never a submodule
+    (``dask_hashcodes.x.y``)."""
     import types
 
-    import dhash
+    import dask_hashcodes
 
     def public(name: str) -> bool:
-        value = getattr(dhash, name, None)
-        # a module is not a public name, except dhash.search, which is callable (the workflow)
-        return name in dhash.__all__ and (not isinstance(value, types.ModuleType) or callable(value))
+        value = getattr(dask_hashcodes, name, None)
+        # a module is not a public name, except dask_hashcodes.search, which is callable (the workflow)
+        return name in dask_hashcodes.__all__ and (not isinstance(value, types.ModuleType) or callable(value))
 
     nodes = [node for tree in _trees(code) for node in ast.walk(tree)]
     imports = [n for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert len(imports) <= 4, [ast.unparse(i) for i in imports]
     for node in imports:
         if isinstance(node, ast.ImportFrom):
-            assert node.module.split(".")[0] != "dhash" or node.module == "dhash", ast.unparse(node)
-            if node.module == "dhash":
+            assert node.module.split(".")[0] != "dask_hashcodes" or node.module == "dask_hashcodes", ast.unparse(node)
+            if node.module == "dask_hashcodes":
                 assert all(public(a.name) for a in node.names), ast.unparse(node)
         else:
-            names = [a.name for a in node.names if a.name.split(".")[0] == "dhash"]
-            assert names in ([], ["dhash"]), ast.unparse(node)
+            names = [a.name for a in node.names if a.name.split(".")[0] == "dask_hashcodes"]
+            assert names in ([], ["dask_hashcodes"]), ast.unparse(node)
     used = [
-        n for n in nodes if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "dhash"
+        n
+        for n in nodes
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "dask_hashcodes"
     ]
-    assert used, "the notebook calls the top-level functions (dhash.train, dhash.search, ...)"
+    assert used, "the notebook calls the top-level functions (dask_hashcodes.train, dask_hashcodes.search, ...)"
     assert all(public(n.attr) for n in used), sorted({n.attr for n in used if not public(n.attr)})
 
 

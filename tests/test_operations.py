@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dhash.jobs.cli import main
+from dask_hashcodes.cli.main import main
 
 
 def run(*argv):
@@ -240,7 +240,7 @@ def test_pipeline_on_separate_scheduler_and_worker_processes_equals_local_cluste
     """The whole evaluate job against `--scheduler tcp://...` (two `dask worker` processes)
     gives the same models (content ids) and every metric identical to the embedded
     LocalCluster run."""
-    from dhash.data.synth import write_sift_synth
+    from dask_hashcodes.data.synth import write_sift_synth
 
     ds = write_sift_synth(tmp_path / "sift.zarr", 20000, seed=4, chunk_rows=5000).path
     job = [
@@ -317,7 +317,7 @@ def test_train_killed_mid_run_resumes_to_the_same_model(tmp_path, capsys, method
     an uninterrupted run gives."""
     import json
 
-    from dhash.data.synth import write_sift_synth
+    from dask_hashcodes.data.synth import write_sift_synth
     from tests.killing import kill_after_checkpoint
 
     ds = write_sift_synth(tmp_path / "sift.zarr", 60000, seed=5, chunk_rows=8192).path
@@ -395,8 +395,8 @@ def test_worker_killed_during_training_and_encoding_changes_no_output(process_cl
     from distributed import Client
     from distributed.diagnostics.plugin import WorkerPlugin
 
-    from dhash.data.synth import write_sift_synth
-    from dhash.storage.codes import open_codes
+    from dask_hashcodes.data.synth import write_sift_synth
+    from dask_hashcodes.storage.codes import open_codes
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
     plugin_type = type("KillWorkerOncePlugin", (KillWorkerOnce, WorkerPlugin), {})
@@ -461,10 +461,10 @@ def test_scheduled_pipelines_run_skip_and_never_overlap(fresh_cluster, tmp_path,
 
     import numpy as np
 
-    from dhash.data.synth import write_sift_synth
-    from dhash.data.texmex import write_vecs
-    from dhash.storage.codes import open_codes
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.data.synth import write_sift_synth
+    from dask_hashcodes.data.texmex import write_vecs
+    from dask_hashcodes.storage.codes import open_codes
+    from dask_hashcodes.storage.datasets import open_dataset
 
     rows = open_dataset(write_sift_synth(tmp_path / "src.zarr", 12000, seed=7, chunk_rows=4096).path).features_dask()
     work = tmp_path / "work"
@@ -514,7 +514,7 @@ def test_scheduled_pipelines_run_skip_and_never_overlap(fresh_cluster, tmp_path,
     codes = open_codes(work / "index" / "codes.zarr")[0][:]
 
     first = subprocess.Popen(
-        [sys.executable, "-m", "dhash.jobs", *map(str, nightly[:]), "--force"],
+        [sys.executable, "-m", "dask_hashcodes.cli", *map(str, nightly[:]), "--force"],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -10,11 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dhash.errors import InputError
-from dhash.hashing import registry
-from dhash.hashing.registry import HASHERS, METHOD_VARIANTS, make_hasher
-from dhash.jobs.cli import build_parser, parse_args
-from dhash.jobs.options import (
+from dask_hashcodes.cli.main import build_parser, parse_args
+from dask_hashcodes.cli.options import (
     ARGUMENT_FLAGS,
     COMMANDS,
     DESCRIPTIONS,
@@ -31,6 +28,9 @@ from dhash.jobs.options import (
     positive_int_list,
     show_value,
 )
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.hashing import registry
+from dask_hashcodes.hashing.registry import HASHERS, METHOD_VARIANTS, make_hasher
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def test_each_command_help_shows_exactly_the_table_options(command):
 def test_committed_config_schema_is_the_table():
     committed = json.loads((REPO / "data_schemas" / "config.schema.json").read_text())
     assert committed == config_schema(), (
-        "re-generate it: python -m dhash.jobs.options > data_schemas/config.schema.json"
+        "re-generate it: python -m dask_hashcodes.cli.options > data_schemas/config.schema.json"
     )
     for command in COMMANDS:
         keys = set(committed["properties"][command]["properties"])

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from dhash.hashing.registry import METHOD_NAMES
-from dhash.jobs import cli, commands
-from dhash.jobs.options import (
+from dask_hashcodes.cli import commands
+from dask_hashcodes.cli import main as cli
+from dask_hashcodes.cli.options import (
     CLUSTER_COMMANDS,
     METHOD_OPTIONS,
     NameOrPairs,
@@ -21,6 +21,7 @@ from dhash.jobs.options import (
     method_params,
     refuse_unused,
 )
+from dask_hashcodes.hashing.registry import METHOD_NAMES
 
 SCHEDULER = ["--scheduler", "tcp://127.0.0.1:1"]  # never reached: refusals come first
 
@@ -150,7 +151,7 @@ CASES = [
 @pytest.fixture
 def no_cluster(monkeypatch, tmp_path):
     """An empty working directory; starting a cluster fails the test."""
-    import dhash.distributed.cluster as cluster_module
+    import dask_hashcodes.distributed.cluster as cluster_module
 
     def connect(*args, **kwargs):
         raise AssertionError("a cluster was started for a command that should have been refused")

@@ -1,4 +1,4 @@
-"""The public API: ``dhash.__all__`` names every estimator, the handles and their open
+"""The public API: ``dask_hashcodes.__all__`` names every estimator, the handles and their open
 functions, the Index objects, the workflows, the cluster helpers and the error; each name
 resolves; importing the numpy kernels pulls in no Dask."""
 
@@ -9,18 +9,18 @@ import sys
 
 import numpy
 
-import dhash
+import dask_hashcodes
 
 
 def test_all_lists_the_estimators_handles_indexes_workflows_and_helpers():
-    import dhash.hashing as hashing
+    import dask_hashcodes.hashing as hashing
 
     estimators = {
         name
         for name in hashing.__all__
         if isinstance(getattr(hashing, name), type) and issubclass(getattr(hashing, name), hashing.Hasher)
     } - {"Hasher"}
-    assert estimators and estimators <= set(dhash.__all__), sorted(estimators - set(dhash.__all__))
+    assert estimators and estimators <= set(dask_hashcodes.__all__), sorted(estimators - set(dask_hashcodes.__all__))
     expected = {
         # handles and how to open them
         *("Dataset", "Split", "Model", "Codes", "StoredTables"),
@@ -31,25 +31,25 @@ def test_all_lists_the_estimators_handles_indexes_workflows_and_helpers():
         *("search", "evaluate", "encode", "train", "index", "split", "synth", "ingest", "groundtruth"),
         *("Storage", "connect", "disconnect", "InputError"),
     }
-    assert expected <= set(dhash.__all__), sorted(expected - set(dhash.__all__))
-    assert len(dhash.__all__) == len(set(dhash.__all__))
-    for name in dhash.__all__:
-        assert getattr(dhash, name) is not None, name
-    assert dhash.Model is hashing.Hasher
+    assert expected <= set(dask_hashcodes.__all__), sorted(expected - set(dask_hashcodes.__all__))
+    assert len(dask_hashcodes.__all__) == len(set(dask_hashcodes.__all__))
+    for name in dask_hashcodes.__all__:
+        assert getattr(dask_hashcodes, name) is not None, name
+    assert dask_hashcodes.Model is hashing.Hasher
 
 
 def test_dhash_search_is_the_workflow_even_after_its_package_is_imported():
-    import dhash.search.index  # binds the package to dhash.search
-    from dhash import workflows
+    import dask_hashcodes.search.index  # binds the package to dask_hashcodes.search
+    from dask_hashcodes import workflows
 
-    assert callable(dhash.search) and dhash.search is sys.modules["dhash.search"]
-    assert isinstance(dhash.FlatIndex(numpy.zeros((3, 4), "uint8")), dhash.Index)
+    assert callable(dask_hashcodes.search) and dask_hashcodes.search is sys.modules["dask_hashcodes.search"]
+    assert isinstance(dask_hashcodes.FlatIndex(numpy.zeros((3, 4), "uint8")), dask_hashcodes.Index)
     assert workflows.search.__name__ == "search"
 
 
 def test_importing_the_kernels_or_the_package_pulls_in_no_dask():
     code = (
-        "import sys, dhash, dhash.kernels, dhash.kernels.hamming\n"
+        "import sys, dask_hashcodes, dask_hashcodes.kernels, dask_hashcodes.kernels.hamming\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))\n"
         "print(bad)\n"
     )

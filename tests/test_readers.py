@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dhash.data.formats import open_reader
-from dhash.data.idx import read_idx_labels, write_idx
-from dhash.data.ingest import ingest as ingest_file
-from dhash.data.readers import READ_BLOCK_BYTES, block_rows_for
-from dhash.data.texmex import write_vecs
-from dhash.errors import InputError
-from dhash.storage.datasets import open_dataset
+from dask_hashcodes.data.formats import open_reader
+from dask_hashcodes.data.idx import read_idx_labels, write_idx
+from dask_hashcodes.data.ingest import ingest as ingest_file
+from dask_hashcodes.data.readers import READ_BLOCK_BYTES, block_rows_for
+from dask_hashcodes.data.texmex import write_vecs
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.storage.datasets import open_dataset
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 

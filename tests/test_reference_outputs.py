@@ -61,8 +61,8 @@ DRIFT_BITS, DRIFT_METRIC = 0.005, 2e-3
 
 def compute_outputs(dataset_path, methods=METHODS) -> dict:
     """{method: {"codes_sha256": ..., "metrics": {name: value}}} on the current cluster."""
-    from dhash import database_view, make_hasher, open_dataset, score_codes
-    from dhash.evaluation.truth import build_truth
+    from dask_hashcodes import database_view, make_hasher, open_dataset, score_codes
+    from dask_hashcodes.evaluation.truth import build_truth
 
     ds = open_dataset(dataset_path)
     split = ds.make_split(QUERIES, SEED, name=f"q{QUERIES}-s{SEED}")

@@ -8,12 +8,12 @@ import pyarrow.parquet as pq
 import pytest
 from distributed import Client
 
-from dhash.errors import InputError
-from dhash.hashing import make_hasher
-from dhash.kernels.codes import unpack_bits
-from dhash.kernels.rerank import candidate_values, lower_bound_pair_distances, pairs_topk
-from dhash.storage.codes import open_codes
-from dhash.storage.datasets import open_dataset
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.hashing import make_hasher
+from dask_hashcodes.kernels.codes import unpack_bits
+from dask_hashcodes.kernels.rerank import candidate_values, lower_bound_pair_distances, pairs_topk
+from dask_hashcodes.storage.codes import open_codes
+from dask_hashcodes.storage.datasets import open_dataset
 from tests import reference as ref
 from tests.test_cli import pipeline_run, run  # noqa: F401  (the module-scoped CLI pipeline)
 
@@ -66,7 +66,7 @@ def test_cli_rerank_equals_brute_force_on_the_candidates(pipeline_run, cluster, 
     assert run(*search, "--rerank", "exact", "--candidates", 200, "--out", exact, *sched) == 0
     assert run(*search, "--rerank", "asymmetric", "--candidates", 200, "--out", asym, *sched) == 0
 
-    from dhash.hashing import load_model
+    from dask_hashcodes.hashing import load_model
 
     itq = load_model(model)
     projections = (X[split.query].astype(np.float64) - itq.mean_) @ itq.components_
@@ -129,8 +129,8 @@ def test_asymmetric_reranking_finds_more_true_neighbours_on_fashion_mnist(fmnist
     1000 Hamming candidates. Ranking them by the asymmetric distance finds more of the true
     neighbours than their Hamming order (measured on another draw of 200 queries: recall@100
     0.349 against 0.303, recall@10 0.169 against 0.140), and exact re-ranking far more."""
-    from dhash import workflows
-    from dhash.data.sources import write_fashion_mnist
+    from dask_hashcodes import workflows
+    from dask_hashcodes.data.sources import write_fashion_mnist
 
     ds = write_fashion_mnist(tmp_path / "fmnist.zarr", chunk_rows=20000)  # its own copy: a split is added
     with Client(cluster):
@@ -159,8 +159,8 @@ def test_rerank_of_in_memory_chunks_equals_brute_force():
     """The other input path: an in-memory dask array (whole chunks reach the tasks)."""
     import dask
 
-    from dhash.distributed.graph import as_dask
-    from dhash.search.rerank import rerank_lazy
+    from dask_hashcodes.distributed.graph import as_dask
+    from dask_hashcodes.search.rerank import rerank_lazy
 
     rng = np.random.default_rng(3)
     X = rng.integers(0, 4, (3000, 8)).astype(np.uint8)  # small values: many ties, broken by id

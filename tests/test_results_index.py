@@ -83,7 +83,7 @@ def steps(script: Path) -> set[str]:
 def check_command(command: str) -> None:
     """The command names a script, step or dhash subcommand that exists, and only options
     the script defines."""
-    from dhash.jobs.options import COMMANDS
+    from dask_hashcodes.cli.options import COMMANDS
 
     words = shlex.split(command)
     while words and re.match(r"^[A-Z_]+=", words[0]):  # environment assignments

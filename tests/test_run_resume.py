@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dhash.jobs.cli import main
+from dask_hashcodes.cli.main import main
 from tests.killing import kill_after_checkpoint
 
 PIPELINE = """

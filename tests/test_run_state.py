@@ -9,9 +9,9 @@ import os
 
 import numpy as np
 
-from dhash.hashing.checkpoint import STATE_FILE, Checkpoint, checkpoint_path, checkpoint_progress
-from dhash.storage.fingerprint import fingerprint
-from dhash.storage.location import resolve
+from dask_hashcodes.hashing.checkpoint import STATE_FILE, Checkpoint, checkpoint_path, checkpoint_progress
+from dask_hashcodes.storage.fingerprint import fingerprint
+from dask_hashcodes.storage.location import resolve
 
 
 def test_fingerprint_of_files_directories_and_absent_paths(tmp_path):
@@ -57,7 +57,7 @@ def test_checkpoint_progress_is_read_through_the_commit_record(tmp_path):
 def test_a_false_option_keys_the_step_differently_from_a_true_one(tmp_path):
     """A true/false method option (not a switch) stays in the step's command line, so a
     step whose ``sgh-refine`` changed from true to false is not skipped as unchanged."""
-    from dhash.jobs.run import load_pipeline
+    from dask_hashcodes.cli.run import load_pipeline
 
     argvs = {}
     for value in ("true", "false"):
@@ -76,7 +76,7 @@ def test_a_false_option_keys_the_step_differently_from_a_true_one(tmp_path):
 def test_a_steps_own_cluster_keys_are_refused_by_name(tmp_path, capsys):
     """dhash run connects one cluster for all its steps: a step's workers, threads or
     scheduler would do nothing, so the pipeline is refused before any step runs."""
-    from dhash.jobs.cli import main
+    from dask_hashcodes.cli.main import main
 
     for key, value in (("workers", "4"), ("threads", "2"), ("scheduler", '"tcp://127.0.0.1:8786"')):
         config = tmp_path / f"{key}.toml"

@@ -1,4 +1,4 @@
-"""SDH and COSDISH (pipeline/hashing/sdh.py, cosdish.py): their steps against brute force and
+"""SDH and COSDISH (pipeline/dask_hashcodes/hashing/sdh.py, cosdish.py): their steps against brute force and
 dense numpy on tiny problems, codes independent of workers and chunking, save/load, errors,
 and their quality on Fashion-MNIST against ITQ."""
 
@@ -10,12 +10,19 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from dhash import InputError
-from dhash.distributed.graph import as_dask
-from dhash.hashing import COSDISH, SDH
-from dhash.kernels.cosdish import bit_objective, gamma_step, linear_hash, omega_step, regression_sums, solve_bit
-from dhash.kernels.sdh import START_BLOCK_ROWS, dcc_codes, random_codes, ridge
-from dhash.kernels.stats import combine_moments
+from dask_hashcodes import InputError
+from dask_hashcodes.distributed.graph import as_dask
+from dask_hashcodes.hashing import COSDISH, SDH
+from dask_hashcodes.kernels.cosdish import (
+    bit_objective,
+    gamma_step,
+    linear_hash,
+    omega_step,
+    regression_sums,
+    solve_bit,
+)
+from dask_hashcodes.kernels.sdh import START_BLOCK_ROWS, dcc_codes, random_codes, ridge
+from dask_hashcodes.kernels.stats import combine_moments
 
 ALL_SIGNS = lambda m: np.array(list(itertools.product([-1.0, 1.0], repeat=m)))  # noqa: E731
 
@@ -104,7 +111,7 @@ def test_the_gamma_step_is_the_sign_of_s_times_b_omega_and_the_regression_a_ridg
 
 @pytest.fixture(scope="module")
 def fmnist(fmnist_paths):
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.storage.datasets import open_dataset
 
     ds = open_dataset(fmnist_paths[5000])
     return np.asarray(ds.features[:3000], dtype=np.float32), np.asarray(ds.labels[:3000])
@@ -128,7 +135,7 @@ def test_codes_are_identical_for_one_and_two_workers_and_two_chunk_sizes(fmnist,
 
 @pytest.mark.parametrize("cls", [SDH, COSDISH])
 def test_a_saved_model_encodes_the_same_and_bad_input_gives_one_line_errors(fmnist, tmp_path, client, cls):
-    from dhash.hashing import load_model
+    from dask_hashcodes.hashing import load_model
 
     X, y = fmnist
     small = {"n_anchors": 300} if cls is SDH else {}
@@ -146,8 +153,8 @@ def test_a_saved_model_encodes_the_same_and_bad_input_gives_one_line_errors(fmni
 def test_sdh_and_cosdish_beat_itq_on_fashion_mnist(fmnist_small, fmnist_small_itq_map, cluster):
     """Table 1's setting at 24 bits (5000 labelled training rows, the first 20000
     Fashion-MNIST rows as the database); the full comparison is in benchmarks/results/adsh/."""
-    from dhash import workflows
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes import workflows
+    from dask_hashcodes.storage.datasets import open_dataset
 
     itq = fmnist_small_itq_map(24)
     with Client(cluster):

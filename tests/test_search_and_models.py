@@ -5,8 +5,8 @@ import faiss
 import numpy as np
 import pytest
 
-from dhash import ITQ, LSH, PCAH, InputError, knn_search, load_model, radius_search
-from dhash.kernels.codes import pack_signs
+from dask_hashcodes import ITQ, LSH, PCAH, InputError, knn_search, load_model, radius_search
+from dask_hashcodes.kernels.codes import pack_signs
 from tests import reference as ref
 
 
@@ -131,9 +131,9 @@ def test_search_rejects_non_uint8_and_mismatched_codes():
 def test_encode_to_zarr_equals_encode_for_regular_and_irregular_chunks(client, tmp_path):
     """`dhash encode`'s one-task-per-chunk writer gives the same codes as model.encode, and
     irregular row chunks (where two tasks could share a codes chunk) are re-cut to the array's chunks first."""
-    from dhash.distributed.encode import encode_to_zarr
-    from dhash.distributed.graph import drop_rows
-    from dhash.storage.codes import open_codes
+    from dask_hashcodes.distributed.encode import encode_to_zarr
+    from dask_hashcodes.distributed.graph import drop_rows
+    from dask_hashcodes.storage.codes import open_codes
 
     X = da.from_array(np.random.default_rng(4).integers(0, 256, (5000, 30)).astype(np.uint8), chunks=(1200, 30))
     model = ITQ(24, n_iter=3).fit(X)

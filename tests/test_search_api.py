@@ -14,12 +14,12 @@ import dask
 import numpy as np
 import pytest
 
-import dhash
-from dhash import workflows
-from dhash.errors import InputError
-from dhash.search.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
-from dhash.search.mih import MultiIndex
-from dhash.search.serving import ServingIVF
+import dask_hashcodes
+from dask_hashcodes import workflows
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.search.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
+from dask_hashcodes.search.mih import MultiIndex
+from dask_hashcodes.search.serving import ServingIVF
 
 BITS = 1024
 QUERIES = np.array([0, 1, 2, 3, 4, 777, 1500, 2999])  # rows searched as queries (whole database: no split)
@@ -38,8 +38,8 @@ def sift_1024(tmp_path_factory):
         codes = workflows.encode(ds, model, d / "c.zarr")
         workflows.index(d / "c.zarr", d / "i.zarr")
         workflows.index(d / "c.zarr", d / "v.zarr", kind="ivf", dataset_=d / "s.zarr", lists=8)
-    ds, model = dhash.open_dataset(d / "s.zarr"), dhash.load_model(d / "m")
-    codes = dhash.open_codes(codes.path, model, ds)
+    ds, model = dask_hashcodes.open_dataset(d / "s.zarr"), dask_hashcodes.load_model(d / "m")
+    codes = dask_hashcodes.open_codes(codes.path, model, ds)
     rows = np.asarray(ds.features_dask().compute())
     assert rows.dtype == np.uint8 and rows.shape[1] == 128 and codes.reader.shape[1] == 128
     assert len(np.unique(rows, axis=0)) == len(rows)  # every row is its own nearest neighbour
@@ -52,14 +52,14 @@ def _index(data, kind):
     if kind == "flat":
         return FlatIndex(codes, model=model)
     if kind == "mih":
-        return MIHIndex(dhash.open_index(d / "i.zarr", codes), model=model, choose=False)
+        return MIHIndex(dask_hashcodes.open_index(d / "i.zarr", codes), model=model, choose=False)
     if kind == "multi":
         return MultiIndex(codes.dask(), model=model)
     if kind == "ivf":
-        return IVFIndex(dhash.open_ivf(d / "v.zarr", codes), 8, model=model)
+        return IVFIndex(dask_hashcodes.open_ivf(d / "v.zarr", codes), 8, model=model)
     if kind == "rerank":
         return Rerank("exact", FlatIndex(codes, model=model), 50, source=ds)
-    return ServingIVF.load(dhash.open_ivf(d / "v.zarr", codes), model=model, nprobe=8)
+    return ServingIVF.load(dask_hashcodes.open_ivf(d / "v.zarr", codes), model=model, nprobe=8)
 
 
 KINDS = ("flat", "mih", "multi", "ivf", "rerank", "serving")
@@ -170,7 +170,7 @@ def test_an_index_without_a_model_and_arrays_of_the_wrong_kind_are_refused(sift_
 
 def test_a_model_of_another_width_is_named_with_both_widths(sift_1024):
     rows = sift_1024["rows"]
-    narrow = dhash.make_hasher("lsh", 32).fit(rows.astype(np.float32))
+    narrow = dask_hashcodes.make_hasher("lsh", 32).fit(rows.astype(np.float32))
     with pytest.raises(InputError) as raised:
         FlatIndex(sift_1024["codes"], model=narrow).search(rows[:2], K)
     assert str(raised.value).startswith(
@@ -180,7 +180,7 @@ def test_a_model_of_another_width_is_named_with_both_widths(sift_1024):
 
 def test_serving_tune_takes_vectors_and_tune_codes_queries(sift_1024):
     d, model, codes, rows = sift_1024["dir"], sift_1024["model"], sift_1024["codes"], sift_1024["rows"]
-    serving = ServingIVF.load(dhash.open_ivf(d / "v.zarr", codes), vectors=rows, model=model)
+    serving = ServingIVF.load(dask_hashcodes.open_ivf(d / "v.zarr", codes), vectors=rows, model=model)
     # each query's own row is one of its exact top 5 and found first: recall at least 1/5
     grid = {"k": K, "target": 0.2, "nprobes": (8,), "candidates_per_k": (10,)}
     by_vectors = serving.tune(rows[QUERIES], **grid)

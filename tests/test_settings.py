@@ -8,12 +8,12 @@ import dask
 import numpy as np
 import pytest
 
-from dhash import config
-from dhash.distributed.cluster import default_shape
-from dhash.distributed.graph import tree_reduce
-from dhash.errors import InputError
-from dhash.kernels.stats import add
-from dhash.storage.datasets import default_chunk_rows
+from dask_hashcodes import config
+from dask_hashcodes.distributed.cluster import default_shape
+from dask_hashcodes.distributed.graph import tree_reduce
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.kernels.stats import add
+from dask_hashcodes.storage.datasets import default_chunk_rows
 
 
 def test_defaults_come_from_the_packaged_yaml():
@@ -47,7 +47,7 @@ def test_fan_in_is_part_of_the_task_keys_and_must_reduce():
 def test_environment_variables_reach_the_namespace():
     env = {**os.environ, "DASK_DHASH__FAN_IN": "3"}
     out = subprocess.run(
-        [sys.executable, "-c", "from dhash import config; print(config.get('fan-in'))"],
+        [sys.executable, "-c", "from dask_hashcodes import config; print(config.get('fan-in'))"],
         env=env,
         capture_output=True,
         text=True,

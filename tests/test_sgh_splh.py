@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from dhash.errors import InputError
-from dhash.hashing import SGH, SPLH, USPLH, make_hasher, method_params
-from dhash.kernels import sgh as sgh_k
-from dhash.kernels import splh as splh_k
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.hashing import SGH, SPLH, USPLH, make_hasher, method_params
+from dask_hashcodes.kernels import sgh as sgh_k
+from dask_hashcodes.kernels import splh as splh_k
 
 # ---------------------------------------------------------------- SGH references -----
 
@@ -95,7 +95,7 @@ def test_sgh_fit_equals_dense_algorithm_1_with_explicit_similarity_matrix(client
         (np.exp(-d2 / (2 * model.bandwidth_**2)) - model.kernel_mean_) @ W >= 0, axis=1, bitorder="little"
     )
     np.testing.assert_array_equal(codes, ref)
-    from dhash.hashing import load_model
+    from dask_hashcodes.hashing import load_model
 
     loaded = load_model(model.save(tmp_path / "sgh"))
     np.testing.assert_array_equal(loaded.encode(X), codes)
@@ -224,7 +224,7 @@ def test_splh_fit_equals_sequential_numpy_run(client, tmp_path):
         R = Xc - np.outer(Xc @ w, w)  # the paper's residual X - w w^T X
         C = R.T @ R / 900
         Xc = R
-    from dhash.hashing import load_model
+    from dask_hashcodes.hashing import load_model
 
     np.testing.assert_array_equal(load_model(model.save(tmp_path / "splh")).encode(X), model.encode(X))
     adjusted = make_hasher("pcah-adjusted", 4, random_state=2, eta=0.7, n_labeled=120).fit(
@@ -240,7 +240,7 @@ def test_splh_fit_equals_sequential_numpy_run(client, tmp_path):
 
 @pytest.fixture(scope="module")
 def small_sift(tmp_path_factory):
-    from dhash.data.synth import write_sift_synth
+    from dask_hashcodes.data.synth import write_sift_synth
 
     path = tmp_path_factory.mktemp("sgh") / "sift.zarr"
     return write_sift_synth(path, 16_000, seed=2, chunk_rows=4096)
@@ -302,7 +302,7 @@ def test_200k_point_fits_never_build_an_n_by_n_array(tmp_path):
     matrix would be 320 GB; every worker process stays under 1 GB (chunk-sized work only)."""
     from distributed import Client, LocalCluster
 
-    from dhash.data.synth import write_sift_synth
+    from dask_hashcodes.data.synth import write_sift_synth
 
     ds = write_sift_synth(tmp_path / "sift.zarr", 200_000, seed=3, chunk_rows=32768)
     with (

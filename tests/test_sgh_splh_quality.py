@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from distributed import Client
 
-from dhash import workflows
-from dhash.storage.datasets import open_dataset
+from dask_hashcodes import workflows
+from dask_hashcodes.storage.datasets import open_dataset
 
 
 def _by_method(report):
@@ -44,7 +44,7 @@ def test_sgh_above_lsh_and_pcah_on_sift_synth(tmp_path, cluster):
     benchmarks/results/quality.md. USPLH is checked on Fashion-MNIST above: on this generator
     its margin over PCAH is too close to the paper's +0.01 for a floor on a small sample
     (benchmarks/results/quality.md)."""
-    from dhash.data.synth import write_sift_synth
+    from dask_hashcodes.data.synth import write_sift_synth
 
     ds = write_sift_synth(tmp_path / "sift.zarr", 25_000, seed=0)
     with Client(cluster):

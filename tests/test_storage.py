@@ -27,10 +27,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dhash.data.texmex import write_vecs
-from dhash.jobs.cli import main
-from dhash.storage.codes import open_codes
-from dhash.storage.location import Storage, resolve
+from dask_hashcodes.cli.main import main
+from dask_hashcodes.data.texmex import write_vecs
+from dask_hashcodes.storage.codes import open_codes
+from dask_hashcodes.storage.location import Storage, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -149,24 +149,26 @@ def test_pipeline_from_and_to_s3_equals_local_disk(s3_server, cluster, tmp_path,
 def test_python_api_takes_the_storage_options_explicitly(s3_server, client, monkeypatch):
     """No process-wide setting: each workflow gets its Storage, each URL it resolves keeps the
     options (to the workers too), and a URL resolved without them has none."""
-    import dhash
+    import dask_hashcodes
 
     monkeypatch.delenv("DHASH_STORAGE_OPTIONS", raising=False)
     storage = Storage(s3_server)
     base = "s3://dhash-test/api"
-    ds = dhash.synth("sift", f"{base}/ds.zarr", n=3000, chunk_rows=1000, storage=storage)
-    split = dhash.split(ds, queries=20)
-    model = dhash.train(ds, "lsh", f"{base}/lsh", bits=32, split=split.name, storage=storage)
-    dhash.encode(ds, model, f"{base}/codes.zarr", storage=storage)
-    dhash.index(f"{base}/codes.zarr", f"{base}/mih.zarr", storage=s3_server)  # a dict is a Storage too
-    found = dhash.search(
+    ds = dask_hashcodes.synth("sift", f"{base}/ds.zarr", n=3000, chunk_rows=1000, storage=storage)
+    split = dask_hashcodes.split(ds, queries=20)
+    model = dask_hashcodes.train(ds, "lsh", f"{base}/lsh", bits=32, split=split.name, storage=storage)
+    dask_hashcodes.encode(ds, model, f"{base}/codes.zarr", storage=storage)
+    dask_hashcodes.index(f"{base}/codes.zarr", f"{base}/mih.zarr", storage=s3_server)  # a dict is a Storage too
+    found = dask_hashcodes.search(
         f"{base}/ds.zarr", f"{base}/lsh", f"{base}/codes.zarr", f"{base}/r.parquet", k=5, storage=storage
     )
-    through_index = dhash.search(ds, model, f"{base}/codes.zarr", k=5, index=f"{base}/mih.zarr", storage=storage)
+    through_index = dask_hashcodes.search(
+        ds, model, f"{base}/codes.zarr", k=5, index=f"{base}/mih.zarr", storage=storage
+    )
     assert found.results[1].shape == (20, 5) and (found.results[1] >= 0).all()
     for got, want in zip(through_index.results, found.results, strict=True):
         np.testing.assert_array_equal(got, want)
-    codes = dhash.open_codes(f"{base}/codes.zarr", storage=storage)
+    codes = dask_hashcodes.open_codes(f"{base}/codes.zarr", storage=storage)
     assert codes.location.options == s3_server and codes.n == 3000
     assert resolve(f"{base}/codes.zarr").options == {}  # nothing was set for the process
     with _s3_open(s3_server, "dhash-test/api/r.parquet") as f:
@@ -196,9 +198,9 @@ def test_uncommitted_prefix_on_s3_is_refused(s3_server, monkeypatch, capsys):
 @pytest.fixture(scope="module")
 def pristine(cluster, tmp_path_factory):
     """A small pipeline on local disk: dataset with split, listed and bit ground truth, model, codes."""
-    from dhash.data.synth import write_sift_synth
-    from dhash.evaluation import truth as T
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.data.synth import write_sift_synth
+    from dask_hashcodes.evaluation import truth as T
+    from dask_hashcodes.storage.datasets import open_dataset
 
     base = tmp_path_factory.mktemp("pristine")
     write_sift_synth(base / "ds.zarr", 6000, seed=2, chunk_rows=1500)
@@ -294,7 +296,7 @@ def test_damaged_chunk_makes_the_reader_exit_2_naming_it(pristine, cluster, tmp_
     work = tmp_path / "work"
     shutil.copytree(pristine, work)
     if case == "relevance-bits":
-        from dhash.evaluation import truth as T
+        from dask_hashcodes.evaluation import truth as T
 
         monkeypatch.setattr(T, "MAX_LISTED_NEIGHBOURS", 10)  # K = 30 is then read from the bits
         shutil.rmtree(work / "ds.zarr" / "groundtruth" / "q20-s0-l2-top30")
@@ -376,7 +378,7 @@ def test_damaged_metadata_is_a_one_line_error(pristine, tmp_path, capsys, target
 
 
 def test_codes_of_another_dataset_are_refused(pristine, cluster, tmp_path, capsys):
-    from dhash.data.synth import write_sift_synth
+    from dask_hashcodes.data.synth import write_sift_synth
 
     other = write_sift_synth(tmp_path / "other.zarr", 6000, seed=3, chunk_rows=1500).path
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
@@ -435,7 +437,7 @@ def test_unwritable_out_is_refused_before_any_work(tmp_path, capsys):
 
 
 def test_next_writer_removes_temporaries_of_killed_writers(tmp_path):
-    from dhash.storage.atomic import WRITER_FILE, atomic_output
+    from dask_hashcodes.storage.atomic import WRITER_FILE, atomic_output
 
     final = tmp_path / "out"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -492,10 +494,10 @@ def test_sigterm_removes_the_temporary_and_exits_143(tmp_path):
 def test_damaged_npz_of_models_and_checkpoints_is_a_one_line_error(tmp_path, damage):
     """A checkpoint's changed arrays are refused by its commit record's checksum; bytes that
     are no .npz are a one-line error of the reader too."""
-    from dhash.errors import InputError
-    from dhash.hashing.checkpoint import Checkpoint
-    from dhash.storage.location import resolve
-    from dhash.storage.npz import load_npz, npz_arrays, npz_bytes
+    from dask_hashcodes.errors import InputError
+    from dask_hashcodes.hashing.checkpoint import Checkpoint
+    from dask_hashcodes.storage.location import resolve
+    from dask_hashcodes.storage.npz import load_npz, npz_arrays, npz_bytes
 
     ckpt = Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"})
     ckpt.save(3, {"rotation": np.eye(8)}, {"quantization_loss": [1.0]})
@@ -522,7 +524,7 @@ def test_killed_writer_on_s3_does_not_block_the_next_run(s3_server, monkeypatch,
     --overwrite when it may still be running elsewhere."""
     import s3fs
 
-    from dhash.storage.atomic import WRITER_FILE
+    from dask_hashcodes.storage.atomic import WRITER_FILE
 
     fs = s3fs.S3FileSystem(**s3_server)
     monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
@@ -555,7 +557,7 @@ def test_overwrite_on_s3_removes_exactly_what_dhash_wrote(s3_server, monkeypatch
     start is untouched."""
     import s3fs
 
-    from dhash.storage.atomic import WRITER_FILE
+    from dask_hashcodes.storage.atomic import WRITER_FILE
 
     fs = s3fs.S3FileSystem(**s3_server)
     monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
@@ -592,7 +594,7 @@ def test_overwrite_on_s3_removes_exactly_what_dhash_wrote(s3_server, monkeypatch
 def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine, tmp_path, capsys, monkeypatch):
     """Two `dhash train --out X` at once: the second is refused while the first runs; the
     checkpoint a killed run left is discarded by --overwrite (or continued by --resume)."""
-    from dhash.hashing.checkpoint import Checkpoint
+    from dask_hashcodes.hashing.checkpoint import Checkpoint
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -619,7 +621,7 @@ def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine
             # the checkpoint as that process would have written it (a hand-edited one is refused)
             writer = {"host": socket.gethostname(), "pid": pid, "started": ""}
             with monkeypatch.context() as patched:
-                patched.setattr("dhash.hashing.checkpoint.writer_record", lambda writer=writer: writer)
+                patched.setattr("dask_hashcodes.hashing.checkpoint.writer_record", lambda writer=writer: writer)
                 Checkpoint(tmp_path / "m.checkpoint", {"method": "itq"}).save(2, {"rotation": np.eye(16)}, {})
             capsys.readouterr()
             assert run(*train, *extra) == status
@@ -659,8 +661,8 @@ def test_a_successful_job_prints_no_error_lines(tmp_path):
 def test_writer_record_survives_the_zarr_group_creation(tmp_path):
     """A killed writer is recognised by its record: creating the artifact's zarr group must
     not delete it (zarr's mode "w" clears the directory)."""
-    from dhash.storage.atomic import WRITER_FILE, atomic_output
-    from dhash.storage.chunkread import new_group
+    from dask_hashcodes.storage.atomic import WRITER_FILE, atomic_output
+    from dask_hashcodes.storage.chunkread import new_group
 
     with atomic_output(tmp_path / "c.zarr", kind="codes") as tmp:
         new_group(tmp).attrs["x"] = 1

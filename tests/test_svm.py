@@ -1,4 +1,4 @@
-"""The h-step's linear SVMs (pipeline/kernels/svm.py, pipeline/distributed/row_blocks.py):
+"""The h-step's linear SVMs (pipeline/dask_hashcodes/kernels/svm.py, pipeline/dask_hashcodes/distributed/row_blocks.py):
 the block-wise Newton solver against the single-machine LIBLINEAR solution, and the same
 weights and MAC codes whatever the number of workers and the storage chunking."""
 
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from dhash.distributed.row_blocks import ScatteredBlocks
-from dhash.hashing import make_hasher
-from dhash.kernels.hash_functions import linear_features, linear_scaling
-from dhash.kernels.svm import LocalBlocks, newton_svm, row_blocks, svm_objective
+from dask_hashcodes.distributed.row_blocks import ScatteredBlocks
+from dask_hashcodes.hashing import make_hasher
+from dask_hashcodes.kernels.hash_functions import linear_features, linear_scaling
+from dask_hashcodes.kernels.svm import LocalBlocks, newton_svm, row_blocks, svm_objective
 
 # Both solvers run to a relative gradient norm of about 1e-10 (the optimum is unique: the objective
 # is strictly convex); their weights then agree to this relative tolerance, and every
@@ -24,7 +24,7 @@ WEIGHT_TOLERANCE = 1e-5
 def svm_problem(fmnist_paths):
     """1200 Fashion-MNIST rows, RMS-scaled as MAC's linear h sees them, and 4 bits of targets
     that no linear function fits exactly (a random projection of the pixels plus noise)."""
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.storage.datasets import open_dataset
 
     X = np.asarray(open_dataset(fmnist_paths[5000]).features[:1200], dtype=np.float64)
     F = linear_features(X, *linear_scaling(X))
@@ -103,7 +103,7 @@ def test_scattered_blocks_give_the_same_weights_for_one_and_two_workers(svm_prob
 def test_mac_codes_are_identical_for_two_storage_chunkings(fmnist_paths):
     """MAC gathers its training rows and cuts its own blocks: the stored chunking changes no
     bit (the one- and two-worker case is in test_mac.py)."""
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.storage.datasets import open_dataset
 
     ds = open_dataset(fmnist_paths[5000])
     X, y = np.asarray(ds.features[:1500], dtype=np.float32), np.asarray(ds.labels[:1500])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dhash.data.synth import GEN_BLOCK_ROWS, sift_rows, write_sift_synth
-from dhash.errors import InputError
+from dask_hashcodes.data.synth import GEN_BLOCK_ROWS, sift_rows, write_sift_synth
+from dask_hashcodes.errors import InputError
 
 N_WRITE = 150_000  # spans three generation blocks, and chunk edges that are not block edges
 
@@ -127,7 +127,7 @@ def test_existing_output_needs_overwrite(tmp_path):
 
 
 def test_centre_labels_belong_to_the_rows_and_do_not_depend_on_slicing():
-    from dhash.data.synth import sift_centres
+    from dask_hashcodes.data.synth import sift_centres
 
     n = GEN_BLOCK_ROWS + 3000  # across a generation block's end
     labels = sift_centres(3, 0, n)

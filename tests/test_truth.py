@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dhash.data.synth import write_sift_synth
-from dhash.evaluation import truth as T
-from dhash.kernels.l2 import relevant_positions, unpack_relevance
-from dhash.storage.datasets import write_dataset
+from dask_hashcodes.data.synth import write_sift_synth
+from dask_hashcodes.evaluation import truth as T
+from dask_hashcodes.kernels.l2 import relevant_positions, unpack_relevance
+from dask_hashcodes.storage.datasets import write_dataset
 
 
 def brute_force_topk(ds, split, k):
@@ -67,7 +67,7 @@ def test_bad_sample_and_ties_take_more_passes_and_stay_exact(tmp_path, monkeypat
 
 def test_evaluation_is_the_same_with_lists_and_bits(sift, monkeypatch):
     """Every metric of an evaluation is identical whichever form holds the ground truth."""
-    from dhash import workflows
+    from dask_hashcodes import workflows
 
     ds, _ = sift
     args = {
@@ -115,7 +115,7 @@ def test_stored_neighbour_lists_stay_out_of_the_evaluation_graphs(client, tmp_pa
     warning, and the metrics equal those computed with the lists in memory."""
     import warnings
 
-    from dhash import workflows
+    from dask_hashcodes import workflows
 
     ds = write_sift_synth(tmp_path / "sift.zarr", 8000, seed=6, chunk_rows=2000)
     args = {

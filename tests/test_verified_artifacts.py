@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from dhash import InputError, load_model
-from dhash.hashing import HASHERS
-from dhash.hashing.checkpoint import Checkpoint
-from dhash.jobs.cli import main
-from dhash.storage.atomic import COMMIT_FILE
-from dhash.storage.npz import npz_bytes
+from dask_hashcodes import InputError, load_model
+from dask_hashcodes.cli.main import main
+from dask_hashcodes.hashing import HASHERS
+from dask_hashcodes.hashing.checkpoint import Checkpoint
+from dask_hashcodes.storage.atomic import COMMIT_FILE
+from dask_hashcodes.storage.npz import npz_bytes
 from tests.test_estimators import SMALL
 
 STOP_AFTER = 2  # iterations an interrupted training run completed
@@ -60,7 +60,7 @@ def datasets(cluster, tmp_path_factory):
 def _interrupted_checkpoint(dataset: Path, out: Path, monkeypatch, method: str = "itq") -> Path:
     """Train ``method`` on ``dataset`` into ``out`` and stop right after iteration STOP_AFTER's
     checkpoint, as a killed job leaves it."""
-    from dhash import workflows
+    from dask_hashcodes import workflows
 
     save = Checkpoint.save
 
@@ -165,7 +165,7 @@ def test_an_edited_checkpoint_is_refused_by_train_resume(
 def test_an_edited_checkpoint_is_never_resumed_by_the_workflow(datasets, client, tmp_path, monkeypatch, edit):
     """The train workflow (and any fit given the checkpoint) reads it only through its commit
     record: an edited file is refused saying to remove the checkpoint."""
-    from dhash import workflows
+    from dask_hashcodes import workflows
 
     out = tmp_path / "m"
     ckpt = _interrupted_checkpoint(datasets / "a.zarr", out, monkeypatch)
@@ -206,7 +206,7 @@ def test_an_edited_checkpoint_is_refused_with_a_remedy_that_works(
 def test_a_checkpoint_of_another_dataset_is_refused(datasets, cluster, client, tmp_path, monkeypatch, capsys):
     """The two datasets have the same shape and (rounded) mean: only the recorded dataset
     identity tells them apart."""
-    from dhash.storage.datasets import open_dataset
+    from dask_hashcodes.storage.datasets import open_dataset
 
     out = tmp_path / "m"
     _interrupted_checkpoint(datasets / "a.zarr", out, monkeypatch)
@@ -221,7 +221,7 @@ def test_a_checkpoint_of_another_dataset_is_refused(datasets, cluster, client, t
 
 
 def test_a_checkpoint_of_another_split_is_refused(datasets, cluster, client, tmp_path, monkeypatch, capsys):
-    from dhash import workflows
+    from dask_hashcodes import workflows
 
     work = tmp_path / "a.zarr"
     assert run("ingest", datasets / "a.npy", "--out", work, "--quiet") == 0
@@ -236,7 +236,7 @@ def test_a_checkpoint_of_another_split_is_refused(datasets, cluster, client, tmp
 def test_a_dish_checkpoint_with_other_arrays_is_refused(tmp_path, monkeypatch):
     """The arrays of a resumed state are those the fit saves (names and shapes), even when a
     commit record lists them."""
-    from dhash import DisH
+    from dask_hashcodes import DisH
 
     X = _features(4)[:600]
     ckpt = tmp_path / "m.checkpoint"
@@ -359,7 +359,7 @@ def test_an_edited_model_json_is_refused(saved_models, tmp_path):
 
 def test_the_model_id_covers_dtype_and_shape():
     """Arrays with the same bytes but another shape or dtype are another model."""
-    from dhash import LSH
+    from dask_hashcodes import LSH
 
     model = LSH(n_bits=2).fit(np.random.default_rng(1).standard_normal((50, 8)))
     first, raw = model.model_id, model.components_.tobytes()

@@ -1,4 +1,4 @@
-"""The Z-step's GraphCut block solver (pipeline/kernels/zstep.py) against brute force."""
+"""The Z-step's GraphCut block solver (pipeline/dask_hashcodes/kernels/zstep.py) against brute force."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from dhash.kernels import zstep
-from dhash.kernels.affinity import bit_coefficients, label_affinities
-from dhash.kernels.zstep import bit_energy, cut_block, penalised_loss, quad_bit, z_step
+from dask_hashcodes.kernels import zstep
+from dask_hashcodes.kernels.affinity import bit_coefficients, label_affinities
+from dask_hashcodes.kernels.zstep import bit_energy, cut_block, penalised_loss, quad_bit, z_step
 
 
 @pytest.fixture(params=["dense", "pymaxflow"])
@@ -100,7 +100,7 @@ def test_the_penalised_spectral_start_is_eq_9s_eigenvector_truncated_to_the_box(
     (alpha = (z, 1)); the start is its smallest eigenvector (ARPACK path, 80 points, checked
     against a dense eigendecomposition) scaled to norm sqrt(N + 1) with alpha_0 >= 0 and
     truncated to [-1, 1]; and with a dominant penalty it points along h."""
-    from dhash.kernels.zstep import _spectral_box_start, augmented_matrix, symmetric_part
+    from dask_hashcodes.kernels.zstep import _spectral_box_start, augmented_matrix, symmetric_part
 
     rng = np.random.default_rng(3)
     labels = np.repeat([0, 1], 5)
@@ -126,8 +126,8 @@ def test_the_penalised_spectral_start_is_eq_9s_eigenvector_truncated_to_the_box(
 def test_cut_over_many_blocks_equals_solving_them_one_after_another(loss):
     """GraphCut computes S z once per bit and updates it through the pairs of each accepted
     block's flips: the result must be that of solving each block in turn from scratch."""
-    from dhash.kernels.affinity import Pairs, label_blocks
-    from dhash.kernels.zstep import CutBlocks, _cut_blocks
+    from dask_hashcodes.kernels.affinity import Pairs, label_blocks
+    from dask_hashcodes.kernels.zstep import CutBlocks, _cut_blocks
 
     rng = np.random.default_rng(11)
     labels = rng.integers(0, 3, 600)
@@ -151,8 +151,8 @@ def test_cut_over_many_blocks_equals_solving_them_one_after_another(loss):
 def test_the_dense_cut_of_small_blocks_equals_pymaxflow_on_neighbour_blocks(loss, monkeypatch):
     """knn affinities' neighbour blocks (a few points each) cut in numba runs give the codes
     that PyMaxflow gives block by block."""
-    from dhash.kernels.affinity import Pairs, knn_affinities, neighbour_blocks
-    from dhash.kernels.zstep import CutBlocks, _cut_blocks
+    from dask_hashcodes.kernels.affinity import Pairs, knn_affinities, neighbour_blocks
+    from dask_hashcodes.kernels.zstep import CutBlocks, _cut_blocks
 
     rng = np.random.default_rng(12)
     X = rng.standard_normal((3000, 6))

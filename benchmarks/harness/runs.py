@@ -26,8 +26,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from benchmarks.harness.measure import TreeWatcher, disk_usage, machine_info, peak_rss_mb, reset_peak_rss, tree_memory
-from dhash.errors import InputError
-from dhash.kernels.stats import add
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.kernels.stats import add
 
 SEARCH_CHUNK_ROWS = 1 << 20
 
@@ -101,7 +101,7 @@ def random_codes(n: int, n_bits: int, seed: int) -> np.ndarray:
 
 
 def _true_hamming(queries, codes, ids):
-    from dhash.kernels.hamming import hamming_distances
+    from dask_hashcodes.kernels.hamming import hamming_distances
 
     return np.stack([hamming_distances(queries[q : q + 1], codes[ids[q]])[0] for q in range(len(queries))])
 
@@ -124,7 +124,7 @@ def topk_agreement(D_peer, I_peer, D_ours, I_ours, true_distances) -> dict:
 def bench_search(
     n: int, bits: int, queries: int = 1000, k: int = 100, threads: int | None = None, seed: int = 0
 ) -> dict:
-    from dhash.search.hamming import knn_search
+    from dask_hashcodes.search.hamming import knn_search
 
     faiss = _faiss()
     threads = threads or os.cpu_count()
@@ -178,13 +178,13 @@ def bench_search(
 
 def _sift_rows(n: int, seed: int, data: str | None) -> np.ndarray:
     if data:
-        from dhash.storage.datasets import open_dataset
+        from dask_hashcodes.storage.datasets import open_dataset
 
         ds = open_dataset(data)
         if n > ds.n:
             raise InputError(f"--n {n} exceeds the {ds.n} rows of {data}; lower --n")
         return ds.features[:n]
-    from dhash.data.synth import sift_rows
+    from dask_hashcodes.data.synth import sift_rows
 
     return sift_rows(seed, 0, n)
 
@@ -192,9 +192,9 @@ def _sift_rows(n: int, seed: int, data: str | None) -> np.ndarray:
 def bench_groundtruth(
     n: int, queries: int = 1000, k: int = 100, threads: int | None = None, seed: int = 0, data: str | None = None
 ) -> dict:
-    from dhash.data.synth import sift_rows
-    from dhash.evaluation.truth import euclidean_neighbours
-    from dhash.kernels.l2 import squared_distances
+    from dask_hashcodes.data.synth import sift_rows
+    from dask_hashcodes.evaluation.truth import euclidean_neighbours
+    from dask_hashcodes.kernels.l2 import squared_distances
 
     faiss = _faiss()
     threads = threads or os.cpu_count()
@@ -266,7 +266,7 @@ def bench_groundtruth(
 
 def _project_only(block, mean, C):
     """The floor of a pass: read the chunk (done by the task's input) and project it."""
-    from dhash.kernels.codes import project_slabs
+    from dask_hashcodes.kernels.codes import project_slabs
 
     total = 0.0
     for _, projected in project_slabs(block, mean, C):
@@ -275,7 +275,7 @@ def _project_only(block, mean, C):
 
 
 def floor_passes(X, mean, C, passes: int) -> float:
-    from dhash.distributed.graph import chunk_reads, map_reduce
+    from dask_hashcodes.distributed.graph import chunk_reads, map_reduce
 
     started = time.perf_counter()
     for _ in range(passes):
@@ -285,8 +285,8 @@ def floor_passes(X, mean, C, passes: int) -> float:
 
 def _warm_kernels() -> None:
     """Load every numba kernel a pass uses (from the on-disk cache) before anything is timed."""
-    from dhash.kernels.codes import encode_linear
-    from dhash.kernels.dish import gram_chunk, row_sums
+    from dask_hashcodes.kernels.codes import encode_linear
+    from dask_hashcodes.kernels.dish import gram_chunk, row_sums
 
     block = np.zeros((8, 4), np.uint8)
     C = np.eye(4, 2)
@@ -303,7 +303,7 @@ def _warm_cluster() -> None:
 
 
 def _training_rows(n: int, data: str | None, seed: int):
-    from dhash.data.sources import resolve_dataset
+    from dask_hashcodes.data.sources import resolve_dataset
 
     ds = resolve_dataset(data or "sift-synth", n=n, seed=seed)
     if n > ds.n:
@@ -312,7 +312,7 @@ def _training_rows(n: int, data: str | None, seed: int):
 
 
 def _train_model(method: str, bits: int, iterations: int, nodes: int, seed: int):
-    from dhash.hashing import ITQ, DisH
+    from dask_hashcodes.hashing import ITQ, DisH
 
     if method == "dish":
         return DisH(
@@ -335,8 +335,8 @@ def bench_train(
     data: str | None = None,
     floor_repeats: int = 2,
 ) -> dict:
-    from dhash.distributed.cluster import cluster_shape
-    from dhash.kernels.dish import random_orthonormal
+    from dask_hashcodes.distributed.cluster import cluster_shape
+    from dask_hashcodes.kernels.dish import random_orthonormal
 
     ds, X = _training_rows(n, data, seed)
     model = _train_model(method, bits, iterations, nodes, seed)
@@ -399,10 +399,10 @@ def bench_encode(n: int, bits: int, seed: int = 0, data: str | None = None, out_
     import shutil
     import tempfile
 
-    from dhash.distributed.cluster import cluster_shape
-    from dhash.distributed.encode import encode_to_zarr
-    from dhash.distributed.progress import compute_with_progress
-    from dhash.hashing import LSH
+    from dask_hashcodes.distributed.cluster import cluster_shape
+    from dask_hashcodes.distributed.encode import encode_to_zarr
+    from dask_hashcodes.distributed.progress import compute_with_progress
+    from dask_hashcodes.hashing import LSH
 
     ds, X = _training_rows(n, data, seed)
     model = LSH(bits, random_state=seed).fit(X)  # encoding cost is the same for every linear model
@@ -498,7 +498,7 @@ def result_paths(out) -> tuple:
     """(JSON, Markdown) locations of the result written at ``out``: BASE.json and BASE.md,
     BASE being ``out`` without a .json or .md suffix, so ``x``, ``x.json`` and ``x.md`` all
     give x.json and x.md, and neither file is ever written over the other."""
-    from dhash.storage.location import resolve
+    from dask_hashcodes.storage.location import resolve
 
     loc = resolve(out)
     base = loc.name
@@ -513,8 +513,8 @@ def write_result(result: dict, out, *, overwrite: bool = False) -> Path:
     """The result JSON (schema dhash.bench/1) and its Markdown table beside it
     (``result_paths``); an existing file is replaced only with ``overwrite`` and only when it
     is a bench result dhash wrote. Returns the JSON's path."""
-    from dhash.storage.atomic import FILE_MARK, check_file_output, write_file_output
-    from dhash.storage.jsonio import dumps
+    from dask_hashcodes.storage.atomic import FILE_MARK, check_file_output, write_file_output
+    from dask_hashcodes.storage.jsonio import dumps
 
     json_path, md = result_paths(out)
     for path in (json_path, md):  # both checked before either is written
@@ -541,7 +541,7 @@ def _faiss_itq(X: np.ndarray, bits: int, threads: int):
 
 
 def _faiss_itq_codes(transform, X: np.ndarray) -> np.ndarray:
-    from dhash.kernels.codes import pack_signs
+    from dask_hashcodes.kernels.codes import pack_signs
 
     out = []
     for start in range(0, len(X), 1 << 16):
@@ -552,11 +552,11 @@ def _faiss_itq_codes(transform, X: np.ndarray) -> np.ndarray:
 def bench_itq_vs_faiss(n: int, bits: int, seed: int = 0, data: str | None = None, threads: int | None = None) -> dict:
     """Our ITQ (cluster, 50 iterations) vs faiss.ITQTransform (in memory): training time on
     the first n sift-synth rows, and map on Fashion-MNIST (labels, 1000 queries)."""
-    from dhash.data.sources import resolve_dataset
-    from dhash.distributed.graph import drop_rows
-    from dhash.evaluation.evaluate import evaluate_method, score_codes
-    from dhash.evaluation.truth import build_truth
-    from dhash.hashing import ITQ
+    from dask_hashcodes.data.sources import resolve_dataset
+    from dask_hashcodes.distributed.graph import drop_rows
+    from dask_hashcodes.evaluation.evaluate import evaluate_method, score_codes
+    from dask_hashcodes.evaluation.truth import build_truth
+    from dask_hashcodes.hashing import ITQ
 
     threads = threads or os.cpu_count()
     _, X = _training_rows(n, data, seed)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dhash.storage.datasets import Dataset, open_dataset, write_dataset
+from dask_hashcodes.storage.datasets import Dataset, open_dataset, write_dataset
 
 
 def holdout_dataset(ds: Dataset, n_test_queries: int, test_seed: int, out) -> Dataset:
@@ -60,7 +60,7 @@ def sweep(
 ) -> list[dict]:
     """Score ``method`` with each parameter set on validation queries drawn from ``holdout``
     (seed ``seed``): one row per (config, bits) with every metric of the report."""
-    from dhash import workflows
+    from dask_hashcodes import workflows
 
     rows = []
     for config in configs:

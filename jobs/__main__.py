@@ -1,3 +1,0 @@
-from dhash.jobs.cli import main
-
-raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""dask_hashcodes: learn binary hash codes over chunked data on a Dask cluster.
+
+Public API (everything a notebook needs; ``__all__`` lists it)::
+
+    import dask_hashcodes
+    dask_hashcodes.connect()
+    ds = dask_hashcodes.synth("sift", "data/s.zarr", n=100_000)
+    dask_hashcodes.split(ds, queries=1000)
+    model = dask_hashcodes.train(ds, "itq", "models/itq32", bits=32, split="default")
+    dask_hashcodes.encode(ds, model, "codes/itq32.zarr")
+    found = dask_hashcodes.search(ds, model, "codes/itq32.zarr", k=10)   # found.results: (D, I)
+
+* the jobs as functions (dask_hashcodes.workflows): ingest, synth, head, split, groundtruth, train,
+  encode, index, search, evaluate, demo;
+* the estimators (LSH, ITQ, ...), which follow the scikit-learn contract;
+* handles, each a location opened and verified once and passed down instead of the
+  location: Dataset and Split (``open_dataset``), Model (``load_model``), Codes
+  (``open_codes``), the stored multi-index (``open_index``) and inverted file (``open_ivf``);
+* the Index objects, FAISS's (D, I) and (lims, D, I), the query kind said by the method:
+  ``search(vectors, k)`` encodes vectors with the index's model, ``search_codes(codes, k)``
+  takes packed codes or ``Queries`` (codes and vectors); ``range_search`` and
+  ``range_search_codes`` likewise. FlatIndex, MIHIndex, IVFIndex, MultiIndex, Rerank, and
+  ServingIVF (an inverted file loaded in memory, searched on the calling thread);
+* Storage, the fsspec options URLs are opened with (the workflows' ``storage=``);
+* cluster helpers (``connect``, ``disconnect``) and InputError, the one error of bad input.
+
+Names are imported lazily so that ``import dask_hashcodes.kernels`` (plain numpy) never pulls in
+Dask. ``dask_hashcodes.search`` is both the search workflow (callable) and the package of the
+search modules.
+"""
+
+import importlib
+
+__version__ = "0.1.0"
+
+_ESTIMATORS = (
+    "LSH", "PCAH", "ITQ", "DisH", "SGH", "SH", "IsoHash", "AGH", "DGH", "KLSH", "BRE", "KMH", "SIKH",
+    "SPLH", "USPLH", "MAC", "ADSH", "SDH", "COSDISH", "DPSH", "KSH",
+)  # fmt: skip
+_WORKFLOWS = (
+    "dataset", "ingest", "synth", "head", "split", "groundtruth", "train", "encode", "index", "evaluate", "demo",
+    "Encoded", "Indexed", "Searched",
+)  # fmt: skip
+
+_EXPORTS = {
+    **dict.fromkeys(_ESTIMATORS, "dask_hashcodes.hashing"),
+    **dict.fromkeys(_WORKFLOWS, "dask_hashcodes.workflows"),
+    "InputError": "dask_hashcodes.errors",
+    "Model": "dask_hashcodes.hashing",
+    "load_model": "dask_hashcodes.hashing",
+    "make_hasher": "dask_hashcodes.hashing",
+    "METHOD_NAMES": "dask_hashcodes.hashing",
+    "Dataset": "dask_hashcodes.storage.datasets",
+    "Split": "dask_hashcodes.storage.datasets",
+    "open_dataset": "dask_hashcodes.storage.datasets",
+    "Codes": "dask_hashcodes.storage.codes",
+    "open_codes": "dask_hashcodes.storage.codes",
+    "codes_dask": "dask_hashcodes.storage.codes",
+    "StoredTables": "dask_hashcodes.storage.mih_index",
+    "open_index": "dask_hashcodes.storage.mih_index",
+    "StoredLists": "dask_hashcodes.storage.ivf_index",
+    "open_ivf": "dask_hashcodes.storage.ivf_index",
+    "Storage": "dask_hashcodes.storage.location",
+    "Index": "dask_hashcodes.search.index",
+    "FlatIndex": "dask_hashcodes.search.index",
+    "MIHIndex": "dask_hashcodes.search.index",
+    "IVFIndex": "dask_hashcodes.search.index",
+    "Rerank": "dask_hashcodes.search.index",
+    "ServingIVF": "dask_hashcodes.search.serving",
+    "Queries": "dask_hashcodes.search.queries",
+    "MultiIndex": "dask_hashcodes.search.mih",
+    "database_view": "dask_hashcodes.views",
+    "connect": "dask_hashcodes.distributed.cluster",
+    "disconnect": "dask_hashcodes.distributed.cluster",
+    "knn_search": "dask_hashcodes.search.hamming",
+    "radius_search": "dask_hashcodes.search.hamming",
+    "score_codes": "dask_hashcodes.evaluation.evaluate",
+    "quality_table": "dask_hashcodes.evaluation.report",
+}
+# names defined elsewhere under another name
+_ALIASES = {"Model": "Hasher"}
+
+__all__ = [*_EXPORTS, "search", "workflows", "__version__"]
+
+
+def __getattr__(name):
+    if name == "workflows":
+        return importlib.import_module("dask_hashcodes.workflows")
+    if name == "search":  # the package, callable as the search workflow (dask_hashcodes/search/__init__.py)
+        return importlib.import_module("dask_hashcodes.search")
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), _ALIASES.get(name, name))
+    raise AttributeError(f"module 'dask_hashcodes' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})

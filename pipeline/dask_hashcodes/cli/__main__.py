@@ -1,0 +1,3 @@
+from dask_hashcodes.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,497 @@
+"""What each ``dhash`` command does: call its workflow (pipeline/dask_hashcodes/workflows.py) with the
+typed option values and print where the outputs went. Used by the command line
+(pipeline/dask_hashcodes/cli/main.py) and by ``dhash run`` steps (pipeline/dask_hashcodes/cli/run.py) alike.
+
+``values`` is a dict dest -> value holding every option of the command (defaults filled
+in, see pipeline/dask_hashcodes/cli/options.py).
+
+The library's errors name Python parameters (`` `overwrite=True` ``, see dask_hashcodes.errors);
+``cli_message`` shows them as the flags that set them (``--overwrite``), through the one
+table ``PARAMETER_FLAGS``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from dask_hashcodes import workflows
+from dask_hashcodes.cli.options import (
+    ARGUMENT_FLAGS,
+    METHOD_COMMANDS,
+    OPTIONS,
+    is_set,
+    method_params,
+    options_of,
+    refuse_unused,
+)
+from dask_hashcodes.distributed.cluster import REPORT_KIND, performance_report
+from dask_hashcodes.errors import PARAMETER, InputError
+from dask_hashcodes.evaluation.neighbours import NeighbourSearches
+from dask_hashcodes.evaluation.report import neighbour_table, quality_table
+from dask_hashcodes.hashing.checkpoint import checkpoint_path
+from dask_hashcodes.search.rerank import check_rerank
+from dask_hashcodes.storage.atomic import (
+    OVERWRITE,
+    TEMPORARY_NAME,
+    check_file_output,
+    check_output,
+    child_inside,
+    read_commit,
+)
+from dask_hashcodes.storage.location import resolve
+
+EXIT_BAD_INPUT = 2
+# what each command writes at its ``out``: an existing path is replaced only if it is this kind
+# and dhash wrote all of it (storage.atomic)
+OUTPUT_KINDS = {
+    "ingest": "dataset",
+    "synth": "dataset",
+    "train": "model",
+    "encode": "codes",
+    "index": lambda values: "ivf-index" if values.get("kind") == "ivf" else "mih-index",
+    "evaluate": "report",
+}  # demo: one report per dataset below out
+# commands whose ``out`` is a single file: file path -> kind (bench: its JSON and its Markdown table)
+FILE_OUTPUTS = {
+    "search": lambda out: {out: "search-results"},
+    "bench": lambda out: dict.fromkeys(benchmark_harness().result_paths(out), "bench"),
+}
+
+
+# library parameters the option table does not map to one flag: those named otherwise on
+# the command line (the estimators' n_bits is --bits), and validation_size, which the table
+# gives two flags (mac's --validation-size, adsh's --adsh-validation-size): only mac's
+# messages name it
+RENAMED_PARAMETERS = {
+    **{param: f"--{flag}" for param, flag in ARGUMENT_FLAGS.items()},
+    "n_queries": "--queries",
+    "dataset_": "--dataset",
+    "storage": "--storage-options",
+    "validation_size": "--validation-size",
+    "n_lists": "--lists",
+}
+
+
+def _parameter_flags() -> dict[str, str]:
+    """API parameter name -> flag: each option's destination (``top_k`` -> ``--top-k``) and
+    the method parameter it sets (``n_similar`` -> ``--kappa-plus``), plus
+    ``RENAMED_PARAMETERS``. A name that options with different flags set (``max_iter`` is
+    ``--max-iter`` for dish, ``--dgh-max-iter`` for dgh) has no entry: the message keeps the
+    parameter's name rather than show a flag that may be the wrong one."""
+    flags: dict[str, set] = {}
+    for opt in OPTIONS:
+        for name in {opt.dest, opt.param} - {None}:
+            flags.setdefault(name, set()).add(opt.flag)
+    table = {name: found.pop() for name, found in flags.items() if len(found) == 1}
+    return {**table, **RENAMED_PARAMETERS}
+
+
+PARAMETER_FLAGS = _parameter_flags()
+
+
+def cli_message(message) -> str:
+    """A library message as the command line says it: each parameter mark with a flag
+    becomes that flag (`` `overwrite=True` `` -> ``--overwrite``, `` `top_k=K` `` ->
+    ``--top-k K``, `` `rerank='exact'` `` -> ``--rerank exact``, a JSON value quoted for the
+    shell); other marks stay as written."""
+
+    def flag(match) -> str:
+        name, value = match.group(1), match.group(2)
+        if name not in PARAMETER_FLAGS:
+            return match.group(0)
+        if value is None or value == "True":
+            return PARAMETER_FLAGS[name]
+        if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]  # a Python string: the flag takes its text
+        return f"{PARAMETER_FLAGS[name]} {shlex.quote(value)}"
+
+    text = SKLEARN_PARAMETER.sub(
+        lambda m: f"{PARAMETER_FLAGS[m.group(1)]} {m.group(2)}" if m.group(1) in PARAMETER_FLAGS else m.group(0),
+        str(message),
+    )
+    for advice, instead in PYTHON_ADVICE:
+        text = advice.sub(instead, text)
+    return PARAMETER.sub(flag, text)
+
+
+# scikit-learn's parameter validation names a parameter in its own words ("The 'n_iter'
+# parameter of ITQ must be ..."): the command line says the flag
+SKLEARN_PARAMETER = re.compile(r"The '([a-z][a-z0-9_]*)' parameter of \w+ (must|is)")
+# what messages reachable from a command say in Python terms (scikit-learn's required wording
+# for a missing y, calls of fit), as the command line says it
+PYTHON_ADVICE = (
+    (re.compile(r"requires y to be passed, but the target y is None(?: \(the data has no labels\))?"), "needs labels, "
+     "and the dataset has none"),
+    (re.compile(r"(?:pass|call) fit\(X, y\)(?:,| or) "), ""),
+    (re.compile(r"partition='by-label'"), "--partition by-label"),
+)  # fmt: skip
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def needs_cluster(command: str, values: dict) -> bool:
+    if command == "bench":
+        return values["stage"] in ("train", "encode")  # search and groundtruth time single-process kernels
+    return command not in ("ingest", "run")
+
+
+# values ``dhash run`` fills into every step itself (its --quiet and --storage-options, and
+# --overwrite and --resume: a pipeline owns its outputs and resumes its checkpoints): never
+# taken for options a step gives
+FILLED_IN = ("quiet", "storage_options", "overwrite", "resume")
+
+
+def given_options(command: str, values: dict) -> frozenset:
+    """The dests of the options given for this command: known to values parsed from a
+    command line (``Values.given``); for other values (a ``dhash run`` step's), those that
+    differ from the option's default, except ``FILLED_IN``."""
+    given = getattr(values, "given", None)
+    if given is not None:
+        return given
+    return frozenset(
+        dest
+        for dest, opt in options_of(command).items()
+        if dest not in FILLED_IN and is_set(values.get(dest)) and values.get(dest) != opt.default_for(command)
+    )
+
+
+def check_before_work(command: str, values: dict) -> None:
+    """Checks that need no data, before any cluster starts or any computation runs: options
+    given that would do nothing (the option table's ``applies``, and method options for
+    methods not run), option combinations, and where this command will write (writable,
+    replaceable when it exists)."""
+
+    if command == "search" and values["radius"] is not None and values["k"] is not None:
+        raise InputError("give either --k (top-k search) or --radius (radius search), not both")
+    given = given_options(command, values)
+    refuse_unused(command, values, given)
+    if command in METHOD_COMMANDS:
+        method_params(command, values)  # a method option for methods this command does not run is refused
+    values = {**values, **{key: _located(values, key) for key in ("out", "codes") if values.get(key)}}
+    if command == "search":
+        check_rerank(values["rerank"], values["candidates"], values["k"], values["radius"])
+        if values["nprobe"] is not None and values["index"]:
+            check_inverted_file(_located(values, "index"))
+    if command == "bench":
+        use_benchmark_checkout()
+    kind = OUTPUT_KINDS.get(command)
+    kind = kind(values) if callable(kind) else kind
+    flag = OVERWRITE if "overwrite" in values else None
+    if kind is not None and values.get("out"):
+        # evaluate replaces its own previous report; the others need --overwrite
+        check_output(values["out"], kind=kind, overwrite=values.get("overwrite", True), flag=flag)
+    if command == "bench":
+        check_bench_out(values["out"])
+    if command in FILE_OUTPUTS and values.get("out"):
+        for path, file_kind in FILE_OUTPUTS[command](values["out"]).items():
+            check_file_output(path, kind=file_kind, overwrite=bool(values.get("overwrite")), flag=flag)
+    if command == "train" and values.get("codes"):
+        check_output(values["codes"], kind="codes", overwrite=bool(values.get("overwrite")), flag=flag)
+    if command == "train" and values.get("out") and checkpoint_path(values["out"]).exists():
+        # the checkpoint beside the model is resumed or replaced later: it must be dhash's own
+        check_output(checkpoint_path(values["out"]), kind="checkpoint", overwrite=True, flag=None)
+    if command == "demo":
+        check_demo_output(values["out"])
+    if values.get("performance_report"):
+        check_file_output(
+            values["performance_report"], kind=REPORT_KIND, overwrite=bool(values.get("overwrite")), flag=flag
+        )
+
+
+def check_bench_out(out) -> None:
+    """dhash bench writes BASE.json and BASE.md (benchmarks.harness.runs.result_paths): an
+    ``out`` that is neither yet exists (a file or directory named BASE) is refused, so the
+    results never land beside something the user pointed at by mistake."""
+    loc = resolve(out)
+    if loc.exists() and loc not in benchmark_harness().result_paths(out):
+        raise InputError(
+            f"--out {out} exists and is not a bench result; dhash bench writes BASE.json and BASE.md, so name a "
+            "new BASE (or BASE.json, BASE.md)"
+        )
+
+
+def check_inverted_file(index) -> None:
+    """--nprobe probes the lists of an inverted file: an index that is a multi-index is refused
+    (one that cannot be read is left for the search to report)."""
+    record = read_commit(resolve(index))
+    if record is not None and record.get("kind") == OUTPUT_KINDS["index"]({"kind": "mih"}):
+        raise InputError(
+            f"--nprobe sets the lists an inverted file probes, and {index} is a multi-index; drop --nprobe, or "
+            "search an index made by dhash index --kind ivf"
+        )
+
+
+def check_demo_output(out) -> None:
+    """The demo writes one report directory per dataset into a directory of its own: ``out``
+    must be absent, or hold nothing but those reports (replaced as dhash's own)."""
+    out = resolve(out)
+    if out.exists():
+        if out.is_file() or read_commit(out) is not None:
+            what = "a file" if out.is_file() else f"a dhash {read_commit(out).get('kind')}"
+            raise InputError(f"demo output {out} is {what}; name a directory of its own")
+        others = [n for n in out.list_names() if n not in workflows.DEMO_DATASETS and not TEMPORARY_NAME.match(n)]
+        if others:
+            raise InputError(
+                f"demo output {out} holds entries the demo did not write ({', '.join(others[:3])}); "
+                "name a new directory (the demo writes one report directory per dataset into it)"
+            )
+    for name in workflows.DEMO_DATASETS:
+        check_output(child_inside(out, name), kind="report", overwrite=True, flag=None)
+
+
+def execute(command: str, values: dict, *, checked: bool = False) -> int:
+    """Run one command on the current cluster: its exit status (bad input: one line, 2).
+    ``checked``: the caller ran ``check_before_work`` already (before starting its cluster),
+    so it is not run twice."""
+    try:
+        if not checked:
+            check_before_work(command, values)
+        with performance_report(values.get("performance_report"), overwrite=bool(values.get("overwrite"))):
+            status = RUN[command](values) or 0
+        if values.get("performance_report"):
+            log(f"performance report: {values['performance_report']}")
+        return status
+    except InputError as exc:
+        print(f"error: {cli_message(exc)}", file=sys.stderr)
+        return getattr(exc, "exit_code", EXIT_BAD_INPUT)
+
+
+def _located(values: dict, key: str):
+    """The location option ``key`` (a URL resolved with the command's storage options)."""
+    where = values[key]
+    return resolve(where, storage=values.get("storage_options")) if "://" in str(where) else where
+
+
+def _storage(values: dict):
+    """The command's storage options (None: the environment's), passed to its workflow."""
+    return values.get("storage_options")
+
+
+def _progress(values) -> bool:
+    return not values["quiet"]
+
+
+def pick(values: dict, *names) -> dict:
+    """The named option values, as keyword arguments of a workflow (same names)."""
+    return {name: values[name] for name in names}
+
+
+def _dataset(values, name=None):
+    return workflows.dataset(
+        name or values["dataset"],
+        n=values.get("n"),
+        seed=values.get("seed", 0),
+        chunk_rows=values.get("chunk_rows"),
+        progress=_progress(values),
+        storage=_storage(values),
+    )
+
+
+def ingest(values):
+    options = pick(values, "format", "column", "labels", "label_column", "chunk_rows", "overwrite")
+    ds = workflows.ingest(
+        values["source"], values["out"], progress=_progress(values), storage=_storage(values), **options
+    )
+    print(f"dataset: {ds.path} ({ds.n} x {ds.d} {ds.dtype}, labels: {ds.has_labels})")
+
+
+def synth(values):
+    import time
+
+    started = time.perf_counter()
+    options = pick(values, "n", "seed", "chunk_rows", "overwrite")
+    ds = workflows.synth(values["kind"], values["out"], progress=_progress(values), storage=_storage(values), **options)
+    secs = time.perf_counter() - started
+    print(f"dataset: {ds.path} ({ds.n} x {ds.d} {ds.dtype}) in {secs:.1f}s ({ds.n / secs:,.0f} rows/s)")
+
+
+def split(values):
+    s = workflows.split(_dataset(values), **pick(values, "queries", "seed", "name", "overwrite"))
+    print(
+        f"split {s.name}: {s.n_query} queries, {s.n_database} database rows, "
+        f"seed {values['seed']}, sha256 {s.manifest['query_sha256'][:16]}"
+    )
+
+
+def groundtruth(values):
+    ds = _dataset(values)
+    truth = workflows.groundtruth(ds, **pick(values, "split", "top_k", "top_percent"))
+    print(
+        f"ground truth: {ds.path}/groundtruth ({ds.get_split(values['split']).n_query} queries x "
+        f"{truth.description['k']} neighbours, stored as {truth.description['form']})"
+    )
+
+
+def train(values):
+    options = pick(values, "bits", "seed", "split", "overwrite", "resume")
+    params = method_params("train", values)
+    model = workflows.train(
+        _dataset(values),
+        values["method"],
+        values["out"],
+        params=params,
+        codes=values.get("codes"),
+        storage=_storage(values),
+        **options,
+    )
+    stats = model.training_stats_
+    secs, passes, rows = stats["train_seconds"], stats.get("passes", 1), stats["n_train"]
+    print(
+        f"model: {values['out']} ({model.method}, {model.n_bits} bits, id {model.model_id}, {secs:.1f}s, "
+        f"{passes} passes over {rows:,} rows: {passes * rows / secs:,.0f} rows/s)"
+    )
+
+
+def encode(values):
+    ds = _dataset(values)
+    done = workflows.encode(
+        ds,
+        values["model"],
+        values["out"],
+        overwrite=values["overwrite"],
+        progress=_progress(values),
+        storage=_storage(values),
+    )
+    print(
+        f"codes: {done.path} ({done.n} x {done.code_bytes} bytes) in {done.seconds:.1f}s "
+        f"({done.n / done.seconds:,.0f} rows/s)"
+    )
+
+
+def index(values):
+    ivf = values["kind"] == "ivf"
+    done = workflows.index(
+        values["codes"], values["out"], kind=values["kind"], substrings=values["substrings"],
+        dataset_=values.get("dataset"), lists=values["lists"], kmeans_rows=values["kmeans_rows"], seed=values["seed"], overwrite=values["overwrite"],
+        progress=_progress(values), storage=_storage(values),
+    )  # fmt: skip
+    parts = f"{done.m:,} lists" if ivf else f"{done.m} substring tables per shard"
+    print(f"index: {done.path} ({done.n:,} codes, {parts}) in {done.seconds:.1f}s")
+
+
+def search(values):
+    where = (values["model"], values["codes"], values["out"])
+    options = pick(values, "split", "k", "radius", "index", "nprobe", "rerank", "candidates", "recall", "overwrite")
+    done = workflows.search(_dataset(values), *where, progress=_progress(values), storage=_storage(values), **options)
+    print(
+        f"results: {done.path} ({done.n_queries} queries x {done.n_database:,} codes, {done.rows} rows) in "
+        f"{done.seconds:.2f}s ({done.n_queries * done.n_database / done.seconds / 1e9:.2f} G query-code pairs/s) "
+        f"by {done.searched_by}"
+    )
+    if done.recall is not None:
+        print(f"recall@{done.k} of the exact Euclidean top-{done.k}: {done.recall:.4f}")
+
+
+def _evaluate_options(command, values) -> dict:
+    return {
+        **pick(values, "methods", "bits", "queries", "seed", "ks", "top_k", "top_percent"),
+        "params": method_params(command, values),
+        "evaluation_options": pick(values, "dish2_dictionaries"),  # how particular methods are scored
+        "neighbours": _neighbour_searches(values),
+        "log_lines": None if values["quiet"] else log,
+    }
+
+
+def _neighbour_searches(values):
+    if not values.get("recall_at"):
+        return None
+    return NeighbourSearches(
+        recall_at=values["recall_at"], rerank_candidates=tuple(values["rerank_candidates"]),
+        ivf_lists=values["ivf_lists"], ivf_nprobes=tuple(values["ivf_nprobes"]),
+    )  # fmt: skip
+
+
+def _print_report(ds_name: str, report: dict, out) -> None:
+
+    print(
+        f"\n## {ds_name}: {report['dataset']['n']} points, {report['split']['n_query']} queries, ground truth "
+        f"{report['ground_truth']['kind']}\n"
+    )
+    print(quality_table(report))
+    if neighbour_table(report):
+        print("\n" + neighbour_table(report), end="")
+    print(f"\nreport: {out}/report.json, report.md, " + ", ".join(report["plots"]))
+
+
+def evaluate(values):
+    ds = _dataset(values)
+    options = _evaluate_options("evaluate", values)
+    report = workflows.evaluate(
+        ds, out=values["out"], ground_truth=values["ground_truth"], storage=_storage(values), **options
+    )
+    _print_report(ds.source, report, values["out"])
+
+
+def demo(values):
+    options = _evaluate_options("demo", values)
+    where = pick(values, "out", "n", "chunk_rows")
+    reports = workflows.demo(progress=_progress(values), storage=_storage(values), **where, **options)
+    for name, report in reports.items():
+        _print_report(name, report, f"{values['out']}/{name}")
+
+
+def use_benchmark_checkout() -> str:
+    """Make the benchmark harness importable, here and in the workers of a cluster started
+    afterwards (PYTHONPATH), and return its checkout. The harness lives in the repository,
+    not in the installed package: it is found in the checkout the package is installed from
+    (an editable install keeps the package in CHECKOUT/pipeline/dask_hashcodes) or in the working directory."""
+    import dask_hashcodes
+
+    for root in (Path(dask_hashcodes.__file__).resolve().parents[2], Path.cwd()):
+        if (root / "benchmarks" / "harness" / "runs.py").is_file():
+            checkout = str(root)
+            if checkout not in sys.path:
+                sys.path.insert(0, checkout)
+            paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([checkout, *paths]))
+            return checkout
+    raise InputError(
+        "dhash bench runs the benchmark harness of a checkout of the repository; "
+        "pip install -e '.[bench]' there and run dhash bench from it"
+    )
+
+
+def benchmark_harness():
+    """The benchmark harness's runs module (benchmarks/harness/runs.py of the checkout)."""
+    checkout = use_benchmark_checkout()
+    try:
+        from benchmarks.harness import runs
+    except ImportError as exc:
+        raise InputError(
+            f"dhash bench needs the benchmark extra ({exc.name} is missing); pip install -e '.[bench]' in {checkout}"
+        ) from None
+    return runs
+
+
+def bench(values):
+    options = pick(
+        values, "n", "bits", "queries", "k", "method", "iterations", "nodes", "floor_repeats", "data", "seed"
+    )
+    runs = benchmark_harness()
+    result = runs.run_stage(
+        values["stage"], values["out"], threads=values["bench_threads"], overwrite=bool(values["overwrite"]), **options
+    )
+    log(result.pop("markdown"))
+    written = " and ".join(str(path) for path in runs.result_paths(values["out"]))
+    print(f"bench: {written} (ratio ours/peer seconds {result['ratio_ours_over_peer_seconds']})")
+
+
+RUN = {
+    "ingest": ingest,
+    "synth": synth,
+    "split": split,
+    "groundtruth": groundtruth,
+    "train": train,
+    "encode": encode,
+    "index": index,
+    "search": search,
+    "evaluate": evaluate,
+    "demo": demo,
+    "bench": bench,
+}

@@ -1,0 +1,1246 @@
+"""The option table: every option of every ``dhash`` command, defined once.
+
+The command-line parser (pipeline/dask_hashcodes/cli/main.py), ``--config`` TOML files (pipeline/dask_hashcodes/cli/config.py), the steps
+of ``dhash run`` pipelines (pipeline/dask_hashcodes/cli/run.py), ``dhash --help`` and the config schema
+(``data_schemas/config.schema.json``, written by ``python -m dask_hashcodes.cli.options``) are all built
+from ``OPTIONS``: a name, the commands taking it, a value type, a default and a help text.
+
+The method options (``METHOD_OPTIONS``) are generated from the estimators of
+``dask_hashcodes.hashing.registry``: each flag's value type, range and choices come from the
+estimator's ``_parameter_constraints`` and the default its help prints from
+``get_params()``; written here are only the flag's name (``PARAM_FLAGS``, the one map of
+flag names to estimator parameters) and what the parameter means (``PARAM_HELP``).
+
+A flag's text and a TOML value go through the same ``type`` callable; a TOML value must
+also have the TOML type the option expects (an integer option takes ``bits = 12``, not
+``12.7`` or ``"12"``; a switch takes ``true``/``false``, not ``"false"``). Every refusal is
+an ``InputError``: one line naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+from dataclasses import dataclass
+from numbers import Integral
+
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from dask_hashcodes.data.sources import SOURCES
+from dask_hashcodes.deep import networks
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.hashing.registry import HASHERS, METHOD_NAMES, METHOD_VARIANTS, method_class
+
+
+class OptionParser(argparse.ArgumentParser):
+    """argparse whose errors are one-line InputErrors (exit 2 via the CLI), not usage dumps."""
+
+    def error(self, message):
+        raise InputError(f"{self.prog}: {message}; see `{self.prog} --help`")
+
+
+def _integer(text, low: int, what: str) -> int:
+    if isinstance(text, bool):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+    return value
+
+
+def positive_int(text) -> int:
+    return _integer(text, 1, "a positive integer")
+
+
+def non_negative_int(text) -> int:
+    return _integer(text, 0, "an integer >= 0")
+
+
+def positive_float(text) -> float:
+    what = "a positive number"
+    if isinstance(text, bool):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def positive_int_list(text) -> list[int]:
+    """``16,32,64`` (or a TOML array) -> [16, 32, 64]; every item a positive integer."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        text = [text]  # TOML: bits = 16 is a list of one
+    items = text if isinstance(text, list) else [v for v in str(text).split(",") if v.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of positive integers, got nothing")
+    try:
+        return [positive_int(v) for v in items]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list of positive integers, got {text!r}"
+        ) from None
+
+
+# Longest code length accepted. Hash codes exist to be much smaller than the vectors they
+# index: 4096 bits (512 bytes a row) is already the size of a 128-d float32 vector, and
+# every method keeps (features, bits) float64 projections and (rows, bits) codes in memory.
+MAX_BITS = 4096
+
+
+def _check_bits(value: int) -> int:
+    if value > MAX_BITS:
+        raise argparse.ArgumentTypeError(f"expected a code length of 1 to {MAX_BITS} bits, got {value}")
+    return value
+
+
+def bit_count(text) -> int:
+    """A code length: a positive integer up to ``MAX_BITS``."""
+    return _check_bits(positive_int(text))
+
+
+def bit_counts(text) -> list[int]:
+    """Code lengths, comma-separated (or a TOML array), each 1 to ``MAX_BITS``."""
+    return [_check_bits(v) for v in positive_int_list(text)]
+
+
+def name_list(text) -> list[str]:
+    items = text if isinstance(text, list) else str(text).split(",")
+    names = [str(v).strip().lower() for v in items if str(v).strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of names, got nothing")
+    return names
+
+
+def json_object(text) -> dict:
+    """``--storage-options '{"anon": true}'`` -> dict (a TOML table passes through)."""
+    if isinstance(text, dict):
+        return text
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({exc})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
+def date(text) -> str:
+    """YYYY-MM-DD (a TOML date too)."""
+    try:
+        return dt.date.fromisoformat(str(text)).isoformat()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a date YYYY-MM-DD, got {text!r}") from None
+
+
+def toml_scalar(text_: str):
+    """``--set`` values are TOML scalars when they parse as one (numbers, true/false), else strings."""
+    import tomllib
+
+    try:
+        return tomllib.loads(f"v = {text_}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text_
+
+
+def text(value) -> str:
+    return str(value)
+
+
+# ------------------------------------------------------------------ the table ----------
+
+CLUSTER_COMMANDS = (
+    "ingest",
+    "synth",
+    "split",
+    "groundtruth",
+    "train",
+    "encode",
+    "index",
+    "search",
+    "evaluate",
+    "demo",
+    "bench",
+    "run",
+)
+COMMANDS = {
+    "ingest": "Convert a file (fvecs/bvecs/ivecs, IDX, npy, parquet) or a built-in source into a dataset",
+    "synth": "Generate a synthetic dataset chunk-parallel on the cluster",
+    "split": "Draw a seeded query/database split and store it in the dataset",
+    "groundtruth": "Exact Euclidean neighbours of a split's queries (computed once, stored in the dataset)",
+    "train": "Learn hash functions on a dataset's database rows and save a model directory",
+    "encode": "Encode every row of a dataset into packed binary codes (zarr)",
+    "index": "An index of a codes store for Hamming search that compares few codes: multi-index hashing tables "
+    "(exact) or an inverted file (approximate)",
+    "search": "Hamming top-k (or radius) search of a split's queries; results to parquet",
+    "evaluate": "Train, encode, search and score methods x bit lengths; write a report directory",
+    "demo": "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with LSH, PCAH, ITQ, DisH",
+    "bench": "Benchmark a stage against its peer (FAISS, or the plain-pass floor); writes JSON + Markdown",
+    "run": "Run a TOML pipeline of dhash steps as one scheduled batch job (lock, skip up-to-date steps, logs)",
+}
+METHOD_COMMANDS = ("train", "evaluate", "demo")
+REPORT_COMMANDS = ("evaluate", "demo")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option. ``default`` may be a dict {command: default}; ``required`` names the
+    commands that need it (from the command line or the config). A method option sets the
+    estimator parameter ``param`` of the estimators ``methods`` (base method names); its
+    ``default`` is None (not given: the estimator's own default, ``estimator_defaults``).
+    ``applies``: the conditions (``With``, ``Without``, ...) under which the option does
+    something, all of which must hold; given where one does not, it is refused
+    (``refuse_unused``) rather than ignored."""
+
+    name: str
+    commands: tuple
+    help: str
+    type: object = text
+    default: object = None
+    required: tuple = ()
+    switch: bool = False
+    positional: bool = False
+    choices: tuple | None = None
+    group: str = "options"
+    param: str | None = None
+    methods: tuple = ()
+    estimator_defaults: dict | None = None
+    dest_name: str | None = None
+    repeat: bool = False
+    metavar: str | None = None
+    applies: tuple = ()
+
+    @property
+    def dest(self) -> str:
+        return self.dest_name or self.name.replace("-", "_")
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.name}"
+
+    def default_for(self, command: str):
+        if isinstance(self.default, dict):
+            return self.default.get(command)
+        return False if self.switch and self.default is None else self.default
+
+    def parse(self, value, where: str):
+        """A TOML value checked and converted like the flag's text would be."""
+        key = self.name
+        if self.switch:
+            if not isinstance(value, bool):
+                # suggest the boolean the value spells ("false" -> false), not always true
+                spelt = str(value).strip().lower()
+                fix = f"{key} = {spelt}" if spelt in ("true", "false") else f"{key} = true or {key} = false"
+                raise InputError(
+                    f"{where}: {key} must be true or false, got {value!r}; write {fix} (a boolean, unquoted)"
+                )
+            return value
+        accepted = toml_types(self.type)
+        if (isinstance(value, bool) and bool not in accepted) or not isinstance(value, accepted):
+            want = " or ".join(_TOML_NAMES[t] for t in accepted)
+            hint = f"; write {key} = {int(value)}" if isinstance(value, float) and int in accepted else ""
+            raise InputError(f"{where}: {key} must be {want}, got {value!r}{hint}")
+        try:
+            value = self.type(value)
+        except (argparse.ArgumentTypeError, InputError, ValueError, TypeError) as exc:
+            raise InputError(f"{where}: bad value for {key} ({exc})") from None
+        if self.choices is not None and value not in self.choices:
+            raise InputError(f"{where}: {key} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+        return value
+
+
+def _opt(name, commands, help_, **kw) -> Option:
+    return Option(name, tuple(commands), help_, **kw)
+
+
+# ------------------------------------------------------- when an option applies --------
+# An option that would do nothing for the command as given is refused, not ignored: an
+# Option's ``applies`` lists conditions on the other options' values, and ``refuse_unused``
+# checks every option *given* (on the command line or in the config, not defaulted) against
+# them before any work starts. Each condition says when it holds and, when it does not, the
+# one-line refusal: the option, when it applies, and what to add or drop.
+
+
+def is_set(value) -> bool:
+    """A value that does something: not None, and for a switch, on."""
+    return value is not None and value is not False
+
+
+def _one_of(values) -> str:
+    """'a', 'a or b', 'a, b or c'."""
+    items = [str(v) for v in values]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+
+
+def _why(why: str) -> str:
+    return f" ({why})" if why else ""
+
+
+@dataclass(frozen=True)
+class With:
+    """Applies when option ``dest`` is set (``values`` empty) or has one of ``values`` (a
+    list option such as --methods: holds one of them). ``commands``: the commands this
+    condition is for (empty: all of the option's); ``why``: what the option does, a few
+    words for the refusal."""
+
+    dest: str
+    values: tuple = ()
+    why: str = ""
+    commands: tuple = ()
+
+    def holds(self, command: str, values: dict) -> bool:
+        value = values.get(self.dest)
+        if not self.values:
+            return is_set(value)
+        return any(v in self.values for v in (value if isinstance(value, list) else [value]))
+
+    def phrase(self, command: str, options: dict) -> str:
+        other = options[self.dest]
+        if other.positional:
+            return f"to dhash {command} {_one_of(self.values)}"
+        if not self.values:
+            return f"with {other.flag}"
+        if other.type is name_list:
+            return f"when {other.flag} includes {_one_of(self.values)}"
+        return f"with {other.flag} {_one_of(self.values)}"
+
+    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
+        other = options[self.dest]
+        if other.positional or len(self.values) > 1:
+            fix = f"drop {opt.flag}"
+        else:
+            fix = f"add {other.flag}{' ' + str(self.values[0]) if self.values else ''} or drop {opt.flag}"
+        return f"{opt.flag} applies only {self.phrase(command, options)}{_why(self.why)}; {fix}"
+
+
+@dataclass(frozen=True)
+class Without:
+    """Applies unless option ``dest`` is set (``values`` empty) or has one of ``values``."""
+
+    dest: str
+    values: tuple = ()
+    why: str = ""
+    commands: tuple = ()
+
+    def holds(self, command: str, values: dict) -> bool:
+        return not With(self.dest, self.values).holds(command, values)
+
+    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
+        other, why = options[self.dest], _why(self.why)
+        if other.positional:
+            return f"{opt.flag} does not apply to dhash {command} {_one_of(self.values)}{why}; drop {opt.flag}"
+        if self.values:
+            return f"{opt.flag} does not apply with {other.flag} {_one_of(self.values)}{why}; drop {opt.flag}"
+        return f"{opt.flag} does not apply with {other.flag}{_why(self.why)}; drop {opt.flag} or {other.flag}"
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """Applies when one of ``conditions`` (``With``) holds."""
+
+    conditions: tuple
+    why: str = ""
+    commands: tuple = ()
+
+    def holds(self, command: str, values: dict) -> bool:
+        return any(c.holds(command, values) for c in self.conditions)
+
+    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
+        where = ", or ".join(c.phrase(command, options) for c in self.conditions)
+        return f"{opt.flag} applies only {where}{_why(self.why)}; drop {opt.flag}"
+
+
+@dataclass(frozen=True)
+class Never:
+    """Does not apply to ``commands``: ``why`` says why, ``fix`` (default: drop it) what to do."""
+
+    commands: tuple
+    why: str
+    fix: str = ""
+
+    def holds(self, command: str, values: dict) -> bool:
+        return False
+
+    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
+        return f"{opt.flag} does not apply to dhash {command} ({self.why}); {self.fix or 'drop ' + opt.flag}"
+
+
+SCHEDULER_VARIABLE = "DASK_SCHEDULER_ADDRESS"
+
+
+def scheduler_address(values: dict) -> tuple[str, str] | None:
+    """(address, where it comes from) of the running scheduler a command joins, as
+    ``dask_hashcodes.distributed.cluster.connect`` picks it; None: a local cluster is started."""
+    from dask_hashcodes import config as settings
+
+    for address, where in (
+        (values.get("scheduler"), "given by --scheduler"),
+        (os.environ.get(SCHEDULER_VARIABLE), f"in ${SCHEDULER_VARIABLE}"),
+        (settings.get("scheduler"), "of the dhash.scheduler setting"),
+    ):
+        if address:
+            return address, where
+    return None
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    """Applies when the command starts a local cluster: no scheduler address is given (by
+    --scheduler, $DASK_SCHEDULER_ADDRESS or the dhash.scheduler setting)."""
+
+    commands: tuple = ()
+
+    def holds(self, command: str, values: dict) -> bool:
+        return scheduler_address(values) is None
+
+    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
+        address, where = scheduler_address(values)
+        return (
+            f"{opt.flag} sizes the local cluster dhash starts, and this command joins the scheduler {address} "
+            f"{where}; drop {opt.flag}"
+        )
+
+
+# the options naming a place data is read from or written to
+LOCATION_DESTS = ("source", "out", "dataset", "labels", "model", "codes", "index", "performance_report")
+
+
+@dataclass(frozen=True)
+class AnyURL:
+    """Applies when one of the command's locations is a URL (s3://, gs://, ...): storage
+    options are how those are opened; local paths take none."""
+
+    commands: tuple = ()
+
+    def holds(self, command: str, values: dict) -> bool:
+        return any("://" in str(values[d]) for d in LOCATION_DESTS if is_set(values.get(d)))
+
+    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
+        return (
+            f"{opt.flag} applies only to URL locations (s3://, gs://, abfs://, ...), and every location of this "
+            f"dhash {command} is a local path; drop {opt.flag}"
+        )
+
+
+# ------------------------------------------------------------ method options -----------
+# Method options are generated from the estimators: a flag's parameter, value type, range,
+# choices and default are read from the estimator class (``get_params()`` and
+# ``_parameter_constraints``); only the flag's name (PARAM_FLAGS) and a short description
+# (PARAM_HELP) are written here.
+
+# CLI name <-> estimator parameter: the one place a method option is named.
+# (flag, method, param): the flag sets ``param`` of ``method`` and of its variants (agh2 for
+# agh, dish-allreduce for dish, ...) unless the variant fixes it (cut and quad fix mac's
+# max_iter). method None: a shared flag, setting ``param`` of every estimator that takes it
+# and has no flag of its own for it (--rho: dish and sgh, while dgh's rho is --dgh-rho). A
+# parameter whose meaning differs between methods gets a method-prefixed flag per method.
+PARAM_FLAGS: tuple[tuple[str, str | None, str], ...] = (
+    ("n-iter", "itq", "n_iter"),
+    ("isohash-max-iter", "isohash", "max_iter"),
+    ("dictionary", "dish", "dictionary"),
+    ("nodes", "dish", "nodes"),
+    ("topology", "dish", "topology"),
+    ("partition", "dish", "partition"),
+    ("rho", None, "rho"),
+    ("rho-scale", "dish", "rho_scale"),
+    ("inner-steps", "dish", "inner_steps"),
+    ("max-iter", "dish", "max_iter"),
+    ("init", "dish", "init"),
+    ("dish-tol", "dish", "tol"),
+    ("dish-consensus-tol", "dish", "consensus_tol"),
+    ("n-bases", "sgh", "n_bases"),
+    ("bandwidth-scale", "sgh", "bandwidth_scale"),
+    ("sgh-rho-scale", "sgh", "rho_scale"),
+    ("sgh-gamma", "sgh", "gamma"),
+    ("sgh-refine", "sgh", "refine"),
+    ("kernel-cache", "sgh", "kernel_cache"),
+    ("sikh-bandwidth", "sikh", "bandwidth"),
+    ("sikh-bandwidth-scale", "sikh", "bandwidth_scale"),
+    ("klsh-anchors", "klsh", "n_anchors"),
+    ("klsh-subset-size", "klsh", "subset_size"),
+    ("klsh-bandwidth-scale", "klsh", "bandwidth_scale"),
+    ("bre-train-size", "bre", "train_size"),
+    ("bre-points-per-bit", "bre", "points_per_bit"),
+    ("bre-sweeps", "bre", "n_iter"),
+    ("agh-anchors", "agh", "n_anchors"),
+    ("agh-nearest", "agh", "n_nearest"),
+    ("kmeans-iter", "agh", "kmeans_iter"),
+    ("dgh-anchors", "dgh", "n_anchors"),
+    ("dgh-nearest", "dgh", "n_nearest"),
+    ("dgh-kmeans-iter", "dgh", "kmeans_iter"),
+    ("dgh-rho", "dgh", "rho"),
+    ("dgh-max-iter", "dgh", "max_iter"),
+    ("dgh-max-b-iter", "dgh", "max_b_iter"),
+    ("kmh-bits-per-subspace", "kmh", "bits_per_subspace"),
+    ("kmh-iter", "kmh", "n_iter"),
+    ("kmh-affinity-weight", "kmh", "affinity_weight"),
+    ("labeled", None, "n_labeled"),
+    ("eta", None, "eta"),
+    ("splh-alpha", "splh", "alpha"),
+    ("region-size", "usplh", "region_size"),
+    ("decay", "usplh", "decay"),
+    ("affinity", "mac", "affinity"),
+    ("knn-search", "mac", "knn_search"),
+    ("mac-loss", "mac", "loss"),
+    ("mac-hash", "mac", "hash_function"),
+    ("kappa-plus", "mac", "n_similar"),
+    ("kappa-minus", "mac", "n_dissimilar"),
+    ("mac-centres", "mac", "n_centres"),
+    ("mu-start", "mac", "mu_start"),
+    ("mu-factor", "mac", "mu_factor"),
+    ("mac-max-iter", "mac", "max_iter"),
+    ("z-passes", "mac", "z_passes"),
+    ("mac-start-passes", "mac", "start_passes"),
+    ("mac-block-size", "mac", "block_size"),
+    ("mac-svm-c", "mac", "svm_c"),
+    ("mac-h-step", "mac", "h_step"),
+    ("mac-early-stopping", "mac", "early_stopping"),
+    ("validation-size", "mac", "validation_size"),
+    ("validation-database", "mac", "validation_database"),
+    ("ksh-anchors", "ksh", "n_anchors"),
+    ("ksh-max-iter", "ksh", "max_iter"),
+    ("sdh-anchors", "sdh", "n_anchors"),
+    ("sdh-bandwidth-scale", "sdh", "bandwidth_scale"),
+    ("sdh-lambda-g", "sdh", "lambda_g"),
+    ("sdh-lambda-f", "sdh", "lambda_f"),
+    ("sdh-nu", "sdh", "nu"),
+    ("sdh-max-iter", "sdh", "max_iter"),
+    ("cosdish-columns", "cosdish", "n_columns"),
+    ("cosdish-max-iter", "cosdish", "max_iter"),
+    ("cosdish-alternations", "cosdish", "alternations"),
+    ("cosdish-ridge", "cosdish", "ridge"),
+    ("adsh-gamma", "adsh", "gamma"),
+    ("outer-iter", "adsh", "outer_iter"),
+    ("inner-iter", "adsh", "inner_iter"),
+    ("omega", "adsh", "n_samples"),
+    ("adsh-validation-size", "adsh", "validation_size"),
+    ("batch-size", None, "batch_size"),
+    ("learning-rate", None, "learning_rate"),
+    ("network", None, "network"),
+    ("input-shape", None, "input_shape"),
+    ("torch-threads", None, "threads"),
+    ("epochs", "dpsh", "epochs"),
+    ("dpsh-eta", "dpsh", "quantisation_weight"),
+    ("dpsh-balance", "dpsh", "balance"),
+)
+# make_hasher's own arguments, set by these flags of the workflows (not method parameters)
+ARGUMENT_FLAGS = {"n_bits": "bits", "random_state": "seed"}
+# parameters no flag sets, and why (a parameter fixed by a method name, e.g. agh2 is agh
+# with layers = 2, is set by --method/--methods: hashing.registry.METHOD_VARIANTS)
+NOT_FLAGS = {
+    # row indices are an argument of the library's API; the jobs draw --labeled rows with the seed
+    "labeled_rows",
+}
+# method options some METHOD_COMMANDS do not take: evaluate and demo score every node's
+# dictionary (--dish2-dictionaries), so only train picks one
+_FLAG_COMMANDS = {"dictionary": ("train",)}
+
+# What each parameter means: one short text per (method, param), or per ((methods), param)
+# when several methods share it. Never a default, a type or a range: the help adds those
+# from the estimator.
+PARAM_HELP: dict = {
+    ("itq", "n_iter"): "rotation iterations",
+    ("isohash", "max_iter"): "lift-and-projection iterations at most",
+    ("dish", "dictionary"): "node whose dictionary encodes (DisH2)",
+    ("dish", "nodes"): "number of nodes P",
+    ("dish", "topology"): "graph of the nodes; a config file may give an edge list [[i, j], ...]",
+    ("dish", "partition"): "how the rows are divided among the nodes",
+    ("dish", "rho"): "ADMM penalty; none: scaled to the data (see --rho-scale)",
+    ("dish", "rho_scale"): "rho = this x mean node size x RMS distance to the mean (unless --rho is given)",
+    ("dish", "inner_steps"): "ADMM steps per outer iteration K",
+    ("dish", "max_iter"): "outer iterations at most",
+    ("dish", "init"): "starting dictionaries",
+    ("dish", "tol"): "stop after an outer iteration that changes the objective by at most this (relative) while "
+    "the dictionaries agree to --dish-consensus-tol",
+    ("dish", "consensus_tol"): "largest relative difference between the nodes' dictionaries at which they agree",
+    ("sgh", "n_bases"): "kernel bases m",
+    ("sgh", "bandwidth_scale"): "kernel width = this x RMS distance to the bases",
+    ("sgh", "rho"): "width rho of the similarity 2 exp(-||x_i - x_j||^2 / rho) - 1; none: from --sgh-rho-scale",
+    ("sgh", "rho_scale"): "rho = this x 2 max ||x - mean||^2 (unless --rho is given)",
+    ("sgh", "gamma"): "ridge gamma of the kernel regression",
+    ("sgh", "refine"): "re-fit each bit against all the others after the first sweep",
+    ("sgh", "kernel_cache"): "keep kernel features on the workers between passes (auto: when they fit)",
+    ("sikh", "bandwidth"): "Gaussian kernel width sigma; none: from --sikh-bandwidth-scale",
+    ("sikh", "bandwidth_scale"): "Gaussian kernel width = this x RMS distance to the mean",
+    ("klsh", "n_anchors"): "anchor rows p drawn with the seed",
+    ("klsh", "subset_size"): "anchors t averaged per bit",
+    ("klsh", "bandwidth_scale"): "Gaussian kernel width = this x RMS distance between anchors",
+    ("bre", "train_size"): "training rows n_t drawn with the seed",
+    ("bre", "points_per_bit"): "training rows t in each hash function's kernel sum",
+    ("bre", "n_iter"): "coordinate-descent sweeps at most",
+    (("agh", "dgh"), "n_anchors"): "k-means anchors m",
+    (("agh", "dgh"), "n_nearest"): "nearest anchors s per point",
+    (("agh", "dgh"), "kmeans_iter"): "Lloyd steps of the anchors' k-means",
+    ("dgh", "rho"): "weight rho of the penalty tying the bits to the balanced, uncorrelated Y",
+    ("dgh", "max_iter"): "alternations of the B- and Y-steps at most",
+    ("dgh", "max_b_iter"): "signed-gradient steps per B-step at most, one pass over the workers' graph rows each",
+    ("kmh", "bits_per_subspace"): "bits b per subspace, 2^b codewords each; the bits must be a multiple of b",
+    ("kmh", "n_iter"): "iterations, one pass each",
+    ("kmh", "affinity_weight"): "weight lambda of the affinity error against the quantisation error",
+    ("splh", "n_labeled"): "labeled training points drawn with the seed",
+    ("splh", "eta"): "weight of the label term relative to the covariance",
+    ("splh", "alpha"): "step alpha of the label update; none: 1 / max ||x_l - mean||^2",
+    ("usplh", "eta"): "weight of the pseudo-label term relative to the covariance",
+    ("usplh", "region_size"): "points per boundary region",
+    ("usplh", "decay"): "decay lambda of earlier pseudo-labels",
+    ("mac", "n_labeled"): "training points of the affinities",
+    ("mac", "affinity"): "similar = same class (labels) or Euclidean neighbours (knn: no labels needed)",
+    ("mac", "knn_search"): "knn affinities' neighbours: exact (every pair) or cells (among nearby k-means cells: "
+    "approximate, for a million points and more)",
+    ("mac", "loss"): "pairwise loss: ksh or esplh",
+    ("mac", "hash_function"): "hash function per bit: linear SVM, or kernel (linear SVM on RBF features)",
+    ("mac", "n_similar"): "similar pairs per training point",
+    ("mac", "n_dissimilar"): "dissimilar pairs per training point",
+    ("mac", "n_centres"): "RBF centres of the kernel hash function",
+    ("mac", "mu_start"): "first penalty mu_1; none: by the solver",
+    ("mac", "mu_factor"): "penalty multiplier alpha per iteration",
+    ("mac", "max_iter"): "MAC iterations at most (0: the two-step method)",
+    ("mac", "z_passes"): "Z-step passes over the bits per iteration at most",
+    ("mac", "start_passes"): "Z-step passes of the mu = 0 start at most",
+    ("mac", "block_size"): "rows per GraphCut block in knn mode",
+    ("mac", "svm_c"): "C of the hash functions' SVMs; none: chosen on the validation rows from 1, 10, 100, 1000",
+    ("mac", "h_step"): "h-step: refit (the refitted SVMs) or lower-loss (of the refit and the refit keeping "
+    "each bit's better-fitting previous SVM, the lower training loss)",
+    ("mac", "early_stopping"): "an iteration is discarded when it lowers the validation precision (precision) "
+    "or also when it raises the training loss (precision-and-loss)",
+    ("mac", "validation_size"): "training rows held out for early stopping (0: none)",
+    ("mac", "validation_database"): "what early stopping ranks the validation rows against: held-out (half the "
+    "validation rows rank the other half) or the training points",
+    ("ksh", "n_labeled"): "labeled points",
+    ("ksh", "n_anchors"): "kernel anchors m drawn among the labeled points",
+    ("ksh", "max_iter"): "L-BFGS steps of each bit's smoothed problem",
+    (("sdh", "cosdish", "dpsh"), "n_labeled"): "training points, every row when at least their number",
+    ("sdh", "n_anchors"): "RBF anchors drawn from the training rows",
+    ("sdh", "bandwidth_scale"): "kernel width = this x mean distance of the training rows to the anchors",
+    ("sdh", "lambda_g"): "ridge lambda of the G-step (labels from codes)",
+    ("sdh", "lambda_f"): "ridge lambda_F of the F-step (codes from kernel features)",
+    ("sdh", "nu"): "weight nu of the kernel features' fit to the codes in the B-step",
+    ("sdh", "max_iter"): "iterations",
+    ("cosdish", "n_columns"): "columns |Omega| sampled per iteration; none: the code length",
+    ("cosdish", "max_iter"): "iterations T_sto",
+    ("cosdish", "alternations"): "alternations T_alt per iteration",
+    ("cosdish", "ridge"): "ridge lambda of the hash functions' regression",
+    ("adsh", "gamma"): "weight gamma of the quantisation term",
+    ("adsh", "outer_iter"): "outer iterations T_out, each with a new Omega",
+    ("adsh", "inner_iter"): "network epochs + V-steps per Omega, T_in",
+    ("adsh", "n_samples"): "database rows sampled per outer iteration, |Omega|",
+    ("adsh", "validation_size"): "database rows whose network codes are ranked after every outer iteration (0: none)",
+    (("adsh", "dpsh"), "batch_size"): "network mini-batch",
+    (("adsh", "dpsh"), "learning_rate"): "Adam's learning rate",
+    (("adsh", "dpsh"), "network"): "cnn (images; dropout 0.5 in its hidden layer for adsh, none for dpsh) or mlp "
+    "(feature vectors); none: by the row's size, a square image (side >= 16, grey or 3 colours) gets the cnn",
+    (("adsh", "dpsh"), "input_shape"): "shape of a row as the network's input (28,28 or 3,32,32); none: by the "
+    "row's size",
+    (("adsh", "dpsh"), "threads"): "threads of the network step (fixed, for reproducible results)",
+    ("dpsh", "epochs"): "passes of the network over its training rows",
+    ("dpsh", "quantisation_weight"): "weight eta of the quantisation term",
+    ("dpsh", "balance"): "weigh the similar and the dissimilar pairs equally",
+}
+
+
+@dataclass(frozen=True)
+class Number:
+    """A number option read from an estimator's ``Interval`` constraint: the flag's text or
+    a TOML number, converted and range-checked before any work starts. Integer bounds are
+    kept closed (an open bound 0 is a closed bound 1)."""
+
+    integer: bool
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    @classmethod
+    def of(cls, interval: Interval) -> Number:
+        integer = interval.type is Integral
+        low, high = interval.left, interval.right
+        low_open = low is not None and interval.closed in ("right", "neither")
+        high_open = high is not None and interval.closed in ("left", "neither")
+        if integer:  # closed integer bounds read best: "an integer >= 2", not "> 1"
+            low = None if low is None else math.floor(low) + 1 if low_open or low != int(low) else int(low)
+            high = None if high is None else math.ceil(high) - 1 if high_open or high != int(high) else int(high)
+            low_open = high_open = False
+        return cls(integer, low, high, low_open, high_open)
+
+    def narrowed(self, other: Number) -> Number:
+        """The values both accept (a flag shared by methods whose ranges differ)."""
+        if other.integer != self.integer:
+            raise TypeError("an integer and a real parameter cannot share a flag")
+        low, low_open = self.low, self.low_open
+        if other.low is not None and (low is None or (other.low, other.low_open) > (low, low_open)):
+            low, low_open = other.low, other.low_open
+        high, high_open = self.high, self.high_open
+        if other.high is not None and (high is None or (other.high, not other.high_open) < (high, not high_open)):
+            high, high_open = other.high, other.high_open
+        return Number(self.integer, low, high, low_open, high_open)
+
+    @property
+    def what(self) -> str:
+        """The values accepted, as error messages say them."""
+        kind = "an integer" if self.integer else "a number"
+        low, high = _number(self.low), _number(self.high)
+        if self.low is not None and self.high is not None:
+            if self.integer:
+                return f"an integer from {low} to {high}"
+            return f"a number in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            if self.integer and self.low == 1:
+                return "a positive integer"
+            if not self.integer and self.low == 0 and self.low_open:
+                return "a positive number"
+            return f"{kind} {'>' if self.low_open else '>='} {low}"
+        if self.high is not None:
+            return f"{kind} {'<' if self.high_open else '<='} {high}"
+        return kind
+
+    def __call__(self, text):
+        if isinstance(text, bool):
+            raise argparse.ArgumentTypeError(f"expected {self.what}, got {text!r}")
+        try:
+            value = int(str(text).strip()) if self.integer else float(str(text).strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {self.what}, got {text!r}") from None
+        if not math.isfinite(value) or not self._holds(value):
+            raise argparse.ArgumentTypeError(f"expected {self.what}, got {value if self.integer else repr(text)}")
+        return value
+
+    def _holds(self, value) -> bool:
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return False
+        return self.high is None or not (value > self.high or (self.high_open and value == self.high))
+
+    @property
+    def toml_types(self) -> tuple:
+        return (int,) if self.integer else (int, float)
+
+    def json(self) -> dict:
+        prop = {"type": "integer" if self.integer else "number"}
+        if self.low is not None:
+            prop["exclusiveMinimum" if self.low_open else "minimum"] = self.low
+        if self.high is not None:
+            prop["exclusiveMaximum" if self.high_open else "maximum"] = self.high
+        return prop
+
+
+def _number(value) -> str:
+    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class NameOrPairs:
+    """A name among ``names``, or (config files only) an explicit edge list [[0, 1], [1, 2], ...]."""
+
+    names: tuple
+
+    def __call__(self, value):
+        if isinstance(value, list):
+            if not all(
+                isinstance(e, list) and len(e) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in e)
+                for e in value
+            ):
+                raise argparse.ArgumentTypeError(f"expected a name or a list of [i, j] node pairs, got {value!r}")
+            return value
+        if str(value) not in self.names:
+            raise argparse.ArgumentTypeError(
+                f"expected one of {', '.join(self.names)} (or, in a config file, a list of [i, j] node pairs), "
+                f"got {value!r}"
+            )
+        return str(value)
+
+    toml_types = (str, list)
+
+    def json(self) -> dict:
+        pairs = {
+            "type": "array",
+            "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
+        }
+        return {"oneOf": [{"type": "string", "enum": list(self.names)}, pairs]}
+
+
+def boolean(text) -> bool:
+    """true or false (a TOML boolean, or the flag's text)."""
+    if isinstance(text, bool):
+        return text
+    spelt = str(text).strip().lower()
+    if spelt not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return spelt == "true"
+
+
+# names of a str parameter without a choice set in its constraints: the networks built in
+# (a library user may register more; the command line cannot, so these are its choices)
+_STR_CHOICES = {"network": tuple(sorted(networks._FACTORIES))}
+
+
+def _value_type(method: str, param: str) -> tuple:
+    """(type, choices) of a method parameter, from the estimator's ``_parameter_constraints``."""
+    constraints = [c for c in HASHERS[method]._parameter_constraints[param] if c is not None]
+    numbers = [c for c in constraints if isinstance(c, Interval)]
+    names = [tuple(sorted(c.options)) for c in constraints if isinstance(c, StrOptions)]
+    if len(numbers) == 1:
+        return Number.of(numbers[0]), None
+    if names and list in constraints:
+        return NameOrPairs(names[0]), None
+    if names:
+        return text, names[0]
+    if "boolean" in constraints:
+        return boolean, None
+    if tuple in constraints or list in constraints:
+        return positive_int_list, None
+    if str in constraints and param in _STR_CHOICES:
+        return text, _STR_CHOICES[param]
+    raise TypeError(f"{HASHERS[method].__name__}.{param}: no option type for the constraints {constraints}")
+
+
+def _variants(method: str, param: str | None = None) -> list[str]:
+    """The method names that reach ``method``'s ``param``: its own and its variants' that do not fix it."""
+    return [method] + [v for v, (base, fixed) in METHOD_VARIANTS.items() if base == method and param not in fixed]
+
+
+def flag_methods(method: str | None, param: str) -> tuple[str, ...]:
+    """The estimators a PARAM_FLAGS entry sets ``param`` of."""
+    if method is not None:
+        return (method,)
+    own = {m for _, m, p in PARAM_FLAGS if m is not None and p == param}
+    return tuple(m for m, cls in HASHERS.items() if param in cls._get_param_names() and m not in own)
+
+
+def _descriptions() -> dict:
+    out = {}
+    for (methods, param), text_ in PARAM_HELP.items():
+        for method in (methods,) if isinstance(methods, str) else methods:
+            out[method, param] = text_
+    return out
+
+
+DESCRIPTIONS = _descriptions()
+
+
+def show_value(value) -> str:
+    """A default as the help prints it (TOML's spelling of booleans, none for None)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def _method_help(methods, param: str, defaults: dict) -> str:
+    """``method: description (default X)`` per description, the defaults read from the estimators."""
+    groups: dict = {}
+    for method in methods:
+        try:
+            groups.setdefault(DESCRIPTIONS[method, param], []).append(method)
+        except KeyError:
+            raise LookupError(f"PARAM_HELP describes no parameter {param} of {method}; add it") from None
+    parts = []
+    for description, members in groups.items():
+        shown = {m: show_value(defaults[m]) for m in members}
+        if len(set(shown.values())) == 1:
+            default = f"default {next(iter(shown.values()))}"
+        else:
+            default = "default " + ", ".join(f"{m} {v}" for m, v in shown.items())
+        parts.append(f"{', '.join(members)}: {description} ({default})")
+    return "; ".join(parts)
+
+
+def _method_option(flag: str, method: str | None, param: str) -> Option:
+    methods = flag_methods(method, param)
+    if not methods:
+        raise LookupError(f"flag --{flag}: no estimator takes a parameter {param}")
+    kinds = [_value_type(m, param) for m in methods]
+    type_, choices = kinds[0]
+    for other in kinds[1:]:
+        if isinstance(type_, Number) and isinstance(other[0], Number):
+            type_ = type_.narrowed(other[0])
+        elif other != kinds[0]:
+            raise TypeError(
+                f"flag --{flag}: {param} has different types in {', '.join(methods)}; name a flag per method"
+            )
+    defaults = {m: HASHERS[m]().get_params()[param] for m in methods}
+    if len(methods) == 1:
+        names = _variants(methods[0])
+        group = f"{HASHERS[methods[0]].__name__} (method{'s' if len(names) > 1 else ''} {', '.join(names)})"
+    else:
+        group = "options of several methods"
+    return Option(
+        flag,
+        _FLAG_COMMANDS.get(flag, METHOD_COMMANDS),
+        _method_help(methods, param, defaults),
+        type=type_,
+        choices=choices,
+        group=group,
+        param=param,
+        methods=methods,
+        estimator_defaults=defaults,
+        metavar="{true,false}" if type_ is boolean else None,
+    )
+
+
+METHOD_OPTIONS: tuple[Option, ...] = tuple(_method_option(*entry) for entry in PARAM_FLAGS)
+
+
+_CLUSTER = "cluster and job"
+_EVAL = ("evaluate", "demo")
+# options of the Dask cluster: ingest, bench search and bench groundtruth run without one
+_ON_A_CLUSTER = (
+    Never(("ingest",), "it runs without a Dask cluster"),
+    With("stage", ("train", "encode"), "bench search and groundtruth run without a Dask cluster", ("bench",)),
+)
+_LOCAL = LocalCluster(tuple(c for c in CLUSTER_COMMANDS if c != "ingest"))  # ingest: refused by _ON_A_CLUSTER
+_BUILT_IN = ("fashion-mnist", "debian-sift")  # ingest: sources that bring their own vectors and labels
+_NO_BUILT_IN = (Without("source", _BUILT_IN, "a built-in source brings its own vectors and labels"),)
+
+
+def _methods_where(test) -> tuple[str, ...]:
+    """The method names (variants too) whose estimator class passes ``test``."""
+    return tuple(name for name in METHOD_NAMES if test(method_class(name)))
+
+
+_CHECKPOINTING = _methods_where(lambda cls: cls.supports_checkpoint)
+_DATABASE_CODES = _methods_where(lambda cls: cls.learns_database_codes)
+_DISH2 = _methods_where(lambda cls: "dish2_dictionaries" in cls.evaluation_options)
+_TRAIN_STAGE = (With("stage", ("train",)), Without("method", ("itq-vs-faiss",), "it times faiss.ITQTransform"))
+
+# a table reads best one option per line:
+# fmt: off
+OPTIONS: tuple[Option, ...] = (
+    # -- every command
+    _opt("scheduler", CLUSTER_COMMANDS, "address of a running Dask scheduler (else $DASK_SCHEDULER_ADDRESS, else a "
+         "local cluster)", group=_CLUSTER, applies=_ON_A_CLUSTER),
+    _opt("workers", CLUSTER_COMMANDS, "local cluster: worker processes (default: from the CPU cores)", type=positive_int,
+         group=_CLUSTER, applies=(*_ON_A_CLUSTER, _LOCAL)),
+    _opt("threads", CLUSTER_COMMANDS, "local cluster: threads per worker (default: from the CPU cores)",
+         type=positive_int, group=_CLUSTER, applies=(*_ON_A_CLUSTER, _LOCAL)),
+    _opt("config", CLUSTER_COMMANDS, "TOML file with this command's options (flags given here win)", group=_CLUSTER),
+    _opt("quiet", CLUSTER_COMMANDS, "no progress bars", switch=True, group=_CLUSTER),
+    _opt("storage-options", CLUSTER_COMMANDS, "JSON object of fsspec storage options for s3:// gs:// abfs:// "
+         "locations (endpoint_url, profile, anon, ...); else the config's storage-options table, else "
+         "$DHASH_STORAGE_OPTIONS", type=json_object, metavar="JSON", group=_CLUSTER,
+         applies=(AnyURL(commands=tuple(c for c in CLUSTER_COMMANDS if c not in ("bench", "run"))),
+                  Never(("bench",), "the benchmarks open --data with the storage options of $DHASH_STORAGE_OPTIONS"))),
+    _opt("performance-report", CLUSTER_COMMANDS, "save Dask's performance report of this job (task stream, worker "
+         "profiles, bandwidth)", metavar="FILE.html", group=_CLUSTER,
+         applies=(*_ON_A_CLUSTER, Never(("run",), "each step of a pipeline may have its own report",
+                                        "add performance-report to a step of the pipeline instead"))),
+    # -- ingest, synth
+    _opt("source", ["ingest"], "input file (path or URL), or a built-in source name (fashion-mnist)", positional=True,
+         required=("ingest",)),
+    _opt("kind", ["synth"], "sift: SIFT-like 128-d uint8 (sift-synth)", positional=True, choices=("sift",),
+         required=("synth",)),
+    _opt("format", ["ingest"], "auto (by extension), fvecs, bvecs, ivecs, idx, npy, parquet", default="auto",
+         applies=_NO_BUILT_IN),
+    _opt("column", ["ingest"], "parquet: the vector column", applies=_NO_BUILT_IN),
+    _opt("labels", ["ingest"], "labels file (IDX labels, .ivecs or .npy of integers)", applies=_NO_BUILT_IN),
+    _opt("label-column", ["ingest"], "parquet: integer label column", applies=_NO_BUILT_IN),
+    _opt("n", ["synth"], "number of points", type=positive_int, default=1_000_000),
+    _opt("n", ["evaluate"], "built-in source rows: sift-synth (default 1000000), debian-minilm (its first N; "
+         "default all)", type=positive_int,
+         applies=(With("dataset", ("sift-synth", "debian-minilm"), "the rows of a generated source"),)),
+    _opt("n", ["demo"], "sift-synth: number of points", type=positive_int, default=1_000_000),
+    _opt("n", ["bench"], "database rows (search: codes; others: sift-synth rows)", type=positive_int,
+         required=("bench",)),
+    _opt("chunk-rows", ["ingest", "synth", *_EVAL], "rows per feature chunk (default: ~16 MiB per chunk)",
+         type=positive_int, applies=(With("dataset", SOURCES, "how a built-in source is chunked when it is made",
+                                          ("evaluate",)),)),
+    # -- datasets, splits
+    _opt("dataset", ["split", "groundtruth", "train", "encode", "search", "evaluate", "index"],
+         "dataset location (path or URL), or a built-in source (fashion-mnist, sift-synth, debian-minilm, debian-sift)",
+         required=("split", "groundtruth", "train", "encode", "search", "evaluate"),
+         applies=(With("kind", ("ivf",), "an inverted file clusters the dataset's features", ("index",)),)),
+    _opt("queries", ["split", *_EVAL], "query rows drawn with the seed", type=positive_int, default=1000),
+    _opt("queries", ["bench"], "search/groundtruth: queries", type=positive_int, default=1000,
+         applies=(With("stage", ("search", "groundtruth")),)),
+    _opt("name", ["split"], "name of the split", default="default"),
+    _opt("split", ["groundtruth", "search"], "split whose queries are used (database = the other rows)",
+         default="default"),
+    _opt("split", ["train"], "train on the database rows of this split (default: all rows)"),
+    _opt("top-k", ["groundtruth", *_EVAL], "euclidean ground truth: K nearest neighbours", type=positive_int,
+         applies=(Without("ground_truth", ("labels",), "it sets the Euclidean ground truth", ("evaluate",)),)),
+    _opt("top-percent", ["groundtruth", *_EVAL], "euclidean ground truth: top P percent of the database",
+         type=positive_float,
+         applies=(Without("ground_truth", ("labels",), "it sets the Euclidean ground truth", ("evaluate",)),
+                  Without("top_k", (), "the Euclidean ground truth is the top K or the top P percent"))),
+    # -- models
+    _opt("method", ["train"], "lsh, pcah, itq, dish, dish-allreduce, sgh, splh, usplh, pcah-adjusted",
+         required=("train",)),
+    _opt("method", ["bench"], "train: dish, dish-allreduce, itq, or itq-vs-faiss (ITQ vs faiss.ITQTransform: time, "
+         "Fashion-MNIST map)", default="dish", applies=(With("stage", ("train",)),)),
+    _opt("bits", ["train"], f"code length in bits (1 to {MAX_BITS})", type=bit_count, default=32),
+    _opt("bits", ["bench"], f"search, train, encode: code length in bits (1 to {MAX_BITS})", type=bit_count,
+         default=32, applies=(With("stage", ("search", "train", "encode")),)),
+    _opt("bits", _EVAL, f"code lengths in bits (1 to {MAX_BITS}), comma-separated", type=bit_counts,
+         default={"evaluate": [32], "demo": [32, 64]}),
+    _opt("methods", _EVAL, "methods, comma-separated", type=name_list,
+         default={"evaluate": ["lsh", "pcah", "itq"], "demo": ["lsh", "pcah", "itq", "dish"]}),
+    _opt("seed", ["synth", "split", "train", "bench", "index", *_EVAL], "random seed: fixes every result",
+         type=non_negative_int, default=0,
+         applies=(With("kind", ("ivf",), "it draws the rows k-means learns from", ("index",)),)),
+    _opt("model", ["encode", "search"], "model directory made by `dhash train`", required=("encode", "search")),
+    _opt("codes", ["search"], "codes made by `dhash encode` with this model", required=("search",)),
+    _opt("codes", ["index"], "codes store to index (made by `dhash encode`)", required=("index",)),
+    _opt("kind", ["index"], "mih: multi-index hashing tables (exact search); ivf: an inverted file (k-means lists "
+         "of the dataset's features; a search ranks the codes of the lists nearest each query)",
+         choices=("mih", "ivf"), default="mih"),
+    _opt("substrings", ["index"], "mih: substrings m of each code, one table each (default: bits / log2(rows per "
+         "codes chunk), the multi-index hashing paper's rule)", type=positive_int,
+         applies=(With("kind", ("mih",), "the tables of a multi-index"),)),
+    _opt("lists", ["index"], "ivf: lists, k-means centroids of the dataset's features (default 4 sqrt(n))",
+         type=positive_int, applies=(With("kind", ("ivf",), "the k-means lists of an inverted file"),)),
+    _opt("kmeans-rows", ["index"], "ivf: rows k-means learns the centroids from, drawn with the seed (default 256 "
+         "per list); every row is then assigned to its nearest centroid", type=positive_int,
+         applies=(With("kind", ("ivf",), "the k-means of an inverted file"),)),
+    _opt("index", ["search"], "search through this index (made by `dhash index` from these codes): a multi-index "
+         "gives the linear scan's results, an inverted file the top-k of the --nprobe lists nearest each query"),
+    _opt("nprobe", ["search"], "lists of an inverted file --index searched per query (default 4)", type=positive_int,
+         applies=(With("index", (), "the lists of an inverted file probed per query"),)),
+    _opt("rerank", ["search"], "re-rank the Hamming top --candidates: exact (squared L2 to the original vectors, "
+         "read from the dataset chunk by chunk) or asymmetric (the queries' real projections against the codes)",
+         choices=("exact", "asymmetric"), applies=(Without("radius", (), "it re-ranks a top-k search"),)),
+    _opt("candidates", ["search"], "Hamming candidates per query that --rerank re-ranks (default 10 x k)",
+         type=positive_int, applies=(With("rerank", (), "the candidates it re-ranks"),)),
+    _opt("recall", ["search"], "also measure recall@k of the exact Euclidean top-k neighbours of the queries (computed "
+         "once on the cluster and stored in the dataset, as the groundtruth command does)", switch=True,
+         applies=(Without("radius", (), "it scores a top-k search"),)),
+    _opt("codes", ["train"], "adsh: codes store for the learned database codes (every row of the dataset; the "
+         "split's queries encoded by the network)",
+         applies=(With("method", _DATABASE_CODES, "it stores the database codes such a method learns"),)),
+    _opt("resume", ["train"], "continue an interrupted run from OUT.checkpoint (itq, dish: saved after every "
+         "iteration); with no checkpoint there, train from the start", switch=True,
+         applies=(With("method", _CHECKPOINTING, "it continues the checkpoint such a method saves after every iteration"),)),
+    *METHOD_OPTIONS,
+    # -- search
+    _opt("k", ["search"], "neighbours per query (default 100)", type=positive_int),
+    _opt("k", ["bench"], "search/groundtruth: neighbours per query", type=positive_int, default=100,
+         applies=(With("stage", ("search", "groundtruth")),)),
+    _opt("radius", ["search"], "radius search instead of top-k", type=non_negative_int),
+    # -- evaluate, demo
+    _opt("ground-truth", _EVAL, "default: labels when the dataset has them", choices=("labels", "euclidean"),
+         applies=(Never(("demo",), "the demo scores sift-synth by Euclidean and Fashion-MNIST by label ground "
+                                   "truth"),)),
+    _opt("ks", _EVAL, "K values of precision@K", type=positive_int_list, default=[1, 10, 50, 100, 200, 500, 1000]),
+    _opt("recall-at", ["evaluate"], "also measure recall@K of the exact Euclidean top-K neighbours (computed once and "
+         "stored in the dataset) for codes every row is encoded into: in Hamming order, re-ranked exactly, and "
+         "through an inverted file with --ivf-lists", type=positive_int),
+    _opt("rerank-candidates", ["evaluate"], "--recall-at: Hamming candidates R re-ranked by the exact squared L2",
+         type=positive_int_list, default=[100, 1000], applies=(With("recall_at", (), "part of its recall measure"),)),
+    _opt("ivf-lists", ["evaluate"], "--recall-at: also an inverted file of this many k-means lists of the database "
+         "(0: 4 sqrt(n)), probed at each --ivf-nprobes, its Hamming candidates re-ranked exactly",
+         type=non_negative_int, applies=(With("recall_at", (), "part of its recall measure"),)),
+    _opt("ivf-nprobes", ["evaluate"], "--recall-at: lists probed per query in the inverted file", type=positive_int_list,
+         default=[4], applies=(With("recall_at", (), "part of its recall measure"),
+                               With("ivf_lists", (), "the lists of that inverted file probed per query"))),
+    _opt("dish2-dictionaries", _EVAL, "DisH2: score this many node dictionaries drawn with the seed (1 = the paper's "
+         "DisH2, one random node); default all nodes, reported as mean and std", type=positive_int,
+         applies=(With("methods", _DISH2, "how DisH's codes are scored"),)),
+    # -- bench
+    _opt("stage", ["bench"], "search, groundtruth, train or encode", positional=True,
+         choices=("search", "groundtruth", "train", "encode"), required=("bench",)),
+    _opt("iterations", ["bench"], "train: outer iterations (fixed, no early stop)", type=positive_int, default=10,
+         applies=_TRAIN_STAGE),
+    _opt("nodes", ["bench"], "train: DisH nodes", type=positive_int, default=10, applies=_TRAIN_STAGE),
+    _opt("floor-repeats", ["bench"], "train: time the floor before and after ours (2, averaged) or only before (1)",
+         type=positive_int, default=2, choices=(1, 2), applies=_TRAIN_STAGE),
+    _opt("data", ["bench"], "groundtruth, train, encode: dataset to use (its first --n rows); default: sift-synth of "
+         "--n rows, cached", applies=(With("stage", ("groundtruth", "train", "encode")),)),
+    _opt("bench-threads", ["bench"], "search, groundtruth, train itq-vs-faiss: threads for both sides (default: all "
+         "cores)", type=positive_int,
+         applies=(AnyOf((With("stage", ("search", "groundtruth")), With("method", ("itq-vs-faiss",)))),)),
+    # -- run
+    _opt("pipeline", ["run"], "pipeline file (see jobs/configs/nightly.toml, weekly.toml)", positional=True,
+         required=("run",)),
+    _opt("force", ["run"], "run every step, even those whose inputs and output are unchanged", switch=True),
+    _opt("date", ["run"], "the {date} of the run, YYYY-MM-DD (default: today, UTC): backfills", type=date),
+    _opt("set", ["run"], "override a [vars] entry of the pipeline (repeatable)", dest_name="variables", repeat=True,
+         metavar="NAME=VALUE"),
+    _opt("dry-run", ["run"], "print the steps and which would be skipped; run nothing", switch=True),
+    _opt("workdir", ["run"], "working directory (default: the pipeline's [pipeline] workdir, relative to its file)"),
+    # -- outputs (last: they read best at the end of --help)
+    _opt("out", ["ingest"], "dataset to create (zarr v3; path or URL)", required=("ingest",)),
+    _opt("out", ["synth"], "dataset to create (zarr v3; path or URL)", required=("synth",)),
+    _opt("out", ["train"], "model directory to create", required=("train",)),
+    _opt("out", ["encode"], "codes store to create (zarr)", required=("encode",)),
+    _opt("out", ["index"], "index to create (zarr; path or URL)", required=("index",)),
+    _opt("out", ["search"], "results parquet file (query_id, rank, id, hamming)", required=("search",)),
+    _opt("out", ["evaluate"], "report directory", required=("evaluate",)),
+    _opt("out", ["demo"], "report directory", default="runs/demo"),
+    _opt("out", ["bench"], "where the result goes: BASE.json and a Markdown table BASE.md, BASE being --out "
+         "without a .json or .md suffix (x, x.json and x.md all write x.json and x.md)", required=("bench",)),
+    _opt("overwrite", ["ingest", "synth", "split", "train", "encode", "index", "search", "bench"],
+         "replace an existing output of the same kind that dhash wrote whole (one that holds anything else is "
+         "refused), and an earlier --performance-report", switch=True),
+)
+# fmt: on
+
+
+def options_of(command: str) -> dict[str, Option]:
+    """dest -> Option of the options ``command`` takes, in table order."""
+    return {o.dest: o for o in OPTIONS if command in o.commands}
+
+
+class Values(dict):
+    """dest -> value of every option of a command, which also knows the dests ``given`` (on
+    the command line or in the config) as opposed to filled in from the defaults."""
+
+    def __init__(self, values: dict, given=()):
+        super().__init__(values)
+        self.given = frozenset(given)
+
+
+def conditions() -> list[tuple[str, Option, object]]:
+    """(command, option, condition) of every condition in the table, in table order."""
+    return [
+        (command, opt, condition)
+        for command in COMMANDS
+        for opt in options_of(command).values()
+        for condition in opt.applies
+        if not condition.commands or command in condition.commands
+    ]
+
+
+def refuse_unused(command: str, values: dict, given) -> None:
+    """An InputError for the first option in ``given`` (dests) that would do nothing for
+    ``command`` with these ``values`` (an Option's ``applies``): one line naming it, when it
+    applies and what to add or drop. An option left at its default is never refused."""
+    options = options_of(command)
+    for dest, opt in options.items():
+        if dest not in given or not is_set(values.get(dest)):
+            continue
+        for condition in opt.applies:
+            if (not condition.commands or command in condition.commands) and not condition.holds(command, values):
+                raise InputError(condition.refusal(opt, command, values, options))
+
+
+def option_names(options) -> str:
+    return ", ".join(sorted(o.name for o in options.values()))
+
+
+def method_params(command: str, values: dict) -> dict:
+    """The method parameters set by ``values`` (dest -> value), under the name of each
+    estimator a flag sets (``{"dish": {"rho": 5.0}, "sgh": {"rho": 5.0}}``: the form
+    ``hashing.method_params`` reads; a variant such as dish-allreduce reads its base's).
+    A flag that sets no method the command runs is refused, not silently ignored."""
+    chosen = values.get("methods") or [values.get("method")]
+    params: dict = {}
+    for dest, opt in options_of(command).items():
+        if opt.param is None or values.get(dest) is None:
+            continue
+        reached = [name for method in opt.methods for name in _variants(method, opt.param)]
+        known = all(name in METHOD_NAMES for name in chosen)  # an unknown name is refused by the workflow
+        if known and not set(reached) & set(chosen):
+            raise InputError(
+                f"{opt.flag} sets {opt.param} of {', '.join(reached)}, and this {command} runs "
+                f"{', '.join(chosen)}; remove {opt.flag} or run one of those methods"
+            )
+        for method in opt.methods:
+            params.setdefault(method, {})[opt.param] = values[dest]
+    return params
+
+
+# the TOML types each option type accepts (others: str)
+_TOML_TYPES = {
+    positive_int: (int,),
+    non_negative_int: (int,),
+    positive_float: (int, float),
+    positive_int_list: (list, str, int),
+    bit_count: (int,),
+    bit_counts: (list, str, int),
+    name_list: (list, str),
+    json_object: (dict, str),
+    boolean: (bool,),
+    date: (str, dt.date),
+}
+_TOML_NAMES = {
+    int: "an integer",
+    float: "a number",
+    list: "an array",
+    str: "a string",
+    dict: "a table",
+    bool: "true or false",
+    dt.date: "a date",
+}
+_JSON_TYPES = {
+    positive_int: {"type": "integer", "minimum": 1},
+    non_negative_int: {"type": "integer", "minimum": 0},
+    positive_float: {"type": "number", "exclusiveMinimum": 0},
+    positive_int_list: {
+        "oneOf": [
+            {"type": "array", "items": {"type": "integer", "minimum": 1}},
+            {"type": "integer", "minimum": 1},
+            {"type": "string"},
+        ]
+    },
+    bit_count: {"type": "integer", "minimum": 1, "maximum": MAX_BITS},
+    bit_counts: {
+        "oneOf": [
+            {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": MAX_BITS}},
+            {"type": "integer", "minimum": 1, "maximum": MAX_BITS},
+            {"type": "string"},
+        ]
+    },
+    name_list: {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]},
+    json_object: {"oneOf": [{"type": "object"}, {"type": "string"}]},
+    boolean: {"type": "boolean"},
+    date: {"type": "string", "format": "date"},
+    text: {"type": "string"},
+}
+STORAGE_TABLE = "storage-options"
+
+
+def toml_types(type_) -> tuple:
+    """The TOML types a value of an option of this type may have."""
+    return getattr(type_, "toml_types", None) or _TOML_TYPES.get(type_, (str,))
+
+
+def _json_property(opt: Option) -> dict:
+    if opt.switch:
+        prop = {"type": "boolean"}
+    else:
+        prop = opt.type.json() if hasattr(opt.type, "json") else dict(_JSON_TYPES[opt.type])
+    if opt.choices is not None:
+        prop["enum"] = list(opt.choices)
+    prop["description"] = opt.help
+    return prop
+
+
+def config_schema() -> dict:
+    """The JSON schema of ``--config`` files: top-level keys (any command's options) and one
+    table per command; built from ``OPTIONS``, committed as data_schemas/config.schema.json."""
+    tables = {}
+    for command in COMMANDS:
+        props = {o.name: _json_property(o) for o in options_of(command).values() if o.name != "config"}
+        tables[command] = {"type": "object", "properties": props, "additionalProperties": False}
+    variants: dict[str, list] = {}
+    for table in tables.values():
+        for name, prop in table["properties"].items():
+            if prop not in variants.setdefault(name, []):
+                variants[name].append(prop)
+    top = {name: props[0] if len(props) == 1 else {"anyOf": props} for name, props in variants.items()}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "dhash.config/1",
+        "title": "dhash --config file",
+        "description": "Options of dhash commands: top-level keys apply to the command run, a [command] table "
+        "to that command only; [storage-options] holds fsspec options for remote locations.",
+        "type": "object",
+        "properties": {
+            **dict(sorted(top.items())),
+            **tables,
+            STORAGE_TABLE: {"type": "object", "description": "fsspec storage options"},
+        },
+        "additionalProperties": False,
+    }
+
+
+if __name__ == "__main__":  # python -m dask_hashcodes.cli.options > data_schemas/config.schema.json
+    print(json.dumps(config_schema(), indent=1))

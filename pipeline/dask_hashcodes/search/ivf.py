@@ -1,0 +1,230 @@
+"""Hamming search through an inverted file (kernels.ivf) over chunked codes on the cluster.
+
+``build_ivf`` learns the coarse quantiser by k-means on the features (Lloyd steps over the
+feature chunks, only counts and sums travelling: hashing.anchor_graph.kmeans), then one
+``ivf-build`` task per codes chunk assigns the chunk's rows to their nearest centroid and
+writes the chunk's list layout (storage.ivf_index). ``ivf_knn_lazy`` finds each query's
+``nprobe`` nearest centroids on the client (small), sends the queries to one ``ivf-topk``
+task per shard, which ranks only the probed lists' codes, and merges the shards' results
+as the linear scan does: the answer is exactly the Hamming top-k over the rows of the
+probed lists, ties by id, whatever the chunking and the number of workers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dask_hashcodes.distributed.graph import map_chunks, select_rows, tree_reduce, write_shards
+from dask_hashcodes.errors import InputError, shape_words
+from dask_hashcodes.hashing.anchor_graph import kmeans
+from dask_hashcodes.kernels.agh import nearest_centres
+from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists
+from dask_hashcodes.search.hamming import _check_codes, _merge_pair
+from dask_hashcodes.storage.chunkread import write_rows
+from dask_hashcodes.storage.codes import open_codes
+from dask_hashcodes.storage.ivf_index import create_ivf_arrays, ivf_output
+from dask_hashcodes.storage.location import resolve
+
+# Defaults chosen on the validation queries of the recall benchmark (sift-synth, 2M rows,
+# benchmarks/results/recall/sift-synth-2M.md): among the settings tried (1, 2 and 4 sqrt(n)
+# lists; 1 to 64 probes; 100 to 1000 candidates), the fastest whose recall@10 of the exact
+# neighbours, after exact re-ranking, reached 0.9 for each of 64- and 128-bit ITQ and DisH
+# codes. 4 sqrt(n) lists is also FAISS's guideline (4 to 16 sqrt(n)).
+LISTS_PER_ROOT_N = 4
+KMEANS_STEPS = 10
+# k-means learns the centroids from at most this many rows per list (FAISS's
+# max_points_per_centroid): more rows barely move them, while each Lloyd step costs a pass
+# over every training row against every centroid
+KMEANS_ROWS_PER_LIST = 256
+DEFAULT_NPROBE = 4
+# Rows one ivf-topk task searches: a task merges the lists of its shards into one layout, so
+# a query's cost per task (finding its probed lists, its top-k buffers) is paid once per
+# about a million rows rather than once per codes chunk (a chunk is often 128k rows)
+SEARCH_TASK_ROWS = 1 << 20
+# Hamming candidates re-ranked by exact L2 per query, per neighbour asked for, when serving
+# with the original vectors (300 for a top-10)
+CANDIDATES_PER_K = 30
+
+
+def default_lists(n: int) -> int:
+    return max(1, min(n, int(round(LISTS_PER_ROOT_N * np.sqrt(n)))))
+
+
+def build_ivf(
+    codes,
+    features,
+    out,
+    *,
+    n_lists: int | None = None,
+    kmeans_steps: int = KMEANS_STEPS,
+    kmeans_rows: int | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+    progress=None,
+    storage=None,
+):
+    """Write the inverted file of a codes store (a Codes handle or its location) at ``out``
+    (atomically), its lists given by k-means on ``features`` (a dask array of the rows the
+    codes encode, in the same order). The centroids are learned from ``kmeans_rows`` rows
+    drawn with ``seed`` (default: KMEANS_ROWS_PER_LIST per list, every row when there are
+    fewer); every row is then assigned to its nearest centroid. Returns (index location,
+    n_lists)."""
+    codes = open_codes(codes, storage=storage)
+    reader = codes.reader
+    if features.ndim != 2 or features.shape[0] != reader.shape[0]:
+        raise InputError(
+            f"the features ({shape_words(features.shape)}) are not the {reader.shape[0]} rows the codes at "
+            f"{codes.path} encode; give the dataset the codes were encoded from"
+        )
+    n_lists = default_lists(reader.shape[0]) if n_lists is None else int(n_lists)
+    if not 1 <= n_lists <= reader.shape[0]:
+        raise InputError(f"`n_lists` must lie in [1, {reader.shape[0]}] (the number of codes); got {n_lists}")
+    centroids = ivf_centroids(features, n_lists, kmeans_rows=kmeans_rows, kmeans_steps=kmeans_steps, seed=seed)
+    # one feature chunk per codes chunk, so that each task holds the rows of one shard
+    aligned = features.rechunk((reader.chunk_rows, features.shape[1]))
+    out = resolve(out, storage=storage)
+    with ivf_output(out, overwrite) as tmp:
+        create_ivf_arrays(tmp, codes=codes, centroids=centroids)
+        write_shards(
+            "ivf-build", _build_shard_into, aligned, reader.shape[0], progress,
+            centroids=centroids, chunk_rows=reader.chunk_rows, target=tmp,
+        )  # fmt: skip
+    return out, n_lists
+
+
+def ivf_centroids(features, n_lists: int, *, kmeans_rows: int | None = None, kmeans_steps: int = KMEANS_STEPS, seed=0):
+    """The coarse quantiser: k-means centroids (n_lists, d) of ``kmeans_rows`` rows of
+    ``features`` (a dask array) drawn with ``seed`` (default KMEANS_ROWS_PER_LIST per list)."""
+    n = features.shape[0]
+    kmeans_rows = min(n, KMEANS_ROWS_PER_LIST * n_lists) if kmeans_rows is None else kmeans_rows
+    if isinstance(kmeans_rows, bool) or not isinstance(kmeans_rows, (int, np.integer)):
+        raise InputError(f"`kmeans_rows` must be an int; got {kmeans_rows!r}")
+    if not n_lists <= kmeans_rows <= n:
+        raise InputError(
+            f"`kmeans_rows` must lie in [{n_lists}, {n}] (the lists, the rows): k-means starts from that many "
+            f"distinct rows; got {kmeans_rows}"
+        )
+    rng = np.random.default_rng(seed)
+    training = features
+    if kmeans_rows < n:
+        training = select_rows(features, np.sort(rng.choice(n, int(kmeans_rows), replace=False)), keep=True)
+    return kmeans(training, n_lists, kmeans_steps, rng, "ivf")[0]
+
+
+def _build_shard_into(block, shard, *, centroids, chunk_rows, target):
+    """One task: the lists of one chunk's rows, written as its rows of ``order`` and its row
+    of ``offsets`` (positions inside the chunk: int32)."""
+    order, offsets = list_layout(nearest_centres(block, centroids), len(centroids))
+    start = shard * chunk_rows
+    write_rows(target.child("order"), slice(start, start + len(block)), order.astype(np.int32))
+    write_rows(target.child("offsets"), shard, offsets.astype(np.int32))
+    return len(block)
+
+
+def merged_lists(readers, n_lists: int, shards, excluded_rows=()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(list codes, list ids int64, offsets): the rows of the given ``shards`` of a stored
+    inverted file (``readers``: its codes, order and offsets readers) in one list layout,
+    every list ascending by id, the sorted row numbers ``excluded_rows`` left out."""
+    codes_reader, order_reader, offsets_reader = readers
+    codes, ids, list_of = [], [], []
+    for shard in shards:
+        order = order_reader(shard).astype(np.int64)
+        offsets = offsets_reader(shard)[0].astype(np.int64)
+        codes.append(_take_rows(codes_reader(shard), order))
+        ids.append(shard * codes_reader.chunk_rows + order)
+        list_of.append(np.repeat(np.arange(n_lists, dtype=np.int64), np.diff(offsets)))
+    if not codes:
+        return np.empty((0, codes_reader.shape[1]), np.uint8), np.empty(0, np.int64), np.zeros(n_lists + 1, np.int64)
+    codes, ids, list_of = np.concatenate(codes), np.concatenate(ids), np.concatenate(list_of)
+    if len(excluded_rows):
+        kept = ~np.isin(ids, excluded_rows)
+        codes, ids, list_of = codes[kept], ids[kept], list_of[kept]
+    # shards in order, ascending ids inside each shard's lists: a stable sort by list keeps
+    # every list ascending by id, the layout the kernels want (a radix sort when the list
+    # numbers fit 16 bits)
+    keys = list_of.astype(np.uint16) if n_lists <= 1 << 16 else list_of
+    regroup = np.argsort(keys, kind="stable")
+    return _take_rows(codes, regroup), ids[regroup], np.searchsorted(list_of[regroup], np.arange(n_lists + 1))
+
+
+def _take_rows(codes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """codes[rows] for packed (n, bytes) codes, each row moved as one item (several times
+    faster than numpy's gather of a 2-D uint8 array)."""
+    width = codes.shape[1]
+    items = np.ascontiguousarray(codes).view(np.dtype((np.void, width))).reshape(-1)
+    return items[rows].view(np.uint8).reshape(len(rows), width)
+
+
+def _stored_topk(shards, excluded, *, readers, n_lists, queries, probes, k):
+    """One task: the top-k of the probed lists of a run of shards, merged into one layout
+    first so that each query visits each probed list once per task, not once per shard."""
+    list_codes, list_ids, offsets = merged_lists(readers, n_lists, shards, excluded)
+    return search_lists(queries, probes, list_codes, list_ids, offsets, k)
+
+
+def shard_runs(codes_reader, excluded_rows, rows_per_task: int) -> list[tuple]:
+    """Per task: (consecutive shards holding about ``rows_per_task`` rows, the excluded row
+    numbers among them)."""
+    excluded_rows = np.sort(np.asarray(excluded_rows, dtype=np.int64))
+    per_task = max(1, rows_per_task // codes_reader.chunk_rows)
+    runs = []
+    for first in range(0, codes_reader.n_chunks, per_task):
+        shards = list(range(first, min(first + per_task, codes_reader.n_chunks)))
+        lo, hi = np.searchsorted(
+            excluded_rows, [first * codes_reader.chunk_rows, (shards[-1] + 1) * codes_reader.chunk_rows]
+        )
+        runs.append((shards, excluded_rows[lo:hi]))
+    return runs
+
+
+def check_nprobe(nprobe, n_lists: int, location) -> int:
+    if isinstance(nprobe, bool) or not isinstance(nprobe, (int, np.integer)) or not 1 <= nprobe <= n_lists:
+        raise InputError(
+            f"`nprobe` must be an int in [1, {n_lists}] (the lists of the inverted file at {location}); got {nprobe!r}"
+        )
+    return int(nprobe)
+
+
+def check_query_vectors(query_vectors, d: int, location) -> np.ndarray:
+    """The query vectors as float64, refused unless (nq, d) and finite."""
+    query_vectors = np.asarray(query_vectors, dtype=np.float64)
+    if query_vectors.ndim != 2:
+        raise InputError(
+            f"query vectors must be a 2-D array, one row per query; got {shape_words(query_vectors.shape)}"
+        )
+    if query_vectors.shape[1] != d:
+        raise InputError(
+            f"query vectors have {query_vectors.shape[1]} features but the inverted file at {location} was built on "
+            f"{d}; give {d}-feature vectors"
+        )
+    if not np.isfinite(query_vectors).all():
+        raise InputError("query vectors hold NaN or infinite values; the lists nearest them are undefined")
+    return query_vectors
+
+
+def ivf_knn_lazy(
+    query_codes, query_vectors, lists, k: int, nprobe: int, excluded_rows=(), rows_per_task: int = SEARCH_TASK_ROWS
+):
+    """Delayed (distances, ids = row numbers) of the Hamming top-k of ``query_codes`` among the
+    rows of each query's ``nprobe`` nearest lists (found from ``query_vectors``) of a stored
+    inverted file (the StoredLists of storage.ivf_index.open_ivf), ``excluded_rows`` left out.
+    One ``ivf-topk`` task per run of shards holding about ``rows_per_task`` rows."""
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"k must be a positive int; got {k!r}")
+    nprobe = check_nprobe(nprobe, lists.n_lists, lists.location)
+    query_vectors = check_query_vectors(query_vectors, lists.centroids.shape[1], lists.location)
+    if len(query_vectors) != len(query_codes):
+        raise InputError(f"{len(query_vectors)} query vectors for {len(query_codes)} query codes")
+    codes_reader = lists.codes.reader
+    probes = probed_lists(query_vectors, lists.centroids, nprobe)
+    parts = map_chunks(
+        "ivf-topk",
+        _stored_topk,
+        shard_runs(codes_reader, excluded_rows, rows_per_task),
+        readers=(codes_reader, lists.order, lists.offsets),
+        n_lists=lists.n_lists,
+        queries=_check_codes(query_codes, codes_reader[:0]),
+        probes=probes,
+        k=int(k),
+    )
+    return tree_reduce("ivf-topk-merge", parts, _merge_pair(int(k)))

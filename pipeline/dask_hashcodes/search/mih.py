@@ -1,0 +1,205 @@
+"""Exact Hamming search through multi-index hashing (kernels.mih), over chunked codes on the
+cluster. Every codes chunk is a shard with its own substring tables; each search sends the
+queries to every shard (``mih-topk`` / ``mih-radius`` tasks) and merges the shards' results
+exactly like the linear scan (dask_hashcodes.search.hamming), so both give the same answer, ties by
+id, whatever the chunking.
+
+Two forms: ``MultiIndex`` builds the tables of in-memory or dask codes and keeps them on the
+workers (repeated searches from a notebook); ``build_index`` writes them beside a codes store
+(storage.mih_index, ``dhash index``) and ``index_knn_lazy`` / ``index_radius`` read one shard
+per task (``dhash search --index``), leaving out the rows that are not database rows.
+"""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+
+from dask_hashcodes.distributed.graph import chunk_delayeds, map_chunks, tree_reduce, write_shards
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.kernels.mih import (
+    build_tables,
+    default_substrings,
+    mih_radius,
+    mih_topk,
+    substring_starts,
+    tables_from_arrays,
+)
+from dask_hashcodes.search.hamming import _aligned, _check_codes, _concat_radius, _merge_pair, lims_of
+from dask_hashcodes.search.queries import checked_codes, encoded
+from dask_hashcodes.storage.chunkread import write_rows
+from dask_hashcodes.storage.codes import open_codes
+from dask_hashcodes.storage.location import resolve
+from dask_hashcodes.storage.mih_index import create_index_arrays, index_output
+
+
+def checked_substrings(n_bits: int, m: int) -> np.ndarray:
+    """substring_starts, its refusal as a one-line input error."""
+    try:
+        return substring_starts(n_bits, m)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
+class MultiIndex:
+    """Substring tables of every chunk of ``codes`` (numpy or dask (n, n_bytes) uint8), kept on
+    the workers. ``m`` substrings (default: the paper's b / log2(rows of the largest chunk));
+    ``ids`` the id of each row (default: row numbers); ``model`` encodes the vectors
+    ``search`` takes. The Index interface of search.index: ``search(vectors, k)``,
+    ``search_codes(codes, k)``, ``range_search(vectors, radius)``,
+    ``range_search_codes(codes, radius)``."""
+
+    def __init__(self, codes, *, m: int | None = None, ids=None, model=None):
+        codes, ids = _aligned(codes, ids)
+        self.model = model
+        self.n_bits = 8 * int(codes.shape[1])
+        self.m = default_substrings(self.n_bits, max(codes.chunks[0])) if m is None else int(m)
+        checked_substrings(self.n_bits, self.m)  # a bad m is refused here, not in every task
+        self.n_codes = int(codes.shape[0])
+        self.code_bytes = int(codes.shape[1])
+        code_parts, id_parts = chunk_delayeds(codes), chunk_delayeds(ids)
+        tables = map_chunks("mih-build", build_tables, code_parts, self.n_bits, self.m)
+        self._shards = list(zip(*dask.persist(code_parts, id_parts, tables), strict=True))
+
+    def search_codes_lazy(self, codes, k: int):
+        """Delayed (D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k`` of packed
+        ``codes`` (or the codes of a Queries value)."""
+        codes = checked_codes(codes, self.code_bytes)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise InputError(f"k must be a positive int; got {k!r}")
+        parts = map_chunks("mih-topk", _topk_shard, self._shards, queries=codes, k=int(k), n_bits=self.n_bits)
+        return tree_reduce("mih-topk-merge", parts, _merge_pair(int(k)))
+
+    def search_lazy(self, vectors, k: int):
+        """Delayed (D, I) of ``search``."""
+        return self.search_codes_lazy(encoded(vectors, self.model, self.code_bytes).codes, k)
+
+    def search_codes(self, codes, k: int, *, progress: bool = False):
+        """(D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k`` of packed
+        ``codes``: the linear scan's answer, found through the tables."""
+        from dask_hashcodes.distributed.progress import compute_with_progress
+
+        return compute_with_progress(self.search_codes_lazy(codes, k), show=progress)
+
+    def search(self, vectors, k: int, *, progress: bool = False):
+        """(D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k`` of ``vectors``,
+        encoded by the index's model."""
+        return self.search_codes(encoded(vectors, self.model, self.code_bytes).codes, k, progress=progress)
+
+    def range_search_codes(self, codes, radius: int):
+        """(lims, D, I): every code within Hamming ``radius`` of packed ``codes``, sorted by
+        (distance, id) per query."""
+        codes = checked_codes(codes, self.code_bytes)
+        if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
+            raise InputError(f"radius must be a non-negative int; got {radius!r}")
+        parts = map_chunks(
+            "mih-radius", _radius_shard, self._shards, queries=codes, radius=int(radius), n_bits=self.n_bits
+        )
+        query_index, ids, dist = dask.compute(tree_reduce("mih-radius-merge", parts, _concat_radius))[0]
+        return lims_of(query_index, len(codes)), dist, ids
+
+    def range_search(self, vectors, radius: int):
+        """(lims, D, I): every code within Hamming ``radius`` of ``vectors`` encoded by the
+        index's model."""
+        return self.range_search_codes(encoded(vectors, self.model, self.code_bytes).codes, radius)
+
+
+def _topk_shard(codes, ids, tables, *, queries, k, n_bits):
+    return mih_topk(codes, ids, tables, queries=queries, k=k, n_bits=n_bits)
+
+
+def _radius_shard(codes, ids, tables, *, queries, radius, n_bits):
+    return mih_radius(codes, ids, tables, queries=queries, radius=radius, n_bits=n_bits)
+
+
+# ------------------------------------------------------------------ stored index ---------
+
+
+def build_index(codes, out, *, m: int | None = None, overwrite: bool = False, progress=None, storage=None):
+    """Write the substring tables of a codes store (a Codes handle or its location) into a new
+    index at ``out`` (atomically): one ``mih-build`` task per codes chunk reads the chunk,
+    builds its tables and writes its rows of ``order`` and its row of ``offsets``. Returns
+    (index location, m)."""
+    codes = open_codes(codes, storage=storage)
+    reader = codes.reader
+    n_bits = 8 * int(reader.shape[1])
+    m = default_substrings(n_bits, reader.chunk_rows) if m is None else int(m)
+    starts = checked_substrings(n_bits, m)
+    out = resolve(out, storage=storage)
+    with index_output(out, overwrite) as tmp:
+        create_index_arrays(tmp, codes=codes, starts=starts)
+        write_shards(
+            "mih-build", _build_shard_into, codes.dask(), reader.shape[0], progress,
+            n_bits=n_bits, m=m, chunk_rows=reader.chunk_rows, target=tmp,
+        )  # fmt: skip
+    return out, m
+
+
+def _build_shard_into(block, shard, *, n_bits, m, chunk_rows, target):
+    """One task: the tables of one codes chunk, written as its rows of ``order`` and its row
+    of ``offsets`` (offsets < 2^31: a chunk has fewer rows)."""
+    tables = build_tables(block, n_bits, m)
+    start = shard * chunk_rows
+    write_rows(target.child("order"), slice(start, start + len(block)), tables["order"].T.astype(np.int32))
+    write_rows(target.child("offsets"), shard, tables["offsets"].astype(np.int32))
+    return len(block)
+
+
+def _stored_shards(codes_reader, excluded_rows):
+    """Per shard: (shard number, first row, the shard's rows to leave out)."""
+    excluded_rows = np.sort(np.asarray(excluded_rows, dtype=np.int64))
+    rows = codes_reader.chunk_rows
+    shards = []
+    for i in range(codes_reader.n_chunks):
+        lo, hi = np.searchsorted(excluded_rows, [i * rows, (i + 1) * rows])
+        shards.append((i, i * rows, excluded_rows[lo:hi] - i * rows))
+    return shards
+
+
+def _load_shard(shard, start, excluded, readers):
+    codes_reader, order_reader, offsets_reader, starts = readers
+    codes = codes_reader(shard)
+    tables = tables_from_arrays(starts, order_reader(shard), offsets_reader(shard)[0])
+    allowed = None
+    if len(excluded):
+        allowed = np.ones(len(codes), bool)
+        allowed[excluded] = False
+    return codes, np.arange(start, start + len(codes), dtype=np.int64), tables, allowed
+
+
+def _stored_topk(shard, start, excluded, *, readers, queries, k, n_bits):
+    codes, ids, tables, allowed = _load_shard(shard, start, excluded, readers)
+    return mih_topk(codes, ids, tables, queries=queries, k=k, n_bits=n_bits, allowed=allowed)
+
+
+def _stored_radius(shard, start, excluded, *, readers, queries, radius, n_bits):
+    codes, ids, tables, allowed = _load_shard(shard, start, excluded, readers)
+    return mih_radius(codes, ids, tables, queries=queries, radius=radius, n_bits=n_bits, allowed=allowed)
+
+
+def _stored_tasks(name, fn, query_codes, tables, excluded_rows, **kwargs):
+    """One ``name`` task per shard of a stored index (StoredTables), each loading its shard."""
+    codes_reader, attrs = tables.codes.reader, tables.attrs
+    readers = (codes_reader, tables.order, tables.offsets, np.asarray(attrs["starts"], np.int64))
+    return map_chunks(
+        name, fn, _stored_shards(codes_reader, excluded_rows), readers=readers,
+        queries=_check_codes(query_codes, codes_reader[:0]), n_bits=int(attrs["n_bits"]), **kwargs,
+    )  # fmt: skip
+
+
+def index_knn_lazy(query_codes, tables, k: int, excluded_rows=()):
+    """Delayed exact top-k (distances, ids = row numbers) of ``query_codes`` against every row
+    of a codes store except ``excluded_rows``, through its stored index (the StoredTables of
+    storage.mih_index.open_index)."""
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"k must be a positive int; got {k!r}")
+    parts = _stored_tasks("mih-topk", _stored_topk, query_codes, tables, excluded_rows, k=int(k))
+    return tree_reduce("mih-topk-merge", parts, _merge_pair(int(k)))
+
+
+def index_radius(query_codes, tables, radius: int, excluded_rows=()):
+    """Every row within ``radius`` (flat (query_index, id, distance), sorted), as index_knn_lazy."""
+    if not isinstance(radius, (int, np.integer)) or radius < 0:
+        raise InputError(f"radius must be a non-negative int; got {radius!r}")
+    parts = _stored_tasks("mih-radius", _stored_radius, query_codes, tables, excluded_rows, radius=int(radius))
+    return dask.compute(tree_reduce("mih-radius-merge", parts, _concat_radius))[0]

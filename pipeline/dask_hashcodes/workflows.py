@@ -1,0 +1,625 @@
+"""The jobs as functions: what ``dhash COMMAND``, ``dhash run`` steps and notebooks call.
+
+Each function takes handles (Dataset, Split, Model, Codes: opened and verified once) or
+locations (paths or URLs, opened once at the top and passed down as handles) and returns
+objects, runs its Dask work on the current client (``dask_hashcodes.connect()`` starts or joins a
+cluster), and prints nothing: progress bars go to stderr when ``progress=True``, and
+decisions worth knowing (a checkpoint resumed or discarded) go to the ``pipeline`` logger.
+
+URLs are opened with the ``storage=`` keyword's fsspec options (a ``dask_hashcodes.Storage``, a
+dict, or None: ``$DHASH_STORAGE_OPTIONS`` or the config's ``storage-options`` table);
+nothing is set for the whole process.
+
+    from dask_hashcodes import connect, workflows
+    connect()
+    ds = workflows.synth("sift", "data/s.zarr", n=100_000)
+    workflows.split(ds, queries=1000)
+    model = workflows.train(ds, "itq", "models/itq32", bits=32, split="default")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dask_hashcodes.data.ingest import ingest as ingest_file
+from dask_hashcodes.data.sources import fashion_mnist_available, resolve_dataset
+from dask_hashcodes.data.synth import write_sift_synth
+from dask_hashcodes.distributed.cluster import cluster_shape
+from dask_hashcodes.distributed.encode import all_rows_codes, encode_to_zarr, write_codes
+from dask_hashcodes.distributed.progress import compute_with_progress
+from dask_hashcodes.errors import InputError
+from dask_hashcodes.evaluation.evaluate import DEFAULT_KS, evaluate_method, evaluation_protocol
+from dask_hashcodes.evaluation.neighbours import NeighbourRecall, NeighbourSearches
+from dask_hashcodes.evaluation.report import build_report, has_training_plot, write_report
+from dask_hashcodes.evaluation.truth import build_truth, euclidean_groundtruth, query_rows
+from dask_hashcodes.hashing import (
+    BASELINE_METHODS,
+    DEMO_METHODS,
+    METHOD_NAMES,
+    Hasher,
+    check_params_used,
+    load_model,
+    make_hasher,
+    method_params,
+)
+from dask_hashcodes.hashing.checkpoint import (
+    CheckpointTarget,
+    checkpoint_path,
+    checkpoint_progress,
+    dataset_identity,
+    live_writer,
+)
+from dask_hashcodes.kernels.knn import neighbour_recall
+from dask_hashcodes.search.hamming import flat_hits
+from dask_hashcodes.search.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
+from dask_hashcodes.search.ivf import DEFAULT_NPROBE, build_ivf
+from dask_hashcodes.search.mih import build_index
+from dask_hashcodes.search.rerank import check_rerank
+from dask_hashcodes.storage.atomic import DiskFull, remove_artifact
+from dask_hashcodes.storage.codes import Codes, open_codes
+from dask_hashcodes.storage.datasets import Dataset, Split, dataset_summary, open_dataset, write_dataset_like
+from dask_hashcodes.storage.ivf_index import StoredLists, open_stored_index
+from dask_hashcodes.storage.location import Location, resolve
+from dask_hashcodes.storage.results import write_knn_results, write_radius_results
+from dask_hashcodes.views import database_view
+
+__all__ = [
+    "Encoded",
+    "Searched",
+    "dataset",
+    "demo",
+    "encode",
+    "evaluate",
+    "groundtruth",
+    "head",
+    "index",
+    "ingest",
+    "search",
+    "split",
+    "synth",
+    "train",
+]
+log = logging.getLogger(__name__)
+
+
+def _at(where, storage):
+    """A URL resolved (once) with the storage options; local paths, handles and None as
+    given: they need no options, and the layers below resolve them as before."""
+    if isinstance(where, (str, os.PathLike)) and "://" in os.fspath(where):
+        return resolve(where, storage=storage)
+    return where
+
+
+def _show(progress: bool):
+
+    return lambda tasks: compute_with_progress(tasks, show=progress)
+
+
+def dataset(
+    name_or_path,
+    *,
+    n: int | None = None,
+    seed: int = 0,
+    chunk_rows: int | None = None,
+    progress: bool = False,
+    storage=None,
+) -> Dataset:
+    """A Dataset handle as given, a dataset location opened (a URL with ``storage``), or a
+    built-in source (``fashion-mnist``, ``sift-synth`` of ``n`` rows, ``debian-minilm``: its
+    first ``n`` rows when ``n`` is given) materialised once in the data directory and opened."""
+    if isinstance(name_or_path, Dataset):
+        return name_or_path
+    where = _at(name_or_path, storage)
+    if isinstance(where, Location):
+        return open_dataset(where)
+    return resolve_dataset(str(name_or_path), n=n, seed=seed, chunk_rows=chunk_rows, progress=progress)
+
+
+# ------------------------------------------------------------------ data ---------------
+
+
+def ingest(
+    source,
+    out,
+    *,
+    format: str = "auto",
+    column: str | None = None,
+    labels=None,
+    label_column: str | None = None,
+    chunk_rows: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    storage=None,
+) -> Dataset:
+    """Copy the vectors in file ``source`` (fvecs/bvecs/ivecs, IDX, npy, parquet; and optional
+    ``labels``) into a new dataset at ``out``, or materialise the built-in ``fashion-mnist``
+    or ``debian-sift`` there; each a local path or a URL (opened with ``storage``). See
+    dask_hashcodes.data.ingest.ingest."""
+    return ingest_file(
+        _at(source, storage),
+        _at(out, storage),
+        format=format,
+        column=column,
+        labels=_at(labels, storage),
+        label_column=label_column,
+        chunk_rows=chunk_rows,
+        overwrite=overwrite,
+        progress=progress,
+    )
+
+
+def synth(
+    kind: str,
+    out,
+    *,
+    n: int = 1_000_000,
+    seed: int = 0,
+    chunk_rows: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    storage=None,
+) -> Dataset:
+    """Generate a synthetic dataset chunk-parallel on the cluster (``kind``: ``sift``)."""
+
+    if kind != "sift":
+        raise InputError(f"unknown synthetic kind {kind!r}; use sift")
+    return write_sift_synth(
+        _at(out, storage), n, seed=seed, chunk_rows=chunk_rows, overwrite=overwrite, progress=_show(progress)
+    )
+
+
+def head(dataset_, n: int, out, *, chunk_rows: int | None = None, overwrite: bool = False, storage=None) -> Dataset:
+    """The first ``n`` rows (and labels) of a dataset as a dataset of their own at ``out``
+    (read through memory: meant for subsets of a few hundred MB, e.g. a quick notebook run)."""
+
+    ds, out = dataset(dataset_, storage=storage), _at(out, storage)
+    if n >= ds.n:
+        return ds
+    labels = None if ds.labels is None else ds.labels[:n]
+    rows = [ds.features_dask()[:n].compute()]
+    return write_dataset_like(ds, out, rows, n=n, labels=labels, chunk_rows=chunk_rows, overwrite=overwrite)
+
+
+def split(
+    dataset_, *, queries: int = 1000, seed: int = 0, name: str = "default", overwrite: bool = False, storage=None
+) -> Split:
+    """Draw a seeded query/database split and store it in the dataset; returns the Split."""
+    return dataset(dataset_, storage=storage).make_split(queries, seed, name=name, overwrite=overwrite)
+
+
+def groundtruth(
+    dataset_,
+    *,
+    split: str | Split = "default",
+    top_k: int | None = None,
+    top_percent: float | None = None,
+    storage=None,
+):
+    """Exact Euclidean neighbours of a split's queries, computed once and stored in the
+    dataset; returns the Truth."""
+    ds = dataset(dataset_, storage=storage)
+    return build_truth(ds, ds.get_split(split), ground_truth="euclidean", top_k=top_k, top_percent=top_percent)
+
+
+# ------------------------------------------------------------------ models -------------
+
+
+def _check_checkpoint(ckpt, *, resume: bool, overwrite: bool) -> None:
+    """A checkpoint beside the model output: another live run's is refused; an interrupted
+    run's is resumed with ``resume``, discarded with ``overwrite``, else refused."""
+
+    writer = live_writer(ckpt)
+    if writer is not None:
+        raise InputError(
+            f"another training run (pid {writer['pid']}) is writing {ckpt}; wait for it or train into another `out`"
+        )
+    if resume:
+        return
+    if not overwrite:
+        raise InputError(
+            f"{ckpt} holds the state of an interrupted training run; pass `resume=True` to continue it, "
+            "or `overwrite=True` to start over"
+        )
+    remove_artifact(ckpt, kind="checkpoint")  # only a checkpoint dhash wrote whole
+    log.warning("train: overwriting: removed the interrupted run's checkpoint %s; training starts over", ckpt)
+
+
+def train(
+    dataset_,
+    method: str,
+    out=None,
+    *,
+    bits: int = 32,
+    seed: int = 0,
+    split: str | None = None,
+    params: dict | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+    codes=None,
+    storage=None,
+) -> Hasher:
+    """Learn ``method``'s hash functions on the dataset's rows (the database rows of
+    ``split`` when given) and, with ``out``, save the model there. Iterative methods save a
+    checkpoint beside ``out`` after every iteration; ``resume`` continues it. Methods that
+    learn the database's codes (adsh) write them to the codes store ``codes``: every row of
+    the dataset, the split's query rows encoded by the learned hash function."""
+
+    ds, out, codes = dataset(dataset_, storage=storage), _at(out, storage), _at(codes, storage)
+    check_params_used([method], params)
+    model = make_hasher(method, bits, random_state=seed, **method_params(method, params))
+    if model.learns_database_codes and codes is None:
+        raise InputError(
+            f"{method} learns the database's codes; give `codes=PATH` to store them (then search with them)"
+        )
+    if codes is not None and not model.learns_database_codes:
+        raise InputError(
+            f"{method} learns hash functions only; drop `codes` and encode the dataset with the trained model"
+        )
+    ckpt = checkpoint_path(out) if out is not None and model.supports_checkpoint else None
+    if ckpt is not None and ckpt.exists():
+        _check_checkpoint(ckpt, resume=resume, overwrite=overwrite)
+    elif resume:  # a scheduled job passes resume every time: the first run, or one after a finished run, starts
+        log.info("train: no checkpoint%s to resume; training from the start", f" at {ckpt}" if ckpt else "")
+    split_ = ds.get_split(split) if split else None
+    view = database_view(ds, split_)
+    target = None
+    if ckpt is not None:  # the checkpoint records which rows it learns from; resuming checks them
+        rows = int(view.features.shape[0])
+        query = split_.query if split_ else None
+        identity = dataset_identity(ds.content_id, ds.n, split_.name if split_ else None, query, rows)
+        target = CheckpointTarget(ckpt, identity)
+    try:
+        model.fit(view.features, view.labels, checkpoint=target)
+        model.dataset_ = {**dataset_summary(ds), "split": split_.manifest if split_ else {}}
+        if out is not None:
+            model.save(out, overwrite=overwrite)
+    except DiskFull as exc:
+        if ckpt is None or not ckpt.exists():
+            raise
+        done = checkpoint_progress(ckpt)  # an earlier iteration's, committed whole
+        raise exc.keeping(
+            f"the checkpoint {ckpt} (after iteration {'?' if done is None else done}) was kept: free space "
+            "there and train again with `resume=True` to continue from it"
+        ) from None
+    if out is not None and ckpt is not None:
+        remove_artifact(ckpt, kind="checkpoint")  # the model holds everything now
+    if codes is not None:
+        query_rows = split_.query if split_ else np.empty(0, dtype=np.int64)
+        write_codes(
+            codes, all_rows_codes(model, ds.features_dask(), query_rows), model, dataset=ds, overwrite=overwrite
+        )
+    return model
+
+
+def _model(model, storage=None) -> Hasher:
+    """A model (Hasher) as given, or the model at a location loaded (and verified) once."""
+    return model if isinstance(model, Hasher) else load_model(_at(model, storage))
+
+
+@dataclass(frozen=True)
+class Encoded:
+    path: str
+    n: int
+    code_bytes: int
+    seconds: float
+
+
+def encode(dataset_, model, out, *, overwrite: bool = False, progress: bool = False, storage=None) -> Encoded:
+    """Encode every row of the dataset with ``model`` (object or model location) into a
+    codes store at ``out``."""
+
+    ds, model, out = dataset(dataset_, storage=storage), _model(model, storage), _at(out, storage)
+    started = time.perf_counter()
+    encode_to_zarr(out, ds.features_dask(), model, dataset=ds, overwrite=overwrite, progress=_show(progress))
+    return Encoded(str(out), ds.n, model.code_bytes, time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class Indexed:
+    path: str
+    n: int
+    m: int
+    seconds: float
+
+
+def index(
+    codes,
+    out,
+    *,
+    kind: str = "mih",
+    substrings: int | None = None,
+    dataset_=None,
+    lists: int | None = None,
+    kmeans_rows: int | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+    progress: bool = False,
+    storage=None,
+) -> Indexed:
+    """An index of a codes store (a Codes handle or its location; one shard per codes chunk),
+    written to ``out`` for ``search(..., index=out)``. ``kind="mih"``: multi-index hashing
+    tables, ``substrings`` m (default: the paper's b / log2(rows per shard)); exact.
+    ``kind="ivf"``: an inverted file of ``lists`` lists (default 4 sqrt(n)), k-means (seeded
+    by ``seed``) on ``kmeans_rows`` rows (default 256 per list) of the features of
+    ``dataset_``, the dataset the codes encode; approximate."""
+    started = time.perf_counter()
+    codes = open_codes(codes, storage=storage)
+    if kind == "mih":
+        loc, m = build_index(codes, out, m=substrings, overwrite=overwrite, progress=_show(progress), storage=storage)
+        return Indexed(str(loc), codes.n, m, time.perf_counter() - started)
+    if kind != "ivf":
+        raise InputError(f"unknown index kind {kind!r}; choose mih or ivf")
+    if dataset_ is None:
+        raise InputError(
+            "an inverted file clusters the features the codes encode; give the dataset they encode (`dataset_`)"
+        )
+    ds = dataset(dataset_, storage=storage)
+    loc, n_lists = build_ivf(
+        codes, ds.features_dask(), out, n_lists=lists, kmeans_rows=kmeans_rows, seed=seed, overwrite=overwrite,
+        progress=_show(progress), storage=storage,
+    )  # fmt: skip
+    return Indexed(str(loc), codes.n, n_lists, time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class Searched:
+    """What a search found: ``path`` of the parquet results (None when not written), and the
+    FAISS-shaped ``results``: (D, I) of a top-k search, (lims, D, I) of a radius search."""
+
+    path: str | None
+    n_queries: int
+    n_database: int
+    rows: int
+    seconds: float
+    results: tuple = ()
+    k: int | None = None
+    recall: float | None = None  # of the exact Euclidean top-k, when asked
+    searched_by: str | None = None  # linear scan, multi-index hashing or inverted file
+
+
+def search_index(
+    dataset_: Dataset,
+    model: Hasher,
+    codes: Codes,
+    split_: Split,
+    *,
+    index=None,
+    nprobe: int | None = None,
+    rerank=None,
+    candidates=None,
+):
+    """The index a search of ``split_``'s queries goes through: the linear scan of the
+    codes, or the stored index ``index`` (a multi-index, or an inverted file probing
+    ``nprobe`` lists, default DEFAULT_NPROBE), minus the split's query rows; wrapped in a
+    Rerank step when ``rerank`` is given (``candidates``: its R)."""
+    stored = None if index is None else open_stored_index(index, codes)
+    if nprobe is not None and not isinstance(stored, StoredLists):
+        raise InputError("nprobe sets the lists an inverted file probes; give an index built with `kind='ivf'`")
+    if stored is None:
+        base = FlatIndex(codes, exclude=split_.query, model=model)
+    elif isinstance(stored, StoredLists):
+        probes = DEFAULT_NPROBE if nprobe is None else nprobe
+        base = IVFIndex(stored, probes, exclude=split_.query, model=model)
+    else:
+        base = MIHIndex(stored, exclude=split_.query, model=model)
+    if rerank is None:
+        return base
+    source = dataset_ if rerank == "exact" else codes
+    return Rerank(rerank, base, candidates, source=source, model=model)
+
+
+def search(
+    dataset_,
+    model,
+    codes,
+    out=None,
+    *,
+    split: str | Split = "default",
+    k: int | None = None,
+    radius: int | None = None,
+    index=None,
+    nprobe: int | None = None,
+    rerank: str | None = None,
+    candidates: int | None = None,
+    recall: bool = False,
+    overwrite: bool = False,
+    progress: bool = False,
+    storage=None,
+) -> Searched:
+    """Hamming top-``k`` (default 100) or radius search of the split's queries against the
+    other rows' codes; results to a parquet file at ``out`` when given, and in
+    ``Searched.results`` (FAISS's (D, I) or (lims, D, I)). With ``index`` (made by
+    ``index()`` from these codes) the search goes through its substring tables (multi-index
+    hashing): the same results, fewer codes compared; or, for an inverted file, through the
+    ``nprobe`` lists nearest each query: fewer codes compared, approximate. With ``rerank`` ("exact": squared L2
+    to the original vectors; "asymmetric": the queries' real projections against the
+    codes) the Hamming top-``candidates`` (default 10 k) are re-ranked and the top k kept.
+    With ``recall``, ``Searched.recall`` is the mean fraction of each query's exact Euclidean
+    top-k found in its k results (the exact neighbours computed once and stored in the
+    dataset, as ``groundtruth(top_k=k)``), for the searcher actually used (Hamming order,
+    re-ranked, through an index).
+
+    Each location is opened once, here, into its handle (Dataset, Model, Codes, Split, the
+    index's tables); the Index objects (dask_hashcodes.search.index) do the searching."""
+
+    if k is not None and radius is not None:
+        raise InputError("give either `k` (top-k search) or `radius` (radius search), not both")
+    if recall and radius is not None:
+        raise InputError("`recall` measures a top-k search against the exact top-k; give `k` instead of `radius`")
+    candidates = check_rerank(rerank, candidates, k, radius)
+    ds, model = dataset(dataset_, storage=storage), _model(model, storage)
+    codes_ = open_codes(_at(codes, storage), model, ds)
+    if codes_.n != ds.n:
+        raise InputError(f"codes at {codes_.path} have {codes_.n} rows but the dataset has {ds.n}; encode this dataset")
+    split_ = ds.get_split(split)
+    out = _at(out, storage)
+    index = _at(index, storage)
+    searcher = search_index(ds, model, codes_, split_, index=index, nprobe=nprobe, rerank=rerank, candidates=candidates)
+    inverted_file = isinstance(getattr(searcher, "base", searcher), IVFIndex)
+    if radius is not None and inverted_file:
+        raise InputError(
+            "an inverted file answers top-k searches only; give `k` instead of `radius`, or an `index` built with "
+            "`kind='mih'`"
+        )
+    # the stored codes of the split's queries, and their rows where the lists or the re-ranking need them
+    query_codes = codes_.take(split_.query)
+    needs_vectors = rerank is not None or inverted_file
+    queries = Queries(codes=query_codes, vectors=query_rows(ds, split_)) if needs_vectors else query_codes
+    n_database = ds.n - split_.n_query
+    started = time.perf_counter()
+    measured = None
+    if radius is not None:
+        lims, dist, ids = results = searcher.range_search_codes(queries, radius)
+        if out is not None:
+            write_radius_results(out, split_.query, flat_hits(lims), ids, dist, overwrite=overwrite)
+        found = len(ids)
+    else:
+        k = 100 if k is None else k
+        if rerank is not None:
+            scores, nn, dist = searcher.search_codes_with_hamming(queries, k, progress=progress)
+            reranked, results = (rerank, candidates, scores), (scores, nn)
+        else:
+            dist, nn = results = searcher.search_codes(queries, k, progress=progress)
+            reranked = None
+        if recall:  # before the results are written: a failure here leaves no output
+            searched = time.perf_counter()
+            truth, _, _ = euclidean_groundtruth(ds, split_, top_k=k)
+            measured = neighbour_recall(nn, truth)
+            started += time.perf_counter() - searched  # the search's seconds leave the truth out
+        if out is not None:
+            write_knn_results(out, split_.query, dist, nn, rerank=reranked, overwrite=overwrite)
+        found = int((nn >= 0).sum())
+    seconds = time.perf_counter() - started
+    path = None if out is None else str(out)
+    searched_by = getattr(searcher, "base", searcher).searched_by
+    return Searched(
+        path, len(queries), n_database, found, seconds, results, k=k, recall=measured, searched_by=searched_by
+    )
+
+
+# ------------------------------------------------------------------ evaluation ---------
+
+
+def evaluate(
+    dataset_,
+    *,
+    methods=BASELINE_METHODS,
+    bits=(32,),
+    queries: int = 1000,
+    seed: int = 0,
+    out=None,
+    ground_truth: str | None = None,
+    top_k: int | None = None,
+    top_percent: float | None = None,
+    ks=DEFAULT_KS,
+    params: dict | None = None,
+    evaluation_options: dict | None = None,
+    split_name: str | None = None,
+    neighbours: NeighbourSearches | None = None,
+    log_lines=None,
+    storage=None,
+) -> dict:
+    """Train, encode, search and score ``methods`` x ``bits`` on a seeded split of
+    ``queries`` rows (stored in the dataset as ``split_name``, default ``q{queries}-s{seed}``);
+    returns the report, and writes report.json, report.md and plots to ``out`` when given.
+    ``log_lines``: a callable receiving one line per trained model. ``evaluation_options``:
+    options of how particular methods are scored (``Hasher.evaluation_options``, e.g.
+    ``{"dish2_dictionaries": 1}``), each given to the methods that declare it.
+    ``neighbours`` (a NeighbourSearches): also measure, for codes every row is encoded
+    into, the recall@k of the exact Euclidean top-k (computed once, stored in the dataset)
+    of the Hamming order, of exact re-ranking and of an inverted file."""
+    unknown = [m for m in methods if m not in METHOD_NAMES]
+    if unknown:
+        raise InputError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHOD_NAMES)}")
+    check_params_used(methods, params)
+    recorded_options = evaluation_protocol(evaluation_options)  # an unknown option fails before any work
+    ds = dataset(dataset_, storage=storage)
+    split_ = ds.make_split(queries, seed, name=split_name or f"q{queries}-s{seed}")
+    if neighbours is not None:  # refused before any ground truth is computed
+        neighbours = neighbours.checked(split_.n_database)
+    truth = build_truth(ds, split_, ground_truth=ground_truth, top_k=top_k, top_percent=top_percent)
+    features = ds.features_dask()
+    if neighbours is not None:
+        exact, _, _ = euclidean_groundtruth(ds, split_, top_k=neighbours.recall_at)
+    options = {"seed": seed, "ks": ks, "params": params, "log": log_lines, "evaluation_options": evaluation_options,
+               "neighbours": None if neighbours is None else NeighbourRecall(neighbours, exact, seed)}  # fmt: skip
+    results = [
+        row
+        for b in bits
+        for method in methods
+        for row in evaluate_method(features, split_.query, ds.labels, truth, method, b, **options)
+    ]
+    protocol = {
+        "seed": seed,
+        "n_queries": queries,
+        "methods": list(methods),
+        "bits": list(bits),
+        "ks": sorted(ks),
+        "train_set": "database",
+        "method_params": params or {},
+        **recorded_options,
+        "has_training_plot": has_training_plot(results),
+        **({} if neighbours is None else {"neighbour_recall": neighbours.protocol()}),
+    }
+    report = build_report(
+        dataset=dataset_summary(ds),
+        split=split_.manifest,
+        truth=truth.description,
+        results=results,
+        cluster=cluster_shape(),
+        protocol=protocol,
+    )
+    if out is not None:
+        write_report(_at(out, storage), report)
+    return report
+
+
+DEMO_DATASETS = ("sift-synth", "fashion-mnist")  # the demo's report directories below its out
+
+
+def demo(
+    out="runs/demo",
+    *,
+    n: int = 1_000_000,
+    methods=DEMO_METHODS,
+    bits=(32, 64),
+    top_k: int | None = None,
+    top_percent: float | None = None,
+    chunk_rows: int | None = None,
+    progress: bool = False,
+    log_lines=None,
+    storage=None,
+    **evaluate_options,
+) -> dict:
+    """The end-to-end demo: sift-synth of ``n`` points with Euclidean ground truth (top
+    1000 unless ``top_k``/``top_percent``), and Fashion-MNIST with label ground truth when it
+    is installed. Returns {dataset name: report}."""
+
+    out = Path(out) if "://" not in str(out) else out
+    say = log_lines or (lambda line: None)
+    say(f"demo: sift-synth with {n:,} points (generated chunk-parallel, cached in the data directory)")
+    sift = dataset("sift-synth", n=n, seed=evaluate_options.get("seed", 0), chunk_rows=chunk_rows, progress=progress)
+    options = {"methods": methods, "bits": bits, "log_lines": log_lines, "storage": storage, **evaluate_options}
+    reports = {
+        "sift-synth": evaluate(
+            sift,
+            out=f"{out}/{DEMO_DATASETS[0]}",
+            ground_truth="euclidean",
+            top_k=top_k or (None if top_percent else 1000),
+            top_percent=top_percent,
+            **options,
+        )
+    }
+    if fashion_mnist_available():
+        say("demo: Fashion-MNIST (label ground truth)")
+        fm = dataset("fashion-mnist", chunk_rows=chunk_rows, progress=progress)
+        reports["fashion-mnist"] = evaluate(fm, out=f"{out}/{DEMO_DATASETS[1]}", ground_truth="labels", **options)
+    else:
+        say("demo: Fashion-MNIST skipped (install it with `apt-get install dataset-fashion-mnist`)")
+    return reports
