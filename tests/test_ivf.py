@@ -227,8 +227,12 @@ def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
         np.testing.assert_array_equal(got_d, exact_d)
     # tuning on validation vectors: the fastest setting that reaches the target, its recall
     # that of the exact top-10 over the indexed rows
-    trials = serving.tune_codes(queries, k=10, target=0.8)
+    tuned = serving.tune_codes(queries, k=10, target=0.8)
+    trials = tuned.trials
     chosen = next(t for t in trials if t["recall"] >= 0.8)
+    assert tuned.reached and (tuned.nprobe, tuned.candidates, tuned.recall) == tuple(
+        chosen[key] for key in ("nprobe", "candidates", "recall")
+    )
     assert (serving.nprobe, serving.candidates) == (chosen["nprobe"], chosen["candidates"])
     assert [t["queries_per_second"] for t in trials] == sorted((t["queries_per_second"] for t in trials), reverse=True)
     rows = np.setdiff1d(np.arange(5000), split.query)
@@ -237,8 +241,11 @@ def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
     _, found = serving.search_codes(queries, 10)
     hits = sum(len(np.intersect1d(f, e)) for f, e in zip(found, exact))
     assert chosen["recall"] == pytest.approx(hits / exact.size)
-    with pytest.raises(InputError, match="no setting reached recall@10 1.0"):
-        serving.tune_codes(queries, k=10, target=1.0, nprobes=(1,), candidates_per_k=(1,))
+    # no setting reaches the target: the best recall found is kept and returned, not raised
+    missed = serving.tune_codes(queries, k=10, target=1.0, nprobes=(1, 2), candidates_per_k=(1,))
+    assert not missed.reached and missed.target == 1.0 and len(missed.trials) == 2
+    assert missed.recall == max(t["recall"] for t in missed.trials) < 1.0
+    assert (serving.nprobe, serving.candidates) == (missed.nprobe, missed.candidates)
     serving.candidates = 20
     with pytest.raises(InputError, match="20 candidates is below k = 30"):
         serving.search_codes(queries, 30)

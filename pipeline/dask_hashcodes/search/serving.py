@@ -21,6 +21,7 @@ lists, the same Hamming top-R with ties by id, the same exact re-ranking.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,6 +37,24 @@ from dask_hashcodes.search.rerank import rerank_lazy
 # the grid ``tune`` tries: probes, and candidates per neighbour asked for
 TUNE_NPROBES = (1, 2, 4, 8, 16, 32, 64, 128)
 TUNE_CANDIDATES = (10, 15, 20, 30, 50, 100)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What ``ServingIVF.tune`` chose: the setting now set on the index (``nprobe``,
+    ``candidates``), its measured ``recall`` and ``queries_per_second``, whether it ``reached``
+    the target recall (when no setting did, the one with the highest recall was kept, so the
+    caller decides what to do: longer codes, more lists probed, a lower target), and every
+    setting tried (``trials``: {"nprobe", "candidates", "recall", "queries_per_second"},
+    fastest first)."""
+
+    nprobe: int
+    candidates: int
+    recall: float
+    queries_per_second: float
+    reached: bool
+    target: float
+    trials: list = field(repr=False)
 
 
 class ServingIVF:
@@ -137,16 +156,19 @@ class ServingIVF:
         """Choose ``nprobe`` and ``candidates`` on the caller's validation queries (vectors that
         are not test queries, encoded with the model): the exact Euclidean top-k of each is
         computed here over the indexed rows, then every setting of the grid is timed on this
-        thread, and the fastest whose recall@k reaches ``target`` is kept (set on the index).
-        Returns every setting's {"nprobe", "candidates", "recall", "queries_per_second"},
-        fastest first. Needs the vectors in memory or memory-mapped (they are scanned once for
-        the exact neighbours)."""
+        thread, and the fastest whose recall@k reaches ``target`` is kept (set on the index);
+        when none reaches it, the setting with the highest recall is kept instead. Returns a
+        Tuning: the kept setting, whether it reached the target, and every setting tried. Not
+        reaching the target is an answer about the data and the codes, not bad input, so it is
+        reported in ``Tuning.reached`` rather than raised. Needs the vectors in memory or
+        memory-mapped (they are scanned once for the exact neighbours)."""
         return self.tune_codes(encoded(vectors, self.model, self.code_bytes), k, target, nprobes=nprobes,
                                candidates_per_k=candidates_per_k)  # fmt: skip
 
     def tune_codes(self, queries: Queries, k: int = 10, target: float = 0.9, *, nprobes=TUNE_NPROBES,
                    candidates_per_k=TUNE_CANDIDATES):  # fmt: skip
-        """``tune`` on validation ``queries``: Queries holding their codes and vectors."""
+        """``tune`` on validation ``queries``: Queries holding their codes and vectors; returns
+        the same Tuning."""
         if not isinstance(self.vectors, np.ndarray):
             raise InputError(
                 "tuning computes the exact neighbours from the vectors; load the index with its vectors as an array"
@@ -172,13 +194,7 @@ class ServingIVF:
         good = [t for t in trials if t["recall"] >= target]
         best = good[0] if good else max(trials, key=lambda t: t["recall"])
         self.nprobe, self.candidates = best["nprobe"], best["candidates"]
-        if not good:
-            raise InputError(
-                f"no setting reached recall@{k} {target} on these queries (best {best['recall']:.3f} with nprobe "
-                f"{best['nprobe']} and {best['candidates']} candidates, now set); use longer codes, more lists probed "
-                "or a lower target"
-            )
-        return trials
+        return Tuning(**best, reached=bool(good), target=float(target), trials=trials)
 
     def range_search(self, vectors, radius):
         raise top_k_only("an inverted file")
