@@ -32,7 +32,16 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from dask_hashcodes.data.sources import SOURCES
 from dask_hashcodes.deep import networks
 from dask_hashcodes.errors import InputError
-from dask_hashcodes.hashing.registry import HASHERS, METHOD_NAMES, METHOD_VARIANTS, method_class
+from dask_hashcodes.evaluation.evaluate import DEFAULT_KS
+from dask_hashcodes.hashing.registry import (
+    BASELINE_METHODS,
+    DEMO_METHODS,
+    HASHERS,
+    METHOD_NAMES,
+    METHOD_VARIANTS,
+    method_class,
+)
+from dask_hashcodes.search.ivf import CANDIDATES_PER_K
 
 
 class OptionParser(argparse.ArgumentParser):
@@ -910,6 +919,8 @@ def _methods_where(test) -> tuple[str, ...]:
 _CHECKPOINTING = _methods_where(lambda cls: cls.supports_checkpoint)
 _DATABASE_CODES = _methods_where(lambda cls: cls.learns_database_codes)
 _DISH2 = _methods_where(lambda cls: "dish2_dictionaries" in cls.evaluation_options)
+# every name --method and --methods accept, read from the registry (never a hand-kept list)
+_METHOD_LIST = _one_of(METHOD_NAMES)
 _TRAIN_STAGE = (With("stage", ("train",)), Without("method", ("itq-vs-faiss",), "it times faiss.ITQTransform"))
 
 # a table reads best one option per line:
@@ -972,8 +983,7 @@ OPTIONS: tuple[Option, ...] = (
          applies=(Without("ground_truth", ("labels",), "it sets the Euclidean ground truth", ("evaluate",)),
                   Without("top_k", (), "the Euclidean ground truth is the top K or the top P percent"))),
     # -- models
-    _opt("method", ["train"], "lsh, pcah, itq, dish, dish-allreduce, sgh, splh, usplh, pcah-adjusted",
-         required=("train",)),
+    _opt("method", ["train"], f"one of {_METHOD_LIST}", required=("train",)),
     _opt("method", ["bench"], "train: dish, dish-allreduce, itq, or itq-vs-faiss (ITQ vs faiss.ITQTransform: time, "
          "Fashion-MNIST map)", default="dish", applies=(With("stage", ("train",)),)),
     _opt("bits", ["train"], f"code length in bits (1 to {MAX_BITS})", type=bit_count, default=32),
@@ -981,8 +991,8 @@ OPTIONS: tuple[Option, ...] = (
          default=32, applies=(With("stage", ("search", "train", "encode")),)),
     _opt("bits", _EVAL, f"code lengths in bits (1 to {MAX_BITS}), comma-separated", type=bit_counts,
          default={"evaluate": [32], "demo": [32, 64]}),
-    _opt("methods", _EVAL, "methods, comma-separated", type=name_list,
-         default={"evaluate": ["lsh", "pcah", "itq"], "demo": ["lsh", "pcah", "itq", "dish"]}),
+    _opt("methods", _EVAL, f"methods, comma-separated, each one of {_METHOD_LIST}", type=name_list,
+         default={"evaluate": list(BASELINE_METHODS), "demo": list(DEMO_METHODS)}),
     _opt("seed", ["synth", "split", "train", "bench", "index", *_EVAL], "random seed: fixes every result",
          type=non_negative_int, default=0,
          applies=(With("kind", ("ivf",), "it draws the rows k-means learns from", ("index",)),)),
@@ -1007,16 +1017,16 @@ OPTIONS: tuple[Option, ...] = (
     _opt("rerank", ["search"], "re-rank the Hamming top --candidates: exact (squared L2 to the original vectors, "
          "read from the dataset chunk by chunk) or asymmetric (the queries' real projections against the codes)",
          choices=("exact", "asymmetric"), applies=(Without("radius", (), "it re-ranks a top-k search"),)),
-    _opt("candidates", ["search"], "Hamming candidates per query that --rerank re-ranks (default 10 x k)",
+    _opt("candidates", ["search"], f"Hamming candidates per query that --rerank re-ranks (default {CANDIDATES_PER_K} x k)",
          type=positive_int, applies=(With("rerank", (), "the candidates it re-ranks"),)),
     _opt("recall", ["search"], "also measure recall@k of the exact Euclidean top-k neighbours of the queries (computed "
          "once on the cluster and stored in the dataset, as the groundtruth command does)", switch=True,
          applies=(Without("radius", (), "it scores a top-k search"),)),
-    _opt("codes", ["train"], "adsh: codes store for the learned database codes (every row of the dataset; the "
-         "split's queries encoded by the network)",
+    _opt("codes", ["train"], f"{', '.join(_DATABASE_CODES)}: codes store for the learned database codes (every row "
+         "of the dataset; the split's queries encoded by the network)",
          applies=(With("method", _DATABASE_CODES, "it stores the database codes such a method learns"),)),
-    _opt("resume", ["train"], "continue an interrupted run from OUT.checkpoint (itq, dish: saved after every "
-         "iteration); with no checkpoint there, train from the start", switch=True,
+    _opt("resume", ["train"], f"continue an interrupted run from OUT.checkpoint ({', '.join(_CHECKPOINTING)}: saved "
+         "after every iteration); with no checkpoint there, train from the start", switch=True,
          applies=(With("method", _CHECKPOINTING, "it continues the checkpoint such a method saves after every iteration"),)),
     *METHOD_OPTIONS,
     # -- search
@@ -1028,7 +1038,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("ground-truth", _EVAL, "default: labels when the dataset has them", choices=("labels", "euclidean"),
          applies=(Never(("demo",), "the demo scores sift-synth by Euclidean and Fashion-MNIST by label ground "
                                    "truth"),)),
-    _opt("ks", _EVAL, "K values of precision@K", type=positive_int_list, default=[1, 10, 50, 100, 200, 500, 1000]),
+    _opt("ks", _EVAL, "K values of precision@K", type=positive_int_list, default=list(DEFAULT_KS)),
     _opt("recall-at", ["evaluate"], "also measure recall@K of the exact Euclidean top-K neighbours (computed once and "
          "stored in the dataset) for codes every row is encoded into: in Hamming order, re-ranked exactly, and "
          "through an inverted file with --ivf-lists", type=positive_int),

@@ -41,8 +41,9 @@ DEFAULT_NPROBE = 4
 # a query's cost per task (finding its probed lists, its top-k buffers) is paid once per
 # about a million rows rather than once per codes chunk (a chunk is often 128k rows)
 SEARCH_TASK_ROWS = 1 << 20
-# Hamming candidates re-ranked by exact L2 per query, per neighbour asked for, when serving
-# with the original vectors (300 for a top-10)
+# Hamming candidates re-ranked per query, per neighbour asked for (300 for a top-10): the
+# default when serving with the original vectors and of every re-ranking search
+# (search.rerank.check_rerank, `dhash search --rerank`)
 CANDIDATES_PER_K = 30
 
 
