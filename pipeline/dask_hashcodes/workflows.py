@@ -3,8 +3,14 @@
 Each function takes handles (Dataset, Split, Model, Codes: opened and verified once) or
 locations (paths or URLs, opened once at the top and passed down as handles) and returns
 objects, runs its Dask work on the current client (``dask_hashcodes.connect()`` starts or joins a
-cluster), and prints nothing: progress bars go to stderr when ``progress=True``, and
-decisions worth knowing (a checkpoint resumed or discarded) go to the ``pipeline`` logger.
+cluster), and prints nothing: progress bars go to stderr, and decisions worth knowing (a
+checkpoint resumed or discarded) go to the ``dask_hashcodes`` logger.
+
+``progress``, a keyword of every workflow that runs long: None (the default) shows the
+bars when someone watches (stderr is a terminal, or a Jupyter notebook), not in CI, cron
+jobs or logs; True always, False never. Everything the workflow calls follows its answer:
+Dask's task bar of a cluster computation, a training run's iterations, an evaluation's
+(method, bits) runs (dask_hashcodes.distributed.progress.show_progress is the rule).
 
 URLs are opened with the ``storage=`` keyword's fsspec options (a ``dask_hashcodes.Storage``, a
 dict, or None: ``$DHASH_STORAGE_OPTIONS`` or the config's ``storage-options`` table);
@@ -32,7 +38,7 @@ from dask_hashcodes.data.sources import fashion_mnist_available, resolve_dataset
 from dask_hashcodes.data.synth import write_sift_synth
 from dask_hashcodes.distributed.cluster import cluster_shape
 from dask_hashcodes.distributed.encode import all_rows_codes, encode_to_zarr, write_codes
-from dask_hashcodes.distributed.progress import compute_with_progress
+from dask_hashcodes.distributed.progress import compute_with_progress, resolves_progress, steps_bar
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.evaluation.evaluate import DEFAULT_KS, evaluate_method, evaluation_protocol
 from dask_hashcodes.evaluation.neighbours import NeighbourRecall, NeighbourSearches
@@ -101,13 +107,14 @@ def _show(progress: bool):
     return lambda tasks: compute_with_progress(tasks, show=progress)
 
 
+@resolves_progress
 def dataset(
     name_or_path,
     *,
     n: int | None = None,
     seed: int = 0,
     chunk_rows: int | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     storage=None,
 ) -> Dataset:
     """A Dataset handle as given, a dataset location opened (a URL with ``storage``), or a
@@ -124,6 +131,7 @@ def dataset(
 # ------------------------------------------------------------------ data ---------------
 
 
+@resolves_progress
 def ingest(
     source,
     out,
@@ -134,7 +142,7 @@ def ingest(
     label_column: str | None = None,
     chunk_rows: int | None = None,
     overwrite: bool = False,
-    progress: bool = False,
+    progress: bool | None = None,
     storage=None,
 ) -> Dataset:
     """Copy the vectors in file ``source`` (fvecs/bvecs/ivecs, IDX, npy, parquet; and optional
@@ -154,6 +162,7 @@ def ingest(
     )
 
 
+@resolves_progress
 def synth(
     kind: str,
     out,
@@ -162,7 +171,7 @@ def synth(
     seed: int = 0,
     chunk_rows: int | None = None,
     overwrite: bool = False,
-    progress: bool = False,
+    progress: bool | None = None,
     storage=None,
 ) -> Dataset:
     """Generate a synthetic dataset chunk-parallel on the cluster (``kind``: ``sift``)."""
@@ -193,16 +202,19 @@ def split(
     return dataset(dataset_, storage=storage).make_split(queries, seed, name=name, overwrite=overwrite)
 
 
+@resolves_progress
 def groundtruth(
     dataset_,
     *,
     split: str | Split = "default",
     top_k: int | None = None,
     top_percent: float | None = None,
+    progress: bool | None = None,
     storage=None,
 ):
     """Exact Euclidean neighbours of a split's queries, computed once and stored in the
-    dataset; returns the Truth."""
+    dataset; returns the Truth. ``progress``: Dask's bar of each pass over the rows (see
+    the module docstring for None)."""
     ds = dataset(dataset_, storage=storage)
     return build_truth(ds, ds.get_split(split), ground_truth="euclidean", top_k=top_k, top_percent=top_percent)
 
@@ -230,6 +242,7 @@ def _check_checkpoint(ckpt, *, resume: bool, overwrite: bool) -> None:
     log.warning("train: overwriting: removed the interrupted run's checkpoint %s; training starts over", ckpt)
 
 
+@resolves_progress
 def train(
     dataset_,
     method: str,
@@ -242,13 +255,16 @@ def train(
     overwrite: bool = False,
     resume: bool = False,
     codes=None,
+    progress: bool | None = None,
     storage=None,
 ) -> Hasher:
     """Learn ``method``'s hash functions on the dataset's rows (the database rows of
-    ``split`` when given) and, with ``out``, save the model there. Iterative methods save a
-    checkpoint beside ``out`` after every iteration; ``resume`` continues it. Methods that
-    learn the database's codes (adsh) write them to the codes store ``codes``: every row of
-    the dataset, the split's query rows encoded by the learned hash function."""
+        ``split`` when given) and, with ``out``, save the model there. Iterative methods save a
+        checkpoint beside ``out`` after every iteration; ``resume`` continues it. Methods that
+        learn the database's codes (adsh) write them to the codes store ``codes``: every row of
+        the dataset, the split's query rows encoded by the learned hash function. ``progress``: a
+    bar of the fit's iterations (epochs, bits, passes) for the iterative methods (see the
+    module docstring for None); it changes nothing in the result."""
 
     ds, out, codes = dataset(dataset_, storage=storage), _at(out, storage), _at(codes, storage)
     check_params_used([method], params)
@@ -310,7 +326,8 @@ class Encoded:
     seconds: float
 
 
-def encode(dataset_, model, out, *, overwrite: bool = False, progress: bool = False, storage=None) -> Encoded:
+@resolves_progress
+def encode(dataset_, model, out, *, overwrite: bool = False, progress: bool | None = None, storage=None) -> Encoded:
     """Encode every row of the dataset with ``model`` (object or model location) into a
     codes store at ``out``."""
 
@@ -328,6 +345,7 @@ class Indexed:
     seconds: float
 
 
+@resolves_progress
 def index(
     codes,
     out,
@@ -339,7 +357,7 @@ def index(
     kmeans_rows: int | None = None,
     seed: int = 0,
     overwrite: bool = False,
-    progress: bool = False,
+    progress: bool | None = None,
     storage=None,
 ) -> Indexed:
     """An index of a codes store (a Codes handle or its location; one shard per codes chunk),
@@ -414,6 +432,7 @@ def search_index(
     return Rerank(rerank, base, candidates, source=source, model=model)
 
 
+@resolves_progress
 def search(
     dataset_,
     model,
@@ -429,7 +448,7 @@ def search(
     candidates: int | None = None,
     recall: bool = False,
     overwrite: bool = False,
-    progress: bool = False,
+    progress: bool | None = None,
     storage=None,
 ) -> Searched:
     """Hamming top-``k`` (default 100) or radius search of the split's queries against the
@@ -506,6 +525,7 @@ def search(
 # ------------------------------------------------------------------ evaluation ---------
 
 
+@resolves_progress
 def evaluate(
     dataset_,
     *,
@@ -523,17 +543,20 @@ def evaluate(
     split_name: str | None = None,
     neighbours: NeighbourSearches | None = None,
     log_lines=None,
+    progress: bool | None = None,
     storage=None,
 ) -> dict:
     """Train, encode, search and score ``methods`` x ``bits`` on a seeded split of
-    ``queries`` rows (stored in the dataset as ``split_name``, default ``q{queries}-s{seed}``);
-    returns the report, and writes report.json, report.md and plots to ``out`` when given.
-    ``log_lines``: a callable receiving one line per trained model. ``evaluation_options``:
-    options of how particular methods are scored (``Hasher.evaluation_options``, e.g.
-    ``{"dish2_dictionaries": 1}``), each given to the methods that declare it.
-    ``neighbours`` (a NeighbourSearches): also measure, for codes every row is encoded
-    into, the recall@k of the exact Euclidean top-k (computed once, stored in the dataset)
-    of the Hamming order, of exact re-ranking and of an inverted file."""
+        ``queries`` rows (stored in the dataset as ``split_name``, default ``q{queries}-s{seed}``);
+        returns the report, and writes report.json, report.md and plots to ``out`` when given.
+        ``log_lines``: a callable receiving one line per trained model. ``evaluation_options``:
+        options of how particular methods are scored (``Hasher.evaluation_options``, e.g.
+        ``{"dish2_dictionaries": 1}``), each given to the methods that declare it.
+        ``neighbours`` (a NeighbourSearches): also measure, for codes every row is encoded
+        into, the recall@k of the exact Euclidean top-k (computed once, stored in the dataset)
+        of the Hamming order, of exact re-ranking and of an inverted file. ``progress``: a bar of
+    the (method, bits) runs, over the ground truth's passes and each training's iterations
+    (see the module docstring for None)."""
     unknown = [m for m in methods if m not in METHOD_NAMES]
     if unknown:
         raise InputError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHOD_NAMES)}")
@@ -549,12 +572,13 @@ def evaluate(
         exact, _, _ = euclidean_groundtruth(ds, split_, top_k=neighbours.recall_at)
     options = {"seed": seed, "ks": ks, "params": params, "log": log_lines, "evaluation_options": evaluation_options,
                "neighbours": None if neighbours is None else NeighbourRecall(neighbours, exact, seed)}  # fmt: skip
-    results = [
-        row
-        for b in bits
-        for method in methods
-        for row in evaluate_method(features, split_.query, ds.labels, truth, method, b, **options)
-    ]
+    runs = [(b, method) for b in bits for method in methods]
+    results = []
+    with steps_bar(len(runs), "evaluate: (method, bits) runs") as bar:
+        for b, method in runs:
+            bar.set_postfix_str(f"{method} {b} bits", refresh=False)
+            results.extend(evaluate_method(features, split_.query, ds.labels, truth, method, b, **options))
+            bar.update(1)
     protocol = {
         "seed": seed,
         "n_queries": queries,
@@ -583,6 +607,7 @@ def evaluate(
 DEMO_DATASETS = ("sift-synth", "fashion-mnist")  # the demo's report directories below its out
 
 
+@resolves_progress
 def demo(
     out="runs/demo",
     *,
@@ -592,7 +617,7 @@ def demo(
     top_k: int | None = None,
     top_percent: float | None = None,
     chunk_rows: int | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     log_lines=None,
     storage=None,
     **evaluate_options,
@@ -605,7 +630,8 @@ def demo(
     say = log_lines or (lambda line: None)
     say(f"demo: sift-synth with {n:,} points (generated chunk-parallel, cached in the data directory)")
     sift = dataset("sift-synth", n=n, seed=evaluate_options.get("seed", 0), chunk_rows=chunk_rows, progress=progress)
-    options = {"methods": methods, "bits": bits, "log_lines": log_lines, "storage": storage, **evaluate_options}
+    options = {"methods": methods, "bits": bits, "log_lines": log_lines, "progress": progress, "storage": storage}
+    options |= evaluate_options
     reports = {
         "sift-synth": evaluate(
             sift,

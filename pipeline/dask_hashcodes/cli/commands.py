@@ -29,6 +29,7 @@ from dask_hashcodes.cli.options import (
     refuse_unused,
 )
 from dask_hashcodes.distributed.cluster import REPORT_KIND, performance_report
+from dask_hashcodes.distributed.progress import write_line
 from dask_hashcodes.errors import PARAMETER, InputError
 from dask_hashcodes.evaluation.neighbours import NeighbourSearches
 from dask_hashcodes.evaluation.report import neighbour_table, quality_table
@@ -132,7 +133,7 @@ PYTHON_ADVICE = (
 
 
 def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    write_line(message)  # above an open progress bar, not after its last drawing
 
 
 def needs_cluster(command: str, values: dict) -> bool:
@@ -273,8 +274,9 @@ def _storage(values: dict):
     return values.get("storage_options")
 
 
-def _progress(values) -> bool:
-    return not values["quiet"]
+def _progress(values) -> bool | None:
+    """--quiet: no bars; else the workflows' rule (bars when stderr is a terminal, not in CI)."""
+    return False if values["quiet"] else None
 
 
 def pick(values: dict, *names) -> dict:
@@ -321,7 +323,8 @@ def split(values):
 
 def groundtruth(values):
     ds = _dataset(values)
-    truth = workflows.groundtruth(ds, **pick(values, "split", "top_k", "top_percent"))
+    options = pick(values, "split", "top_k", "top_percent")
+    truth = workflows.groundtruth(ds, progress=_progress(values), **options)
     print(
         f"ground truth: {ds.path}/groundtruth ({ds.get_split(values['split']).n_query} queries x "
         f"{truth.description['k']} neighbours, stored as {truth.description['form']})"
@@ -337,6 +340,7 @@ def train(values):
         values["out"],
         params=params,
         codes=values.get("codes"),
+        progress=_progress(values),
         storage=_storage(values),
         **options,
     )
@@ -423,7 +427,12 @@ def evaluate(values):
     ds = _dataset(values)
     options = _evaluate_options("evaluate", values)
     report = workflows.evaluate(
-        ds, out=values["out"], ground_truth=values["ground_truth"], storage=_storage(values), **options
+        ds,
+        out=values["out"],
+        ground_truth=values["ground_truth"],
+        progress=_progress(values),
+        storage=_storage(values),
+        **options,
     )
     _print_report(ds.source, report, values["out"])
 

@@ -96,11 +96,16 @@ def parse_args(argv) -> tuple[str, Values]:
 
 
 class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever sys.stderr is now (``dhash run`` tees it into its log file)."""
+    """Writes to whatever sys.stderr is now (``dhash run`` tees it into its log file), above
+    any open progress bar (a training's per-iteration lines come while its bar is drawn)."""
 
     def emit(self, record):
-        self.stream = sys.stderr
-        super().emit(record)
+        from dask_hashcodes.distributed.progress import write_line
+
+        try:
+            write_line(self.format(record))
+        except Exception:  # noqa: BLE001 - logging reports its own failures, as StreamHandler does
+            self.handleError(record)
 
 
 def _configure_logging(quiet: bool) -> None:

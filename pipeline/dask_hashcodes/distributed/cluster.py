@@ -106,8 +106,30 @@ def connect(
             raise
         where = f"local cluster {workers} workers x {threads} threads"
     if not quiet:
-        print(f"dask: {where}; dashboard {client.dashboard_link}", file=sys.stderr)
+        print(f"dask: {where}; {dashboard_message(client.dashboard_link)}", file=sys.stderr)
     return client
+
+
+def dashboard_message(link: str | None) -> str:
+    """The dashboard link, and how to open it from another machine: it listens on the
+    scheduler's host (a local cluster's on 127.0.0.1 only), so a browser elsewhere reaches
+    it through an ssh tunnel to that port."""
+    from urllib.parse import urlsplit
+
+    if not link:
+        return "no dashboard"
+    parts = urlsplit(link)
+    if parts.port is None:
+        return f"dashboard {link}"
+    host = parts.hostname or "localhost"
+    if host in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+        import socket
+
+        host = socket.gethostname()  # the tunnel goes to this machine
+    local = parts._replace(netloc=f"localhost:{parts.port}").geturl()
+    return (
+        f"dashboard {link} (on a remote machine: ssh -L {parts.port}:localhost:{parts.port} {host}, then open {local})"
+    )
 
 
 def check_address(address: str) -> None:

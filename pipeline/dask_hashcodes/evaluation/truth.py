@@ -34,10 +34,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import dask
 import numpy as np
 
 from dask_hashcodes.distributed.graph import as_dask, chunk_reads, map_chunks, row_numbers, tree_reduce
+from dask_hashcodes.distributed.progress import compute_with_progress
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.kernels.l2 import (
     l2_topk,
@@ -210,7 +210,7 @@ def euclidean_neighbours(features, query_vectors: np.ndarray, k: int, ids=None):
         queries=np.asarray(query_vectors),
         k=int(k),
     )
-    dist, nn = dask.compute(tree_reduce("l2-topk-merge", parts, _merge_pair(int(k))))[0]
+    dist, nn = compute_with_progress(tree_reduce("l2-topk-merge", parts, _merge_pair(int(k))))
     return nn, dist
 
 
@@ -326,7 +326,7 @@ def kth_neighbour_thresholds(
         passes += 1
         edges = bin_edges(lo, hi)  # the tasks recompute the same edges from lo, hi (a smaller graph)
         parts = map_chunks("l2-window-counts", _count_task, chunks, excluded=excluded, queries=queries, lo=lo, hi=hi)
-        counts, lowest, highest = dask.compute(tree_reduce("l2-window-counts-sum", parts, _sum_counts))[0]
+        counts, lowest, highest = compute_with_progress(tree_reduce("l2-window-counts-sum", parts, _sum_counts))
         for q in np.flatnonzero(~done):
             cum = np.cumsum(counts[q])
             b = int(np.searchsorted(cum, k))  # first bin where the count reaches k
@@ -341,7 +341,9 @@ def kth_neighbour_thresholds(
             indivisible = np.nextafter(new_lo, np.inf) >= new_hi
             done[q] = counts[q, b] <= MAX_WINDOW_MEMBERS or indivisible or passes >= MAX_COUNTING_PASSES
     parts = map_chunks("l2-window-members", _members_task, chunks, excluded=excluded, queries=queries, lo=lo, hi=hi)
-    member_q, member_d, member_i = dask.compute(tree_reduce("l2-window-members-concat", parts, _concat_members))[0]
+    member_q, member_d, member_i = compute_with_progress(
+        tree_reduce("l2-window-members-concat", parts, _concat_members)
+    )
     need = k - below
     have = np.bincount(member_q, minlength=m)
     if np.any(have < need):  # cannot happen: the window's count was taken in the same way
@@ -384,7 +386,7 @@ def relevance_groundtruth(ds, split, *, top_k=None, top_percent=None):
             threshold_id=threshold_id,
             out=location,
         )
-        per_query = dask.compute(tree_reduce("l2-relevance-bits-count", parts, np.add))[0]
+        per_query = compute_with_progress(tree_reduce("l2-relevance-bits-count", parts, np.add))
         if not np.all(per_query == k):  # a self-check: exactly k rows per query at or below the threshold
             raise RuntimeError(
                 f"relevance bits hold {per_query.min()}..{per_query.max()} neighbours per query, not {k}"

@@ -17,6 +17,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_reduce, select_rows
+from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher
 from dask_hashcodes.kernels.agh import (
@@ -44,7 +45,7 @@ def kmeans(X, n_clusters: int, n_iter: int, rng: np.random.Generator, name: str)
     rows = np.sort(rng.choice(n, n_clusters, replace=False))
     centres = np.asarray(select_rows(X, rows, keep=True).compute(), dtype=np.float64)
     reads, inertia = chunk_reads(X), []
-    for it in range(n_iter):
+    for it in steps(range(n_iter), f"{name}: k-means iterations"):
         counts, sums, total = dask.compute(map_reduce(f"{name}-kmeans", lloyd_sums, add_partials, reads, centres))[0]
         centres = updated_centres(centres, counts, sums)
         inertia.append(total)

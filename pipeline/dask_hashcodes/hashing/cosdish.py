@@ -26,6 +26,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import chunk_delayeds, map_chunks, row_bounds, tree_reduce, update_and_reduce
+from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher, label_chunks
 from dask_hashcodes.hashing.sdh import training_rows
 from dask_hashcodes.kernels.adsh import add_chunk_sums, negative_weight, similarity_product
@@ -91,7 +92,7 @@ class COSDISH(Hasher):
         start_tasks = map_chunks("cosdish-start", _start_codes, list(zip(label_parts, starts)), start_seed, q)
         B = list(dask.persist(*start_tasks))
         path = []
-        for it in range(self.max_iter):
+        for it in steps(range(self.max_iter), f"COSDISH {self.n_bits} bits: iterations"):
             omega = np.sort(rng.choice(n, m, replace=False))
             omega_labels = _labels_at(labels, omega)
             B, sums = self._pass(B, label_parts, starts, omega, omega_labels, None, 1.0)

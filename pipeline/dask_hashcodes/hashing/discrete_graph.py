@@ -26,6 +26,7 @@ from dask_hashcodes.distributed.graph import (
     row_numbers,
     tree_reduce,
 )
+from dask_hashcodes.distributed.progress import steps as counted_steps
 from dask_hashcodes.hashing.anchor_graph import ANCHOR_GRAPH_PARAMETERS, AnchorGraphHasher
 from dask_hashcodes.kernels.agh import agh_projection
 from dask_hashcodes.kernels.dgh import (
@@ -111,7 +112,7 @@ def optimise(state: ChunkState, W0, column_sums, n, rho, max_iter, max_b_iter):
     (Z^T B, per-iteration statistics); B and Y are left in ``state``."""
     ZtB = state.start(W0)
     history = []
-    for it in range(max_iter):
+    for it in counted_steps(range(max_iter), "DGH: iterations"):
         changed_total, steps = 0, 0
         for _ in range(max_b_iter):  # Algorithm 1: until B stops changing
             ZtB, changed = state.b_step(graph_projection(ZtB, column_sums), rho / 2.0)

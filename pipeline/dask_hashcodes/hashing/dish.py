@@ -37,6 +37,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_reduce
 from dask_hashcodes.distributed.nodes import PARTITIONS, NodeRunner, node_groups, node_pieces, partition_rows
+from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.distributed.topology import TOPOLOGIES, build_topology, edges
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED, Scored, TrainingPlot, draw_objective, report_row_label
@@ -182,7 +183,7 @@ class DisH(LinearHasher):
             Lam = [np.zeros((d, r))] * P
         dict_bytes = d * r * BYTES_PER_FLOAT
         C_now = C
-        for it in range(start, self.max_iter):
+        for it in steps(range(start, self.max_iter), f"DisH {r} bits: ADMM iterations", initial=start):
             # a whole iteration is redone from (C, Lam) if a node's worker dies during it
             objective, C, Lam, pass_seconds, admm_seconds = runner.retrying(
                 self._admm_iteration, runner, chunks, node_sq, sums, C, Lam, neighbours, rho
@@ -295,7 +296,7 @@ class DisH(LinearHasher):
             log.info("dish-allreduce %d bits: resuming after iteration %d from %s", r, start, ckpt.path)
         else:
             C = self._initial_dictionary(X, d, r, rng)
-        for it in range(start, self.max_iter):
+        for it in steps(range(start, self.max_iter), f"DisH {r} bits: iterations", initial=start):
             gram = dask.compute(map_reduce("dish-gram", gram_chunk, add, chunks, self.mean_, C))[0]
             objective = node_objective(sq_norm, gram, C, n)
             history["objective"].append(objective)

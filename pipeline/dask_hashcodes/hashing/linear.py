@@ -14,6 +14,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_reduce, row_bounds
+from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher
 from dask_hashcodes.kernels.codes import encode_linear, project_linear
 from dask_hashcodes.kernels.dish import gram_chunk
@@ -158,7 +159,7 @@ class ITQ(LinearHasher):
             start, arrays, meta = saved
             R, losses = arrays["rotation"], meta["quantization_loss"]
             log.info("itq %d bits: resuming after iteration %d from %s", self.n_bits, start, ckpt.path)
-        for it in range(start, n_iter):
+        for it in steps(range(start, n_iter), f"ITQ {self.n_bits} bits: iterations", initial=start):
             # B^T V = (B^T (X - mean)) W: the fused sign + byte-grouped Gram pass over the
             # features (the same kernel as DisH), so V is never stored or re-read
             gram = dask.compute(map_reduce("itq-gram", gram_chunk, add, chunks, self.mean_, W @ R))[0]

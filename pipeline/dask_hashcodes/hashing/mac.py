@@ -55,7 +55,7 @@ from dask.base import tokenize
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dask_hashcodes.distributed.graph import select_rows
-from dask_hashcodes.distributed.progress import active_client
+from dask_hashcodes.distributed.progress import active_client, steps
 from dask_hashcodes.distributed.row_blocks import ScatteredBlocks
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher, TrainingPlot, labels_of_rows, report_row_label
@@ -610,7 +610,7 @@ class _MacRun:
         mu_start = m.mu_start if m.mu_start is not None else DEFAULT_MU_START[m.solver]
         self.stats["stopped"] = "two-step" if m.max_iter == 0 else "max_iter"
         rejected = None  # the last discarded (Z, h-step result)
-        for i in range(1, m.max_iter + 1):
+        for i in steps(range(1, m.max_iter + 1), f"{m._name} {m.n_bits} bits: iterations"):
             mu = mu_start * m.mu_factor ** (i - 1)
             started = time.perf_counter()
             new, passes = self.z_step(Z, mu)

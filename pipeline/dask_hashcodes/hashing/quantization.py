@@ -51,6 +51,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_reduce
+from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, Hasher
 from dask_hashcodes.hashing.linear import training_covariance
@@ -111,7 +112,7 @@ class KMH(Hasher):
         sum_sq = n * self.explained_variance_.reshape(M, -1).sum(axis=1)  # sum_x ||y_m||^2 per subspace
         centroids = np.stack([hypercube_codebook(b, d // M)] * M)
         reads, history = chunk_reads(X), []
-        for it in range(self.n_iter):
+        for it in steps(range(self.n_iter), f"KMH {self.n_bits} bits: iterations"):
             counts, sums = dask.compute(
                 map_reduce("kmh-assign", assignment_sums, add_partials, reads, self.mean_, self.components_, centroids)
             )[0]

@@ -28,6 +28,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import chunk_delayeds, is_dask_array, row_bounds, select_rows, update_and_reduce
+from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher, label_chunks, labels_of_rows
 from dask_hashcodes.kernels.codes import pack_signs
@@ -130,7 +131,7 @@ class SDH(Hasher):
         common = {"anchors": self.anchors_, "bandwidth": self.bandwidth_, "classes": classes}
         B, sums = self._pass(chunks, B, common | {"start_seed": start_seed, "n_bits": self.n_bits}, "sdh-start")
         path = []
-        for it in range(self.max_iter):
+        for it in steps(range(self.max_iter), f"SDH {self.n_bits} bits: iterations"):
             W, P = self._solve(sums)
             B, sums = self._pass(chunks, B, common | {"W": W, "P": P, "nu": float(self.nu)}, "sdh-bstep")
             label_term, fit_term = (float(v) for v in sums[4])

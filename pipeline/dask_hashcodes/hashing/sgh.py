@@ -35,6 +35,7 @@ from dask_hashcodes.distributed.graph import (
     map_reduce,
     select_rows,
 )
+from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher
 from dask_hashcodes.hashing.dish import _checked_row_sums
@@ -189,7 +190,7 @@ class SGH(Hasher):
 
         W = np.empty((m, c))
         U = np.empty((m, c))
-        for t in range(c):  # Algorithm 1, first sweep: bit t fits the residual
+        for t in steps(range(c), f"SGH {c} bits: bits"):  # Algorithm 1, first sweep: bit t fits the residual
             W[:, t] = top_generalized_eigenvector(A, Z)
             U[:, t] = sign_gram(W[:, t])
             A -= np.outer(U[:, t], U[:, t])

@@ -32,6 +32,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_reduce, row_numbers, select_rows
+from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED
 from dask_hashcodes.hashing.linear import LinearHasher, training_covariance
@@ -145,7 +146,7 @@ class SPLH(LinearHasher):
             return
         W = np.empty((d, self.n_bits))
         violated = []
-        for k in range(self.n_bits):
+        for k in steps(range(self.n_bits), f"SPLH {self.n_bits} bits: bits"):
             W[:, k] = w = top_direction(C + self.eta * scale * label_term(Xl, S))
             p = Xl @ w
             violated.append(int(((S * np.outer(p, p)) < 0).sum() // 2))
@@ -221,7 +222,7 @@ class USPLH(LinearHasher):
         residual = np.eye(d)  # centred row -> row of the current residual X (Algorithm 2)
         scale, covariance = None, C
         region_sizes = []
-        for k in range(self.n_bits):
+        for k in steps(range(self.n_bits), f"SPLH {self.n_bits} bits: bits"):
             W[:, k] = w = top_direction(C + self.eta * (scale or 0.0) * L)
             C = deflate(C, w)
             if k == self.n_bits - 1:
