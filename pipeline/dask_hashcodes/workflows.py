@@ -458,7 +458,7 @@ def search(
     hashing): the same results, fewer codes compared; or, for an inverted file, through the
     ``nprobe`` lists nearest each query: fewer codes compared, approximate. With ``rerank`` ("exact": squared L2
     to the original vectors; "asymmetric": the queries' real projections against the
-    codes) the Hamming top-``candidates`` (default 10 k) are re-ranked and the top k kept.
+    codes) the Hamming top-``candidates`` (default 30 k, ``search.ivf.CANDIDATES_PER_K`` times k) are re-ranked and the top k kept.
     With ``recall``, ``Searched.recall`` is the mean fraction of each query's exact Euclidean
     top-k found in its k results (the exact neighbours computed once and stored in the
     dataset, as ``groundtruth(top_k=k)``), for the searcher actually used (Hamming order,
