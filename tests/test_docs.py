@@ -102,8 +102,8 @@ def test_readme_is_a_short_entry_point():
     start = lines[1:].index("```bash") + 1
     commands = lines[start + 1 : start + 3]
     # the first installs the runtime only (no test extra: no torch, OpenCV or MkDocs), the second the test extra
-    assert commands[0].startswith("bash deploy/setup.sh && .venv/bin/dhash demo"), commands
-    assert commands[1].startswith("bash deploy/setup.sh && .venv/bin/python -m pytest -q"), commands
+    assert commands[0].startswith("bash deploy/setup.sh run && .venv/bin/dhash demo"), commands
+    assert commands[1].startswith("bash deploy/setup.sh test && .venv/bin/python -m pytest -q"), commands
     # the commands come right after the title (marked as not run by tests/test_doc_examples.py: CI runs them)
     assert all(not line.strip() or line.startswith("<!-- not run:") for line in lines[1:start]), lines[1:start]
     # every page the README links to exists
