@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The commands that produced the performance results in benchmarks/results/ (search_*, groundtruth_*,
-# train_*, encode_*, pipeline_10M). Run from the repository root after `bash deploy/setup.sh`.
+# train_*, encode_*, pipeline_10M). Run from the repository root after `bash deploy/setup.sh test` (the benchmarks need its faiss).
 # DATA is a 100M-row sift-synth dataset, made once with
 #   .venv/bin/dhash synth sift --n 100000000 --out $DATA        (217 s, 8.5 GB on disk)
 # (the committed speed results used a sift-synth v1 set; their cost does not depend on the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The commands that produced the quality results in benchmarks/results/ (SGH, S3PLH, USPLH, DisH and their baselines).
-# Run from the repository root after `bash deploy/setup.sh`. `bash benchmarks/run_quality.sh STEP`
+# Run from the repository root after `bash deploy/setup.sh test` (the benchmarks need its faiss). `bash benchmarks/run_quality.sh STEP`
 # runs one step; no argument runs them all (~1 h on 2 cores).
 #   sweeps   parameter sweeps on a validation split (test queries removed first)
 #   quality  the papers' protocols on the test split (1000 queries, seed 0): report.md per run,
