@@ -221,6 +221,7 @@ def test_page_examples_run_twice(page, tmp_path):
         workdir, scratch = tmp_path / f"run{attempt}", tmp_path / f"scratch{attempt}"
         workdir.mkdir(), scratch.mkdir()
         run = run_page(page, workdir, scratch)
-        assert run["proc"].returncode == 0 and run["result"].get("failed") is None, failure(page, run, attempt)
+        if run["proc"].returncode != 0 or run["result"].get("failed") is not None:
+            pytest.fail(failure(page, run, attempt), pytrace=False)
         times.append(f"run {attempt}: {run['wall']:.0f} s wall, {run['cpu']:.0f} s CPU")
     print(f"{page.relative_to(ROOT)}: " + "; ".join(times))
