@@ -306,7 +306,7 @@ def main(argv=None) -> int:
         synth_cmd = [
             py,
             "-m",
-            "jobs",
+            "dask_hashcodes.cli",
             "synth",
             "sift",
             "--n",

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -167,7 +168,7 @@ def markdown(result: dict) -> str:
     ]
     for step in result["steps"].values():
         lines.append(
-            f"| `{step['command'].split(' -m jobs ')[-1]}` | {step['wall_seconds']} | {step['max_process_peak_rss_mb']} |"
+            f"| `{re.split(r' -m (?:jobs|dask_hashcodes\.cli) ', step['command'])[-1]}` | {step['wall_seconds']} | {step['max_process_peak_rss_mb']} |"
         )
     lines += [
         "",

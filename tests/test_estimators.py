@@ -152,5 +152,5 @@ def test_a_model_from_a_newer_major_version_is_refused(tmp_path):
     for newer in ({"library_version": "7.0.0"}, {"schema": "dhash.model/2"}):
         # as a newer dhash writes it: its commit record lists these bytes
         rewrite_committed_file(tmp_path / "m", "model.json", json.dumps({**meta, **newer}).encode())
-        with pytest.raises(InputError, match="newer than this dhash .*upgrade dhash"):
+        with pytest.raises(InputError, match=r"newer than this dhash .*upgrade \(pip install -U dask-hashcodes\)"):
             load_model(tmp_path / "m")

@@ -460,7 +460,7 @@ def test_sigterm_removes_the_temporary_and_exits_143(tmp_path):
         [
             sys.executable,
             "-m",
-            "jobs",
+            "dask_hashcodes.cli",
             "synth",
             "sift",
             "--n",
@@ -638,7 +638,7 @@ def test_a_successful_job_prints_no_error_lines(tmp_path):
         [
             sys.executable,
             "-m",
-            "jobs",
+            "dask_hashcodes.cli",
             "synth",
             "sift",
             "--n",
