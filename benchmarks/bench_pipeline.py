@@ -49,6 +49,10 @@ METRICS = [f"precision@{k}" for k in KS] + ["map"]
 MARGIN = 0.05  # "well above": at the deep end of the ranking, where precision is far from its ceiling
 
 
+# a step's command after its module (older results ran `-m jobs`)
+STEP_ARGS = re.compile(r" -m (?:jobs|dask_hashcodes\.cli) ")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=10_000_000)
@@ -168,7 +172,7 @@ def markdown(result: dict) -> str:
     ]
     for step in result["steps"].values():
         lines.append(
-            f"| `{re.split(r' -m (?:jobs|dask_hashcodes\.cli) ', step['command'])[-1]}` | {step['wall_seconds']} | {step['max_process_peak_rss_mb']} |"
+            f"| `{STEP_ARGS.split(step['command'])[-1]}` | {step['wall_seconds']} | {step['max_process_peak_rss_mb']} |"
         )
     lines += [
         "",
