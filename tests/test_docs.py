@@ -98,7 +98,7 @@ def test_docs_are_for_users():
 def test_readme_is_a_short_entry_point():
     lines = README.read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
-    assert lines[0].startswith("# dhash")
+    assert lines[0].startswith("# dask-hashcodes")
     start = lines[1:].index("```bash") + 1
     commands = lines[start + 1 : start + 3]
     # the first installs the runtime only (no test extra: no torch, OpenCV or MkDocs), the second the test extra
