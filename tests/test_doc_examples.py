@@ -15,6 +15,11 @@ set-up script) is marked on the line right before its fence::
 
 and the reason must not be empty. A block that raises or exits non-zero fails its page with
 the block's text and the error.
+
+The pages run against the test session's cluster, named in ``DASK_SCHEDULER_ADDRESS`` as a
+user with a running cluster would: every ``dhash`` command and ``connect()`` joins it instead
+of starting (and paying the start-up of) a local cluster of its own. Starting a local cluster
+is what the command-line tests exercise.
 """
 
 from __future__ import annotations
@@ -122,8 +127,9 @@ DRIVER = textwrap.dedent(
 )
 
 
-def run_page(page: Path, workdir: Path, scratch: Path, root: Path = ROOT) -> dict:
-    """Run the page's blocks in ``workdir``; the driver and its plan live in ``scratch``."""
+def run_page(page: Path, workdir: Path, scratch: Path, root: Path = ROOT, scheduler: str | None = None) -> dict:
+    """Run the page's blocks in ``workdir``; the driver and its plan live in ``scratch``.
+    With ``scheduler``, the examples join that cluster (``DASK_SCHEDULER_ADDRESS``)."""
     plan = [{"page": b.page, "line": b.line, "lang": b.lang, "code": b.script()} for b in runnable(page, root)]
     plan_file, result_file, driver = scratch / "plan.json", scratch / "result.json", scratch / "run_blocks.py"
     plan_file.write_text(json.dumps(plan))
@@ -131,6 +137,8 @@ def run_page(page: Path, workdir: Path, scratch: Path, root: Path = ROOT) -> dic
     venv_bin = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1"}
     env.pop("PYTHONPATH", None)
+    if scheduler:
+        env["DASK_SCHEDULER_ADDRESS"] = scheduler
     started, cpu = time.perf_counter(), os.times()
     proc = subprocess.run(
         [sys.executable, str(driver), str(plan_file), str(result_file)],
@@ -210,7 +218,7 @@ def test_block_parser_and_the_runner_can_fail(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", RUN_PAGES, ids=[p.relative_to(ROOT).as_posix() for p in RUN_PAGES])
-def test_page_examples_run_twice(page, tmp_path):
+def test_page_examples_run_twice(page, tmp_path, cluster):
     """The page's blocks run in order in a fresh directory, then again in another one."""
     if "fashion-mnist" in page.read_text():
         from tests.conftest import require_fashion_mnist
@@ -220,7 +228,7 @@ def test_page_examples_run_twice(page, tmp_path):
     for attempt in (1, 2):
         workdir, scratch = tmp_path / f"run{attempt}", tmp_path / f"scratch{attempt}"
         workdir.mkdir(), scratch.mkdir()
-        run = run_page(page, workdir, scratch)
+        run = run_page(page, workdir, scratch, scheduler=cluster.scheduler_address)
         if run["proc"].returncode != 0 or run["result"].get("failed") is not None:
             pytest.fail(failure(page, run, attempt), pytrace=False)
         times.append(f"run {attempt}: {run['wall']:.0f} s wall, {run['cpu']:.0f} s CPU")
