@@ -11,6 +11,7 @@ functions included (a deferred import still is a dependency).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -150,3 +151,36 @@ def test_jobs_only_parse_and_print():
         if _is_jobs(name):
             assert not _third_party(path) & {"numpy", "dask", "distributed", "zarr", "scipy"}, name
             assert not _calls(path) & {"compute", "persist", "submit", "gather"}, name
+
+
+def _our_imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names imported from it) of every ``dask_hashcodes`` import in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names if a.name.split(".")[0] == "dask_hashcodes"]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] == "dask_hashcodes":
+                found.append((node.module, [a.name for a in node.names]))
+    return found
+
+
+def test_every_import_resolves_to_its_file_by_the_folder_names():
+    """A static reader (an editor, a type checker, a grep for the dotted path) finds every
+    imported module at ``pipeline/<dotted path>``: no setuptools package-dir mapping exists to
+    learn first. ``from M import N`` names a module file or a name of M."""
+    assert "package-dir" not in (REPO / "pyproject.toml").read_text()
+    modules = _modules()
+    sources = [p for folder in ("pipeline", "tests", "benchmarks") for p in sorted((REPO / folder).rglob("*.py"))]
+    checked = 0
+    for path in sources:
+        for module, names in _our_imports(path):
+            assert module in modules, f"{path.relative_to(REPO)}: {module} has no file under pipeline/"
+            file = SOURCE.joinpath(*module.split("."))
+            assert modules[module] in (file.with_suffix(".py"), file / "__init__.py"), module
+            text = modules[module].read_text()
+            for name in names:
+                found = f"{module}.{name}" in modules or re.search(rf"\b{re.escape(name)}\b", text)
+                assert found, f"{path.relative_to(REPO)}: {name} is neither a module nor a name of {module}"
+                checked += 1
+    assert checked > 500
