@@ -242,7 +242,8 @@ def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
     hits = sum(len(np.intersect1d(f, e)) for f, e in zip(found, exact))
     assert chosen["recall"] == pytest.approx(hits / exact.size)
     # no setting reaches the target: the best recall found is kept and returned, not raised
-    missed = serving.tune_codes(queries, k=10, target=1.0, nprobes=(1, 2), candidates_per_k=(1,))
+    with pytest.warns(UserWarning, match=r"no setting reached recall@10 1.0 .*Tuning.reached is False"):
+        missed = serving.tune_codes(queries, k=10, target=1.0, nprobes=(1, 2), candidates_per_k=(1,))
     assert not missed.reached and missed.target == 1.0 and len(missed.trials) == 2
     assert missed.recall == max(t["recall"] for t in missed.trials) < 1.0
     assert (serving.nprobe, serving.candidates) == (missed.nprobe, missed.candidates)

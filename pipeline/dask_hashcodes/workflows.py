@@ -259,10 +259,10 @@ def train(
     storage=None,
 ) -> Hasher:
     """Learn ``method``'s hash functions on the dataset's rows (the database rows of
-        ``split`` when given) and, with ``out``, save the model there. Iterative methods save a
-        checkpoint beside ``out`` after every iteration; ``resume`` continues it. Methods that
-        learn the database's codes (adsh) write them to the codes store ``codes``: every row of
-        the dataset, the split's query rows encoded by the learned hash function. ``progress``: a
+    ``split`` when given) and, with ``out``, save the model there. Iterative methods save a
+    checkpoint beside ``out`` after every iteration; ``resume`` continues it. Methods that
+    learn the database's codes (adsh) write them to the codes store ``codes``: every row of
+    the dataset, the split's query rows encoded by the learned hash function. ``progress``: a
     bar of the fit's iterations (epochs, bits, passes) for the iterative methods (see the
     module docstring for None); it changes nothing in the result."""
 
@@ -458,7 +458,8 @@ def search(
     hashing): the same results, fewer codes compared; or, for an inverted file, through the
     ``nprobe`` lists nearest each query: fewer codes compared, approximate. With ``rerank`` ("exact": squared L2
     to the original vectors; "asymmetric": the queries' real projections against the
-    codes) the Hamming top-``candidates`` (default 30 k, ``search.ivf.CANDIDATES_PER_K`` times k) are re-ranked and the top k kept.
+    codes) the Hamming top-``candidates`` (default ``search.ivf.CANDIDATES_PER_K`` x k) are
+    re-ranked and the top k kept.
     With ``recall``, ``Searched.recall`` is the mean fraction of each query's exact Euclidean
     top-k found in its k results (the exact neighbours computed once and stored in the
     dataset, as ``groundtruth(top_k=k)``), for the searcher actually used (Hamming order,
@@ -547,14 +548,14 @@ def evaluate(
     storage=None,
 ) -> dict:
     """Train, encode, search and score ``methods`` x ``bits`` on a seeded split of
-        ``queries`` rows (stored in the dataset as ``split_name``, default ``q{queries}-s{seed}``);
-        returns the report, and writes report.json, report.md and plots to ``out`` when given.
-        ``log_lines``: a callable receiving one line per trained model. ``evaluation_options``:
-        options of how particular methods are scored (``Hasher.evaluation_options``, e.g.
-        ``{"dish2_dictionaries": 1}``), each given to the methods that declare it.
-        ``neighbours`` (a NeighbourSearches): also measure, for codes every row is encoded
-        into, the recall@k of the exact Euclidean top-k (computed once, stored in the dataset)
-        of the Hamming order, of exact re-ranking and of an inverted file. ``progress``: a bar of
+    ``queries`` rows (stored in the dataset as ``split_name``, default ``q{queries}-s{seed}``);
+    returns the report, and writes report.json, report.md and plots to ``out`` when given.
+    ``log_lines``: a callable receiving one line per trained model. ``evaluation_options``:
+    options of how particular methods are scored (``Hasher.evaluation_options``, e.g.
+    ``{"dish2_dictionaries": 1}``), each given to the methods that declare it.
+    ``neighbours`` (a NeighbourSearches): also measure, for codes every row is encoded
+    into, the recall@k of the exact Euclidean top-k (computed once, stored in the dataset)
+    of the Hamming order, of exact re-ranking and of an inverted file. ``progress``: a bar of
     the (method, bits) runs, over the ground truth's passes and each training's iterations
     (see the module docstring for None)."""
     unknown = [m for m in methods if m not in METHOD_NAMES]

@@ -222,7 +222,7 @@ class USPLH(LinearHasher):
         residual = np.eye(d)  # centred row -> row of the current residual X (Algorithm 2)
         scale, covariance = None, C
         region_sizes = []
-        for k in steps(range(self.n_bits), f"SPLH {self.n_bits} bits: bits"):
+        for k in steps(range(self.n_bits), f"USPLH {self.n_bits} bits: bits"):
             W[:, k] = w = top_direction(C + self.eta * (scale or 0.0) * L)
             C = deflate(C, w)
             if k == self.n_bits - 1:

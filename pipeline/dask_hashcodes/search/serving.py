@@ -21,6 +21,7 @@ lists, the same Hamming top-R with ties by id, the same exact re-ranking.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -194,6 +195,14 @@ class ServingIVF:
         good = [t for t in trials if t["recall"] >= target]
         best = good[0] if good else max(trials, key=lambda t: t["recall"])
         self.nprobe, self.candidates = best["nprobe"], best["candidates"]
+        if not good:  # returned, not raised; but a caller that never looks at `reached` is told
+            warnings.warn(
+                f"no setting reached recall@{k} {target} on these queries; kept the best, recall "
+                f"{best['recall']:.3f} with nprobe {best['nprobe']} and {best['candidates']} candidates "
+                "(Tuning.reached is False); use longer codes, more lists probed or a lower target",
+                UserWarning,
+                stacklevel=2,
+            )
         return Tuning(**best, reached=bool(good), target=float(target), trials=trials)
 
     def range_search(self, vectors, radius):
