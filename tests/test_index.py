@@ -1,4 +1,4 @@
-"""The Index objects (dask_hashcodes.search.index) against the search functions they wrap and against
+"""The Index objects (dask_hashcodes.indexes.index) against the search functions they wrap and against
 brute-force numpy Hamming; handles opened once per search; the storage context."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import dask_hashcodes
 from dask_hashcodes import workflows
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.kernels.codes import pack_signs
-from dask_hashcodes.search.hamming import flat_hits, knn_search, radius_search
-from dask_hashcodes.search.index import FlatIndex, Index, MIHIndex, Queries, Rerank
-from dask_hashcodes.search.mih import MultiIndex
-from dask_hashcodes.search.plan import MIH, SCAN, faster_exact_search
+from dask_hashcodes.indexes.hamming import flat_hits, knn_search, radius_search
+from dask_hashcodes.indexes.index import FlatIndex, Index, MIHIndex, Queries, Rerank
+from dask_hashcodes.indexes.mih import MultiIndex
+from dask_hashcodes.indexes.plan import MIH, SCAN, faster_exact_search
 from dask_hashcodes.storage.location import Storage, resolve
 from tests import reference as ref
 
@@ -218,7 +218,7 @@ def test_index_objects_over_handles_equal_dhash_search(stored, tmp_path):
         want = brute_force(queries, all_codes[keep], 25, ids=keep)
         want_range = brute_force_range(queries, all_codes[keep], 3, keep)
         for choice in (SCAN, MIH):  # whichever the trial picks, the answer is the same
-            with mock.patch("dask_hashcodes.search.index.faster_exact_search", return_value=choice) as trial:
+            with mock.patch("dask_hashcodes.indexes.index.faster_exact_search", return_value=choice) as trial:
                 for index in (flat, mih, chosen):
                     got = index.search_codes(queries, 25)
                     np.testing.assert_array_equal(got[0], want[0])

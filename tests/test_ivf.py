@@ -103,7 +103,7 @@ def stored_ivf(tmp_path_factory):
     import dask
 
     from dask_hashcodes import workflows
-    from dask_hashcodes.search.ivf import build_ivf
+    from dask_hashcodes.indexes.ivf import build_ivf
 
     d = tmp_path_factory.mktemp("ivf")
     with dask.config.set(scheduler="synchronous"):
@@ -122,7 +122,7 @@ def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, 
     import dask
     from distributed import Client, LocalCluster
 
-    from dask_hashcodes.search.ivf import ivf_knn_lazy
+    from dask_hashcodes.indexes.ivf import ivf_knn_lazy
     from dask_hashcodes.storage.codes import open_codes
     from dask_hashcodes.storage.ivf_index import open_ivf
 
@@ -160,7 +160,7 @@ def test_a_stored_ivf_refuses_other_codes_damage_and_bad_nprobe(stored_ivf, tmp_
 
     from dask_hashcodes import workflows
     from dask_hashcodes.errors import InputError
-    from dask_hashcodes.search.ivf import ivf_knn_lazy
+    from dask_hashcodes.indexes.ivf import ivf_knn_lazy
     from dask_hashcodes.storage.codes import open_codes
     from dask_hashcodes.storage.ivf_index import open_ivf
 
@@ -197,8 +197,8 @@ def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
     from distributed import Client, LocalCluster
 
     from dask_hashcodes.errors import InputError
-    from dask_hashcodes.search.index import IVFIndex, Queries, Rerank
-    from dask_hashcodes.search.serving import ServingIVF
+    from dask_hashcodes.indexes.index import IVFIndex, Queries, Rerank
+    from dask_hashcodes.indexes.serving import ServingIVF
     from dask_hashcodes.storage.codes import open_codes
     from dask_hashcodes.storage.ivf_index import open_ivf
 
@@ -274,7 +274,7 @@ def test_evaluation_neighbour_recall_equals_brute_force():
     import dask.array as da
 
     from dask_hashcodes.evaluation.neighbours import NeighbourRecall, NeighbourSearches
-    from dask_hashcodes.search.ivf import ivf_centroids
+    from dask_hashcodes.indexes.ivf import ivf_centroids
 
     rng = np.random.default_rng(3)
     X = rng.standard_normal((3000, 8)) + 3 * rng.standard_normal((12, 8))[rng.integers(0, 12, 3000)]

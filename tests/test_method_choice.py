@@ -11,8 +11,8 @@ from dask_hashcodes.cli.main import build_parser
 from dask_hashcodes.cli.options import options_of
 from dask_hashcodes.evaluation.evaluate import DEFAULT_KS
 from dask_hashcodes.hashing.registry import BASELINE_METHODS, DEMO_METHODS, METHOD_NAMES
-from dask_hashcodes.search.ivf import CANDIDATES_PER_K
-from dask_hashcodes.search.rerank import check_rerank
+from dask_hashcodes.indexes.ivf import CANDIDATES_PER_K
+from dask_hashcodes.indexes.rerank import check_rerank
 
 
 def _help(argv, monkeypatch) -> str:

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 GENERIC = (
     "pipeline/dask_hashcodes/evaluation",
     "pipeline/dask_hashcodes/workflows.py",
-    "pipeline/dask_hashcodes/search",
+    "pipeline/dask_hashcodes/indexes",
     "pipeline/dask_hashcodes/storage",
     "pipeline/dask_hashcodes/distributed",
 )

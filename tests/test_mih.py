@@ -9,7 +9,7 @@ import pytest
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.kernels.hamming import hamming_radius, hamming_topk
 from dask_hashcodes.kernels.mih import build_tables, default_substrings, mih_radius, mih_topk, substring_starts
-from dask_hashcodes.search.mih import checked_substrings
+from dask_hashcodes.indexes.mih import checked_substrings
 
 
 def clustered_codes(rng, n, n_bits, n_centres=50, flip=0.08):
@@ -79,8 +79,8 @@ def test_bad_substring_counts_and_mismatched_indexes_give_one_line_errors():
 def test_the_index_on_the_cluster_equals_the_linear_scan_whatever_the_chunking(client):
     import dask.array as da
 
-    from dask_hashcodes.search.hamming import flat_hits, knn_search, radius_search
-    from dask_hashcodes.search.mih import MultiIndex
+    from dask_hashcodes.indexes.hamming import flat_hits, knn_search, radius_search
+    from dask_hashcodes.indexes.mih import MultiIndex
 
     rng = np.random.default_rng(3)
     codes = clustered_codes(rng, 30_000, 64)

@@ -154,8 +154,8 @@ def check_public_names(code) -> None:
 
     def public(name: str) -> bool:
         value = getattr(dask_hashcodes, name, None)
-        # a module is not a public name, except dask_hashcodes.search, which is callable (the workflow)
-        return name in dask_hashcodes.__all__ and (not isinstance(value, types.ModuleType) or callable(value))
+        # a module is not a public name
+        return name in dask_hashcodes.__all__ and not isinstance(value, types.ModuleType)
 
     nodes = [node for tree in _trees(code) for node in ast.walk(tree)]
     imports = [n for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))]

@@ -38,11 +38,11 @@ def test_all_lists_the_estimators_handles_indexes_workflows_and_helpers():
     assert dask_hashcodes.Model is hashing.Hasher
 
 
-def test_dhash_search_is_the_workflow_even_after_its_package_is_imported():
-    import dask_hashcodes.search.index  # binds the package to dask_hashcodes.search
+def test_dhash_search_is_the_workflow_function_and_the_index_objects_have_their_own_package():
+    import dask_hashcodes.indexes.index
     from dask_hashcodes import workflows
 
-    assert callable(dask_hashcodes.search) and dask_hashcodes.search is sys.modules["dask_hashcodes.search"]
+    assert dask_hashcodes.search is workflows.search and "dask_hashcodes.search" not in sys.modules
     assert isinstance(dask_hashcodes.FlatIndex(numpy.zeros((3, 4), "uint8")), dask_hashcodes.Index)
     assert workflows.search.__name__ == "search"
 

@@ -160,7 +160,7 @@ def test_rerank_of_in_memory_chunks_equals_brute_force():
     import dask
 
     from dask_hashcodes.distributed.graph import as_dask
-    from dask_hashcodes.search.rerank import rerank_lazy
+    from dask_hashcodes.indexes.rerank import rerank_lazy
 
     rng = np.random.default_rng(3)
     X = rng.integers(0, 4, (3000, 8)).astype(np.uint8)  # small values: many ties, broken by id

@@ -17,9 +17,9 @@ import pytest
 import dask_hashcodes
 from dask_hashcodes import workflows
 from dask_hashcodes.errors import InputError
-from dask_hashcodes.search.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
-from dask_hashcodes.search.mih import MultiIndex
-from dask_hashcodes.search.serving import ServingIVF
+from dask_hashcodes.indexes.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
+from dask_hashcodes.indexes.mih import MultiIndex
+from dask_hashcodes.indexes.serving import ServingIVF
 
 BITS = 1024
 QUERIES = np.array([0, 1, 2, 3, 4, 777, 1500, 2999])  # rows searched as queries (whole database: no split)

@@ -124,7 +124,7 @@ def topk_agreement(D_peer, I_peer, D_ours, I_ours, true_distances) -> dict:
 def bench_search(
     n: int, bits: int, queries: int = 1000, k: int = 100, threads: int | None = None, seed: int = 0
 ) -> dict:
-    from dask_hashcodes.search.hamming import knn_search
+    from dask_hashcodes.indexes.hamming import knn_search
 
     faiss = _faiss()
     threads = threads or os.cpu_count()

@@ -25,8 +25,8 @@ Public API (everything a notebook needs; ``__all__`` lists it)::
 * cluster helpers (``connect``, ``disconnect``) and InputError, the one error of bad input.
 
 Names are imported lazily so that ``import dask_hashcodes.kernels`` (plain numpy) never pulls in
-Dask. ``dask_hashcodes.search`` is both the search workflow (callable) and the package of the
-search modules.
+Dask. The index objects live in the package ``dask_hashcodes.indexes``; ``dask_hashcodes.search``
+is the search workflow.
 """
 
 import importlib
@@ -39,7 +39,7 @@ _ESTIMATORS = (
 )  # fmt: skip
 _WORKFLOWS = (
     "dataset", "ingest", "synth", "head", "split", "groundtruth", "train", "encode", "index", "evaluate", "demo",
-    "Encoded", "Indexed", "Searched",
+    "search", "Encoded", "Indexed", "Searched",
 )  # fmt: skip
 
 _EXPORTS = {
@@ -61,33 +61,31 @@ _EXPORTS = {
     "StoredLists": "dask_hashcodes.storage.ivf_index",
     "open_ivf": "dask_hashcodes.storage.ivf_index",
     "Storage": "dask_hashcodes.storage.location",
-    "Index": "dask_hashcodes.search.index",
-    "FlatIndex": "dask_hashcodes.search.index",
-    "MIHIndex": "dask_hashcodes.search.index",
-    "IVFIndex": "dask_hashcodes.search.index",
-    "Rerank": "dask_hashcodes.search.index",
-    "ServingIVF": "dask_hashcodes.search.serving",
-    "Queries": "dask_hashcodes.search.queries",
-    "MultiIndex": "dask_hashcodes.search.mih",
+    "Index": "dask_hashcodes.indexes.index",
+    "FlatIndex": "dask_hashcodes.indexes.index",
+    "MIHIndex": "dask_hashcodes.indexes.index",
+    "IVFIndex": "dask_hashcodes.indexes.index",
+    "Rerank": "dask_hashcodes.indexes.index",
+    "ServingIVF": "dask_hashcodes.indexes.serving",
+    "Queries": "dask_hashcodes.indexes.queries",
+    "MultiIndex": "dask_hashcodes.indexes.mih",
     "database_view": "dask_hashcodes.views",
     "connect": "dask_hashcodes.distributed.cluster",
     "disconnect": "dask_hashcodes.distributed.cluster",
-    "knn_search": "dask_hashcodes.search.hamming",
-    "radius_search": "dask_hashcodes.search.hamming",
+    "knn_search": "dask_hashcodes.indexes.hamming",
+    "radius_search": "dask_hashcodes.indexes.hamming",
     "score_codes": "dask_hashcodes.evaluation.evaluate",
     "quality_table": "dask_hashcodes.evaluation.report",
 }
 # names defined elsewhere under another name
 _ALIASES = {"Model": "Hasher"}
 
-__all__ = [*_EXPORTS, "search", "workflows", "__version__"]
+__all__ = [*_EXPORTS, "workflows", "__version__"]
 
 
 def __getattr__(name):
     if name == "workflows":
         return importlib.import_module("dask_hashcodes.workflows")
-    if name == "search":  # the package, callable as the search workflow (dask_hashcodes/search/__init__.py)
-        return importlib.import_module("dask_hashcodes.search")
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), _ALIASES.get(name, name))
     raise AttributeError(f"module 'dask_hashcodes' has no attribute {name!r}")

@@ -62,11 +62,11 @@ from dask_hashcodes.hashing.checkpoint import (
     live_writer,
 )
 from dask_hashcodes.kernels.knn import neighbour_recall
-from dask_hashcodes.search.hamming import flat_hits
-from dask_hashcodes.search.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
-from dask_hashcodes.search.ivf import DEFAULT_NPROBE, build_ivf
-from dask_hashcodes.search.mih import build_index
-from dask_hashcodes.search.rerank import check_rerank
+from dask_hashcodes.indexes.hamming import flat_hits
+from dask_hashcodes.indexes.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
+from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, build_ivf
+from dask_hashcodes.indexes.mih import build_index
+from dask_hashcodes.indexes.rerank import check_rerank
 from dask_hashcodes.storage.atomic import DiskFull, remove_artifact
 from dask_hashcodes.storage.codes import Codes, open_codes
 from dask_hashcodes.storage.datasets import Dataset, Split, dataset_summary, open_dataset, write_dataset_like
@@ -466,7 +466,7 @@ def search(
     re-ranked, through an index).
 
     Each location is opened once, here, into its handle (Dataset, Model, Codes, Split, the
-    index's tables); the Index objects (dask_hashcodes.search.index) do the searching."""
+    index's tables); the Index objects (dask_hashcodes.indexes.index) do the searching."""
 
     if k is not None and radius is not None:
         raise InputError("give either `k` (top-k search) or `radius` (radius search), not both")

@@ -34,7 +34,7 @@ from dask_hashcodes.errors import PARAMETER, InputError
 from dask_hashcodes.evaluation.neighbours import NeighbourSearches
 from dask_hashcodes.evaluation.report import neighbour_table, quality_table
 from dask_hashcodes.hashing.checkpoint import checkpoint_path
-from dask_hashcodes.search.rerank import check_rerank
+from dask_hashcodes.indexes.rerank import check_rerank
 from dask_hashcodes.storage.atomic import (
     OVERWRITE,
     TEMPORARY_NAME,

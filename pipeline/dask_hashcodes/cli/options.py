@@ -41,7 +41,7 @@ from dask_hashcodes.hashing.registry import (
     METHOD_VARIANTS,
     method_class,
 )
-from dask_hashcodes.search.ivf import CANDIDATES_PER_K
+from dask_hashcodes.indexes.ivf import CANDIDATES_PER_K
 
 
 class OptionParser(argparse.ArgumentParser):

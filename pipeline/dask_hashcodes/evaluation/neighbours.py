@@ -24,9 +24,9 @@ from dask_hashcodes.errors import InputError
 from dask_hashcodes.kernels.agh import nearest_centres
 from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists
 from dask_hashcodes.kernels.knn import neighbour_recall
-from dask_hashcodes.search.hamming import knn_search_lazy
-from dask_hashcodes.search.ivf import DEFAULT_NPROBE, default_lists, ivf_centroids
-from dask_hashcodes.search.rerank import rerank_lazy
+from dask_hashcodes.indexes.hamming import knn_search_lazy
+from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, default_lists, ivf_centroids
+from dask_hashcodes.indexes.rerank import rerank_lazy
 
 
 def _listed(values) -> str:

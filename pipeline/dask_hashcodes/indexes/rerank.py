@@ -17,7 +17,7 @@ from dask_hashcodes.distributed.graph import InlineRead, chunk_reads, map_chunks
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.kernels.l2 import merge_l2_topk
 from dask_hashcodes.kernels.rerank import exact_pair_distances, lower_bound_pair_distances, pairs_topk
-from dask_hashcodes.search.ivf import CANDIDATES_PER_K
+from dask_hashcodes.indexes.ivf import CANDIDATES_PER_K
 
 RERANKERS = {"exact": exact_pair_distances, "asymmetric": lower_bound_pair_distances}
 

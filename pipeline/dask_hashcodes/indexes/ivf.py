@@ -19,7 +19,7 @@ from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.hashing.anchor_graph import kmeans
 from dask_hashcodes.kernels.agh import nearest_centres
 from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists
-from dask_hashcodes.search.hamming import _check_codes, _merge_pair
+from dask_hashcodes.indexes.hamming import _check_codes, _merge_pair
 from dask_hashcodes.storage.chunkread import write_rows
 from dask_hashcodes.storage.codes import open_codes
 from dask_hashcodes.storage.ivf_index import create_ivf_arrays, ivf_output

@@ -36,12 +36,12 @@ import numpy as np
 from dask_hashcodes.distributed.progress import compute_with_progress
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.kernels.rerank import candidate_values
-from dask_hashcodes.search.hamming import knn_search_lazy, lims_of, radius_search
-from dask_hashcodes.search.ivf import ivf_knn_lazy
-from dask_hashcodes.search.mih import index_knn_lazy, index_radius
-from dask_hashcodes.search.plan import MIH, SCAN, faster_exact_search
-from dask_hashcodes.search.queries import Queries, checked_codes, checked_vectors, encoded, with_vectors
-from dask_hashcodes.search.rerank import RERANKERS, rerank_lazy
+from dask_hashcodes.indexes.hamming import knn_search_lazy, lims_of, radius_search
+from dask_hashcodes.indexes.ivf import ivf_knn_lazy
+from dask_hashcodes.indexes.mih import index_knn_lazy, index_radius
+from dask_hashcodes.indexes.plan import MIH, SCAN, faster_exact_search
+from dask_hashcodes.indexes.queries import Queries, checked_codes, checked_vectors, encoded, with_vectors
+from dask_hashcodes.indexes.rerank import RERANKERS, rerank_lazy
 from dask_hashcodes.storage.codes import Codes
 from dask_hashcodes.views import view_of
 

@@ -30,10 +30,10 @@ from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.kernels.ivf import probed_lists, search_lists, search_lists_exact
 from dask_hashcodes.kernels.knn import neighbour_recall
 from dask_hashcodes.kernels.l2 import l2_topk
-from dask_hashcodes.search.index import top_k_only
-from dask_hashcodes.search.ivf import CANDIDATES_PER_K, DEFAULT_NPROBE, check_nprobe, check_query_vectors, merged_lists
-from dask_hashcodes.search.queries import Queries, checked_codes, encoded, with_vectors
-from dask_hashcodes.search.rerank import rerank_lazy
+from dask_hashcodes.indexes.index import top_k_only
+from dask_hashcodes.indexes.ivf import CANDIDATES_PER_K, DEFAULT_NPROBE, check_nprobe, check_query_vectors, merged_lists
+from dask_hashcodes.indexes.queries import Queries, checked_codes, encoded, with_vectors
+from dask_hashcodes.indexes.rerank import rerank_lazy
 
 # the grid ``tune`` tries: probes, and candidates per neighbour asked for
 TUNE_NPROBES = (1, 2, 4, 8, 16, 32, 64, 128)

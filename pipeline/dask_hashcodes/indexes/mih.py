@@ -1,7 +1,7 @@
 """Exact Hamming search through multi-index hashing (kernels.mih), over chunked codes on the
 cluster. Every codes chunk is a shard with its own substring tables; each search sends the
 queries to every shard (``mih-topk`` / ``mih-radius`` tasks) and merges the shards' results
-exactly like the linear scan (dask_hashcodes.search.hamming), so both give the same answer, ties by
+exactly like the linear scan (dask_hashcodes.indexes.hamming), so both give the same answer, ties by
 id, whatever the chunking.
 
 Two forms: ``MultiIndex`` builds the tables of in-memory or dask codes and keeps them on the
@@ -25,8 +25,8 @@ from dask_hashcodes.kernels.mih import (
     substring_starts,
     tables_from_arrays,
 )
-from dask_hashcodes.search.hamming import _aligned, _check_codes, _concat_radius, _merge_pair, lims_of
-from dask_hashcodes.search.queries import checked_codes, encoded
+from dask_hashcodes.indexes.hamming import _aligned, _check_codes, _concat_radius, _merge_pair, lims_of
+from dask_hashcodes.indexes.queries import checked_codes, encoded
 from dask_hashcodes.storage.chunkread import write_rows
 from dask_hashcodes.storage.codes import open_codes
 from dask_hashcodes.storage.location import resolve

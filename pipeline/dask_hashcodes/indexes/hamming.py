@@ -12,7 +12,7 @@ import numpy as np
 from dask_hashcodes.distributed.graph import as_dask, chunk_delayeds, chunk_reads, map_chunks, row_numbers, tree_reduce
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.kernels.hamming import hamming_radius, hamming_topk, merge_topk, sort_radius_results
-from dask_hashcodes.search.queries import width_words
+from dask_hashcodes.indexes.queries import width_words
 
 
 def _check_codes(query_codes, codes):
