@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     client = connect()
     try:
         report = workflows.evaluate(
-            workflows.dataset(args.dataset),
+            workflows.load_dataset(args.dataset),
             methods=args.methods.split(","),
             bits=[int(b) for b in args.bits.split(",")],
             queries=args.queries,

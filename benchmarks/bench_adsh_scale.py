@@ -85,7 +85,7 @@ def main(argv=None) -> int:
 
     client = connect()
     try:
-        ds = workflows.dataset("sift-synth", n=args.n, seed=args.seed)
+        ds = workflows.load_dataset("sift-synth", n=args.n, seed=args.seed)
         X = ds.features_dask()
         y = synthetic_labels(X, args.seed)
         model = ADSH(args.bits, outer_iter=args.outer_iter, network="mlp", threads=1, random_state=args.seed)

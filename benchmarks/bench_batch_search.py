@@ -151,7 +151,7 @@ def build(args, client) -> dict:
     ivf = work / "ivf"
     if not ivf.exists():
         _, steps["ivf_build"] = timed(
-            lambda: workflows.index(codes, ivf, kind="ivf", dataset_=args.data, lists=args.lists, seed=args.seed)
+            lambda: workflows.index(codes, ivf, kind="ivf", dataset=args.data, lists=args.lists, seed=args.seed)
         )
     if not (work / "database_codes.npy").exists():
         _, steps["faiss_input"] = timed(lambda: write_faiss_input(args.data, codes, work))
@@ -169,7 +169,7 @@ def write_faiss_input(data, codes, work: Path) -> None:
     from dask_hashcodes import workflows
     from dask_hashcodes.storage.codes import open_codes
 
-    ds = workflows.dataset(data)
+    ds = workflows.load_dataset(data)
     query = np.sort(ds.get_split("default").query)
     every = open_codes(codes).reader[:]
     keep = np.ones(len(every), bool)

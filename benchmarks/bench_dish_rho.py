@@ -61,7 +61,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     client = connect(quiet=True)
     try:
-        ds = workflows.dataset("fashion-mnist")
+        ds = workflows.load_dataset("fashion-mnist")
         runs = [run(scale, ds.features_dask(), ds.labels) for scale in SCALES]
     finally:
         disconnect(client)

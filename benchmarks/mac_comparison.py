@@ -201,7 +201,7 @@ def main(argv=None) -> int:
     client = connect()
     try:
         report = workflows.evaluate(
-            workflows.dataset(args.dataset, n=args.rows),
+            workflows.load_dataset(args.dataset, n=args.rows),
             ground_truth=args.ground_truth,
             top_k=args.top_k,
             methods=args.methods,

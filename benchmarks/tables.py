@@ -187,7 +187,7 @@ def run_results(run: Run, folder: Path, compute: bool) -> dict | None:
     from dask_hashcodes import workflows
 
     options = {k: v for k, v in run.options.items() if v is not None}
-    ds = workflows.dataset(run.dataset, n=run.n)
+    ds = workflows.load_dataset(run.dataset, n=run.n)
     report = workflows.evaluate(ds, methods=missing, bits=list(run.bits), queries=1000, seed=0, **options)
     stored = stored or {"dataset": report["dataset"], "ground_truth": report["ground_truth"], "results": []}
     stored["results"] += report["results"]

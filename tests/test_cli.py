@@ -40,7 +40,7 @@ def test_cli_pipeline_results_equal_bruteforce(pipeline_run):
     tmp, ds_path, model, codes_path, res = pipeline_run
     ds = open_dataset(ds_path)
     split = ds.get_split("default")
-    codes = open_codes(codes_path)[0].read_all()
+    codes = open_codes(codes_path).reader.read_all()
     db_rows = np.setdiff1d(np.arange(ds.n), split.query)
     want_d, want_i = ref.topk_bruteforce(ref.popcount_distances(codes[split.query], codes[db_rows]), db_rows, 10)
     t = pq.read_table(res)
@@ -226,7 +226,7 @@ def test_artifacts_match_their_schemas(pipeline_run):
     validate(ds.get_split("default").manifest, "split.schema.json")
     validate(ds.get_groundtruth(ds.groundtruth_names()[0])[2], "groundtruth.schema.json")
     validate(json.loads((model / "model.json").read_text()), "model.schema.json")
-    validate(open_codes(codes)[1], "codes.schema.json")
+    validate(open_codes(codes).attrs, "codes.schema.json")
     for artifact in (ds_path, ds_path / "splits" / "default", model, codes):
         validate(json.loads((artifact / ".dhash-commit.json").read_text()), "commit.schema.json")
     row = {k: v[0] for k, v in pq.read_table(res).to_pydict().items()}

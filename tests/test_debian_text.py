@@ -64,7 +64,7 @@ def test_bad_requests_are_one_line_errors_before_any_work(monkeypatch, tmp_path)
 def embedded(data_dir):
     if shutil.which("apt-cache") is None:
         pytest.skip("debian-minilm is built from apt's package lists (Debian/Ubuntu)")
-    return workflows.dataset("debian-minilm", n=6000)
+    return workflows.load_dataset("debian-minilm", n=6000)
 
 
 @pytest.mark.slow

@@ -424,10 +424,8 @@ def test_worker_killed_during_training_and_encoding_changes_no_output(process_cl
     assert disturbed["training"]["objective"] == reference["training"]["objective"]
     assert disturbed["training"]["worker_changes"] >= 1  # the kill fell inside training
     assert disturbed["training"]["redone_steps"] >= 1  # ... while a step was pending: it was redone
-    (a, a_attrs), (b, b_attrs) = (
-        open_codes(tmp_path / name) for name in ("reference-codes.zarr", "disturbed-codes.zarr")
-    )
-    assert np.array_equal(a[:], b[:]) and a_attrs == b_attrs
+    a, b = (open_codes(tmp_path / name) for name in ("reference-codes.zarr", "disturbed-codes.zarr"))
+    assert np.array_equal(a.reader[:], b.reader[:]) and a.attrs == b.attrs
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [
             "sift.zarr",
@@ -511,7 +509,7 @@ def test_scheduled_pipelines_run_skip_and_never_overlap(fresh_cluster, tmp_path,
     assert (work / "results" / "2026-11-20.parquet").exists()
     assert run(*nightly) == 0  # nothing changed: every step is skipped
     assert [s["status"] for s in _last_record(work, "nightly")["steps"]] == ["skipped"] * 4
-    codes = open_codes(work / "index" / "codes.zarr")[0][:]
+    codes = open_codes(work / "index" / "codes.zarr").reader[:]
 
     first = subprocess.Popen(
         [sys.executable, "-m", "dask_hashcodes.cli", *map(str, nightly[:]), "--force"],
@@ -535,7 +533,7 @@ def test_scheduled_pipelines_run_skip_and_never_overlap(fresh_cluster, tmp_path,
     assert "another dhash run holds the lock" in err and f'"pid": {first.pid}' in err and err.count("\n") == 1
     _, first_err = first.communicate(timeout=120)
     assert first.returncode == 0, first_err
-    assert np.array_equal(open_codes(work / "index" / "codes.zarr")[0][:], codes)
+    assert np.array_equal(open_codes(work / "index" / "codes.zarr").reader[:], codes)
     assert not [p for p in (work / "index").iterdir() if p.name.startswith(".")]  # no temporaries left
 
 

@@ -139,6 +139,6 @@ def test_encode_to_zarr_equals_encode_for_regular_and_irregular_chunks(client, t
     model = ITQ(24, n_iter=3).fit(X)
     for name, data in (("regular", X), ("irregular", drop_rows(X, np.array([5, 1300, 2401])))):
         encode_to_zarr(tmp_path / name, data, model)
-        arr, attrs = open_codes(tmp_path / name, model)
-        np.testing.assert_array_equal(arr[:], model.encode(data).compute())
-        assert attrs["n_bits"] == 24
+        codes = open_codes(tmp_path / name, model)
+        np.testing.assert_array_equal(codes.reader[:], model.encode(data).compute())
+        assert codes.attrs["n_bits"] == 24

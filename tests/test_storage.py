@@ -121,8 +121,9 @@ def test_pipeline_from_and_to_s3_equals_local_disk(s3_server, cluster, tmp_path,
 
     # the options are passed explicitly: a Storage (or a dict) for this call, nothing process-wide
     storage = Storage(s3_server)
-    (l_codes, l_attrs), (r_codes, r_attrs) = open_codes(local["codes"]), open_codes(remote["codes"], storage=storage)
-    assert l_codes[:].tobytes() == r_codes[:].tobytes()  # byte-identical codes
+    local_codes, remote_codes = open_codes(local["codes"]), open_codes(remote["codes"], storage=storage)
+    assert local_codes.reader[:].tobytes() == remote_codes.reader[:].tobytes()  # byte-identical codes
+    l_attrs, r_attrs = local_codes.attrs, remote_codes.attrs
     assert l_attrs["model_id"] == r_attrs["model_id"] and l_attrs["dataset_id"] == r_attrs["dataset_id"]
     assert r_attrs["dataset"] == "s3://dhash-test/run/ds.zarr"
     assert not any('dhash-test"' in json.dumps(v) or "secret" in json.dumps(v) for v in r_attrs.values())
@@ -404,6 +405,40 @@ def test_codes_of_another_dataset_are_refused(pristine, cluster, tmp_path, capsy
     err = capsys.readouterr().err
     assert "were encoded from another dataset" in err and f"encode {other} with this model" in err
     assert not (tmp_path / "r.parquet").exists()
+
+
+def test_a_dataset_handle_reads_its_labels_and_ids_once_and_verified(tmp_path, monkeypatch):
+    from dask_hashcodes.errors import InputError
+    from dask_hashcodes.storage.chunkread import ChunkReader
+    from dask_hashcodes.storage.datasets import open_dataset, write_dataset
+    from dask_hashcodes.views import database_view
+
+    rows, labels = np.arange(60, dtype=np.float32).reshape(20, 3), np.arange(20) % 4
+    write_dataset(tmp_path / "d.zarr", [rows], n=20, d=3, dtype="float32", source="test", labels=labels, chunk_rows=8)
+    chunk_reads = []  # (array, chunk) of every chunk read from the store
+    read_chunk = ChunkReader.__call__
+    monkeypatch.setattr(ChunkReader, "__call__", lambda r, i: chunk_reads.append((r.loc.name, i)) or read_chunk(r, i))
+
+    ds = open_dataset(tmp_path / "d.zarr")
+    for _ in range(3):
+        np.testing.assert_array_equal(ds.labels, labels)
+        np.testing.assert_array_equal(ds.ids, np.arange(20))
+        database_view(ds)
+    assert sorted(chunk_reads) == [("ids", 0), ("labels", 0)]  # one chunk each, read once
+    with pytest.raises(ValueError, match="read-only"):
+        ds.labels[0] = 7  # every caller shares the handle's array
+
+    chunk_reads.clear()
+    database_view(open_dataset(tmp_path / "d.zarr"))  # another handle reads its labels again
+    assert {name for name, _ in chunk_reads} == {"labels"}
+
+    # the one read is a verified one: a damaged labels chunk fails the first access
+    chunk = tmp_path / "d.zarr" / "labels" / "c" / "0"
+    damaged = bytearray(chunk.read_bytes())
+    damaged[len(damaged) // 2] ^= 1
+    chunk.write_bytes(bytes(damaged))
+    with pytest.raises(InputError, match="labels chunk 0 is damaged"):
+        database_view(open_dataset(tmp_path / "d.zarr"))
 
 
 # ------------------------------------------------------------------ outputs ----------
@@ -721,7 +756,7 @@ def test_run_storage_options_reach_every_step_on_s3(s3_server, cluster, tmp_path
 
     assert run(*job) == 0, capsys.readouterr().err
     assert statuses() == ["ok"] * 4
-    assert open_codes(f"{base}/codes.zarr", storage=Storage(s3_server))[0].shape == (1200, 2)
+    assert open_codes(f"{base}/codes.zarr", storage=Storage(s3_server)).reader.shape == (1200, 2)
     time.sleep(1.1)  # log names carry the second
     assert run(*job) == 0, capsys.readouterr().err
     assert statuses() == ["skipped"] * 4

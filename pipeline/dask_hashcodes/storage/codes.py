@@ -53,10 +53,7 @@ def create_codes_array(tmp, n: int, chunk_rows: int, model, dataset):
 class Codes:
     """A committed codes store, resolved, checked and opened once: the handle search and
     indexing pass down instead of its location. ``reader`` is the verified reader of the
-    ``codes`` array, ``attrs`` the store's attributes, ``manifest`` its commit record's.
-
-    For code written against ``open_codes``'s earlier form it also unpacks as
-    ``(reader, attrs)``."""
+    ``codes`` array, ``attrs`` the store's attributes, ``manifest`` its commit record's."""
 
     REMEDY = "re-encode with `dhash encode`"
 
@@ -99,12 +96,6 @@ class Codes:
     def __repr__(self):
         return f"Codes({self.path!r}, n={self.n}, bits={self.n_bits}, method={self.attrs.get('method')!r})"
 
-    def __iter__(self):
-        return iter((self.reader, self.attrs))
-
-    def __getitem__(self, i):
-        return (self.reader, self.attrs)[i]
-
     def check(self, model=None, dataset=None) -> Codes:
         """These codes, checked to have been made by ``model`` from ``dataset`` (either may be None)."""
         loc, attrs = self.location, self.attrs
@@ -133,7 +124,7 @@ class Codes:
 def open_codes(path, model=None, dataset=None, *, storage=None) -> Codes:
     """The Codes handle of a codes store (a location, or a Codes handle returned as is);
     with ``model`` / ``dataset`` given, check the codes were made by that model from that
-    dataset. Unpacks as ``(reader, attrs)``."""
+    dataset."""
     codes = path if isinstance(path, Codes) else Codes(path, storage=storage)
     return codes.check(model, dataset)
 

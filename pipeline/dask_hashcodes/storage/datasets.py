@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -230,7 +231,9 @@ class Dataset:
     ``location`` is resolved once (local paths absolute), so tasks that read it run the
     same on any worker. Every array is read through the verified reader (chunkread). It is
     the handle the workflows pass down: the dataset's commit record and metadata are read
-    when it is opened, not again by each step that uses it."""
+    when it is opened, and its labels and ids when first asked for, not again by each step
+    that uses them. A committed dataset never changes in place (a rewrite is a new commit,
+    opened as a new handle), so what a handle has read stays true for it."""
 
     def __init__(self, path, *, storage=None):
         self.location = resolve(path, storage=storage)
@@ -275,14 +278,16 @@ class Dataset:
     def has_labels(self) -> bool:
         return "labels" in self.manifest.get("arrays", {})
 
-    @property
+    @functools.cached_property
     def labels(self) -> np.ndarray | None:
-        return self._array("labels").read_all() if self.has_labels else None
+        """Every row's labels (read-only), or None; read and verified once per handle."""
+        return _read_only(self._array("labels").read_all()) if self.has_labels else None
 
-    @property
+    @functools.cached_property
     def ids(self) -> np.ndarray:
-        """The source's own id of every row (row numbers unless the source had ids)."""
-        return self._array("ids").read_all()
+        """The source's own id of every row (row numbers unless the source had ids; read-only),
+        read and verified once per handle."""
+        return _read_only(self._array("ids").read_all())
 
     def features_dask(self, chunk_rows: int | None = None):
         """Features as a dask array; ``chunk_rows`` must be a multiple of the stored chunk rows
@@ -460,6 +465,13 @@ class Dataset:
     def _ensure_child_group(self, name: str) -> None:
         if not self.location.child(name, "zarr.json").exists():
             zarr.open_group(self.location.child(name).zarr_store(), mode="a", zarr_format=3)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A handle's cached array, shared by every caller: one caller's in-place edit must not
+    change what the others read."""
+    array.flags.writeable = False
+    return array
 
 
 def _committed_kind(loc: Location) -> str | None:
