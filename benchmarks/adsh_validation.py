@@ -39,7 +39,7 @@ def rbf_dataset(ds, n_anchors: int, out):
     import numpy as np
 
     from dask_hashcodes.kernels.l2 import squared_distances
-    from dask_hashcodes.kernels.sgh import kernel_features
+    from dask_hashcodes.kernels.rbf import rbf_features
     from dask_hashcodes.storage.datasets import open_dataset, write_dataset
 
     out = Path(out)
@@ -52,7 +52,7 @@ def rbf_dataset(ds, n_anchors: int, out):
     probe = np.asarray(X[np.sort(rng.choice(ds.n, min(ds.n, 2000), replace=False))].compute(), dtype=np.float64)
     bandwidth = float(np.sqrt(squared_distances(probe, anchors)).mean())
     blocks = (
-        kernel_features(np.asarray(X.blocks[i].compute(), dtype=np.float64), anchors, bandwidth).astype(np.float32)
+        rbf_features(np.asarray(X.blocks[i].compute(), dtype=np.float64), anchors, bandwidth).astype(np.float32)
         for i in range(X.numblocks[0])
     )
     return write_dataset(

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.measure import machine_info  # noqa: E402
 from dask_hashcodes.distributed.graph import chunk_reads, map_reduce  # noqa: E402
-from dask_hashcodes.hashing.anchor_graph import kmeans  # noqa: E402
-from dask_hashcodes.kernels.agh import lloyd_sums  # noqa: E402
+from dask_hashcodes.distributed.kmeans import kmeans  # noqa: E402
+from dask_hashcodes.kernels.kmeans import lloyd_sums  # noqa: E402
 from dask_hashcodes.kernels.stats import add_partials  # noqa: E402
 from dask_hashcodes.storage.datasets import open_dataset  # noqa: E402
 

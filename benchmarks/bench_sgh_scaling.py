@@ -35,15 +35,15 @@ from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sy
 
 def numpy_sgh_run(X, n_bits, bases, bandwidth, rho, order, gamma=1e-6):
     """First sweep then the refinement sweep in ``order`` (add the bit's term back, refit)."""
+    from dask_hashcodes.kernels.rbf import rbf_features
     from dask_hashcodes.kernels.sgh import (
         initial_residual,
-        kernel_features,
         top_generalized_eigenvector,
         transformed_head,
     )
 
     mean = X.mean(axis=0, dtype=np.float64)
-    phi = kernel_features(X, bases, bandwidth).astype(np.float64)
+    phi = rbf_features(X, bases, bandwidth).astype(np.float64)
     K = phi - phi.mean(axis=0)
     head = transformed_head(X - mean, rho)
     Z = K.T @ K + gamma * np.eye(K.shape[1])

@@ -10,8 +10,8 @@ from dask_hashcodes.kernels.hash_functions import (
     keep_better_bits,
     lower_loss_h,
     rbf_centres,
-    rbf_features,
 )
+from dask_hashcodes.kernels.rbf import rbf_features
 
 
 def test_linear_svm_bit_reproduces_separable_targets():

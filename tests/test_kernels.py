@@ -199,7 +199,7 @@ INTEGER_EXTREMES = [
 def test_gram_of_integer_features_is_exact_at_the_dtype_extremes(dtype, low, high):
     """Integer Gram terms equal the float64 computation on the same values: no int32
     accumulator overflows, whatever the dtype and value range (6000 rows: several slabs)."""
-    from dask_hashcodes.kernels.dish import gram_chunk
+    from dask_hashcodes.kernels.gram import gram_chunk
 
     rng = np.random.default_rng(3)
     X = rng.integers(low, high, (6000, 12), dtype=dtype, endpoint=True)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dask_hashcodes.kernels.agh import nearest_centres
+from dask_hashcodes.kernels.kmeans import nearest_centres
 from dask_hashcodes.kernels.knn import cell_partition, knn_recall, nearest_others
 
 

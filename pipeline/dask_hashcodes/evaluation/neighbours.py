@@ -21,8 +21,8 @@ import numpy as np
 
 from dask_hashcodes.distributed.graph import chunk_delayeds, map_chunks
 from dask_hashcodes.errors import InputError
-from dask_hashcodes.kernels.agh import nearest_centres
 from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists
+from dask_hashcodes.kernels.kmeans import nearest_centres
 from dask_hashcodes.kernels.knn import neighbour_recall
 from dask_hashcodes.indexes.hamming import knn_search_lazy
 from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, default_lists, ivf_centroids

@@ -1,7 +1,7 @@
 """Hamming search through an inverted file (kernels.ivf) over chunked codes on the cluster.
 
 ``build_ivf`` learns the coarse quantiser by k-means on the features (Lloyd steps over the
-feature chunks, only counts and sums travelling: hashing.anchor_graph.kmeans), then one
+feature chunks, only counts and sums travelling: distributed.kmeans), then one
 ``ivf-build`` task per codes chunk assigns the chunk's rows to their nearest centroid and
 writes the chunk's list layout (storage.ivf_index). ``ivf_knn_lazy`` finds each query's
 ``nprobe`` nearest centroids on the client (small), sends the queries to one ``ivf-topk``
@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from dask_hashcodes.distributed.graph import map_chunks, select_rows, tree_reduce, write_shards
+from dask_hashcodes.distributed.kmeans import kmeans
 from dask_hashcodes.errors import InputError, shape_words
-from dask_hashcodes.hashing.anchor_graph import kmeans
-from dask_hashcodes.kernels.agh import nearest_centres
 from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists
+from dask_hashcodes.kernels.kmeans import nearest_centres
 from dask_hashcodes.indexes.hamming import _check_codes, _merge_pair
 from dask_hashcodes.storage.chunkread import write_rows
 from dask_hashcodes.storage.codes import open_codes

@@ -22,77 +22,9 @@ released code computes them). A = Z Lambda^{-1} Z^T is again never formed: each 
 from __future__ import annotations
 
 import numpy as np
-from scipy import sparse
 
-from dask_hashcodes.kernels.codes import SLAB_ROWS, code_bytes, pack_signs
+from dask_hashcodes.kernels.codes import code_bytes, pack_signs, row_slabs
 from dask_hashcodes.kernels.l2 import squared_distances
-
-
-def _slabs(X: np.ndarray):
-    for start in range(0, X.shape[0], SLAB_ROWS):
-        yield slice(start, min(start + SLAB_ROWS, X.shape[0]))
-
-
-def lloyd_sums(X: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """One Lloyd step's statistics of a chunk: (rows per centre, sum of the rows assigned to
-    each centre, sum of squared distances to the nearest centre). Ties go to the lower centre."""
-    m, d = centres.shape
-    counts, sums, inertia = np.zeros(m, np.int64), np.zeros((m, d)), 0.0
-    centres = np.asarray(centres, dtype=np.float64)
-    for rows in _slabs(X):
-        part = np.asarray(X[rows], dtype=np.float64)
-        scores = _centre_scores(part, centres)
-        nearest = scores.argmin(axis=1)
-        counts += np.bincount(nearest, minlength=m)
-        # the rows summed per centre as a sparse one-hot product: O(rows x d), several times
-        # faster than np.add.at's unbuffered scatter
-        one_hot = sparse.csr_matrix((np.ones(len(part)), (nearest, np.arange(len(part)))), shape=(m, len(part)))
-        sums += one_hot @ part
-        closest = scores[np.arange(len(part)), nearest] + (part * part).sum(axis=1)
-        inertia += float(np.maximum(closest, 0.0).sum())
-    return counts, sums, inertia
-
-
-def _centre_scores(part: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    """||c||^2 - 2 x.c for every (row, centre): the nearest centre minimises it, and the
-    row's own norm is left out (added to the winner only where needed), which saves two
-    passes over every (rows x m) block."""
-    scores = part @ (-2.0 * centres.T)
-    scores += (centres * centres).sum(axis=1)
-    return scores
-
-
-def nearest_centres(X: np.ndarray, centres: np.ndarray, count: int | None = None) -> np.ndarray:
-    """Index of every row's nearest centre, int64 (n,); with ``count``, the ``count`` nearest,
-    nearest first, (n, count). Ties: the lower index (among the ``count`` nearest)."""
-    centres = np.asarray(centres, dtype=np.float64)
-    out = np.empty(X.shape[0] if count is None else (X.shape[0], count), np.int64)
-    for rows in _slabs(X):
-        scores = _centre_scores(np.asarray(X[rows], dtype=np.float64), centres)
-        if count is None:
-            out[rows] = scores.argmin(axis=1)
-            continue
-        out[rows] = smallest_scores(scores, count)
-    return out
-
-
-def smallest_scores(scores: np.ndarray, count: int) -> np.ndarray:
-    """Per row, the columns of the ``count`` smallest scores, smallest first (ties: the lower
-    column)."""
-    if count < scores.shape[1]:
-        near = np.sort(np.argpartition(scores, count - 1, axis=1)[:, :count], axis=1)
-    else:
-        near = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
-    order = np.argsort(np.take_along_axis(scores, near, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(near, order, axis=1)
-
-
-def updated_centres(centres: np.ndarray, counts: np.ndarray, sums: np.ndarray) -> np.ndarray:
-    """Means of the assigned rows; a centre that got no row stays where it was."""
-    out = np.array(centres, dtype=np.float64, copy=True)
-    filled = counts > 0
-    out[filled] = sums[filled] / counts[filled, None]
-    return out
 
 
 def nearest_anchors(X: np.ndarray, anchors: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
@@ -100,7 +32,7 @@ def nearest_anchors(X: np.ndarray, anchors: np.ndarray, s: int) -> tuple[np.ndar
     first (ties: lower anchor index)."""
     n = X.shape[0]
     idx, dist = np.empty((n, s), np.int64), np.empty((n, s))
-    for rows in _slabs(X):
+    for rows in row_slabs(X.shape[0]):
         d2 = squared_distances(np.asarray(X[rows], dtype=np.float64), anchors)
         near = np.argsort(d2, axis=1, kind="stable")[:, :s]
         idx[rows], dist[rows] = near, np.take_along_axis(d2, near, axis=1)
@@ -153,7 +85,7 @@ def agh_projection(gram: np.ndarray, column_sums: np.ndarray, n: int, n_bits: in
 
 def _embedding_slabs(X: np.ndarray, anchors: np.ndarray, s: int, sigma: float, W: np.ndarray):
     """(rows, anchor indices, weights, Y = z(x) W) slab by slab; Z is never stored."""
-    for rows in _slabs(X):
+    for rows in row_slabs(X.shape[0]):
         idx, w = anchor_rows(X[rows], anchors, s, sigma)
         yield rows, idx, w, np.einsum("ns,nsr->nr", w, W[idx])
 

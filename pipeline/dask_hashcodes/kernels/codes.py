@@ -32,6 +32,13 @@ def unpack_bits(codes: np.ndarray, n_bits: int) -> np.ndarray:
 SLAB_ROWS = 2048  # rows converted to float32 at a time: the slab stays in L2 for the GEMM
 
 
+def row_slabs(n_rows: int, slab_rows: int = SLAB_ROWS):
+    """Yield slices of ``slab_rows`` consecutive rows (the last one shorter) covering ``n_rows``:
+    the unit a kernel converts and multiplies at a time, so a chunk is never copied whole."""
+    for start in range(0, n_rows, slab_rows):
+        yield slice(start, min(start + slab_rows, n_rows))
+
+
 @njit(nogil=True, cache=True)
 def _centre_into(X, mean, out):
     """out = float32(X) - mean, in one pass (numpy's astype then subtract makes two and its
@@ -51,9 +58,8 @@ def project_slabs(X: np.ndarray, mean: np.ndarray, components: np.ndarray):
     mean32 = np.asarray(mean, dtype=np.float32)
     W32 = np.asarray(components, dtype=np.float32)
     slab = np.empty((min(SLAB_ROWS, X.shape[0]), X.shape[1]), np.float32)
-    for start in range(0, X.shape[0], SLAB_ROWS):
-        rows = slice(start, min(start + SLAB_ROWS, X.shape[0]))
-        part = slab[: rows.stop - start]
+    for rows in row_slabs(X.shape[0]):
+        part = slab[: rows.stop - rows.start]
         _centre_into(X[rows], mean32, part)
         yield rows, part @ W32
 

@@ -13,10 +13,9 @@ of the two-step methods). Plain numpy and scikit-learn.
   sigma every k_j(x) sits near exp(-1/2) and varies little, in few directions (smooth, wide
   kernels), so at C = 1 the regularised weights cannot follow the codes. Fitted
   to cut's free codes on Fashion-MNIST, standardised features miss the fewest bits and give
-  the best validation precision, ahead of raw and of globally scaled features (the MAC
-  results in benchmarks/results/mac/). k is SGH's float32
-  ``kernel_features``, row by row, so training and encoding compute the same features for
-  the same row whatever the chunking. The features of the training set are
+  the best validation precision, ahead of raw and of globally scaled features. k is the
+  float32 ``kernels.rbf.rbf_features``, row by row, so training and encoding compute the
+  same features for the same row whatever the chunking. The features of the training set are
   computed once and shared by all bits (the paper's "constant Gram matrix").
 
 """
@@ -26,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 
 from dask_hashcodes.kernels.l2 import squared_distances
-from dask_hashcodes.kernels.sgh import kernel_features
 from dask_hashcodes.kernels.svm import LocalBlocks, newton_svm
 
 BANDWIDTH_POINTS = 300  # sigma: mean distance between the first 300 training points (MAC paper)
@@ -59,10 +57,6 @@ def standard_scaling(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def linear_features(X: np.ndarray, mean: np.ndarray, scale) -> np.ndarray:
     """(X - mean) / scale; ``scale`` one number (linear h) or one per column (kernel h)."""
     return (np.asarray(X, dtype=np.float64) - mean) / scale
-
-
-def rbf_features(X: np.ndarray, centres: np.ndarray, sigma: float) -> np.ndarray:
-    return kernel_features(X, centres, sigma)
 
 
 def fit_bits(features: np.ndarray, targets: np.ndarray, C: float = 1.0) -> tuple[np.ndarray, np.ndarray]:

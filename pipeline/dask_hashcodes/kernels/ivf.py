@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dask_hashcodes.kernels.agh import smallest_scores
 from dask_hashcodes.kernels.hamming import ID_BITS, _popcount, as_words, empty_topk
+from dask_hashcodes.kernels.kmeans import smallest_scores
 
 # Histogram lanes: consecutive codes count into different rows, so that equal distances in
 # a row do not wait on each other's store.

@@ -27,13 +27,6 @@ def centred(K: np.ndarray) -> np.ndarray:
 RELATIVE_EIGENVALUE_FLOOR = 1e-6
 
 
-def gaussian_kernel(A: np.ndarray, B: np.ndarray, bandwidth: float) -> np.ndarray:
-    """float64 exp(-||a - b||^2 / (2 bandwidth^2)) for every pair of rows of A and B."""
-    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
-    d2 = np.einsum("ij,ij->i", A, A)[:, None] - 2.0 * A @ B.T + np.einsum("ij,ij->i", B, B)[None, :]
-    return np.exp(-np.maximum(d2, 0.0) / (2.0 * bandwidth**2))
-
-
 def inverse_sqrt(Kc: np.ndarray, rel_tol: float = RELATIVE_EIGENVALUE_FLOOR) -> np.ndarray:
     """K_c^{-1/2} on the span of K_c's eigenvectors whose eigenvalues are above rel_tol x
     the largest."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_hashcodes.kernels.agh import lloyd_sums, nearest_centres, updated_centres
+from dask_hashcodes.kernels.kmeans import lloyd_sums, nearest_centres, updated_centres
 from dask_hashcodes.kernels.l2 import l2_topk, merge_l2_topk
 
 SEARCHES = ("exact", "cells")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_hashcodes.kernels.sgh import kernel_features
+from dask_hashcodes.kernels.rbf import rbf_features
 
 
 def label_matrix(labels: np.ndarray, classes: np.ndarray | None) -> np.ndarray:
@@ -36,7 +36,7 @@ def label_matrix(labels: np.ndarray, classes: np.ndarray | None) -> np.ndarray:
 def sdh_features(X: np.ndarray, anchors: np.ndarray, bandwidth: float) -> np.ndarray:
     """phi(X) (n, m + 1) float64: Gaussian kernel features against the anchors, then a 1 (the
     hash function's offset, regularised like the other weights as in the authors' code)."""
-    K = kernel_features(X, anchors, bandwidth).astype(np.float64)
+    K = rbf_features(X, anchors, bandwidth).astype(np.float64)
     return np.hstack([K, np.ones((K.shape[0], 1))])
 
 

@@ -1,5 +1,6 @@
-"""SGH kernels (Jiang & Li, IJCAI 2015): Gaussian kernel features, the feature transformation
-P(x)/Q(x) and the per-chunk terms of Algorithm 1. Plain numpy; the estimator sums them.
+"""SGH kernels (Jiang & Li, IJCAI 2015): the feature transformation P(x)/Q(x) and the
+per-chunk terms of Algorithm 1 on Gaussian kernel features (kernels/rbf.py). Plain numpy;
+the estimator sums them.
 
 Notation (rows are points): K is the n x m matrix of kernel features centred by their mean
 over the training set, P and Q the n x (d+2) transformed features, so that the n x n target
@@ -22,38 +23,10 @@ import math
 import numpy as np
 import scipy.linalg
 
-from dask_hashcodes.kernels.l2 import exact_dtype
-
 SLAB_ROWS = 2048  # rows of kernel features handled at a time: a float64 slab of 300 bases stays ~5 MB
 E = math.e
 HEAD_X_SCALE = math.sqrt(2.0 * (E * E - 1.0) / E)  # a * sqrt(rho)
 HEAD_CONST = math.sqrt((E * E + 1.0) / E)  # b
-
-
-def kernel_features(X: np.ndarray, bases: np.ndarray, bandwidth: float) -> np.ndarray:
-    """float32 (n, m): exp(-||x - a_j||^2 / (2 bandwidth^2)) for every base a_j (uncentred).
-
-    Squared distances come from ||x||^2 - 2 x.a + ||a||^2 slab by slab; for integer data
-    whose products stay below 2**24 (SIFT) the float32 GEMM is exact (see kernels/l2.py),
-    otherwise float64. Each row is computed on its own, so features do not depend on the
-    chunking."""
-    X = np.asarray(X)
-    dtype = exact_dtype(X, bases) if np.issubdtype(np.asarray(bases).dtype, np.integer) else np.float64
-    B = np.asarray(bases, dtype=dtype)
-    base_sq = np.einsum("ij,ij->i", B.astype(np.float64), B.astype(np.float64))
-    scale = -1.0 / (2.0 * float(bandwidth) ** 2)
-    out = np.empty((X.shape[0], B.shape[0]), np.float32)
-    for start in range(0, X.shape[0], SLAB_ROWS):
-        slab = np.asarray(X[start : start + SLAB_ROWS], dtype=dtype)
-        sq = np.einsum("ij,ij->i", slab, slab).astype(np.float64)
-        d2 = (slab @ B.T).astype(np.float64)
-        d2 *= -2.0
-        d2 += sq[:, None]
-        d2 += base_sq[None, :]
-        np.maximum(d2, 0.0, out=d2)
-        d2 *= scale
-        out[start : start + len(slab)] = np.exp(d2)
-    return out
 
 
 def sq_distance_moments(n: int, col_sum: np.ndarray, sq_sum: float, bases: np.ndarray) -> float:
