@@ -132,7 +132,7 @@ def stored(tmp_path_factory):
         model = workflows.train(ds, "itq", d / "m", bits=32, split="default")
         workflows.encode(ds, model, d / "c.zarr")
         workflows.index(d / "c.zarr", d / "i.zarr")
-        workflows.index(d / "c.zarr", d / "v.zarr", kind="ivf", dataset_=d / "s.zarr", lists=8)
+        workflows.index(d / "c.zarr", d / "v.zarr", kind="ivf", dataset=d / "s.zarr", lists=8)
     return d
 
 

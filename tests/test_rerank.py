@@ -57,7 +57,7 @@ def test_cli_rerank_equals_brute_force_on_the_candidates(pipeline_run, cluster, 
     search = ["search", "--dataset", ds_path, "--model", model, "--codes", codes_path, "--k", 10]
     ds = open_dataset(ds_path)
     split = ds.get_split("default")
-    X, codes = ds.features[...], open_codes(codes_path)[0].read_all()
+    X, codes = ds.features[...], open_codes(codes_path).reader.read_all()
     db = np.setdiff1d(np.arange(ds.n), split.query)
     hamming = ref.popcount_distances(codes[split.query], codes[db])
     _, candidates = ref.topk_bruteforce(hamming, db, 200)  # the Hamming top-200, ties by id

@@ -37,7 +37,7 @@ def sift_1024(tmp_path_factory):
         model = workflows.train(ds, "lsh", d / "m", bits=BITS)
         codes = workflows.encode(ds, model, d / "c.zarr")
         workflows.index(d / "c.zarr", d / "i.zarr")
-        workflows.index(d / "c.zarr", d / "v.zarr", kind="ivf", dataset_=d / "s.zarr", lists=8)
+        workflows.index(d / "c.zarr", d / "v.zarr", kind="ivf", dataset=d / "s.zarr", lists=8)
     ds, model = dask_hashcodes.open_dataset(d / "s.zarr"), dask_hashcodes.load_model(d / "m")
     codes = dask_hashcodes.open_codes(codes.path, model, ds)
     rows = np.asarray(ds.features_dask().compute())

@@ -38,7 +38,7 @@ _ESTIMATORS = (
     "SPLH", "USPLH", "MAC", "ADSH", "SDH", "COSDISH", "DPSH", "KSH",
 )  # fmt: skip
 _WORKFLOWS = (
-    "dataset", "ingest", "synth", "head", "split", "groundtruth", "train", "encode", "index", "evaluate", "demo",
+    "load_dataset", "ingest", "synth", "head", "split", "groundtruth", "train", "encode", "index", "evaluate", "demo",
     "search", "Encoded", "Indexed", "Searched",
 )  # fmt: skip
 

@@ -78,7 +78,6 @@ from dask_hashcodes.views import database_view
 __all__ = [
     "Encoded",
     "Searched",
-    "dataset",
     "demo",
     "encode",
     "evaluate",
@@ -86,6 +85,7 @@ __all__ = [
     "head",
     "index",
     "ingest",
+    "load_dataset",
     "search",
     "split",
     "synth",
@@ -108,7 +108,7 @@ def _show(progress: bool):
 
 
 @resolves_progress
-def dataset(
+def load_dataset(
     name_or_path,
     *,
     n: int | None = None,
@@ -119,7 +119,8 @@ def dataset(
 ) -> Dataset:
     """A Dataset handle as given, a dataset location opened (a URL with ``storage``), or a
     built-in source (``fashion-mnist``, ``sift-synth`` of ``n`` rows, ``debian-minilm``: its
-    first ``n`` rows when ``n`` is given) materialised once in the data directory and opened."""
+    first ``n`` rows when ``n`` is given) materialised once in the data directory and opened.
+    Every workflow's ``dataset`` argument goes through it, so each accepts the same forms."""
     if isinstance(name_or_path, Dataset):
         return name_or_path
     where = _at(name_or_path, storage)
@@ -183,11 +184,11 @@ def synth(
     )
 
 
-def head(dataset_, n: int, out, *, chunk_rows: int | None = None, overwrite: bool = False, storage=None) -> Dataset:
+def head(dataset, n: int, out, *, chunk_rows: int | None = None, overwrite: bool = False, storage=None) -> Dataset:
     """The first ``n`` rows (and labels) of a dataset as a dataset of their own at ``out``
     (read through memory: meant for subsets of a few hundred MB, e.g. a quick notebook run)."""
 
-    ds, out = dataset(dataset_, storage=storage), _at(out, storage)
+    ds, out = load_dataset(dataset, storage=storage), _at(out, storage)
     if n >= ds.n:
         return ds
     labels = None if ds.labels is None else ds.labels[:n]
@@ -196,15 +197,15 @@ def head(dataset_, n: int, out, *, chunk_rows: int | None = None, overwrite: boo
 
 
 def split(
-    dataset_, *, queries: int = 1000, seed: int = 0, name: str = "default", overwrite: bool = False, storage=None
+    dataset, *, queries: int = 1000, seed: int = 0, name: str = "default", overwrite: bool = False, storage=None
 ) -> Split:
     """Draw a seeded query/database split and store it in the dataset; returns the Split."""
-    return dataset(dataset_, storage=storage).make_split(queries, seed, name=name, overwrite=overwrite)
+    return load_dataset(dataset, storage=storage).make_split(queries, seed, name=name, overwrite=overwrite)
 
 
 @resolves_progress
 def groundtruth(
-    dataset_,
+    dataset,
     *,
     split: str | Split = "default",
     top_k: int | None = None,
@@ -215,7 +216,7 @@ def groundtruth(
     """Exact Euclidean neighbours of a split's queries, computed once and stored in the
     dataset; returns the Truth. ``progress``: Dask's bar of each pass over the rows (see
     the module docstring for None)."""
-    ds = dataset(dataset_, storage=storage)
+    ds = load_dataset(dataset, storage=storage)
     return build_truth(ds, ds.get_split(split), ground_truth="euclidean", top_k=top_k, top_percent=top_percent)
 
 
@@ -244,7 +245,7 @@ def _check_checkpoint(ckpt, *, resume: bool, overwrite: bool) -> None:
 
 @resolves_progress
 def train(
-    dataset_,
+    dataset,
     method: str,
     out=None,
     *,
@@ -266,7 +267,7 @@ def train(
     bar of the fit's iterations (epochs, bits, passes) for the iterative methods (see the
     module docstring for None); it changes nothing in the result."""
 
-    ds, out, codes = dataset(dataset_, storage=storage), _at(out, storage), _at(codes, storage)
+    ds, out, codes = load_dataset(dataset, storage=storage), _at(out, storage), _at(codes, storage)
     check_params_used([method], params)
     model = make_hasher(method, bits, random_state=seed, **method_params(method, params))
     if model.learns_database_codes and codes is None:
@@ -327,11 +328,11 @@ class Encoded:
 
 
 @resolves_progress
-def encode(dataset_, model, out, *, overwrite: bool = False, progress: bool | None = None, storage=None) -> Encoded:
+def encode(dataset, model, out, *, overwrite: bool = False, progress: bool | None = None, storage=None) -> Encoded:
     """Encode every row of the dataset with ``model`` (object or model location) into a
     codes store at ``out``."""
 
-    ds, model, out = dataset(dataset_, storage=storage), _model(model, storage), _at(out, storage)
+    ds, model, out = load_dataset(dataset, storage=storage), _model(model, storage), _at(out, storage)
     started = time.perf_counter()
     encode_to_zarr(out, ds.features_dask(), model, dataset=ds, overwrite=overwrite, progress=_show(progress))
     return Encoded(str(out), ds.n, model.code_bytes, time.perf_counter() - started)
@@ -352,7 +353,7 @@ def index(
     *,
     kind: str = "mih",
     substrings: int | None = None,
-    dataset_=None,
+    dataset=None,
     lists: int | None = None,
     kmeans_rows: int | None = None,
     seed: int = 0,
@@ -365,7 +366,7 @@ def index(
     tables, ``substrings`` m (default: the paper's b / log2(rows per shard)); exact.
     ``kind="ivf"``: an inverted file of ``lists`` lists (default 4 sqrt(n)), k-means (seeded
     by ``seed``) on ``kmeans_rows`` rows (default 256 per list) of the features of
-    ``dataset_``, the dataset the codes encode; approximate."""
+    ``dataset``, the dataset the codes encode; approximate."""
     started = time.perf_counter()
     codes = open_codes(codes, storage=storage)
     if kind == "mih":
@@ -373,11 +374,11 @@ def index(
         return Indexed(str(loc), codes.n, m, time.perf_counter() - started)
     if kind != "ivf":
         raise InputError(f"unknown index kind {kind!r}; choose mih or ivf")
-    if dataset_ is None:
+    if dataset is None:
         raise InputError(
-            "an inverted file clusters the features the codes encode; give the dataset they encode (`dataset_`)"
+            "an inverted file clusters the features the codes encode; give the dataset they encode (`dataset`)"
         )
-    ds = dataset(dataset_, storage=storage)
+    ds = load_dataset(dataset, storage=storage)
     loc, n_lists = build_ivf(
         codes, ds.features_dask(), out, n_lists=lists, kmeans_rows=kmeans_rows, seed=seed, overwrite=overwrite,
         progress=_show(progress), storage=storage,
@@ -402,7 +403,7 @@ class Searched:
 
 
 def search_index(
-    dataset_: Dataset,
+    dataset: Dataset,
     model: Hasher,
     codes: Codes,
     split_: Split,
@@ -428,13 +429,13 @@ def search_index(
         base = MIHIndex(stored, exclude=split_.query, model=model)
     if rerank is None:
         return base
-    source = dataset_ if rerank == "exact" else codes
+    source = dataset if rerank == "exact" else codes
     return Rerank(rerank, base, candidates, source=source, model=model)
 
 
 @resolves_progress
 def search(
-    dataset_,
+    dataset,
     model,
     codes,
     out=None,
@@ -473,7 +474,7 @@ def search(
     if recall and radius is not None:
         raise InputError("`recall` measures a top-k search against the exact top-k; give `k` instead of `radius`")
     candidates = check_rerank(rerank, candidates, k, radius)
-    ds, model = dataset(dataset_, storage=storage), _model(model, storage)
+    ds, model = load_dataset(dataset, storage=storage), _model(model, storage)
     codes_ = open_codes(_at(codes, storage), model, ds)
     if codes_.n != ds.n:
         raise InputError(f"codes at {codes_.path} have {codes_.n} rows but the dataset has {ds.n}; encode this dataset")
@@ -528,7 +529,7 @@ def search(
 
 @resolves_progress
 def evaluate(
-    dataset_,
+    dataset,
     *,
     methods=BASELINE_METHODS,
     bits=(32,),
@@ -563,7 +564,7 @@ def evaluate(
         raise InputError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHOD_NAMES)}")
     check_params_used(methods, params)
     recorded_options = evaluation_protocol(evaluation_options)  # an unknown option fails before any work
-    ds = dataset(dataset_, storage=storage)
+    ds = load_dataset(dataset, storage=storage)
     split_ = ds.make_split(queries, seed, name=split_name or f"q{queries}-s{seed}")
     if neighbours is not None:  # refused before any ground truth is computed
         neighbours = neighbours.checked(split_.n_database)
@@ -630,7 +631,8 @@ def demo(
     out = Path(out) if "://" not in str(out) else out
     say = log_lines or (lambda line: None)
     say(f"demo: sift-synth with {n:,} points (generated chunk-parallel, cached in the data directory)")
-    sift = dataset("sift-synth", n=n, seed=evaluate_options.get("seed", 0), chunk_rows=chunk_rows, progress=progress)
+    seed = evaluate_options.get("seed", 0)
+    sift = load_dataset("sift-synth", n=n, seed=seed, chunk_rows=chunk_rows, progress=progress)
     options = {"methods": methods, "bits": bits, "log_lines": log_lines, "progress": progress, "storage": storage}
     options |= evaluate_options
     reports = {
@@ -645,7 +647,7 @@ def demo(
     }
     if fashion_mnist_available():
         say("demo: Fashion-MNIST (label ground truth)")
-        fm = dataset("fashion-mnist", chunk_rows=chunk_rows, progress=progress)
+        fm = load_dataset("fashion-mnist", chunk_rows=chunk_rows, progress=progress)
         reports["fashion-mnist"] = evaluate(fm, out=f"{out}/{DEMO_DATASETS[1]}", ground_truth="labels", **options)
     else:
         say("demo: Fashion-MNIST skipped (install it with `apt-get install dataset-fashion-mnist`)")
