@@ -259,40 +259,6 @@ def test_cli_rejects_disconnected_topology(pipeline_run, cluster, tmp_path, caps
     assert "disconnected" in _one_line_error(capsys) and not out.exists()
 
 
-def test_bench_commands_compare_with_their_peers(pipeline_run, cluster, tmp_path):
-    """dhash bench: every stage runs against its peer on the same data and writes JSON +
-    Markdown; search and ground truth agree with FAISS exactly (ties aside). Speed goals
-    are the committed benchmark results, not asserted here."""
-    _, ds, *_ = pipeline_run
-    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
-    out = {stage: tmp_path / f"{stage}.json" for stage in ("search", "groundtruth", "train", "encode")}
-    assert run("bench", "search", "--n", 30000, "--bits", 64, "--queries", 20, "--k", 10, "--out", out["search"]) == 0
-    assert (
-        run("bench", "groundtruth", "--n", 20000, "--data", ds, "--queries", 10, "--k", 10, "--out", out["groundtruth"])
-        == 0
-    )
-    assert (
-        run(
-            "bench", "train", "--n", 40000, "--data", ds, "--iterations", 2, "--nodes", 3, "--out", out["train"], *sched
-        )
-        == 0
-    )
-    assert run("bench", "encode", "--n", 40000, "--data", ds, "--out", out["encode"], *sched) == 0
-    results = {stage: json.loads(path.read_text()) for stage, path in out.items()}
-    for stage in ("search", "groundtruth"):
-        agreement = results[stage]["agreement"]
-        assert agreement["identical_distances"] and agreement["ids_equal_up_to_ties"], (stage, agreement)
-    assert results["train"]["ours"]["passes"] == 3 and len(results["train"]["ours"]["objective"]) == 2
-    assert results["encode"]["ours"]["codes_disk"]["files"] > 0
-    from tests.schemas import validate
-
-    for stage, r in results.items():
-        validate(r, "bench.schema.json")
-        assert r["ours"]["seconds"] > 0 and r["peer"]["seconds"] > 0 and r["machine"]["cores"] >= 1
-        assert r["ratio_ours_over_peer_seconds"] == pytest.approx(r["ours"]["seconds"] / r["peer"]["seconds"], rel=1e-2)
-        assert out[stage].with_suffix(".md").read_text().startswith(f"# dhash bench {stage}")
-
-
 def test_cli_sgh_and_usplh_options_reach_the_models(pipeline_run, cluster, tmp_path, capsys):
     """`dhash train --method sgh` with its flags, then encode + search; `evaluate` passes
     --sgh-rho-scale to SGH only (DisH keeps its own --rho-scale) and USPLH options through."""
@@ -477,23 +443,6 @@ def test_search_reports_recall_of_the_exact_neighbours(pipeline_run, cluster, tm
         hits += len(np.intersect1d(found[query_of == q], exact))
     assert printed == pytest.approx(hits / (10 * len(split.query)), abs=5e-5)
     assert 0.3 < printed <= 1.0
-
-
-def test_bench_writes_its_json_and_markdown_beside_each_other_whatever_the_out_suffix(tmp_path, capsys):
-    """--out x, x.json and x.md all write x.json (the result) and x.md (its table): never one
-    over the other, and --overwrite replaces both."""
-    bench = ["bench", "search", "--n", 2000, "--queries", 10, "--k", 5, "--bits", 16, "--quiet"]
-    assert run(*bench, "--out", tmp_path / "x.md") == 0, capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.md"]
-    result = json.loads((tmp_path / "x.json").read_text())
-    assert result["schema"] == "dhash.bench/1"
-    assert (tmp_path / "x.md").read_text().startswith("# dhash bench search")
-    assert "x.json" in capsys.readouterr().out
-    assert run(*bench, "--out", tmp_path / "x.json") == 2  # the same two files: --overwrite replaces them
-    assert "--overwrite" in _one_line_error(capsys)
-    assert run(*bench, "--out", tmp_path / "x", "--overwrite") == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.md"]
-    assert json.loads((tmp_path / "x.json").read_text())["schema"] == "dhash.bench/1"
 
 
 def test_resume_without_a_checkpoint_trains_from_the_start(pipeline_run, cluster, tmp_path, capsys):

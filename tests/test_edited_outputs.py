@@ -1,6 +1,6 @@
 """Files dhash wrote and the user edited afterwards are never replaced by ``--overwrite``.
 
-* A single-file output (search results parquet, bench JSON and Markdown, performance report)
+* A single-file output (search results parquet, a benchmark's JSON and Markdown, performance report)
   carries the sha256 of its content where dhash marks it as its own; ``--overwrite`` refuses
   one that no longer matches, in one line naming the file and what to do, and leaves it
   byte-identical. Moved away as the message says, the next run writes it anew.
@@ -16,6 +16,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
+from benchmarks.__main__ import main as benchmark
 from dask_hashcodes.cli.main import main
 
 
@@ -90,18 +91,18 @@ def test_an_edited_performance_report_is_kept(made, tmp_path, capsys):
 @pytest.mark.parametrize("edited", [".json", ".md"])
 def test_edited_bench_results_are_kept(tmp_path, capsys, edited):
     out = tmp_path / "b.json"
-    bench = ["bench", "search", "--n", 1000, "--queries", 10, "--out", out, "--quiet"]
-    assert run(*bench) == 0
+    bench = ["search", "--n", 1000, "--queries", 10, "--out", out, "--quiet"]
+    assert benchmark([str(a) for a in bench]) == 0
     result = json.loads(out.read_text())
     assert result["schema"] == "dhash.bench/1" and result["dhash_sha256"].startswith("dhash-sha256:")
     target = out.with_suffix(edited)
     if edited == ".json":
         target.write_text(json.dumps({**result, "command": "my own notes"}, indent=2))
     else:
-        target.write_text(target.read_text().replace("# dhash bench", "# my bench", 1))
+        target.write_text(target.read_text().replace("# Benchmark", "# My benchmark", 1))
     before = target.read_bytes()
     capsys.readouterr()
-    assert run(*bench, "--overwrite") == 2
+    assert benchmark([str(a) for a in [*bench, "--overwrite"]]) == 2
     err = one_line(capsys)
     assert f"{target} is a dhash bench file changed since dhash wrote it" in err, err
     assert target.read_bytes() == before

@@ -46,7 +46,6 @@ WRITING_COMMANDS = {
     "search": ("out", "performance-report"),
     "evaluate": ("out", "performance-report"),
     "demo": ("out", "performance-report"),
-    "bench": ("out", "performance-report"),
     "run": ("workdir", "performance-report"),
 }
 # option names that name an output wherever they appear, and the exceptions that are inputs
@@ -56,7 +55,7 @@ INPUT_OPTIONS = {("search", "codes"), ("index", "codes")}
 TARGETS = (
     "home",  # a home-like tree: dot files, documents, a stray commit record, a stale writer record
     "notes.txt",  # a user's file
-    "table.md",  # a user's Markdown file (bench writes OUT.md beside its JSON)
+    "table.md",  # a user's Markdown file
     "empty",  # an empty directory
     "link-home",  # a symlink to the home-like tree
     "link-notes",  # a symlink to the user's file
@@ -186,7 +185,6 @@ def command_line(command: str, option: str, target: str, root: Path, inputs: Pat
             out / "rep",
         ],
         "demo": ["demo", "--n", 2000, "--methods", "lsh", "--bits", 8, "--out", out / "demo"],
-        "bench": ["bench", "search", "--n", 1000, "--queries", 10, "--out", out / "b.json"],
         "run": ["run", root / "outputs" / "p.toml", "--workdir", out / "work"],
     }[command]
     argv = list(base)
@@ -200,9 +198,7 @@ def command_line(command: str, option: str, target: str, root: Path, inputs: Pat
         argv[argv.index("itq")] = "adsh"  # the method that writes codes; refused before it trains
     if "overwrite" in {o.name for o in options_of(command).values()}:
         argv.append("--overwrite")
-    if command != "bench":
-        argv += ["--scheduler", scheduler]
-    return argv + ["--quiet"]
+    return argv + ["--scheduler", scheduler, "--quiet"]
 
 
 def declared_outputs(command: str, option: str, target: str, root: Path) -> list[str]:
@@ -347,7 +343,7 @@ def test_a_stale_writer_record_does_not_make_user_files_replaceable(tmp_path, in
         assert (work / "data.csv").read_text() == "1,2"
 
 
-def test_performance_report_and_bench_out_never_replace_what_is_not_theirs(inputs, cluster, tmp_path, capsys):
+def test_performance_report_never_replaces_what_is_not_its_own(inputs, cluster, tmp_path):
     folder = tmp_path / "report.html"
     (folder / "keep").mkdir(parents=True)
     mine = tmp_path / "mine.html"
@@ -365,14 +361,6 @@ def test_performance_report_and_bench_out_never_replace_what_is_not_theirs(input
     assert (
         run(*encode, "--out", tmp_path / "c4", "--performance-report", tmp_path / "p.html", "--overwrite", *sched) == 0
     )
-    bench_dir = tmp_path / "b.json"
-    bench_dir.mkdir()
-    (tmp_path / "c.md").write_text("my table")
-    capsys.readouterr()
-    assert run("bench", "search", "--n", 1000, "--queries", 10, "--out", bench_dir, "--quiet") == 2
-    assert run("bench", "search", "--n", 1000, "--queries", 10, "--out", tmp_path / "c.json", "--overwrite") == 2
-    assert bench_dir.is_dir() and (tmp_path / "c.md").read_text() == "my table"
-    assert "c.md" in capsys.readouterr().err
 
 
 def test_split_names_cannot_leave_the_dataset(inputs, cluster, tmp_path):

@@ -1,5 +1,5 @@
-"""``dhash bench search|groundtruth|train|encode``: our stage and its peer, same data, same
-threads, same process, one JSON result (+ a Markdown table beside it).
+"""``python -m benchmarks search|groundtruth|train|encode``: our stage and its peer, same
+data, same threads, same process, one JSON result (+ a Markdown table beside it).
 
 Peers: search -> ``faiss.IndexBinaryFlat``; ground truth -> ``faiss.IndexFlatL2``;
 training -> the floor = the same number of plain passes that only read each chunk and
@@ -37,7 +37,7 @@ def _faiss():
         import faiss
     except ImportError:
         raise InputError(
-            "dhash bench needs faiss-cpu and psutil; install them with pip install -e '.[bench]'"
+            "the benchmarks need faiss-cpu and psutil; install them with pip install -e '.[bench]'"
         ) from None
     return faiss
 
@@ -75,10 +75,18 @@ def _timed_on_cluster(fn):
     return out, seconds, {**tree_memory(watch), "cpu_steal_fraction": steal_fraction(cpu, cpu_jiffies())}
 
 
+def command_line() -> str:
+    """The command this process runs, as a user would type it again from the checkout's root:
+    ``python -m benchmarks ...`` for the entry point, the script and its arguments otherwise."""
+    if Path(sys.argv[0]).resolve() == Path(__file__).resolve().parents[1] / "__main__.py":
+        return " ".join(["python -m benchmarks", *sys.argv[1:]])
+    return " ".join(sys.argv)
+
+
 def _result(kind: str, params: dict, ours: dict, peer: dict, **extra) -> dict:
     return {
         "benchmark": kind,
-        "command": "dhash " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("dhash") else " ".join(sys.argv),
+        "command": command_line(),
         "machine": machine_info(),
         "params": params,
         "ours": ours,
@@ -286,7 +294,7 @@ def floor_passes(X, mean, C, passes: int) -> float:
 def _warm_kernels() -> None:
     """Load every numba kernel a pass uses (from the on-disk cache) before anything is timed."""
     from dask_hashcodes.kernels.codes import encode_linear
-    from dask_hashcodes.kernels.dish import gram_chunk, row_sums
+    from dask_hashcodes.kernels.gram import gram_chunk, row_sums
 
     block = np.zeros((8, 4), np.uint8)
     C = np.eye(4, 2)
@@ -322,7 +330,7 @@ def _train_model(method: str, bits: int, iterations: int, nodes: int, seed: int)
         return DisH(bits, consensus="allreduce", max_iter=iterations, tol=0.0, random_state=seed)
     if method == "itq":
         return ITQ(bits, n_iter=iterations, random_state=seed)
-    raise InputError(f"unknown --method {method!r} for dhash bench train; use dish, dish-allreduce or itq")
+    raise InputError(f"unknown --method {method!r} for the train benchmark; use dish, dish-allreduce or itq")
 
 
 def bench_train(
@@ -455,7 +463,7 @@ def markdown(result: dict) -> str:
     m = result["machine"]
     ours, peer = result["ours"], result["peer"]
     lines = [
-        f"# dhash bench {result['benchmark']}",
+        f"# Benchmark {result['benchmark']}: ours against its peer",
         "",
         f"Command: `{result['command']}`",
         "",
@@ -509,16 +517,34 @@ def result_paths(out) -> tuple:
     return tuple(loc.sibling(base + suffix) for suffix in RESULT_SUFFIXES)
 
 
+def check_result_out(out, *, overwrite: bool, flag: str | None = None) -> None:
+    """Refuse, before any work, a result we may not write: an ``out`` that exists and is
+    neither BASE.json nor BASE.md (a file or directory named BASE, so the results never land
+    beside something pointed at by mistake), or an existing BASE.json or BASE.md that these
+    benchmarks did not write, that was edited since, or that ``overwrite`` does not allow
+    replacing (``flag``: how the refusal names that setting)."""
+    from dask_hashcodes.storage.atomic import OVERWRITE, check_file_output
+    from dask_hashcodes.storage.location import resolve
+
+    paths = result_paths(out)
+    if resolve(out).exists() and resolve(out) not in paths:
+        raise InputError(
+            f"--out {out} exists and is not a benchmark result; the benchmarks write BASE.json and BASE.md, so "
+            "name a new BASE (or BASE.json, BASE.md)"
+        )
+    for path in paths:  # both checked before either is written
+        check_file_output(path, kind=BENCH_KIND, overwrite=overwrite, flag=flag or OVERWRITE)
+
+
 def write_result(result: dict, out, *, overwrite: bool = False) -> Path:
     """The result JSON (schema dhash.bench/1) and its Markdown table beside it
     (``result_paths``); an existing file is replaced only with ``overwrite`` and only when it
     is a bench result dhash wrote. Returns the JSON's path."""
-    from dask_hashcodes.storage.atomic import FILE_MARK, check_file_output, write_file_output
+    from dask_hashcodes.storage.atomic import FILE_MARK, write_file_output
     from dask_hashcodes.storage.jsonio import dumps
 
+    check_result_out(out, overwrite=overwrite)
     json_path, md = result_paths(out)
-    for path in (json_path, md):  # both checked before either is written
-        check_file_output(path, kind=BENCH_KIND, overwrite=overwrite)
     result = {"schema": f"dhash.{BENCH_KIND}/1", **{k: v for k, v in result.items() if k != "schema"}}
     write_file_output(json_path, (dumps(result) + "\n").encode(), kind=BENCH_KIND, overwrite=overwrite)
     text = markdown(result) + "\n" + FILE_MARK.format(kind=BENCH_KIND) + "\n"
@@ -625,7 +651,7 @@ def run_stage(
 ) -> dict:
     """Benchmark one stage against its peer (FAISS, or the plain-pass floor) and write the
     result JSON and its Markdown table (``result_paths``: ``overwrite`` replaces a previous result).
-    ``dhash bench`` calls this in a checkout of the repository."""
+    ``python -m benchmarks`` calls this in a checkout of the repository."""
     cpu_before = cpu_jiffies()
     if stage in ("search", "groundtruth"):
         fn = bench_search if stage == "search" else bench_groundtruth

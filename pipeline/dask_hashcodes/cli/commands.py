@@ -12,11 +12,9 @@ table ``PARAMETER_FLAGS``.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import sys
-from pathlib import Path
 
 from dask_hashcodes import workflows
 from dask_hashcodes.cli.options import (
@@ -56,11 +54,8 @@ OUTPUT_KINDS = {
     "index": lambda values: "ivf-index" if values.get("kind") == "ivf" else "mih-index",
     "evaluate": "report",
 }  # demo: one report per dataset below out
-# commands whose ``out`` is a single file: file path -> kind (bench: its JSON and its Markdown table)
-FILE_OUTPUTS = {
-    "search": lambda out: {out: "search-results"},
-    "bench": lambda out: dict.fromkeys(benchmark_harness().result_paths(out), "bench"),
-}
+# commands whose ``out`` is a single file: file path -> kind
+FILE_OUTPUTS = {"search": lambda out: {out: "search-results"}}
 
 
 # library parameters the option table does not map to one flag: those named otherwise on
@@ -70,7 +65,7 @@ FILE_OUTPUTS = {
 RENAMED_PARAMETERS = {
     **{param: f"--{flag}" for param, flag in ARGUMENT_FLAGS.items()},
     "n_queries": "--queries",
-    "dataset_": "--dataset",
+    "dataset": "--dataset",
     "storage": "--storage-options",
     "validation_size": "--validation-size",
     "n_lists": "--lists",
@@ -137,8 +132,6 @@ def log(message: str) -> None:
 
 
 def needs_cluster(command: str, values: dict) -> bool:
-    if command == "bench":
-        return values["stage"] in ("train", "encode")  # search and groundtruth time single-process kernels
     return command not in ("ingest", "run")
 
 
@@ -179,16 +172,12 @@ def check_before_work(command: str, values: dict) -> None:
         check_rerank(values["rerank"], values["candidates"], values["k"], values["radius"])
         if values["nprobe"] is not None and values["index"]:
             check_inverted_file(_located(values, "index"))
-    if command == "bench":
-        use_benchmark_checkout()
     kind = OUTPUT_KINDS.get(command)
     kind = kind(values) if callable(kind) else kind
     flag = OVERWRITE if "overwrite" in values else None
     if kind is not None and values.get("out"):
         # evaluate replaces its own previous report; the others need --overwrite
         check_output(values["out"], kind=kind, overwrite=values.get("overwrite", True), flag=flag)
-    if command == "bench":
-        check_bench_out(values["out"])
     if command in FILE_OUTPUTS and values.get("out"):
         for path, file_kind in FILE_OUTPUTS[command](values["out"]).items():
             check_file_output(path, kind=file_kind, overwrite=bool(values.get("overwrite")), flag=flag)
@@ -202,18 +191,6 @@ def check_before_work(command: str, values: dict) -> None:
     if values.get("performance_report"):
         check_file_output(
             values["performance_report"], kind=REPORT_KIND, overwrite=bool(values.get("overwrite")), flag=flag
-        )
-
-
-def check_bench_out(out) -> None:
-    """dhash bench writes BASE.json and BASE.md (benchmarks.harness.runs.result_paths): an
-    ``out`` that is neither yet exists (a file or directory named BASE) is refused, so the
-    results never land beside something the user pointed at by mistake."""
-    loc = resolve(out)
-    if loc.exists() and loc not in benchmark_harness().result_paths(out):
-        raise InputError(
-            f"--out {out} exists and is not a bench result; dhash bench writes BASE.json and BASE.md, so name a "
-            "new BASE (or BASE.json, BASE.md)"
         )
 
 
@@ -285,7 +262,7 @@ def pick(values: dict, *names) -> dict:
 
 
 def _dataset(values, name=None):
-    return workflows.dataset(
+    return workflows.load_dataset(
         name or values["dataset"],
         n=values.get("n"),
         seed=values.get("seed", 0),
@@ -372,7 +349,7 @@ def index(values):
     ivf = values["kind"] == "ivf"
     done = workflows.index(
         values["codes"], values["out"], kind=values["kind"], substrings=values["substrings"],
-        dataset_=values.get("dataset"), lists=values["lists"], kmeans_rows=values["kmeans_rows"], seed=values["seed"], overwrite=values["overwrite"],
+        dataset=values.get("dataset"), lists=values["lists"], kmeans_rows=values["kmeans_rows"], seed=values["seed"], overwrite=values["overwrite"],
         progress=_progress(values), storage=_storage(values),
     )  # fmt: skip
     parts = f"{done.m:,} lists" if ivf else f"{done.m} substring tables per shard"
@@ -445,52 +422,6 @@ def demo(values):
         _print_report(name, report, f"{values['out']}/{name}")
 
 
-def use_benchmark_checkout() -> str:
-    """Make the benchmark harness importable, here and in the workers of a cluster started
-    afterwards (PYTHONPATH), and return its checkout. The harness lives in the repository,
-    not in the installed package: it is found in the checkout the package is installed from
-    (an editable install keeps the package in CHECKOUT/pipeline/dask_hashcodes) or in the working directory."""
-    import dask_hashcodes
-
-    for root in (Path(dask_hashcodes.__file__).resolve().parents[2], Path.cwd()):
-        if (root / "benchmarks" / "harness" / "runs.py").is_file():
-            checkout = str(root)
-            if checkout not in sys.path:
-                sys.path.insert(0, checkout)
-            paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-            os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([checkout, *paths]))
-            return checkout
-    raise InputError(
-        "dhash bench runs the benchmark harness of a checkout of the repository; "
-        "pip install -e '.[bench]' there and run dhash bench from it"
-    )
-
-
-def benchmark_harness():
-    """The benchmark harness's runs module (benchmarks/harness/runs.py of the checkout)."""
-    checkout = use_benchmark_checkout()
-    try:
-        from benchmarks.harness import runs
-    except ImportError as exc:
-        raise InputError(
-            f"dhash bench needs the benchmark extra ({exc.name} is missing); pip install -e '.[bench]' in {checkout}"
-        ) from None
-    return runs
-
-
-def bench(values):
-    options = pick(
-        values, "n", "bits", "queries", "k", "method", "iterations", "nodes", "floor_repeats", "data", "seed"
-    )
-    runs = benchmark_harness()
-    result = runs.run_stage(
-        values["stage"], values["out"], threads=values["bench_threads"], overwrite=bool(values["overwrite"]), **options
-    )
-    log(result.pop("markdown"))
-    written = " and ".join(str(path) for path in runs.result_paths(values["out"]))
-    print(f"bench: {written} (ratio ours/peer seconds {result['ratio_ours_over_peer_seconds']})")
-
-
 RUN = {
     "ingest": ingest,
     "synth": synth,
@@ -502,5 +433,4 @@ RUN = {
     "search": search,
     "evaluate": evaluate,
     "demo": demo,
-    "bench": bench,
 }

@@ -1,5 +1,5 @@
 """``dhash`` command line: ingest | synth | split | groundtruth | train | encode | search |
-evaluate | demo | bench | run. Parsing and printing only: the parser is built from the option
+evaluate | demo | run. Parsing and printing only: the parser is built from the option
 table (pipeline/dask_hashcodes/cli/options.py), values come from flags > ``--config`` TOML > defaults, and each
 command's body is in pipeline/dask_hashcodes/cli/commands.py. Bad input exits with status 2 and one line
 ``error: <problem; fix>``.

@@ -177,7 +177,6 @@ CLUSTER_COMMANDS = (
     "search",
     "evaluate",
     "demo",
-    "bench",
     "run",
 )
 COMMANDS = {
@@ -192,7 +191,6 @@ COMMANDS = {
     "search": "Hamming top-k (or radius) search of a split's queries; results to parquet",
     "evaluate": "Train, encode, search and score methods x bit lengths; write a report directory",
     "demo": "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with LSH, PCAH, ITQ, DisH",
-    "bench": "Benchmark a stage against its peer (FAISS, or the plain-pass floor); writes JSON + Markdown",
     "run": "Run a TOML pipeline of dhash steps as one scheduled batch job (lock, skip up-to-date steps, logs)",
 }
 METHOD_COMMANDS = ("train", "evaluate", "demo")
@@ -349,22 +347,6 @@ class Without:
         if self.values:
             return f"{opt.flag} does not apply with {other.flag} {_one_of(self.values)}{why}; drop {opt.flag}"
         return f"{opt.flag} does not apply with {other.flag}{_why(self.why)}; drop {opt.flag} or {other.flag}"
-
-
-@dataclass(frozen=True)
-class AnyOf:
-    """Applies when one of ``conditions`` (``With``) holds."""
-
-    conditions: tuple
-    why: str = ""
-    commands: tuple = ()
-
-    def holds(self, command: str, values: dict) -> bool:
-        return any(c.holds(command, values) for c in self.conditions)
-
-    def refusal(self, opt: Option, command: str, values: dict, options: dict) -> str:
-        where = ", or ".join(c.phrase(command, options) for c in self.conditions)
-        return f"{opt.flag} applies only {where}{_why(self.why)}; drop {opt.flag}"
 
 
 @dataclass(frozen=True)
@@ -901,11 +883,8 @@ METHOD_OPTIONS: tuple[Option, ...] = tuple(_method_option(*entry) for entry in P
 
 _CLUSTER = "cluster and job"
 _EVAL = ("evaluate", "demo")
-# options of the Dask cluster: ingest, bench search and bench groundtruth run without one
-_ON_A_CLUSTER = (
-    Never(("ingest",), "it runs without a Dask cluster"),
-    With("stage", ("train", "encode"), "bench search and groundtruth run without a Dask cluster", ("bench",)),
-)
+# options of the Dask cluster: ingest runs without one
+_ON_A_CLUSTER = (Never(("ingest",), "it runs without a Dask cluster"),)
 _LOCAL = LocalCluster(tuple(c for c in CLUSTER_COMMANDS if c != "ingest"))  # ingest: refused by _ON_A_CLUSTER
 _BUILT_IN = ("fashion-mnist", "debian-sift")  # ingest: sources that bring their own vectors and labels
 _NO_BUILT_IN = (Without("source", _BUILT_IN, "a built-in source brings its own vectors and labels"),)
@@ -921,7 +900,6 @@ _DATABASE_CODES = _methods_where(lambda cls: cls.learns_database_codes)
 _DISH2 = _methods_where(lambda cls: "dish2_dictionaries" in cls.evaluation_options)
 # every name --method and --methods accept, read from the registry (never a hand-kept list)
 _METHOD_LIST = _one_of(METHOD_NAMES)
-_TRAIN_STAGE = (With("stage", ("train",)), Without("method", ("itq-vs-faiss",), "it times faiss.ITQTransform"))
 
 # a table reads best one option per line:
 # fmt: off
@@ -938,8 +916,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("storage-options", CLUSTER_COMMANDS, "JSON object of fsspec storage options for s3:// gs:// abfs:// "
          "locations (endpoint_url, profile, anon, ...); else the config's storage-options table, else "
          "$DHASH_STORAGE_OPTIONS", type=json_object, metavar="JSON", group=_CLUSTER,
-         applies=(AnyURL(commands=tuple(c for c in CLUSTER_COMMANDS if c not in ("bench", "run"))),
-                  Never(("bench",), "the benchmarks open --data with the storage options of $DHASH_STORAGE_OPTIONS"))),
+         applies=(AnyURL(commands=tuple(c for c in CLUSTER_COMMANDS if c != "run")),)),
     _opt("performance-report", CLUSTER_COMMANDS, "save Dask's performance report of this job (task stream, worker "
          "profiles, bandwidth)", metavar="FILE.html", group=_CLUSTER,
          applies=(*_ON_A_CLUSTER, Never(("run",), "each step of a pipeline may have its own report",
@@ -959,8 +936,6 @@ OPTIONS: tuple[Option, ...] = (
          "default all)", type=positive_int,
          applies=(With("dataset", ("sift-synth", "debian-minilm"), "the rows of a generated source"),)),
     _opt("n", ["demo"], "sift-synth: number of points", type=positive_int, default=1_000_000),
-    _opt("n", ["bench"], "database rows (search: codes; others: sift-synth rows)", type=positive_int,
-         required=("bench",)),
     _opt("chunk-rows", ["ingest", "synth", *_EVAL], "rows per feature chunk (default: ~16 MiB per chunk)",
          type=positive_int, applies=(With("dataset", SOURCES, "how a built-in source is chunked when it is made",
                                           ("evaluate",)),)),
@@ -970,8 +945,6 @@ OPTIONS: tuple[Option, ...] = (
          required=("split", "groundtruth", "train", "encode", "search", "evaluate"),
          applies=(With("kind", ("ivf",), "an inverted file clusters the dataset's features", ("index",)),)),
     _opt("queries", ["split", *_EVAL], "query rows drawn with the seed", type=positive_int, default=1000),
-    _opt("queries", ["bench"], "search/groundtruth: queries", type=positive_int, default=1000,
-         applies=(With("stage", ("search", "groundtruth")),)),
     _opt("name", ["split"], "name of the split", default="default"),
     _opt("split", ["groundtruth", "search"], "split whose queries are used (database = the other rows)",
          default="default"),
@@ -984,16 +957,12 @@ OPTIONS: tuple[Option, ...] = (
                   Without("top_k", (), "the Euclidean ground truth is the top K or the top P percent"))),
     # -- models
     _opt("method", ["train"], f"one of {_METHOD_LIST}", required=("train",)),
-    _opt("method", ["bench"], "train: dish, dish-allreduce, itq, or itq-vs-faiss (ITQ vs faiss.ITQTransform: time, "
-         "Fashion-MNIST map)", default="dish", applies=(With("stage", ("train",)),)),
     _opt("bits", ["train"], f"code length in bits (1 to {MAX_BITS})", type=bit_count, default=32),
-    _opt("bits", ["bench"], f"search, train, encode: code length in bits (1 to {MAX_BITS})", type=bit_count,
-         default=32, applies=(With("stage", ("search", "train", "encode")),)),
     _opt("bits", _EVAL, f"code lengths in bits (1 to {MAX_BITS}), comma-separated", type=bit_counts,
          default={"evaluate": [32], "demo": [32, 64]}),
     _opt("methods", _EVAL, f"methods, comma-separated, each one of {_METHOD_LIST}", type=name_list,
          default={"evaluate": list(BASELINE_METHODS), "demo": list(DEMO_METHODS)}),
-    _opt("seed", ["synth", "split", "train", "bench", "index", *_EVAL], "random seed: fixes every result",
+    _opt("seed", ["synth", "split", "train", "index", *_EVAL], "random seed: fixes every result",
          type=non_negative_int, default=0,
          applies=(With("kind", ("ivf",), "it draws the rows k-means learns from", ("index",)),)),
     _opt("model", ["encode", "search"], "model directory made by `dhash train`", required=("encode", "search")),
@@ -1031,8 +1000,6 @@ OPTIONS: tuple[Option, ...] = (
     *METHOD_OPTIONS,
     # -- search
     _opt("k", ["search"], "neighbours per query (default 100)", type=positive_int),
-    _opt("k", ["bench"], "search/groundtruth: neighbours per query", type=positive_int, default=100,
-         applies=(With("stage", ("search", "groundtruth")),)),
     _opt("radius", ["search"], "radius search instead of top-k", type=non_negative_int),
     # -- evaluate, demo
     _opt("ground-truth", _EVAL, "default: labels when the dataset has them", choices=("labels", "euclidean"),
@@ -1053,19 +1020,6 @@ OPTIONS: tuple[Option, ...] = (
     _opt("dish2-dictionaries", _EVAL, "DisH2: score this many node dictionaries drawn with the seed (1 = the paper's "
          "DisH2, one random node); default all nodes, reported as mean and std", type=positive_int,
          applies=(With("methods", _DISH2, "how DisH's codes are scored"),)),
-    # -- bench
-    _opt("stage", ["bench"], "search, groundtruth, train or encode", positional=True,
-         choices=("search", "groundtruth", "train", "encode"), required=("bench",)),
-    _opt("iterations", ["bench"], "train: outer iterations (fixed, no early stop)", type=positive_int, default=10,
-         applies=_TRAIN_STAGE),
-    _opt("nodes", ["bench"], "train: DisH nodes", type=positive_int, default=10, applies=_TRAIN_STAGE),
-    _opt("floor-repeats", ["bench"], "train: time the floor before and after ours (2, averaged) or only before (1)",
-         type=positive_int, default=2, choices=(1, 2), applies=_TRAIN_STAGE),
-    _opt("data", ["bench"], "groundtruth, train, encode: dataset to use (its first --n rows); default: sift-synth of "
-         "--n rows, cached", applies=(With("stage", ("groundtruth", "train", "encode")),)),
-    _opt("bench-threads", ["bench"], "search, groundtruth, train itq-vs-faiss: threads for both sides (default: all "
-         "cores)", type=positive_int,
-         applies=(AnyOf((With("stage", ("search", "groundtruth")), With("method", ("itq-vs-faiss",)))),)),
     # -- run
     _opt("pipeline", ["run"], "pipeline file (see jobs/configs/nightly.toml, weekly.toml)", positional=True,
          required=("run",)),
@@ -1084,9 +1038,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("out", ["search"], "results parquet file (query_id, rank, id, hamming)", required=("search",)),
     _opt("out", ["evaluate"], "report directory", required=("evaluate",)),
     _opt("out", ["demo"], "report directory", default="runs/demo"),
-    _opt("out", ["bench"], "where the result goes: BASE.json and a Markdown table BASE.md, BASE being --out "
-         "without a .json or .md suffix (x, x.json and x.md all write x.json and x.md)", required=("bench",)),
-    _opt("overwrite", ["ingest", "synth", "split", "train", "encode", "index", "search", "bench"],
+    _opt("overwrite", ["ingest", "synth", "split", "train", "encode", "index", "search"],
          "replace an existing output of the same kind that dhash wrote whole (one that holds anything else is "
          "refused), and an earlier --performance-report", switch=True),
 )
