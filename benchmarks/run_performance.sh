@@ -11,8 +11,10 @@
 set -euo pipefail
 DATA=${DATA:-/work/bigdata/sift100m.zarr}
 R=benchmarks/results
-# --overwrite: a result is replaced only when it is a bench result dhash wrote ("schema": "dhash.bench/1")
-B=".venv/bin/dhash bench"
+# --overwrite: a result is replaced only when it is a benchmark result ("schema": "dhash.bench/1").
+# Results recorded before the stage benchmarks moved out of the dhash command say `dhash bench STAGE`:
+# `python -m benchmarks STAGE` with the same options is the same run.
+B=".venv/bin/python -m benchmarks"
 only=${1:-all}
 # DRY_RUN=1 prints the commands without running them (tests/test_results_index.py checks them
 # against the commands the committed results record)

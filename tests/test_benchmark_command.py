@@ -37,11 +37,20 @@ def test_the_entry_point_runs_from_the_checkout_root():
     assert "usage: python -m benchmarks" in done.stdout and "--bench-threads" in done.stdout
 
 
-def test_stage_comparisons_agree_with_their_peers(pipeline_run, cluster, tmp_path):
+@pytest.fixture(scope="module")
+def dataset(cluster, tmp_path_factory):
+    """A 40k-row sift-synth dataset, made by dhash synth."""
+    ds = tmp_path_factory.mktemp("bench") / "sift.zarr"
+    argv = ["synth", "sift", "--n", "40000", "--seed", "3", "--chunk-rows", "16384", "--out", str(ds)]
+    assert dhash([*argv, "--scheduler", cluster.scheduler_address, "--quiet"]) == 0
+    return ds
+
+
+def test_stage_comparisons_agree_with_their_peers(dataset, cluster, tmp_path):
     """Every stage runs against its peer on the same data and writes JSON + Markdown; search
     and ground truth agree with FAISS exactly (ties aside). Speed goals are the committed
     benchmark results, not asserted here."""
-    _, ds, *_ = pipeline_run
+    ds = dataset
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
     out = {stage: tmp_path / f"{stage}.json" for stage in ("search", "groundtruth", "train", "encode")}
     assert run("search", "--n", 30000, "--bits", 64, "--queries", 20, "--k", 10, "--out", out["search"]) == 0

@@ -83,6 +83,7 @@ def steps(script: Path) -> set[str]:
 def check_command(command: str) -> None:
     """The command names a script, step or dhash subcommand that exists, and only options
     the script defines."""
+    from benchmarks.__main__ import STAGES
     from dask_hashcodes.cli.options import COMMANDS
 
     words = shlex.split(command)
@@ -94,6 +95,8 @@ def check_command(command: str) -> None:
         assert script.is_file(), f"{command}: no script {words[1]}"
         for step in words[2:]:
             assert step in steps(script), f"{command}: {words[1]} has no step {step}"
+    elif words[:3] == [".venv/bin/python", "-m", "benchmarks"]:
+        assert words[3] in STAGES, f"{command}: python -m benchmarks has no stage {words[3]}"
     elif words[0] == ".venv/bin/python":
         script = REPO / words[1]
         assert words[1].startswith("benchmarks/") and script.is_file(), f"{command}: no script {words[1]}"
@@ -116,8 +119,11 @@ def test_every_command_in_the_index_exists():
 def options(command: str) -> tuple[str, list[tuple[str, str]]]:
     """(program, sorted (option, value) pairs) of a command written as its words joined by
     spaces, the way results record ``sys.argv`` (so a value may hold spaces): the program is
-    the benchmark script or ``dhash SUBCOMMAND [STAGE]``, whatever interpreter ran it."""
-    program = re.search(r"(benchmarks/\w+\.py|dhash \w+(?: \w+)?)(?= |$)", command)
+    the benchmark script, ``benchmarks STAGE`` or ``dhash SUBCOMMAND``, whatever interpreter
+    ran it. ``dhash bench STAGE``, what the stage benchmarks were run as before they moved
+    out of the installed package, is ``benchmarks STAGE``."""
+    command = re.sub(r"^\S*dhash bench |^\S*python -m benchmarks ", "benchmarks ", command)
+    program = re.search(r"(benchmarks/\w+\.py|benchmarks \w+|dhash \w+(?: \w+)?)(?= |$)", command)
     assert program, command
     rest = command[program.end() :]
     pairs = []
@@ -187,7 +193,7 @@ def dry_run(script: str) -> list[str]:
 
 
 def test_run_scripts_hold_the_commands_the_results_record():
-    """Every sweep and dhash bench result is made by a line of run_quality.sh or
+    """Every sweep and stage benchmark result is made by a line of run_quality.sh or
     run_performance.sh whose options are the ones it records (its --out may have been a
     scratch path, then moved here)."""
     by_out = {}
@@ -199,7 +205,7 @@ def test_run_scripts_hold_the_commands_the_results_record():
     for path in sorted(RESULTS.glob("*.json")):
         recorded = _recorded(json.loads(path.read_text()).get("command", ""))
         rel = str(path.relative_to(REPO))
-        if path.name.startswith("sweep_") or recorded.startswith("dhash bench "):
+        if path.name.startswith("sweep_") or json.loads(path.read_text()).get("schema") == "dhash.bench/1":
             assert rel in by_out, f"no line of {' or '.join(RUN_SCRIPTS)} writes {rel}"
         if rel not in by_out:
             continue

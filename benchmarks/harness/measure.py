@@ -1,5 +1,5 @@
 """Measuring a run: peak memory of a process tree (psutil polling plus the kernel's
-high-water marks), the machine, disk use. Shared by ``dhash bench`` and benchmarks/."""
+high-water marks), the machine, disk use. Shared by ``python -m benchmarks`` and the benchmark scripts."""
 
 from __future__ import annotations
 

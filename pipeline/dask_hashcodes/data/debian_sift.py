@@ -142,7 +142,8 @@ def describe_images(paths: list[str], *, threads: int = 2, progress=None) -> tup
 
 def write_debian_sift(out, *, paths: list[str] | None = None, chunk_rows=None, overwrite=False, progress=False):
     """Build the dataset at ``out`` from the wallpapers of IMAGE_PACKAGES (or from ``paths``,
-    a list of image files: tests and other image collections). About 2 minutes on 2 cores."""
+    a list of image files: tests and other image collections). Describing the images takes
+    most of the time, so a progress bar counts them."""
     images = wallpaper_images() if paths is None else sorted(str(Path(p)) for p in paths)
     with rows_bar(len(images), "images", show=bool(progress)) as bar:
         described, opencv_version = describe_images(images, progress=bar.update)

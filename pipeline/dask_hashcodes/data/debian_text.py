@@ -146,7 +146,7 @@ def embedded_blocks(encoder, texts: list[str], progress=None):
 
 def write_debian_minilm(out, *, n: int | None = None, chunk_rows=None, overwrite=False, progress=False):
     """Build the dataset at ``out``: all selected descriptions, or the first ``n`` in hash order.
-    About 4-5 minutes for all ~59k rows on 2 cores (the encoder dominates)."""
+    The sentence encoder takes most of the time, so ``n`` makes a smaller set quickly."""
 
     found = debian_descriptions()
     total = len(found.texts)

@@ -41,13 +41,12 @@ in version 1). The top 32 / 64 principal components hold 53 % / 80 % of the vari
 
 Speed
 -----
-Drawing 128 lognormal and 128 gamma variates per row with numpy costs several us per row.
+Drawing 128 lognormal and 128 gamma variates per row with numpy would dominate the time.
 Instead each entry uses one random byte q and a table (``noise_table``): entry
 ``(level, q)`` is the (q + 0.5)/256 quantile of ``level * L + G`` for the centre's byte
 value ``level``. So an entry costs one random byte and one table lookup, and its marginal
 distribution is that of ``c_j * L + G`` quantised to 256 quantiles (finer than the uint8
-output can show); ``dhash synth``'s rows/s, writing included, are in
-benchmarks/results/memory.md. ``write_sift_synth`` runs one task per zarr
+output can show). ``write_sift_synth`` runs one task per zarr
 chunk, each generating and writing its own rows on a worker, so the data never passes
 through the client and memory per task is a chunk plus one generation block.
 

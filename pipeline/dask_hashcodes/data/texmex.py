@@ -66,8 +66,8 @@ class VecsReader:
 
     def iter_blocks(self, block_rows: int) -> Iterator[np.ndarray]:
         # plain reads, not one memmap of the whole file: pages of a long-lived map stay in
-        # RSS until it is dropped, so peak RSS grew with the file size (ingest's peak RSS
-        # now: benchmarks/results/memory.md)
+        # RSS until it is dropped, so peak RSS grew with the file size; with plain reads it
+        # stays bounded by the block whatever the file's size
         with open(self.path, "rb") as f:
             yield from self._blocks(f, block_rows)
 

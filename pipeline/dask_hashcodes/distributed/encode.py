@@ -54,8 +54,8 @@ def _encode_chunk_into(block, start, *, model, target):
 def encode_to_zarr(path, X, model, *, dataset=None, overwrite: bool = False, progress=None):
     """Encode features ``X`` (dask) into a new codes array, atomically. One task per feature
     chunk reads the chunk, encodes it and writes its own codes chunk, so no feature chunk
-    or code block is ever a separate task result, stored and released between two tasks
-    (benchmarks/results/encode_*.md: encoding against one plain read-and-project pass).
+    or code block is ever a separate task result, stored and released between two tasks:
+    encoding then costs little more than one plain pass that reads and projects the features.
     Irregular row chunks (where two tasks could share a codes chunk) are re-cut first (write_codes).
     ``dataset``: the Dataset the features come from (its location and content id are recorded)."""
     X = model._check_encode_input(X)

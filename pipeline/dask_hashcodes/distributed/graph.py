@@ -30,7 +30,7 @@ class InlineRead:
     that consumes it (``map_chunks`` resolves it). The read then happens in the same task
     as the kernel: no 16 MiB intermediate result is stored, accounted and released by the
     worker between two tasks, and the scheduler cannot place the read and its consumer on
-    different workers (the cost of passes over features: benchmarks/results/train_*.md).
+    different workers: no pass over the features spends time moving chunks between tasks.
     ``local_rows`` optionally selects rows of the chunk (DisH nodes)."""
 
     def __init__(self, graph: dict, key, local_rows=None):

@@ -42,7 +42,7 @@ def row_slabs(n_rows: int, slab_rows: int = SLAB_ROWS):
 @njit(nogil=True, cache=True)
 def _centre_into(X, mean, out):
     """out = float32(X) - mean, in one pass (numpy's astype then subtract makes two and its
-    uint8 -> float32 cast is unvectorised; the timing is in benchmarks/results/performance.md)."""
+    uint8 -> float32 cast is unvectorised)."""
     for i in range(X.shape[0]):
         for j in range(X.shape[1]):
             out[i, j] = np.float32(X[i, j]) - mean[j]
