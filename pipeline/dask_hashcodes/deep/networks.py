@@ -7,7 +7,7 @@ Built in:
 * ``cnn`` for images (n, h, w) or (n, channels, h, w): two 5x5 convolutions with ReLU and
   2x2 max pooling, a fully connected hidden layer with ``dropout`` 0.5 (as in the fully
   connected layers of CNN-F, the ADSH paper's network; for ADSH it scored above no dropout
-  on a validation split, benchmarks/results/adsh/validation_adsh_dropout.md), then one output
+  on a validation split), then one output
   per bit;
 * ``mlp`` for feature vectors: ``hidden`` fully connected ReLU layers (``dropout`` after
   each, 0 by default), then one output per bit.

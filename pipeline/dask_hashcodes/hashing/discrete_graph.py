@@ -162,7 +162,7 @@ class DGH(AnchorGraphHasher):
 
     s = 3 and rho = 10 are the best of s in {2, 3, 4} x rho in {0.01, 0.1, 1, 3, 10} on a
     Fashion-MNIST validation split (precision@1000, top 2% Euclidean ground truth, 32 and 64
-    bits; benchmarks/results/sweep_dgh_fashion-mnist*.md). With AGH's s = 2 rho hardly
+    bits). With AGH's s = 2 rho hardly
     matters; with s = 3 or 4 a small rho loses much: the more anchors per point, the more the
     bits need the pull of the balanced Y."""
 

@@ -15,15 +15,15 @@ by recall of the exact L2 neighbours against ITQ: a large penalty holds the node
 dictionaries together but slows the objective's descent so much that the iteration cap ends
 far from the optimum (and the stopping rule can mistake the slow descent for convergence);
 a small one lets the nodes drift apart. The chosen value keeps consensus while descending
-fast (benchmarks/results/dish_rho_validation.md, dish_rho_scale.md; docs: DisH page).
+fast (the validation runs are on the DisH page of the documentation).
 
 Stopping: after an outer iteration whose objective changed by at most ``tol`` (relative) while
 the nodes' dictionaries agree to ``consensus_tol`` (largest relative difference over the graph's
 edges), or after ``max_iter`` iterations (ITQ's count). From a random dictionary, DisH must
 first find the leading subspace: on data whose variance sits in a few directions the rule
 stops it early, but on flat spectra (sentence embeddings) the objective still falls slowly
-after many iterations, and a lower cap left DisH below ITQ (validation sweeps:
-benchmarks/results/sweep_dish_debian-minilm.md and sweep_itq_debian-minilm.md).
+after many iterations, and a lower cap left DisH below ITQ in the validation sweeps on
+sentence embeddings.
 """
 
 from __future__ import annotations

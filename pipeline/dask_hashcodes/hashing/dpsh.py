@@ -36,8 +36,8 @@ class DPSH(DeepHashFunction):
 
     method = "dpsh"
     uses_labels = True
-    # no dropout in the default cnn: chosen on a validation split, where ADSH's 0.5 lowered
-    # DPSH's map on its few thousand training rows (benchmarks/results/adsh/validation_dpsh_dropout.md)
+    # no dropout in the default cnn: chosen on a validation split, where ADSH's dropout
+    # lowered DPSH's map on its few thousand training rows
     default_network_options = {"cnn": {"dropout": 0.0}}
     _parameter_constraints = {
         "n_bits": BITS,

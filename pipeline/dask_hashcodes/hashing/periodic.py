@@ -84,8 +84,7 @@ class SIKH(PeriodicHasher):
     to ``bandwidth_scale`` x sqrt(total variance), the root mean squared distance of a point
     to the mean, so the default holds in any units (the paper leaves sigma to the user).
     bandwidth_scale = 1 was the best of 0.25 / 0.5 / 1 / 2 / 4 on a Fashion-MNIST validation
-    split with label ground truth, at 24 and 48 bits
-    (benchmarks/results/sweep_sikh_fashion-mnist.md).
+    split with label ground truth, at 24 and 48 bits.
     Learned: ``mean_``, ``components_`` (d, n_bits) ~ N(0, 1 / sigma^2), ``phase_`` ~
     U[0, 2 pi), ``offset_`` ~ U[-1, 1], ``bandwidth_``."""
 

@@ -88,8 +88,7 @@ class SGH(Hasher):
     bandwidth_scale x the RMS distance between training points and bases.
 
     rho_scale = 0.5 and bandwidth_scale = 0.5 were chosen on a Fashion-MNIST validation split
-    with the test queries removed (the sweeps and their numbers:
-    benchmarks/results/sweep_sgh_fashion-mnist*.md): better than both at 1, while a larger
+    with the test queries removed: better than both at 1, while a larger
     rho_scale loses precision and more bases than 300 buy little for their training time."""
 
     method = "sgh"

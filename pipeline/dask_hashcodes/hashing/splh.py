@@ -64,8 +64,8 @@ class SPLH(LinearHasher):
     gives no value: eta = 1 was chosen on validation splits (1000 labeled points) of two
     kinds of data, Fashion-MNIST (steep spectrum, 10 classes) and debian-minilm (flat
     spectrum, 51 classes), as the best mean of map / (the best map at that length on that
-    set) over 24 and 48 bits; a small eta barely moves S3PLH from PCAH on the flat spectrum
-    (benchmarks/results/sweep_splh_*.md). alpha = 1 / max ||x_l - mean||^2 by default, the
+    set) over 24 and 48 bits; a small eta barely moves S3PLH from PCAH on the flat spectrum.
+    alpha = 1 / max ||x_l - mean||^2 by default, the
     paper's step that keeps |alpha S~_ij| <= 1.
 
     The single-shot ``pcah-adjusted`` does not gain from the labels on Fashion-MNIST: its map
@@ -193,8 +193,7 @@ class USPLH(LinearHasher):
       balance at every n).
     * lambda = 0.5 and eta = 2, from validation sweeps (test queries removed) at two sizes:
       eta = 2 is the best of 0.5 / 1 / 2 / 4 on sift-synth at 100k and at 400k rows, 32 and
-      48 bits; on Fashion-MNIST a larger eta is better but loses on sift-synth
-      (benchmarks/results/sweep_usplh_*.md). eta -> 0 is PCAH (deflating the covariance
+      48 bits; on Fashion-MNIST a larger eta is better but loses on sift-synth. eta -> 0 is PCAH (deflating the covariance
       yields its principal directions in order)."""
 
     method = "usplh"

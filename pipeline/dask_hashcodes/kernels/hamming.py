@@ -7,7 +7,7 @@ chunking and whatever merge order.
 The top-k kernel (``hamming_topk``) is the hot loop of search. Codes are stored word-major
 in tiles of TILE_CODES codes (a tile stays in L1/L2 while every query passes over it); per
 (query, tile) the distances are one vectorised xor + popcount loop (LLVM emits AVX-512
-``vpopcntq`` where the CPU has it; speeds in benchmarks/results/search_*.md), then a scan
+``vpopcntq`` where the CPU has it), then a scan
 that keeps only distances strictly below the query's current k-th distance. Because codes
 are scanned in id order, an equal distance can never beat an entry already held, so
 "strictly below" is exact. Accepted entries go to a 2k buffer that is cut back to the

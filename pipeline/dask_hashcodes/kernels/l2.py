@@ -3,7 +3,7 @@
 ||q - x||^2 = ||q||^2 - 2 q.x + ||x||^2. The ranking term ||x||^2 - 2 q.x comes from a
 BLAS GEMM over slabs of SLAB_ROWS database rows, laid out rows x queries: slab @ (-2 Q)^T.
 That orientation is what makes the kernel as fast as FAISS's: OpenBLAS runs this shape
-faster than Q @ slab^T (benchmarks/results/groundtruth_*.md has the GFLOP/s), and the scans
+faster than Q @ slab^T, and the scans
 below then read each row's distances to all queries contiguously, with the queries' current
 heap tops in one small array. -2 is folded into the queries once (a power of two: exact).
 A numba loop keeps a bounded max-heap of (distance, id) per query, entered only by distances
@@ -18,8 +18,8 @@ uses float32). Any other data uses float64 (exact below 2**53 for integers). Eve
 here takes its distances from gemm_slabs, so all of them see the same numbers.
 
 BLAS threads: these kernels are called by Dask tasks, one per worker thread; a multithreaded
-BLAS inside each would oversubscribe the cores (2 tasks x 2 BLAS threads on 2 cores took
-1.4x as long). Dask's worker processes start with one BLAS thread per thread.
+BLAS inside each would oversubscribe the cores (two tasks each running a two-thread BLAS on
+two cores take longer than with one BLAS thread each). Dask's worker processes start with one BLAS thread per thread.
 """
 
 from __future__ import annotations
