@@ -8,8 +8,8 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dask_hashcodes import InputError
-from dask_hashcodes.distributed.topology import build_topology, edges
 from dask_hashcodes.hashing import DisH
+from dask_hashcodes.hashing.dish_topology import build_topology, edges
 from dask_hashcodes.kernels import dish as K
 from dask_hashcodes.kernels.codes import project_linear
 from dask_hashcodes.kernels.gram import centred_sq_norm, gram_chunk, row_sums
@@ -93,7 +93,7 @@ def _admm_reference(X, y, n_bits, outer, inner, nodes, topology, partition, seed
     same topology, partition and initial dictionary as the distributed run; everything else
     (centring, rho, eq. 13, the SVD solution 18, the multiplier step, the codes) written out
     here from the paper's equations."""
-    from dask_hashcodes.distributed.nodes import partition_rows
+    from dask_hashcodes.hashing.dish_nodes import partition_rows
 
     neighbours = build_topology(topology, nodes, seed=seed)
     rows = partition_rows(X, nodes, partition, seed, y)
@@ -202,7 +202,7 @@ def test_node_rows_travel_as_runs_and_select_the_same_rows(partition):
     import pickle
 
     from dask_hashcodes.distributed.graph import InlineRead, take_rows
-    from dask_hashcodes.distributed.nodes import node_groups, node_pieces, partition_rows
+    from dask_hashcodes.hashing.dish_nodes import node_groups, node_pieces, partition_rows
 
     n = 300_007
     X = da.arange(n, chunks=70_001).reshape(n, 1)
@@ -226,7 +226,7 @@ def test_node_rows_travel_as_runs_and_select_the_same_rows(partition):
 def test_random_partition_spreads_any_n_over_the_nodes(n, nodes):
     """Random blocks shrink for small data (never below 8 per node): every row on exactly one
     node, node sizes within two blocks of each other, the same rows whatever the chunking."""
-    from dask_hashcodes.distributed.nodes import partition_rows, random_block_rows
+    from dask_hashcodes.hashing.dish_nodes import partition_rows, random_block_rows
 
     X = da.zeros((n, 2), chunks=(max(1, n // 3), 2))
     node_rows = partition_rows(X, nodes, "random", 5)

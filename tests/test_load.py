@@ -68,7 +68,8 @@ def _identity(*addresses, n_workers=None):
 def _runner(monkeypatch, answers, n_nodes=2):
     """A NodeRunner on a fake client; every way the runner may ask for the workers (the fresh
     scheduler call and the client's cached identity) reads the fake scheduler's answers."""
-    from dask_hashcodes.distributed import cluster, nodes
+    from dask_hashcodes.distributed import cluster
+    from dask_hashcodes.hashing import dish_nodes as nodes
 
     fake = _FakeClient(answers)
     monkeypatch.setattr(cluster, "_ask_scheduler", lambda client, timeout: fake.next_answer(), raising=False)
@@ -82,7 +83,7 @@ def _pending(monkeypatch, seconds):
     """``distributed.wait`` that times out for ``seconds`` (a slow step), then returns."""
     import distributed
 
-    from dask_hashcodes.distributed import nodes
+    from dask_hashcodes.hashing import dish_nodes as nodes
 
     end = time.monotonic() + seconds
 
@@ -115,7 +116,7 @@ def test_scheduler_answer_without_workers_is_not_workers_leaving(monkeypatch):
 def test_worker_gone_only_when_the_scheduler_keeps_saying_so(monkeypatch):
     """A worker missing from one answer and back in the next is not lost; one the scheduler
     keeps leaving out (its replacement has another address) is, and the step is redone."""
-    from dask_hashcodes.distributed import nodes
+    from dask_hashcodes.hashing import dish_nodes as nodes
 
     a, b, c = "tcp://127.0.0.1:40001", "tcp://127.0.0.1:40002", "tcp://127.0.0.1:40003"
     monkeypatch.setattr(nodes, "LOSS_GRACE_SECONDS", 0.3, raising=False)

@@ -36,7 +36,7 @@ from numba import njit, prange
 from scipy import sparse
 
 from dask_hashcodes.kernels.codes import pack_signs
-from dask_hashcodes.kernels.hamming import _popcount, as_words
+from dask_hashcodes.kernels.hamming import as_words, popcount
 from dask_hashcodes.kernels.knn import nearest_others
 
 LOSSES = ("ksh", "esplh")
@@ -219,7 +219,7 @@ def _pattern_inner(indptr, indices, words, n_bits, out):
             m = indices[e]
             differing = 0
             for w in range(words.shape[1]):
-                differing += _popcount(words[n, w] ^ words[m, w])
+                differing += popcount(words[n, w] ^ words[m, w])
             out[e] = n_bits - 2 * differing
 
 

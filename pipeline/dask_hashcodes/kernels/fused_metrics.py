@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dask_hashcodes.kernels.hamming import TILE_CODES, _tile_distances, as_words, word_major_tiles
+from dask_hashcodes.kernels.hamming import TILE_CODES, as_words, tile_distances, word_major_tiles
 from dask_hashcodes.kernels.l2 import relevant_positions
 
 BY_LABEL, BY_POSITION = 0, 1
@@ -33,7 +33,7 @@ def _histograms(queries, tiles, n, mode, query_labels, db_labels, rel_pos, total
         start = t * TILE_CODES
         stop = min(n, start + TILE_CODES)
         for q in range(m):
-            _tile_distances(queries[q], tiles[t], dist)
+            tile_distances(queries[q], tiles[t], dist)
             tq = total[q]
             rq = rel[q]
             for j in range(stop - start):
@@ -63,7 +63,7 @@ def _precision_sums(queries, tiles, n, mode, query_labels, db_labels, rel_pos, b
         start = t * TILE_CODES
         stop = min(n, start + TILE_CODES)
         for q in range(m):
-            _tile_distances(queries[q], tiles[t], dist)
+            tile_distances(queries[q], tiles[t], dist)
             sq = seen[q]
             sr = seen_rel[q]
             acc = 0.0

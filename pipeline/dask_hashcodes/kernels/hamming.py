@@ -72,7 +72,7 @@ SCAN_BLOCK = 64  # distances tested at once for "any candidate here?"
 
 
 @intrinsic
-def _popcount(typingctx, x):
+def popcount(typingctx, x):
     """LLVM ctpop: one instruction (vectorised to vpopcntq/vpopcntd where the CPU has it)."""
 
     def codegen(context, builder, signature, args):
@@ -82,14 +82,14 @@ def _popcount(typingctx, x):
 
 
 @njit(nogil=True, cache=True)
-def _tile_distances(query, tile, out):
+def tile_distances(query, tile, out):
     """out[j] = popcount(query ^ tile[:, j]) summed over words; tile is word-major (W, T)."""
     n = tile.shape[1]
     for j in range(n):
-        out[j] = _popcount(query[0] ^ tile[0, j])
+        out[j] = popcount(query[0] ^ tile[0, j])
     for w in range(1, tile.shape[0]):
         for j in range(n):
-            out[j] += _popcount(query[w] ^ tile[w, j])
+            out[j] += popcount(query[w] ^ tile[w, j])
 
 
 @njit(nogil=True, cache=True)
@@ -165,7 +165,7 @@ def _hamming_topk_tiled(queries, tiles, n, ids, k, width, out_d, out_i):
         stop = min(n, start + TILE_CODES)
         tile = tiles[start // TILE_CODES]
         for q in range(m):
-            _tile_distances(queries[q], tile, dist)  # whole tile: padding codes are ignored below
+            tile_distances(queries[q], tile, dist)  # whole tile: padding codes are ignored below
             lim = limit[q]
             c = count[q]
             # pass 1, vectorised: which blocks of SCAN_BLOCK codes hold a candidate (most hold none)
@@ -195,7 +195,7 @@ def _distance_matrix(queries, tiles, n, out):
         start = t * TILE_CODES
         stop = min(n, start + TILE_CODES)
         for q in range(queries.shape[0]):
-            _tile_distances(queries[q], tiles[t], dist)
+            tile_distances(queries[q], tiles[t], dist)
             out[q, start:stop] = dist[: stop - start]
 
 

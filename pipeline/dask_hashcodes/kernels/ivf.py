@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dask_hashcodes.kernels.hamming import ID_BITS, _popcount, as_words, empty_topk
+from dask_hashcodes.kernels.hamming import ID_BITS, as_words, empty_topk, popcount
 from dask_hashcodes.kernels.kmeans import smallest_scores
 
 # Histogram lanes: consecutive codes count into different rows, so that equal distances in
@@ -160,7 +160,7 @@ def _scan_probed(query, probe_row, list_words, offsets, dist, counts):
         for r in range(offsets[p], offsets[p + 1]):
             d = 0
             for w in range(n_words):
-                d += _popcount(query[w] ^ list_words[r, w])
+                d += popcount(query[w] ^ list_words[r, w])
             dist[at] = d
             counts[at % _LANES, d] += 1
             at += 1
@@ -229,7 +229,7 @@ def _probed_topk(query_words, probes, list_words, list_ids, offsets, k, out_d, o
 def _hamming_key(query, code, row_id):
     d = 0
     for w in range(code.shape[0]):
-        d += _popcount(query[w] ^ code[w])
+        d += popcount(query[w] ^ code[w])
     return (d << ID_BITS) | row_id
 
 

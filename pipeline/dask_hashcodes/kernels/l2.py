@@ -50,12 +50,14 @@ def squared_distances(Q: np.ndarray, X: np.ndarray) -> np.ndarray:
 
 
 @njit(nogil=True, cache=True)
-def _heap_less(da, ia, db, ib):
+def heap_less(da, ia, db, ib):
+    """(da, ia) ranks before (db, ib): the smaller distance, ties to the smaller id (the order
+    of every top-k here, so results do not depend on the order candidates arrive in)."""
     return da < db or (da == db and ia < ib)
 
 
 @njit(nogil=True, cache=True)
-def _heap_replace_top(heap_d, heap_i, d, i):
+def heap_replace_top(heap_d, heap_i, d, i):
     """Replace the max of a (distance, id) max-heap and sift down."""
     k = heap_d.shape[0]
     pos = 0
@@ -63,9 +65,9 @@ def _heap_replace_top(heap_d, heap_i, d, i):
         child = 2 * pos + 1
         if child >= k:
             break
-        if child + 1 < k and _heap_less(heap_d[child], heap_i[child], heap_d[child + 1], heap_i[child + 1]):
+        if child + 1 < k and heap_less(heap_d[child], heap_i[child], heap_d[child + 1], heap_i[child + 1]):
             child += 1
-        if not _heap_less(d, i, heap_d[child], heap_i[child]):
+        if not heap_less(d, i, heap_d[child], heap_i[child]):
             break
         heap_d[pos] = heap_d[child]
         heap_i[pos] = heap_i[child]
@@ -93,7 +95,7 @@ def _push_slab(dots, x_norms, ids, heap_d, heap_i, tops, beats):
                 continue
             for q in range(8 * w, min(8 * w + 8, m)):
                 if beats[q]:
-                    _heap_replace_top(heap_d[q], heap_i[q], x_norm + row[q], ids[j])
+                    heap_replace_top(heap_d[q], heap_i[q], x_norm + row[q], ids[j])
                     tops[q] = heap_d[q, 0]
 
 

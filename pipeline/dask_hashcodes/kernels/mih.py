@@ -25,7 +25,7 @@ import math
 import numpy as np
 from numba import njit
 
-from dask_hashcodes.kernels.hamming import ID_BITS, _popcount, empty_topk, sort_radius_results
+from dask_hashcodes.kernels.hamming import ID_BITS, empty_topk, popcount, sort_radius_results
 
 MAX_SUBSTRING_BITS = 26  # offsets of 2^26 + 1 int64 entries: 512 MB per table at most
 
@@ -179,13 +179,13 @@ def _search_one(
                         d = 0
                         for w in range(n_words):
                             xor[w] = query[w] ^ sorted_words[j, p, w]
-                            d += _popcount(xor[w])
+                            d += popcount(xor[w])
                         if d > cap:  # cannot be in the answer: needs no more work
                             continue
                         first = True  # not reachable at an earlier (radius, substring) step
                         for i in range(m):
                             if i != j:
-                                sub_d[i] = _popcount(np.uint64(_bits(xor, starts[i], starts[i + 1] - starts[i])))
+                                sub_d[i] = popcount(np.uint64(_bits(xor, starts[i], starts[i + 1] - starts[i])))
                                 if sub_d[i] <= (r if i < j else r - 1):
                                     first = False
                                     break

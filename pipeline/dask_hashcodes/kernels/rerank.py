@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from dask_hashcodes.kernels.codes import BIT_ORDER
-from dask_hashcodes.kernels.l2 import _heap_less, _heap_replace_top
+from dask_hashcodes.kernels.l2 import heap_less, heap_replace_top
 
 
 @njit(nogil=True, cache=True)
@@ -88,8 +88,8 @@ def lower_bound_pair_distances(
 def _pairs_into_heaps(query_index, ids, distances, heap_d, heap_i):
     for p in range(len(ids)):
         q = query_index[p]
-        if _heap_less(distances[p], ids[p], heap_d[q, 0], heap_i[q, 0]):
-            _heap_replace_top(heap_d[q], heap_i[q], distances[p], ids[p])
+        if heap_less(distances[p], ids[p], heap_d[q, 0], heap_i[q, 0]):
+            heap_replace_top(heap_d[q], heap_i[q], distances[p], ids[p])
 
 
 def pairs_topk(query_index: np.ndarray, ids: np.ndarray, distances: np.ndarray, n_queries: int, k: int):
