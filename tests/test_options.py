@@ -1,7 +1,9 @@
 """Flags, --help, --config keys and the config schema all come from the one option table;
 its method options come from the estimators (defaults, types, every settable parameter)."""
 
+import ast
 import contextlib
+import inspect
 import io
 import json
 import re
@@ -14,23 +16,25 @@ from dask_hashcodes.cli.main import build_parser, parse_args
 from dask_hashcodes.cli.options import (
     ARGUMENT_FLAGS,
     COMMANDS,
-    DESCRIPTIONS,
     NOT_FLAGS,
     OPTIONS,
-    PARAM_FLAGS,
     NameOrPairs,
     Number,
     _variants,
     boolean,
     config_schema,
+    flag_params,
+    method_flag,
     method_params,
     options_of,
+    parameter_help,
     positive_int_list,
     show_value,
 )
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing import registry
-from dask_hashcodes.hashing.registry import HASHERS, METHOD_VARIANTS, make_hasher
+from dask_hashcodes.hashing.constraints import parameter_docs
+from dask_hashcodes.hashing.registry import HASHERS, SHORT_FLAGS, make_hasher
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,6 +107,7 @@ def test_every_option_is_documented():
 # ------------------------------------------------------- method options vs estimators ----
 
 _METHOD_OPTIONS = [o for o in OPTIONS if o.param is not None]
+_OWN_OPTIONS = [o for o in _METHOD_OPTIONS if not o.short_for]
 
 
 def _reaching(opt):
@@ -117,51 +122,127 @@ def _train(method, *flags):
     return make_hasher(method, values["bits"], random_state=values["seed"], **params)
 
 
-def test_method_options_are_exactly_the_generated_ones():
-    """Every option with a parameter comes from PARAM_FLAGS, and no flag is named twice."""
-    assert [o.name for o in _METHOD_OPTIONS] == [flag for flag, _, _ in PARAM_FLAGS]
-    assert len({flag for flag, _, _ in PARAM_FLAGS}) == len(PARAM_FLAGS)
-    assert len(set(PARAM_FLAGS)) == len({(m, p) for _, m, p in PARAM_FLAGS})
+def test_method_flags_derive_from_parameter_names():
+    """Every flagged parameter's flag is --{method}-{param}, and the only other names are
+    the registry's SHORT_FLAGS, each standing for those flags; no flag is named twice."""
+    own = {(o.methods, o.param): o.name for o in _OWN_OPTIONS}
+    expected = {((m,), p): method_flag(m, p) for m, cls in HASHERS.items() for p in flag_params(cls)}
+    assert own == expected
+    assert all(own[(m,), p] == f"{m}-{p.replace('_', '-')}" for (m,), p in own)
+    shorts = {o.name: (o.methods, o.param) for o in _METHOD_OPTIONS if o.short_for}
+    assert shorts == dict(SHORT_FLAGS)
+    for opt in _METHOD_OPTIONS:
+        if opt.short_for:
+            assert opt.short_for == tuple(f"--{method_flag(m, opt.param)}" for m in opt.methods)
+            assert all(flag in opt.help for flag in opt.short_for)
     for command in COMMANDS:  # two options of a command under one name would hide one
         names = [o.name for o in OPTIONS if command in o.commands]
         assert len(names) == len(set(names)), command
 
 
-@pytest.mark.parametrize("opt", _METHOD_OPTIONS, ids=lambda o: o.name)
+@pytest.mark.parametrize("opt", _OWN_OPTIONS, ids=lambda o: o.name)
 def test_method_option_defaults_are_the_estimators(opt):
     """Not given, a flag leaves the estimator's default; its help prints that default."""
     assert opt.default is None
-    for name, base in _reaching(opt):
-        default = HASHERS[base]().get_params()[opt.param]
-        assert opt.estimator_defaults[base] == default, (name, opt.param)
+    (base,) = opt.methods
+    default = HASHERS[base]().get_params()[opt.param]
+    assert opt.estimator_defaults[base] == default
+    assert opt.help.endswith(f"(default {show_value(default)})"), opt.help
+    for name, _ in _reaching(opt):
         assert _train(name).get_params()[opt.param] == default, (name, opt.param)
-        shown = show_value(default)
-        assert f"(default {shown})" in opt.help or f"{base} {shown}" in opt.help, (opt.name, base, opt.help)
-        assert DESCRIPTIONS[base, opt.param] in opt.help
 
 
-def test_every_estimator_parameter_is_reachable():
-    """A parameter a user can set has a flag, is fixed by a method name (agh2 = agh with
-    layers = 2), is an argument the workflows pass (--bits, --seed), or is listed in
-    NOT_FLAGS with the reason there."""
-    flagged = {(m, o.param) for o in _METHOD_OPTIONS for m in o.methods}
+def _docstring_entries(cls) -> dict:
+    """name -> description of the numpydoc Parameters section, read here independently of
+    the library's parser: the section's lines up to the next heading, a ``name : type``
+    line starting each entry."""
+    lines = inspect.cleandoc(cls.__doc__).splitlines()
+    start = lines.index("Parameters") + 2
+    assert set(lines[start - 1]) == {"-"}, cls.__name__
+    entries, name = {}, None
+    for line, following in zip(lines[start:], [*lines[start + 1 :], ""], strict=True):
+        if following.startswith("---"):
+            break
+        if line and not line.startswith(" "):
+            name = line.split(" : ")[0]
+            entries[name] = []
+        elif name:
+            entries[name].append(line.strip())
+    return {k: " ".join(" ".join(v).split()) for k, v in entries.items()}
+
+
+def test_every_estimator_parameter_is_reachable_with_its_docstring_help():
+    """Every parameter of every registered estimator, except make_hasher's arguments (--bits,
+    --seed) and NOT_FLAGS, has a flag that ``dhash train --help`` lists, with the help text
+    of the parameter's entry in the estimator's numpydoc Parameters section."""
+    text = _help(["train", "--help"])
     for method, cls in HASHERS.items():
-        by_name = {p for base, fixed in METHOD_VARIANTS.values() if base == method for p in fixed}
+        entries = _docstring_entries(cls)
         for param in cls().get_params():
-            reachable = (method, param) in flagged or param in by_name or param in NOT_FLAGS
-            assert reachable or param in ARGUMENT_FLAGS, f"{method}.{param} has no flag: add it to PARAM_FLAGS"
+            if param in ARGUMENT_FLAGS or param in NOT_FLAGS:
+                continue
+            assert param in entries, f"{cls.__name__}'s docstring has no Parameters entry for {param}"
+            flag = f"--{method}-{param.replace('_', '-')}"
+            opt = options_of("train").get(flag[2:].replace("-", "_"))
+            assert opt is not None and opt.flag == flag and opt.param == param, flag
+            assert entries[param] in opt.help, (flag, entries[param])
+            assert f"{flag} " in text and entries[param] in text, flag
     for param, flag in ARGUMENT_FLAGS.items():
         assert all(flag in {o.name for o in options_of(c).values()} for c in ("train", "evaluate")), param
 
 
-def test_every_description_describes_a_flag():
-    described = {(m, o.param) for o in _METHOD_OPTIONS for m in o.methods}
-    assert set(DESCRIPTIONS) == described
-    for text in DESCRIPTIONS.values():  # defaults are printed from the estimator, never written
-        assert "default" not in text, text
+def test_a_parameter_without_a_docstring_entry_fails():
+    """The docstring is the only description: a parameter it leaves out has no help."""
+
+    class Undocumented(registry.HASHERS["itq"]):
+        """ITQ with its parameters undocumented.
+
+        Parameters
+        ----------
+        n_bits : int, default=32
+            Code length.
+        """
+
+    with pytest.raises(LookupError, match="no Parameters entry for n_iter"):
+        parameter_help(Undocumented, "n_iter")
 
 
-def test_a_shared_flag_sets_only_the_estimators_without_their_own():
+def test_docstring_defaults_are_the_signatures():
+    """A Parameters entry's ``default=`` is the estimator's default, so the API reference
+    and --help never disagree."""
+    for cls in HASHERS.values():
+        defaults = cls().get_params()
+        for name, doc in parameter_docs(cls).items():
+            assert ast.literal_eval(doc.type.rpartition("default=")[2]) == defaults[name], (cls.__name__, name)
+
+
+def test_the_parameters_section_parser():
+    def documented():
+        """Summary.
+
+        Parameters
+        ----------
+        alpha : float, default=1.0
+            First line
+            and the second.
+        beta, gamma : {'a', 'b'}
+            Shared.
+
+        Returns
+        -------
+        delta : int
+            Not a parameter.
+        """
+
+    docs = parameter_docs(documented)
+    assert list(docs) == ["alpha", "beta", "gamma"]
+    assert docs["alpha"].description == "First line and the second."
+    assert docs["alpha"].type == "float, default=1.0"
+    assert docs["gamma"].description == "Shared."
+    assert parameter_docs(lambda: None) == {}
+
+
+def test_a_shared_flag_sets_only_the_estimators_it_names():
     """--rho is DisH's and SGH's rho; DGH's rho (another quantity) only follows --dgh-rho."""
     rho = next(o for o in _METHOD_OPTIONS if o.name == "rho")
     assert set(rho.methods) == {"dish", "sgh"}
@@ -169,6 +250,23 @@ def test_a_shared_flag_sets_only_the_estimators_without_their_own():
         _train("dgh", "--rho", "5")
     assert _train("dgh", "--dgh-rho", "3").rho == 3.0
     assert _train("sgh", "--rho", "5").rho == 5.0
+    assert _train("sgh", "--sgh-rho", "2", "--rho", "5").rho == 2.0  # the method's own flag wins
+
+
+def test_every_existing_short_flag_keeps_working():
+    """Scripts and configs written with the short flags set the same parameters."""
+    assert _train("itq", "--n-iter", "7").n_iter == 7
+    assert _train("itq", "--itq-n-iter", "7").n_iter == 7
+    assert _train("mac", "--kappa-plus", "9").n_similar == 9
+    assert _train("adsh", "--omega", "300").n_samples == 300
+    assert _train("dpsh", "--dpsh-eta", "0.5").quantisation_weight == 0.5
+    assert _train("agh2", "--agh-anchors", "50").n_anchors == 50
+
+
+def test_a_variant_does_not_take_the_flag_of_the_parameter_it_fixes():
+    with pytest.raises(InputError, match="--agh-layers sets layers of agh, and this train runs agh2"):
+        _train("agh2", "--agh-layers", "1")
+    assert _train("agh", "--agh-layers", "2").layers == 2
 
 
 def _other_value(opt, default):

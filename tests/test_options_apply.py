@@ -26,7 +26,7 @@ from dask_hashcodes.hashing.registry import METHOD_NAMES
 SCHEDULER = ["--scheduler", "tcp://127.0.0.1:1"]  # never reached: refusals come first
 
 
-def _base(command: str, stage: str = "search") -> list[str]:
+def _base(command: str) -> list[str]:
     """A command line of ``command`` with its required options (paths relative to the test's
     working directory, which is empty)."""
     return {
@@ -40,7 +40,6 @@ def _base(command: str, stage: str = "search") -> list[str]:
         "search": ["search", "--dataset", "d.zarr", "--model", "m", "--codes", "c.zarr", "--out", "r.parquet"],
         "evaluate": ["evaluate", "--dataset", "d.zarr", "--out", "rep"],
         "demo": ["demo", "--out", "demo"],
-        "bench": ["bench", stage, "--n", "100", "--out", "b"],
         "run": ["run", "p.toml"],
     }[command]
 
@@ -56,15 +55,6 @@ def _cluster_cases():
                 yield [*base, *option], None
             yield [*base, *SCHEDULER], None
             yield [*base, *report], None
-        elif command == "bench":  # a cluster for train and encode only
-            train, search = _base("bench", "train"), _base("bench")
-            for flag, value in sizes:
-                yield [*train, flag, value, *SCHEDULER], [*train, flag, value]
-                yield [*search, flag, value], None
-            yield [*search, *SCHEDULER], [*train, *SCHEDULER]
-            yield [*search, *report], [*train, *report]
-            yield [*train, *storage], None
-            continue
         else:
             for flag, value in sizes:
                 yield [*base, flag, value, *SCHEDULER], [*base, flag, value]
@@ -74,7 +64,6 @@ def _cluster_cases():
             yield [*base, *storage], [*base[:-1], "s3://bucket/" + base[-1], *storage]
 
 
-_TRAIN = ["bench", "train", "--n", "100", "--out", "b"]
 _SEARCH = _base("search")
 _EVALUATE = _base("evaluate")
 _RECALL = [*_EVALUATE, "--recall-at", "10"]
@@ -129,21 +118,6 @@ CASES = [
         for command in ("evaluate", "demo")
     ],
     (["demo", "--ground-truth", "labels"], None),
-    # bench: the options of some stages
-    ([*_base("bench"), "--method", "itq"], [*_TRAIN, "--method", "itq"]),
-    ([*_base("bench", "groundtruth"), "--bits", "64"], [*_base("bench"), "--bits", "64"]),
-    ([*_TRAIN, "--queries", "10"], [*_base("bench", "groundtruth"), "--queries", "10"]),
-    ([*_TRAIN, "--k", "10"], [*_base("bench"), "--k", "10"]),
-    ([*_base("bench"), "--data", "d.zarr"], [*_TRAIN, "--data", "d.zarr"]),
-    ([*_TRAIN, "--bench-threads", "2"], [*_TRAIN, "--method", "itq-vs-faiss", "--bench-threads", "2"]),
-    *[
-        case
-        for flag, value in (("--iterations", "3"), ("--nodes", "4"), ("--floor-repeats", "1"))
-        for case in (
-            ([*_base("bench", "encode"), flag, value], [*_TRAIN, flag, value]),
-            ([*_TRAIN, "--method", "itq-vs-faiss", flag, value], None),
-        )
-    ],
     *_cluster_cases(),
 ]
 
@@ -210,9 +184,9 @@ def test_an_option_from_the_config_file_counts_as_given(no_cluster, capsys):
 
 
 def test_a_default_is_never_refused(no_cluster):
-    """Defaults of options that apply only sometimes (bench's --iterations, evaluate's
-    --rerank-candidates, index's --seed) are not options given."""
-    for argv in (_base("bench"), _EVALUATE, _INDEX):
+    """Defaults of options that apply only sometimes (evaluate's --rerank-candidates,
+    index's --seed) are not options given."""
+    for argv in (_EVALUATE, _INDEX):
         command, values = cli.parse_args(argv)
         refuse_unused(command, values, values.given)
 

@@ -6,8 +6,8 @@ typed option values and print where the outputs went. Used by the command line
 in, see pipeline/dask_hashcodes/cli/options.py).
 
 The library's errors name Python parameters (`` `overwrite=True` ``, see dask_hashcodes.errors);
-``cli_message`` shows them as the flags that set them (``--overwrite``), through the one
-table ``PARAMETER_FLAGS``.
+``cli_message`` shows them as the flags that set them (``--overwrite``), through
+``PARAMETER_FLAGS``, derived from the option table.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dask_hashcodes import workflows
 from dask_hashcodes.cli.options import (
     ARGUMENT_FLAGS,
     METHOD_COMMANDS,
+    METHOD_OPTIONS,
     OPTIONS,
     is_set,
     method_params,
@@ -32,6 +33,7 @@ from dask_hashcodes.errors import PARAMETER, InputError
 from dask_hashcodes.evaluation.neighbours import NeighbourSearches
 from dask_hashcodes.evaluation.report import neighbour_table, quality_table
 from dask_hashcodes.hashing.checkpoint import checkpoint_path
+from dask_hashcodes.hashing.registry import HASHERS
 from dask_hashcodes.indexes.rerank import check_rerank
 from dask_hashcodes.storage.atomic import (
     OVERWRITE,
@@ -72,21 +74,45 @@ RENAMED_PARAMETERS = {
 }
 
 
+def _shortest(options) -> str:
+    return min((o.flag for o in options), key=lambda flag: (len(flag), flag))
+
+
 def _parameter_flags() -> dict[str, str]:
-    """API parameter name -> flag: each option's destination (``top_k`` -> ``--top-k``) and
-    the method parameter it sets (``n_similar`` -> ``--kappa-plus``), plus
-    ``RENAMED_PARAMETERS``. A name that options with different flags set (``max_iter`` is
-    ``--max-iter`` for dish, ``--dgh-max-iter`` for dgh) has no entry: the message keeps the
-    parameter's name rather than show a flag that may be the wrong one."""
+    """API parameter name -> flag, by the option table's own naming: each option's
+    destination (``top_k`` -> ``--top-k``), and for a method parameter the shortest flag
+    that sets it in every estimator taking it (``n_similar`` -> ``--kappa-plus``,
+    ``n_labeled`` -> ``--labeled``), plus ``RENAMED_PARAMETERS``. A name no one flag sets
+    everywhere (``max_iter`` is ``--max-iter`` for dish, ``--dgh-max-iter`` for dgh) has no
+    entry: the message keeps the parameter's name rather than show a flag that may be the
+    wrong one."""
     flags: dict[str, set] = {}
     for opt in OPTIONS:
-        for name in {opt.dest, opt.param} - {None}:
-            flags.setdefault(name, set()).add(opt.flag)
-    table = {name: found.pop() for name, found in flags.items() if len(found) == 1}
+        flags.setdefault(opt.dest, set()).add(opt.flag)
+    setting: dict[str, list] = {}
+    for opt in METHOD_OPTIONS:
+        setting.setdefault(opt.param, []).append(opt)
+    for param, options in setting.items():
+        everywhere = {m for opt in options for m in opt.methods}
+        covering = [opt for opt in options if set(opt.methods) == everywhere]
+        flags.setdefault(param, set()).add(_shortest(covering) if covering else None)
+    table = {name: found.pop() for name, found in flags.items() if len(found) == 1 and None not in found}
     return {**table, **RENAMED_PARAMETERS}
 
 
+def _estimator_flags() -> dict[tuple[str, str], str]:
+    """(estimator class name, parameter) -> the shortest flag that sets it, for messages that
+    name the estimator as well as the parameter (the constraints' "The 'rho' parameter of
+    <estimator> must be ...")."""
+    found: dict[tuple[str, str], list] = {}
+    for opt in METHOD_OPTIONS:
+        for method in opt.methods:
+            found.setdefault((HASHERS[method].__name__, opt.param), []).append(opt)
+    return {key: _shortest(options) for key, options in found.items()}
+
+
 PARAMETER_FLAGS = _parameter_flags()
+ESTIMATOR_FLAGS = _estimator_flags()
 
 
 def cli_message(message) -> str:
@@ -105,18 +131,21 @@ def cli_message(message) -> str:
             value = value[1:-1]  # a Python string: the flag takes its text
         return f"{PARAMETER_FLAGS[name]} {shlex.quote(value)}"
 
-    text = SKLEARN_PARAMETER.sub(
-        lambda m: f"{PARAMETER_FLAGS[m.group(1)]} {m.group(2)}" if m.group(1) in PARAMETER_FLAGS else m.group(0),
-        str(message),
-    )
+    def estimator_flag(match) -> str:
+        param, owner, verb = match.groups()
+        flag = ESTIMATOR_FLAGS.get((owner, param), PARAMETER_FLAGS.get(param))
+        return match.group(0) if flag is None else f"{flag} {verb}"
+
+    text = ESTIMATOR_PARAMETER.sub(estimator_flag, str(message))
     for advice, instead in PYTHON_ADVICE:
         text = advice.sub(instead, text)
     return PARAMETER.sub(flag, text)
 
 
-# scikit-learn's parameter validation names a parameter in its own words ("The 'n_iter'
-# parameter of ITQ must be ..."): the command line says the flag
-SKLEARN_PARAMETER = re.compile(r"The '([a-z][a-z0-9_]*)' parameter of \w+ (must|is)")
+# parameter validation names a parameter and its estimator in scikit-learn's words ("The
+# 'n_iter' parameter of ITQ must be ...", dask_hashcodes.hashing.constraints): the command
+# line says the flag
+ESTIMATOR_PARAMETER = re.compile(r"The '([a-z][a-z0-9_]*)' parameter of (\w+) (must|is)")
 # what messages reachable from a command say in Python terms (scikit-learn's required wording
 # for a missing y, calls of fit), as the command line says it
 PYTHON_ADVICE = (
@@ -346,13 +375,12 @@ def encode(values):
 
 
 def index(values):
-    ivf = values["kind"] == "ivf"
     done = workflows.index(
         values["codes"], values["out"], kind=values["kind"], substrings=values["substrings"],
         dataset=values.get("dataset"), lists=values["lists"], kmeans_rows=values["kmeans_rows"], seed=values["seed"], overwrite=values["overwrite"],
         progress=_progress(values), storage=_storage(values),
     )  # fmt: skip
-    parts = f"{done.m:,} lists" if ivf else f"{done.m} substring tables per shard"
+    parts = f"{done.n_lists:,} lists" if done.kind == "ivf" else f"{done.substrings} substring tables per shard"
     print(f"index: {done.path} ({done.n:,} codes, {parts}) in {done.seconds:.1f}s")
 
 

@@ -6,10 +6,10 @@ of ``dhash run`` pipelines (pipeline/dask_hashcodes/cli/run.py), ``dhash --help`
 from ``OPTIONS``: a name, the commands taking it, a value type, a default and a help text.
 
 The method options (``METHOD_OPTIONS``) are generated from the estimators of
-``dask_hashcodes.hashing.registry``: each flag's value type, range and choices come from the
-estimator's ``_parameter_constraints`` and the default its help prints from
-``get_params()``; written here are only the flag's name (``PARAM_FLAGS``, the one map of
-flag names to estimator parameters) and what the parameter means (``PARAM_HELP``).
+``dask_hashcodes.hashing.registry``, none written here: the flag ``--{method}-{parameter}``
+for every parameter (plus the registry's ``SHORT_FLAGS``), its value type, range and choices
+from the estimator's ``_parameter_constraints``, its help from the Parameters section of the
+estimator's docstring and the default the help prints from ``get_params()``.
 
 A flag's text and a TOML value go through the same ``type`` callable; a TOML value must
 also have the TOML type the option expects (an integer option takes ``bits = 12``, not
@@ -21,27 +21,26 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import inspect
 import json
 import math
 import os
 from dataclasses import dataclass
-from numbers import Integral
-
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from dask_hashcodes.data.sources import SOURCES
-from dask_hashcodes.deep import networks
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.evaluation.evaluate import DEFAULT_KS
+from dask_hashcodes.hashing.constraints import BOOLEAN, Interval, Options, parameter_docs
 from dask_hashcodes.hashing.registry import (
     BASELINE_METHODS,
     DEMO_METHODS,
     HASHERS,
     METHOD_NAMES,
     METHOD_VARIANTS,
+    SHORT_FLAGS,
     method_class,
 )
-from dask_hashcodes.indexes.ivf import CANDIDATES_PER_K
+from dask_hashcodes.indexes.rerank import K_FACTOR
 
 
 class OptionParser(argparse.ArgumentParser):
@@ -190,11 +189,11 @@ COMMANDS = {
     "(exact) or an inverted file (approximate)",
     "search": "Hamming top-k (or radius) search of a split's queries; results to parquet",
     "evaluate": "Train, encode, search and score methods x bit lengths; write a report directory",
-    "demo": "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with LSH, PCAH, ITQ, DisH",
+    "demo": "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with "
+    + ", ".join(method_class(name).__name__ for name in DEMO_METHODS),
     "run": "Run a TOML pipeline of dhash steps as one scheduled batch job (lock, skip up-to-date steps, logs)",
 }
 METHOD_COMMANDS = ("train", "evaluate", "demo")
-REPORT_COMMANDS = ("evaluate", "demo")
 
 
 @dataclass(frozen=True)
@@ -202,7 +201,8 @@ class Option:
     """One option. ``default`` may be a dict {command: default}; ``required`` names the
     commands that need it (from the command line or the config). A method option sets the
     estimator parameter ``param`` of the estimators ``methods`` (base method names); its
-    ``default`` is None (not given: the estimator's own default, ``estimator_defaults``).
+    ``default`` is None (not given: the estimator's own default, ``estimator_defaults``);
+    ``short_for`` names the ``--{method}-{param}`` flags a short flag stands for.
     ``applies``: the conditions (``With``, ``Without``, ...) under which the option does
     something, all of which must hold; given where one does not, it is refused
     (``refuse_unused``) rather than ignored."""
@@ -224,6 +224,7 @@ class Option:
     repeat: bool = False
     metavar: str | None = None
     applies: tuple = ()
+    short_for: tuple = ()
 
     @property
     def dest(self) -> str:
@@ -422,219 +423,24 @@ class AnyURL:
 
 
 # ------------------------------------------------------------ method options -----------
-# Method options are generated from the estimators: a flag's parameter, value type, range,
-# choices and default are read from the estimator class (``get_params()`` and
-# ``_parameter_constraints``); only the flag's name (PARAM_FLAGS) and a short description
-# (PARAM_HELP) are written here.
+# Method options are generated from the estimators of the registry; nothing about a method
+# parameter is written here. Every parameter of a registered estimator has the flag
+# --{method}-{parameter}, the parameter's underscores as hyphens (--mac-n-similar): it sets
+# the parameter of that method and of its variants that do not fix it (agh2 for agh,
+# dish-allreduce for dish; cut and quad fix mac's max_iter). The registry's SHORT_FLAGS keep
+# the shorter names earlier releases gave some parameters (--n-iter, --nodes; --rho sets
+# DisH's and SGH's rho). A flag's value type, range and choices are read from the
+# estimator's ``_parameter_constraints``, its help from the Parameters section of the
+# estimator's docstring, the default its help prints from ``get_params()``.
 
-# CLI name <-> estimator parameter: the one place a method option is named.
-# (flag, method, param): the flag sets ``param`` of ``method`` and of its variants (agh2 for
-# agh, dish-allreduce for dish, ...) unless the variant fixes it (cut and quad fix mac's
-# max_iter). method None: a shared flag, setting ``param`` of every estimator that takes it
-# and has no flag of its own for it (--rho: dish and sgh, while dgh's rho is --dgh-rho). A
-# parameter whose meaning differs between methods gets a method-prefixed flag per method.
-PARAM_FLAGS: tuple[tuple[str, str | None, str], ...] = (
-    ("n-iter", "itq", "n_iter"),
-    ("isohash-max-iter", "isohash", "max_iter"),
-    ("dictionary", "dish", "dictionary"),
-    ("nodes", "dish", "nodes"),
-    ("topology", "dish", "topology"),
-    ("partition", "dish", "partition"),
-    ("rho", None, "rho"),
-    ("rho-scale", "dish", "rho_scale"),
-    ("inner-steps", "dish", "inner_steps"),
-    ("max-iter", "dish", "max_iter"),
-    ("init", "dish", "init"),
-    ("dish-tol", "dish", "tol"),
-    ("dish-consensus-tol", "dish", "consensus_tol"),
-    ("n-bases", "sgh", "n_bases"),
-    ("bandwidth-scale", "sgh", "bandwidth_scale"),
-    ("sgh-rho-scale", "sgh", "rho_scale"),
-    ("sgh-gamma", "sgh", "gamma"),
-    ("sgh-refine", "sgh", "refine"),
-    ("kernel-cache", "sgh", "kernel_cache"),
-    ("sikh-bandwidth", "sikh", "bandwidth"),
-    ("sikh-bandwidth-scale", "sikh", "bandwidth_scale"),
-    ("klsh-anchors", "klsh", "n_anchors"),
-    ("klsh-subset-size", "klsh", "subset_size"),
-    ("klsh-bandwidth-scale", "klsh", "bandwidth_scale"),
-    ("bre-train-size", "bre", "train_size"),
-    ("bre-points-per-bit", "bre", "points_per_bit"),
-    ("bre-sweeps", "bre", "n_iter"),
-    ("agh-anchors", "agh", "n_anchors"),
-    ("agh-nearest", "agh", "n_nearest"),
-    ("kmeans-iter", "agh", "kmeans_iter"),
-    ("dgh-anchors", "dgh", "n_anchors"),
-    ("dgh-nearest", "dgh", "n_nearest"),
-    ("dgh-kmeans-iter", "dgh", "kmeans_iter"),
-    ("dgh-rho", "dgh", "rho"),
-    ("dgh-max-iter", "dgh", "max_iter"),
-    ("dgh-max-b-iter", "dgh", "max_b_iter"),
-    ("kmh-bits-per-subspace", "kmh", "bits_per_subspace"),
-    ("kmh-iter", "kmh", "n_iter"),
-    ("kmh-affinity-weight", "kmh", "affinity_weight"),
-    ("labeled", None, "n_labeled"),
-    ("eta", None, "eta"),
-    ("splh-alpha", "splh", "alpha"),
-    ("region-size", "usplh", "region_size"),
-    ("decay", "usplh", "decay"),
-    ("affinity", "mac", "affinity"),
-    ("knn-search", "mac", "knn_search"),
-    ("mac-loss", "mac", "loss"),
-    ("mac-hash", "mac", "hash_function"),
-    ("kappa-plus", "mac", "n_similar"),
-    ("kappa-minus", "mac", "n_dissimilar"),
-    ("mac-centres", "mac", "n_centres"),
-    ("mu-start", "mac", "mu_start"),
-    ("mu-factor", "mac", "mu_factor"),
-    ("mac-max-iter", "mac", "max_iter"),
-    ("z-passes", "mac", "z_passes"),
-    ("mac-start-passes", "mac", "start_passes"),
-    ("mac-block-size", "mac", "block_size"),
-    ("mac-svm-c", "mac", "svm_c"),
-    ("mac-h-step", "mac", "h_step"),
-    ("mac-early-stopping", "mac", "early_stopping"),
-    ("validation-size", "mac", "validation_size"),
-    ("validation-database", "mac", "validation_database"),
-    ("ksh-anchors", "ksh", "n_anchors"),
-    ("ksh-max-iter", "ksh", "max_iter"),
-    ("sdh-anchors", "sdh", "n_anchors"),
-    ("sdh-bandwidth-scale", "sdh", "bandwidth_scale"),
-    ("sdh-lambda-g", "sdh", "lambda_g"),
-    ("sdh-lambda-f", "sdh", "lambda_f"),
-    ("sdh-nu", "sdh", "nu"),
-    ("sdh-max-iter", "sdh", "max_iter"),
-    ("cosdish-columns", "cosdish", "n_columns"),
-    ("cosdish-max-iter", "cosdish", "max_iter"),
-    ("cosdish-alternations", "cosdish", "alternations"),
-    ("cosdish-ridge", "cosdish", "ridge"),
-    ("adsh-gamma", "adsh", "gamma"),
-    ("outer-iter", "adsh", "outer_iter"),
-    ("inner-iter", "adsh", "inner_iter"),
-    ("omega", "adsh", "n_samples"),
-    ("adsh-validation-size", "adsh", "validation_size"),
-    ("batch-size", None, "batch_size"),
-    ("learning-rate", None, "learning_rate"),
-    ("network", None, "network"),
-    ("input-shape", None, "input_shape"),
-    ("torch-threads", None, "threads"),
-    ("epochs", "dpsh", "epochs"),
-    ("dpsh-eta", "dpsh", "quantisation_weight"),
-    ("dpsh-balance", "dpsh", "balance"),
-)
 # make_hasher's own arguments, set by these flags of the workflows (not method parameters)
 ARGUMENT_FLAGS = {"n_bits": "bits", "random_state": "seed"}
-# parameters no flag sets, and why (a parameter fixed by a method name, e.g. agh2 is agh
-# with layers = 2, is set by --method/--methods: hashing.registry.METHOD_VARIANTS)
+# parameters no flag sets, and why
 NOT_FLAGS = {
-    # row indices are an argument of the library's API; the jobs draw --labeled rows with the seed
-    "labeled_rows",
+    "labeled_rows": "row indices are an argument of the library's API; the jobs draw the labeled rows with the seed",
 }
-# method options some METHOD_COMMANDS do not take: evaluate and demo score every node's
-# dictionary (--dish2-dictionaries), so only train picks one
-_FLAG_COMMANDS = {"dictionary": ("train",)}
-
-# What each parameter means: one short text per (method, param), or per ((methods), param)
-# when several methods share it. Never a default, a type or a range: the help adds those
-# from the estimator.
-PARAM_HELP: dict = {
-    ("itq", "n_iter"): "rotation iterations",
-    ("isohash", "max_iter"): "lift-and-projection iterations at most",
-    ("dish", "dictionary"): "node whose dictionary encodes (DisH2)",
-    ("dish", "nodes"): "number of nodes P",
-    ("dish", "topology"): "graph of the nodes; a config file may give an edge list [[i, j], ...]",
-    ("dish", "partition"): "how the rows are divided among the nodes",
-    ("dish", "rho"): "ADMM penalty; none: scaled to the data (see --rho-scale)",
-    ("dish", "rho_scale"): "rho = this x mean node size x RMS distance to the mean (unless --rho is given)",
-    ("dish", "inner_steps"): "ADMM steps per outer iteration K",
-    ("dish", "max_iter"): "outer iterations at most",
-    ("dish", "init"): "starting dictionaries",
-    ("dish", "tol"): "stop after an outer iteration that changes the objective by at most this (relative) while "
-    "the dictionaries agree to --dish-consensus-tol",
-    ("dish", "consensus_tol"): "largest relative difference between the nodes' dictionaries at which they agree",
-    ("sgh", "n_bases"): "kernel bases m",
-    ("sgh", "bandwidth_scale"): "kernel width = this x RMS distance to the bases",
-    ("sgh", "rho"): "width rho of the similarity 2 exp(-||x_i - x_j||^2 / rho) - 1; none: from --sgh-rho-scale",
-    ("sgh", "rho_scale"): "rho = this x 2 max ||x - mean||^2 (unless --rho is given)",
-    ("sgh", "gamma"): "ridge gamma of the kernel regression",
-    ("sgh", "refine"): "re-fit each bit against all the others after the first sweep",
-    ("sgh", "kernel_cache"): "keep kernel features on the workers between passes (auto: when they fit)",
-    ("sikh", "bandwidth"): "Gaussian kernel width sigma; none: from --sikh-bandwidth-scale",
-    ("sikh", "bandwidth_scale"): "Gaussian kernel width = this x RMS distance to the mean",
-    ("klsh", "n_anchors"): "anchor rows p drawn with the seed",
-    ("klsh", "subset_size"): "anchors t averaged per bit",
-    ("klsh", "bandwidth_scale"): "Gaussian kernel width = this x RMS distance between anchors",
-    ("bre", "train_size"): "training rows n_t drawn with the seed",
-    ("bre", "points_per_bit"): "training rows t in each hash function's kernel sum",
-    ("bre", "n_iter"): "coordinate-descent sweeps at most",
-    (("agh", "dgh"), "n_anchors"): "k-means anchors m",
-    (("agh", "dgh"), "n_nearest"): "nearest anchors s per point",
-    (("agh", "dgh"), "kmeans_iter"): "Lloyd steps of the anchors' k-means",
-    ("dgh", "rho"): "weight rho of the penalty tying the bits to the balanced, uncorrelated Y",
-    ("dgh", "max_iter"): "alternations of the B- and Y-steps at most",
-    ("dgh", "max_b_iter"): "signed-gradient steps per B-step at most, one pass over the workers' graph rows each",
-    ("kmh", "bits_per_subspace"): "bits b per subspace, 2^b codewords each; the bits must be a multiple of b",
-    ("kmh", "n_iter"): "iterations, one pass each",
-    ("kmh", "affinity_weight"): "weight lambda of the affinity error against the quantisation error",
-    ("splh", "n_labeled"): "labeled training points drawn with the seed",
-    ("splh", "eta"): "weight of the label term relative to the covariance",
-    ("splh", "alpha"): "step alpha of the label update; none: 1 / max ||x_l - mean||^2",
-    ("usplh", "eta"): "weight of the pseudo-label term relative to the covariance",
-    ("usplh", "region_size"): "points per boundary region",
-    ("usplh", "decay"): "decay lambda of earlier pseudo-labels",
-    ("mac", "n_labeled"): "training points of the affinities",
-    ("mac", "affinity"): "similar = same class (labels) or Euclidean neighbours (knn: no labels needed)",
-    ("mac", "knn_search"): "knn affinities' neighbours: exact (every pair) or cells (among nearby k-means cells: "
-    "approximate, for a million points and more)",
-    ("mac", "loss"): "pairwise loss: ksh or esplh",
-    ("mac", "hash_function"): "hash function per bit: linear SVM, or kernel (linear SVM on RBF features)",
-    ("mac", "n_similar"): "similar pairs per training point",
-    ("mac", "n_dissimilar"): "dissimilar pairs per training point",
-    ("mac", "n_centres"): "RBF centres of the kernel hash function",
-    ("mac", "mu_start"): "first penalty mu_1; none: by the solver",
-    ("mac", "mu_factor"): "penalty multiplier alpha per iteration",
-    ("mac", "max_iter"): "MAC iterations at most (0: the two-step method)",
-    ("mac", "z_passes"): "Z-step passes over the bits per iteration at most",
-    ("mac", "start_passes"): "Z-step passes of the mu = 0 start at most",
-    ("mac", "block_size"): "rows per GraphCut block in knn mode",
-    ("mac", "svm_c"): "C of the hash functions' SVMs; none: chosen on the validation rows from 1, 10, 100, 1000",
-    ("mac", "h_step"): "h-step: refit (the refitted SVMs) or lower-loss (of the refit and the refit keeping "
-    "each bit's better-fitting previous SVM, the lower training loss)",
-    ("mac", "early_stopping"): "an iteration is discarded when it lowers the validation precision (precision) "
-    "or also when it raises the training loss (precision-and-loss)",
-    ("mac", "validation_size"): "training rows held out for early stopping (0: none)",
-    ("mac", "validation_database"): "what early stopping ranks the validation rows against: held-out (half the "
-    "validation rows rank the other half) or the training points",
-    ("ksh", "n_labeled"): "labeled points",
-    ("ksh", "n_anchors"): "kernel anchors m drawn among the labeled points",
-    ("ksh", "max_iter"): "L-BFGS steps of each bit's smoothed problem",
-    (("sdh", "cosdish", "dpsh"), "n_labeled"): "training points, every row when at least their number",
-    ("sdh", "n_anchors"): "RBF anchors drawn from the training rows",
-    ("sdh", "bandwidth_scale"): "kernel width = this x mean distance of the training rows to the anchors",
-    ("sdh", "lambda_g"): "ridge lambda of the G-step (labels from codes)",
-    ("sdh", "lambda_f"): "ridge lambda_F of the F-step (codes from kernel features)",
-    ("sdh", "nu"): "weight nu of the kernel features' fit to the codes in the B-step",
-    ("sdh", "max_iter"): "iterations",
-    ("cosdish", "n_columns"): "columns |Omega| sampled per iteration; none: the code length",
-    ("cosdish", "max_iter"): "iterations T_sto",
-    ("cosdish", "alternations"): "alternations T_alt per iteration",
-    ("cosdish", "ridge"): "ridge lambda of the hash functions' regression",
-    ("adsh", "gamma"): "weight gamma of the quantisation term",
-    ("adsh", "outer_iter"): "outer iterations T_out, each with a new Omega",
-    ("adsh", "inner_iter"): "network epochs + V-steps per Omega, T_in",
-    ("adsh", "n_samples"): "database rows sampled per outer iteration, |Omega|",
-    ("adsh", "validation_size"): "database rows whose network codes are ranked after every outer iteration (0: none)",
-    (("adsh", "dpsh"), "batch_size"): "network mini-batch",
-    (("adsh", "dpsh"), "learning_rate"): "Adam's learning rate",
-    (("adsh", "dpsh"), "network"): "cnn (images; dropout 0.5 in its hidden layer for adsh, none for dpsh) or mlp "
-    "(feature vectors); none: by the row's size, a square image (side >= 16, grey or 3 colours) gets the cnn",
-    (("adsh", "dpsh"), "input_shape"): "shape of a row as the network's input (28,28 or 3,32,32); none: by the "
-    "row's size",
-    (("adsh", "dpsh"), "threads"): "threads of the network step (fixed, for reproducible results)",
-    ("dpsh", "epochs"): "passes of the network over its training rows",
-    ("dpsh", "quantisation_weight"): "weight eta of the quantisation term",
-    ("dpsh", "balance"): "weigh the similar and the dissimilar pairs equally",
-}
+# parameters only train takes: evaluate and demo score every node's dictionary (--dish2-dictionaries)
+_TRAIN_ONLY = frozenset({"dictionary"})
 
 
 @dataclass(frozen=True)
@@ -651,15 +457,12 @@ class Number:
 
     @classmethod
     def of(cls, interval: Interval) -> Number:
-        integer = interval.type is Integral
-        low, high = interval.left, interval.right
-        low_open = low is not None and interval.closed in ("right", "neither")
-        high_open = high is not None and interval.closed in ("left", "neither")
-        if integer:  # closed integer bounds read best: "an integer >= 2", not "> 1"
+        low, high, low_open, high_open = interval.low, interval.high, interval.low_open, interval.high_open
+        if interval.integer:  # closed integer bounds read best: "an integer >= 2", not "> 1"
             low = None if low is None else math.floor(low) + 1 if low_open or low != int(low) else int(low)
             high = None if high is None else math.ceil(high) - 1 if high_open or high != int(high) else int(high)
             low_open = high_open = False
-        return cls(integer, low, high, low_open, high_open)
+        return cls(interval.integer, low, high, low_open, high_open)
 
     def narrowed(self, other: Number) -> Number:
         """The values both accept (a flag shared by methods whose ranges differ)."""
@@ -766,29 +569,24 @@ def boolean(text) -> bool:
     return spelt == "true"
 
 
-# names of a str parameter without a choice set in its constraints: the networks built in
-# (a library user may register more; the command line cannot, so these are its choices)
-_STR_CHOICES = {"network": tuple(sorted(networks._FACTORIES))}
-
-
-def _value_type(method: str, param: str) -> tuple:
-    """(type, choices) of a method parameter, from the estimator's ``_parameter_constraints``."""
-    constraints = [c for c in HASHERS[method]._parameter_constraints[param] if c is not None]
+def _value_type(cls, param: str) -> tuple:
+    """(type, choices) of an estimator parameter, from its ``_parameter_constraints``. Of a
+    parameter that also takes a name outside its Options (a network a library user
+    registered) or a dict (a network spec), the command line offers the Options' names."""
+    constraints = [c for c in cls._parameter_constraints[param] if c is not None]
     numbers = [c for c in constraints if isinstance(c, Interval)]
-    names = [tuple(sorted(c.options)) for c in constraints if isinstance(c, StrOptions)]
+    names = [tuple(sorted(c.options)) for c in constraints if isinstance(c, Options)]
     if len(numbers) == 1:
         return Number.of(numbers[0]), None
     if names and list in constraints:
         return NameOrPairs(names[0]), None
     if names:
         return text, names[0]
-    if "boolean" in constraints:
+    if BOOLEAN in constraints:
         return boolean, None
     if tuple in constraints or list in constraints:
         return positive_int_list, None
-    if str in constraints and param in _STR_CHOICES:
-        return text, _STR_CHOICES[param]
-    raise TypeError(f"{HASHERS[method].__name__}.{param}: no option type for the constraints {constraints}")
+    raise TypeError(f"{cls.__name__}.{param}: no option type for the constraints {constraints}")
 
 
 def _variants(method: str, param: str | None = None) -> list[str]:
@@ -796,23 +594,24 @@ def _variants(method: str, param: str | None = None) -> list[str]:
     return [method] + [v for v, (base, fixed) in METHOD_VARIANTS.items() if base == method and param not in fixed]
 
 
-def flag_methods(method: str | None, param: str) -> tuple[str, ...]:
-    """The estimators a PARAM_FLAGS entry sets ``param`` of."""
-    if method is not None:
-        return (method,)
-    own = {m for _, m, p in PARAM_FLAGS if m is not None and p == param}
-    return tuple(m for m, cls in HASHERS.items() if param in cls._get_param_names() and m not in own)
+def method_flag(method: str, param: str) -> str:
+    """The flag name of ``method``'s parameter ``param``: ``{method}-{param}``, hyphenated."""
+    return f"{method}-{param.replace('_', '-')}"
 
 
-def _descriptions() -> dict:
-    out = {}
-    for (methods, param), text_ in PARAM_HELP.items():
-        for method in (methods,) if isinstance(methods, str) else methods:
-            out[method, param] = text_
-    return out
+def flag_params(cls) -> list[str]:
+    """The parameters of an estimator class that have flags, in its signature's order."""
+    names = list(inspect.signature(cls.__init__).parameters)[1:]  # after self
+    return [p for p in names if p not in ARGUMENT_FLAGS and p not in NOT_FLAGS]
 
 
-DESCRIPTIONS = _descriptions()
+def parameter_help(cls, param: str) -> str:
+    """What ``param`` of estimator ``cls`` means: its entry in the class docstring's
+    Parameters section (a missing entry is an error: the docstring is the only description)."""
+    try:
+        return parameter_docs(cls)[param].description
+    except KeyError:
+        raise LookupError(f"{cls.__name__}'s docstring has no Parameters entry for {param}; add one") from None
 
 
 def show_value(value) -> str:
@@ -826,59 +625,58 @@ def show_value(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
-def _method_help(methods, param: str, defaults: dict) -> str:
-    """``method: description (default X)`` per description, the defaults read from the estimators."""
-    groups: dict = {}
-    for method in methods:
-        try:
-            groups.setdefault(DESCRIPTIONS[method, param], []).append(method)
-        except KeyError:
-            raise LookupError(f"PARAM_HELP describes no parameter {param} of {method}; add it") from None
-    parts = []
-    for description, members in groups.items():
-        shown = {m: show_value(defaults[m]) for m in members}
-        if len(set(shown.values())) == 1:
-            default = f"default {next(iter(shown.values()))}"
-        else:
-            default = "default " + ", ".join(f"{m} {v}" for m, v in shown.items())
-        parts.append(f"{', '.join(members)}: {description} ({default})")
-    return "; ".join(parts)
+def _group(method: str) -> str:
+    names = _variants(method)
+    return f"{HASHERS[method].__name__} (method{'s' if len(names) > 1 else ''} {', '.join(names)})"
 
 
-def _method_option(flag: str, method: str | None, param: str) -> Option:
-    methods = flag_methods(method, param)
-    if not methods:
-        raise LookupError(f"flag --{flag}: no estimator takes a parameter {param}")
-    kinds = [_value_type(m, param) for m in methods]
+def _method_option(name: str, methods: tuple, param: str, help_: str, group: str, short_for=()) -> Option:
+    kinds = [_value_type(HASHERS[m], param) for m in methods]
     type_, choices = kinds[0]
     for other in kinds[1:]:
         if isinstance(type_, Number) and isinstance(other[0], Number):
             type_ = type_.narrowed(other[0])
         elif other != kinds[0]:
-            raise TypeError(
-                f"flag --{flag}: {param} has different types in {', '.join(methods)}; name a flag per method"
-            )
-    defaults = {m: HASHERS[m]().get_params()[param] for m in methods}
-    if len(methods) == 1:
-        names = _variants(methods[0])
-        group = f"{HASHERS[methods[0]].__name__} (method{'s' if len(names) > 1 else ''} {', '.join(names)})"
-    else:
-        group = "options of several methods"
+            raise TypeError(f"flag --{name}: {param} has different types in {', '.join(methods)}; drop the flag")
     return Option(
-        flag,
-        _FLAG_COMMANDS.get(flag, METHOD_COMMANDS),
-        _method_help(methods, param, defaults),
+        name,
+        ("train",) if param in _TRAIN_ONLY else METHOD_COMMANDS,
+        help_,
         type=type_,
         choices=choices,
         group=group,
         param=param,
         methods=methods,
-        estimator_defaults=defaults,
+        estimator_defaults={m: HASHERS[m]().get_params()[param] for m in methods},
         metavar="{true,false}" if type_ is boolean else None,
+        short_for=short_for,
     )
 
 
-METHOD_OPTIONS: tuple[Option, ...] = tuple(_method_option(*entry) for entry in PARAM_FLAGS)
+def _method_options() -> tuple[Option, ...]:
+    """Every estimator parameter's --{method}-{param} option, then the short flags."""
+    options = [
+        _method_option(
+            method_flag(method, param),
+            (method,),
+            param,
+            f"{parameter_help(cls, param)} (default {show_value(cls().get_params()[param])})",
+            _group(method),
+        )
+        for method, cls in HASHERS.items()
+        for param in flag_params(cls)
+    ]
+    for name, (methods, param) in SHORT_FLAGS.items():
+        targets = tuple(f"--{method_flag(m, param)}" for m in methods)
+        help_ = f"short for {targets[0]}"
+        if len(targets) > 1:
+            help_ = f"short for {', '.join(targets[:-1])} and {targets[-1]} (a method's own flag wins)"
+        group = _group(methods[0]) if len(methods) == 1 else "options of several methods"
+        options.append(_method_option(name, methods, param, help_, group, targets))
+    return tuple(options)
+
+
+METHOD_OPTIONS: tuple[Option, ...] = _method_options()
 
 
 _CLUSTER = "cluster and job"
@@ -986,7 +784,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("rerank", ["search"], "re-rank the Hamming top --candidates: exact (squared L2 to the original vectors, "
          "read from the dataset chunk by chunk) or asymmetric (the queries' real projections against the codes)",
          choices=("exact", "asymmetric"), applies=(Without("radius", (), "it re-ranks a top-k search"),)),
-    _opt("candidates", ["search"], f"Hamming candidates per query that --rerank re-ranks (default {CANDIDATES_PER_K} x k)",
+    _opt("candidates", ["search"], f"Hamming candidates per query that --rerank re-ranks (default {K_FACTOR} x k)",
          type=positive_int, applies=(With("rerank", (), "the candidates it re-ranks"),)),
     _opt("recall", ["search"], "also measure recall@k of the exact Euclidean top-k neighbours of the queries (computed "
          "once on the cluster and stored in the dataset, as the groundtruth command does)", switch=True,
@@ -1019,7 +817,7 @@ OPTIONS: tuple[Option, ...] = (
                                With("ivf_lists", (), "the lists of that inverted file probed per query"))),
     _opt("dish2-dictionaries", _EVAL, "DisH2: score this many node dictionaries drawn with the seed (1 = the paper's "
          "DisH2, one random node); default all nodes, reported as mean and std", type=positive_int,
-         applies=(With("methods", _DISH2, "how DisH's codes are scored"),)),
+         applies=(With("methods", _DISH2, "how its node dictionaries are scored"),)),
     # -- run
     _opt("pipeline", ["run"], "pipeline file (see jobs/configs/nightly.toml, weekly.toml)", positional=True,
          required=("run",)),
@@ -1091,10 +889,13 @@ def method_params(command: str, values: dict) -> dict:
     """The method parameters set by ``values`` (dest -> value), under the name of each
     estimator a flag sets (``{"dish": {"rho": 5.0}, "sgh": {"rho": 5.0}}``: the form
     ``hashing.method_params`` reads; a variant such as dish-allreduce reads its base's).
-    A flag that sets no method the command runs is refused, not silently ignored."""
+    A flag that sets no method the command runs is refused, not silently ignored. A
+    method's own ``--{method}-{param}`` flag wins over a short flag setting the same
+    parameter of several methods (``--labeled 500 --sdh-n-labeled 2000``)."""
     chosen = values.get("methods") or [values.get("method")]
     params: dict = {}
-    for dest, opt in options_of(command).items():
+    short_flags_first = sorted(options_of(command).items(), key=lambda item: not item[1].short_for)
+    for dest, opt in short_flags_first:
         if opt.param is None or values.get(dest) is None:
             continue
         reached = [name for method in opt.methods for name in _variants(method, opt.param)]

@@ -77,6 +77,7 @@ def _relu(nn, dropout: float):
 
 
 _FACTORIES = {"cnn": _cnn, "mlp": _mlp}
+BUILT_IN_NETWORKS = tuple(_FACTORIES)  # the networks every install has; register_network adds others
 
 
 def register_network(name: str, factory) -> None:

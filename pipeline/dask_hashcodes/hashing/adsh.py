@@ -26,12 +26,12 @@ from numbers import Integral, Real
 import dask
 import numpy as np
 from dask import delayed
-from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import gather_rows, row_bounds, select_rows, update_and_reduce
 from dask_hashcodes.distributed.progress import steps_bar
 from dask_hashcodes.hashing.base import BITS, SEED, TrainingPlot, label_chunks, labels_of_rows, report_row_label
-from dask_hashcodes.hashing.deep import DeepHashFunction
+from dask_hashcodes.hashing.constraints import Interval
+from dask_hashcodes.hashing.deep import INPUT_SHAPE, NETWORK, DeepHashFunction
 from dask_hashcodes.kernels.adsh import add_chunk_sums, chunk_pass, negative_weight, similarity_product
 from dask_hashcodes.kernels.codes import pack_signs
 from dask_hashcodes.kernels.ranking import tie_aware_ap
@@ -41,18 +41,48 @@ log = logging.getLogger(__name__)
 
 
 class ADSH(DeepHashFunction):
-    """ADSH (see the module docstring). Parameters (paper's values in brackets):
-    ``gamma`` (200), ``outer_iter`` T_out (50), ``inner_iter`` T_in (3), ``n_samples`` |Omega|
-    (2000), ``batch_size`` (64), ``learning_rate`` of Adam (1e-3; the paper tunes it in
-    [1e-6, 1e-2]; Adam because the loss's scale changes with c and the label balance),
-    ``network`` a spec ({"name": "cnn"|"mlp"|registered, **kwargs}, or just the name; default
-    by the input's shape, ``input_shape``), ``threads`` torch threads (fixed, for reproducibility),
-    ``validation_size`` database rows drawn with the seed whose codes by the network are
-    ranked against the database codes after every outer iteration (their map is reported;
-    0: none; the test queries are never used).
+    """Asymmetric deep supervised hashing: a network for the queries, the database codes learned directly.
 
     Learned: the network (``network_``, its weights in arrays.npz), ``mean_`` and ``scale_``
-    of the inputs, ``database_codes_`` (after fit only)."""
+    of the inputs, ``database_codes_`` (after fit only).
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    gamma : float, default=200.0
+        Weight gamma of the quantisation term tying the network's outputs to the database
+        codes of the sampled rows (the paper's 200).
+    outer_iter : int, default=50
+        Outer iterations T_out, each with a new sample Omega (the paper's 50).
+    inner_iter : int, default=3
+        Network epochs + V-steps per Omega, T_in (the paper's 3).
+    n_samples : int, default=2000
+        Database rows sampled per outer iteration, |Omega| (the paper's 2000): the rows the
+        network trains on in that iteration.
+    batch_size : int, default=64
+        Rows per mini-batch of the network's training.
+    learning_rate : float, default=1e-3
+        Adam's learning rate (Adam because the loss's scale changes with the code length and
+        the label balance).
+    network : {'cnn', 'mlp'}, str, dict or None, default=None
+        The network: 'cnn' (images) or 'mlp' (feature vectors), a name registered with
+        dask_hashcodes.deep.networks.register_network, or a spec {"name": ..., **kwargs}.
+        None: by the row's size, a square image (side >= 16, grey or 3 colours) gets the cnn.
+    input_shape : tuple, list or None, default=None
+        Shape of a row as the network's input, e.g. (28, 28) or (3, 32, 32); None: by the
+        row's size.
+    threads : int, default=2
+        Torch threads of the network step, fixed so that results are reproducible.
+    validation_size : int, default=500
+        Database rows drawn with the seed whose network codes are ranked against the
+        database codes after every outer iteration, to follow training (0: none; the test
+        queries are never used).
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "adsh"
     uses_labels = True
@@ -65,8 +95,8 @@ class ADSH(DeepHashFunction):
         "n_samples": [Interval(Integral, 2, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
-        "network": [dict, str, None],
-        "input_shape": [tuple, list, None],
+        "network": NETWORK,
+        "input_shape": INPUT_SHAPE,
         "threads": [Interval(Integral, 1, None, closed="left")],
         "validation_size": [Interval(Integral, 0, None, closed="left")],
         "random_state": SEED,

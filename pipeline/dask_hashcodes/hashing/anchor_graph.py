@@ -1,4 +1,4 @@
-"""Anchor graph hashing (AGH, one or two layers) as a distributed estimator (kernels/agh.py).
+"""Anchor graph hashing (AGH, one or two layers) as a distributed estimator (kernels/anchor_graph.py).
 
 Passes over the data: ``kmeans_iter`` Lloyd steps (per-chunk assignment counts and sums,
 tree-reduced; the m x d centres travel), one for sigma (the mean distance to the s-th
@@ -9,49 +9,27 @@ nearest anchors and sums s rows of W per point.
 
 from __future__ import annotations
 
-import logging
 from numbers import Integral
 
 import dask
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
-from dask_hashcodes.distributed.graph import chunk_reads, map_reduce, select_rows
-from dask_hashcodes.distributed.progress import steps
+from dask_hashcodes.distributed.graph import chunk_reads, map_reduce
+from dask_hashcodes.distributed.kmeans import kmeans
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher
-from dask_hashcodes.kernels.agh import (
+from dask_hashcodes.hashing.constraints import Interval
+from dask_hashcodes.kernels.anchor_graph import (
     agh_projection,
     anchor_gram,
     encode_anchor_graph,
-    lloyd_sums,
     second_layer_sums,
     second_layer_thresholds,
     sth_distance_sum,
-    updated_centres,
 )
 from dask_hashcodes.kernels.stats import add_partials
 from dask_hashcodes.storage.npz import FLOAT
 from dask_hashcodes.validation import check_int_param
-
-log = logging.getLogger(__name__)
-
-
-def kmeans(X, n_clusters: int, n_iter: int, rng: np.random.Generator, name: str):
-    """Lloyd's k-means on the cluster from ``n_clusters`` distinct training rows drawn with
-    ``rng``: (centres, inertia per iteration). Each step is one pass; only counts, m x d sums
-    and the inertia travel."""
-    n = X.shape[0]
-    rows = np.sort(rng.choice(n, n_clusters, replace=False))
-    centres = np.asarray(select_rows(X, rows, keep=True).compute(), dtype=np.float64)
-    reads, inertia = chunk_reads(X), []
-    for it in steps(range(n_iter), f"{name}: k-means iterations"):
-        counts, sums, total = dask.compute(map_reduce(f"{name}-kmeans", lloyd_sums, add_partials, reads, centres))[0]
-        centres = updated_centres(centres, counts, sums)
-        inertia.append(total)
-        log.info("%s: k-means step %d/%d, mean squared distance %.6g", name, it + 1, n_iter, total / n)
-    return centres, inertia
-
 
 ANCHOR_GRAPH_PARAMETERS = {
     "n_bits": BITS,
@@ -121,11 +99,34 @@ class AnchorGraphHasher(Hasher):
 
 
 class AGH(AnchorGraphHasher):
-    """Anchor graph hashing. ``n_anchors`` m = 300 k-means centres after ``kmeans_iter`` = 5
-    Lloyd steps and ``n_nearest`` s = 2 anchors per point, the paper's settings. ``layers`` = 1:
-    one bit per eigenfunction; 2 (method ``agh2``): n_bits / 2 eigenfunctions, two bits each.
+    """Anchor graph hashing: spectral hashing on a graph through a few k-means anchors.
+
     Learned: ``anchors_`` (m, d), ``sigma_``, ``components_`` (m, eigenfunctions) = W,
-    ``eigenvalues_``, with two layers ``thresholds_`` (2, n_bits / 2)."""
+    ``eigenvalues_``, with two layers ``thresholds_`` (2, n_bits / 2).
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    n_anchors : int, default=300
+        k-means anchors m of the anchor graph (the paper's 300). More anchors approximate the
+        neighbourhood graph more finely; the fit's eigenproblem is m x m and every encoded row
+        is compared with all m.
+    n_nearest : int, default=2
+        Nearest anchors s each point is linked to (the paper's 2); more make the graph
+        smoother.
+    kmeans_iter : int, default=5
+        Lloyd steps of the anchors' k-means, one pass over the data each (the paper's 5);
+        0 keeps the sampled rows as anchors.
+    layers : int, default=1
+        1: one bit per eigenfunction; 2 (method agh2): n_bits / 2 eigenfunctions, two bits
+        each, thresholded on both sides of the eigenfunction's zero, which keeps more bits
+        from the informative top eigenfunctions.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "agh"
     _parameter_constraints = {**ANCHOR_GRAPH_PARAMETERS, "layers": [Interval(Integral, 1, 2, closed="both")]}

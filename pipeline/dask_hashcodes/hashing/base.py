@@ -25,13 +25,13 @@ from numbers import Integral
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.exceptions import NotFittedError
-from sklearn.utils._param_validation import Interval, InvalidParameterError
 from sklearn.utils.validation import validate_data
 
 from dask_hashcodes import __version__
 from dask_hashcodes.distributed.graph import as_dask, is_dask_array
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.checkpoint import Checkpoint, CheckpointTarget, data_fingerprint
+from dask_hashcodes.hashing.constraints import Interval, validate_params
 from dask_hashcodes.kernels.codes import unpack_bits
 from dask_hashcodes.storage.atomic import atomic_output
 from dask_hashcodes.storage.jsonio import dumps
@@ -46,10 +46,6 @@ MODEL_REMEDY = "re-train it with `dhash train`"
 
 SEED = [Interval(Integral, 0, None, closed="left"), None]  # random_state: a seed, or None for fresh entropy
 BITS = [Interval(Integral, 1, None, closed="left")]
-
-
-class InvalidParameter(InputError, InvalidParameterError):
-    """A bad estimator parameter: scikit-learn's error type, and a one-line InputError for the jobs."""
 
 
 class NotFitted(InputError, NotFittedError):
@@ -171,6 +167,11 @@ class Hasher(TransformerMixin, BaseEstimator):
     learns_database_codes = False  # asymmetric: the training rows' codes are learned (database_codes_)
     _parameter_constraints: dict = {"n_bits": BITS}
 
+    def _validate_params(self):
+        """Refuse a parameter value its ``_parameter_constraints`` do not accept (an
+        InvalidParameter, one line); run by ``fit`` before any work and by ``load_model``."""
+        validate_params(type(self).__name__, self._parameter_constraints, self.get_params(deep=False))
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = []  # bits, whatever the input dtype
@@ -187,10 +188,7 @@ class Hasher(TransformerMixin, BaseEstimator):
         the same run there is resumed."""
 
         started = time.perf_counter()
-        try:
-            self._validate_params()
-        except InvalidParameterError as exc:
-            raise InvalidParameter(str(exc)) from None
+        self._validate_params()
         learner = self._unfitted_copy()
         X = learner._training_input(X)
         if "random_state" in self.get_params():

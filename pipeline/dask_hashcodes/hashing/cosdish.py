@@ -23,11 +23,11 @@ from numbers import Integral, Real
 
 import dask
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import chunk_delayeds, map_chunks, row_bounds, tree_reduce, update_and_reduce
 from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher, label_chunks
+from dask_hashcodes.hashing.constraints import Interval
 from dask_hashcodes.hashing.sdh import training_rows
 from dask_hashcodes.kernels.adsh import add_chunk_sums, negative_weight, similarity_product
 from dask_hashcodes.kernels.codes import encode_linear, project_linear
@@ -42,10 +42,31 @@ log = logging.getLogger(__name__)
 
 
 class COSDISH(Hasher):
-    """COSDISH (see the module docstring). Parameters: ``n_labeled`` training rows (5000),
-    ``n_columns`` |Omega| (None: the code length), ``max_iter`` T_sto (10), ``alternations``
-    T_alt (3), ``ridge`` lambda of the hash functions' regression (1). Learned: ``mean_``,
-    ``scale_`` (d,) and ``components_`` (d, q): bits sign(((x - mean_) / scale_) components_)."""
+    """Column-sampling discrete supervised hashing.
+
+    Learned: ``mean_``, ``scale_`` (d,) and ``components_`` (d, q): bits
+    sign(((x - mean_) / scale_) components_).
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    n_labeled : int, default=5000
+        Training rows drawn with the seed, every row when the data has at most this many;
+        their labels define the pairwise similarities, so the cost grows with it.
+    n_columns : int or None, default=None
+        Columns |Omega| of the similarity matrix sampled per iteration; None: the code length.
+    max_iter : int, default=10
+        Iterations T_sto, each with a new column sample.
+    alternations : int, default=3
+        Alternations T_alt between the sampled and the other rows' codes per iteration.
+    ridge : float, default=1.0
+        Ridge lambda of the hash functions' regression onto the learned codes.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "cosdish"
     uses_labels = True

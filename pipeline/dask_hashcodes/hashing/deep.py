@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from dask_hashcodes.deep.networks import BUILT_IN_NETWORKS
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.hashing.base import Hasher
+from dask_hashcodes.hashing.constraints import Options
 from dask_hashcodes.kernels.codes import pack_signs
 from dask_hashcodes.storage.npz import FLOAT
+
+# a network by its name (the built-in ones, or one a library user registered), a spec
+# {"name": ..., **kwargs}, or None: chosen by the input's shape. The built-in names are what
+# the command line offers.
+NETWORK = [Options(BUILT_IN_NETWORKS), str, dict, None]
+# a row's shape as the network's input, e.g. (28, 28) or (3, 32, 32); None: by its size
+INPUT_SHAPE = [tuple, list, None]
 
 
 def default_network(n_features: int) -> tuple[dict, tuple]:

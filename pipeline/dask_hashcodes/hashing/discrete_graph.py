@@ -16,7 +16,6 @@ from numbers import Integral, Real
 import dask
 import numpy as np
 from dask import delayed
-from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import (
     chunk_delayeds,
@@ -28,7 +27,8 @@ from dask_hashcodes.distributed.graph import (
 )
 from dask_hashcodes.distributed.progress import steps as counted_steps
 from dask_hashcodes.hashing.anchor_graph import ANCHOR_GRAPH_PARAMETERS, AnchorGraphHasher
-from dask_hashcodes.kernels.agh import agh_projection
+from dask_hashcodes.hashing.constraints import Interval
+from dask_hashcodes.kernels.anchor_graph import agh_projection
 from dask_hashcodes.kernels.dgh import (
     anchor_sums,
     centred_spectrum,
@@ -152,19 +152,40 @@ def optimise(state: ChunkState, W0, column_sums, n, rho, max_iter, max_b_iter):
 
 
 class DGH(AnchorGraphHasher):
-    """Discrete graph hashing on AGH's anchor graph (``n_anchors`` m = 300 k-means centres
-    after ``kmeans_iter`` = 5 Lloyd steps, ``n_nearest`` s anchors per point).
-    ``rho``: weight of the penalty tying B to the balanced, uncorrelated Y; ``max_iter``
-    alternations of the B- and Y-steps at most (the paper's T_R), each B-step at most
-    ``max_b_iter`` signed-gradient steps (T_B); both stop early when B stops changing.
-    Initialisation DGH-I: Y0 = AGH's embedding, B0 = sgn(Y0).
-    Learned: ``anchors_`` (m, d), ``sigma_``, ``components_`` (m, r) = W = Lambda^{-1} Z^T B.
+    """Discrete graph hashing on AGH's anchor graph.
 
-    s = 3 and rho = 10 are the best of s in {2, 3, 4} x rho in {0.01, 0.1, 1, 3, 10} on a
-    Fashion-MNIST validation split (precision@1000, top 2% Euclidean ground truth, 32 and 64
-    bits). With AGH's s = 2 rho hardly
-    matters; with s = 3 or 4 a small rho loses much: the more anchors per point, the more the
-    bits need the pull of the balanced Y."""
+    Alternates B-steps (signed-gradient steps on the codes) and Y-steps (the balanced,
+    uncorrelated continuous codes tied to B by rho); both stop early when B stops changing.
+    Initialisation DGH-I: Y0 = AGH's embedding, B0 = sgn(Y0). Learned: ``anchors_`` (m, d),
+    ``sigma_``, ``components_`` (m, r) = W = Lambda^{-1} Z^T B.
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    n_anchors : int, default=300
+        k-means anchors m of the anchor graph (the paper's 300). More anchors approximate the
+        neighbourhood graph more finely; the fit's eigenproblem is m x m and every encoded row
+        is compared with all m.
+    n_nearest : int, default=3
+        Nearest anchors s each point is linked to. With more anchors per point the bits need
+        a stronger pull of the balanced Y (a larger rho).
+    kmeans_iter : int, default=5
+        Lloyd steps of the anchors' k-means, one pass over the data each (the paper's 5);
+        0 keeps the sampled rows as anchors.
+    rho : float, default=10.0
+        Weight rho of the penalty tying the bits B to the balanced, uncorrelated Y; small
+        values let the codes follow the graph alone and lose balance.
+    max_iter : int, default=20
+        Alternations of the B- and Y-steps at most (the paper's T_R).
+    max_b_iter : int, default=300
+        Signed-gradient steps per B-step at most (T_B), one pass over the workers' graph rows
+        each.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "dgh"
     _parameter_constraints = {

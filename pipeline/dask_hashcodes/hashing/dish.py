@@ -33,61 +33,102 @@ import time
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_reduce
-from dask_hashcodes.distributed.nodes import PARTITIONS, NodeRunner, node_groups, node_pieces, partition_rows
 from dask_hashcodes.distributed.progress import steps
-from dask_hashcodes.distributed.topology import TOPOLOGIES, build_topology, edges
+from dask_hashcodes.distributed.row_sums import finite_row_sums
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED, Scored, TrainingPlot, draw_objective, report_row_label
+from dask_hashcodes.hashing.constraints import Interval, Options
+from dask_hashcodes.hashing.dish_nodes import PARTITIONS, NodeRunner, node_groups, node_pieces, partition_rows
+from dask_hashcodes.hashing.dish_topology import TOPOLOGIES, build_topology, edges
 from dask_hashcodes.hashing.linear import LinearHasher, training_covariance
 from dask_hashcodes.kernels.codes import encode_linear_grouped
 from dask_hashcodes.kernels.dish import (
     admm_dictionary_step,
-    centred_sq_norm,
-    gram_chunk,
     multiplier_step,
     node_objective,
     orthonormal_maximiser,
     random_orthonormal,
     relative_residual,
-    row_sums,
 )
+from dask_hashcodes.kernels.gram import centred_sq_norm, gram_chunk
 from dask_hashcodes.kernels.stats import add, add_partials, top_eigenvectors
 from dask_hashcodes.storage.npz import FLOAT
-from dask_hashcodes.validation import check_finite_block
 
 log = logging.getLogger(__name__)
 BYTES_PER_FLOAT = 8
 
 
-def _checked_row_sums(block):
-    check_finite_block(block, what="training features")
-    return row_sums(block)
-
-
 class DisH(LinearHasher):
-    """Distributed hashing. Learned: ``dictionaries_`` (P, d, r); ``components_`` = the
-    dictionary of node ``dictionary`` (DisH2); ``node_of_row_`` is not stored (DisH1 needs
-    the partition, recomputed from the parameters)."""
+    """Distributed hashing: P nodes learn one linear hash dictionary together, each from its own rows.
+
+    Learned: ``dictionaries_`` (P, d, r); ``components_`` = the dictionary of node
+    ``dictionary`` (DisH2); ``node_of_row_`` is not stored (DisH1 needs the partition,
+    recomputed from the parameters).
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into, one per principal direction,
+        so at most the number of features.
+    consensus : {'admm', 'allreduce'}, default='admm'
+        'admm': the paper's Algorithm 1, nodes exchanging only their dictionaries with graph
+        neighbours; 'allreduce' (method dish-allreduce): the centralised objective solved
+        exactly from Gram terms summed over every chunk, one shared dictionary.
+    nodes : int, default=10
+        Number of nodes P, the groups of rows that each learn a dictionary on their own
+        worker. More nodes spread the work and take longer to agree.
+    topology : {'random', 'ring', 'star', 'complete'} or list, default='random'
+        Graph of the nodes, along whose edges dictionaries are exchanged; a list of [i, j]
+        node pairs gives the edges explicitly. Denser graphs reach consensus in fewer steps
+        and exchange more per step.
+    partition : {'contiguous', 'random', 'by-label'}, default='contiguous'
+        How the rows are divided among the nodes: contiguous runs of rows, random blocks, or
+        one label's rows per node (the paper's hardest, non-identically distributed case).
+    inner_steps : int, default=5
+        ADMM steps K per outer iteration, in which the nodes exchange dictionaries without
+        reading the data again.
+    rho : float or None, default=None
+        ADMM penalty rho holding neighbouring dictionaries together; None: scaled to the data
+        by rho_scale. A larger penalty keeps consensus and slows the objective's descent.
+    rho_scale : float, default=0.03
+        rho = this x mean node size x RMS distance to the mean, when rho is None: the penalty
+        in units that hold for any data scale and node size.
+    max_iter : int, default=50
+        Outer iterations at most, one pass over every node's data each (ITQ's count).
+    tol : float, default=1e-05
+        Stop after an outer iteration that changes the objective by at most this (relative)
+        while the dictionaries agree to consensus_tol; 0 always runs max_iter iterations.
+    consensus_tol : float, default=1e-3
+        Largest relative difference between neighbouring nodes' dictionaries at which they
+        count as agreeing, for the stopping rule.
+    init : {'random', 'pca'}, default='random'
+        Starting dictionaries: random (the paper's), or the principal directions, which skips
+        the search for the leading subspace at the cost of one covariance pass.
+    dictionary : int, default=0
+        Node whose dictionary encodes new rows (DisH2); any node's works once they agree.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "dish"
     linear_pca_based = True
     supports_checkpoint = True
     _parameter_constraints = {
         "n_bits": BITS,
-        "consensus": [StrOptions({"admm", "allreduce"})],
+        "consensus": [Options({"admm", "allreduce"})],
         "nodes": [Interval(Integral, 1, None, closed="left")],
-        "topology": [StrOptions(set(TOPOLOGIES)), list],
-        "partition": [StrOptions(set(PARTITIONS))],
+        "topology": [Options(set(TOPOLOGIES)), list],
+        "partition": [Options(set(PARTITIONS))],
         "inner_steps": [Interval(Integral, 1, None, closed="left")],
         "rho": [Interval(Real, 0, None, closed="neither"), None],
         "rho_scale": [Interval(Real, 0, None, closed="neither")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "consensus_tol": [Interval(Real, 0, None, closed="left")],
-        "init": [StrOptions({"random", "pca"})],
+        "init": [Options({"random", "pca"})],
         "dictionary": [Interval(Integral, 0, None, closed="left")],
         "random_state": SEED,
     }
@@ -150,7 +191,7 @@ class DisH(LinearHasher):
             lambda: runner.gather(
                 [
                     runner.compute(
-                        i, map_reduce("dish-mean", _checked_row_sums, add_partials, chunks[i], salt=runner.attempt)
+                        i, map_reduce("dish-mean", finite_row_sums, add_partials, chunks[i], salt=runner.attempt)
                     )
                     for i in range(P)
                 ]
@@ -284,7 +325,7 @@ class DisH(LinearHasher):
 
         d, r = X.shape[1], self.n_bits
         chunks = chunk_reads(X)
-        n, col_sum, sq_sum = dask.compute(map_reduce("dish-mean", _checked_row_sums, add_partials, chunks))[0]
+        n, col_sum, sq_sum = dask.compute(map_reduce("dish-mean", finite_row_sums, add_partials, chunks))[0]
         self.mean_ = col_sum / n
         sq_norm = centred_sq_norm(n, col_sum, sq_sum, self.mean_)
         history = {"objective": []}

@@ -14,25 +14,56 @@ import time
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import select_rows
 from dask_hashcodes.distributed.progress import steps_bar
 from dask_hashcodes.hashing.base import BITS, SEED, labels_of_rows
-from dask_hashcodes.hashing.deep import DeepHashFunction
+from dask_hashcodes.hashing.constraints import BOOLEAN, Interval
+from dask_hashcodes.hashing.deep import INPUT_SHAPE, NETWORK, DeepHashFunction
 from dask_hashcodes.kernels.ranking import relevance_from_labels
 
 log = logging.getLogger(__name__)
 
 
 class DPSH(DeepHashFunction):
-    """DPSH (see the module docstring). Parameters: ``quantisation_weight`` eta (0.1, on the
-    mean over the batch's outputs as the common PyTorch implementation weighs it),
-    ``balance`` the similar and dissimilar pairs (True; see dpsh_loss), ``epochs`` (50),
-    ``n_labeled`` training rows (5000), ``batch_size`` (64),
-    ``learning_rate`` of Adam (1e-3), ``network``, ``input_shape``, ``threads`` (1) as ADSH's
-    (the default cnn without dropout).
-    Learned: ``network_``, ``mean_``, ``scale_``."""
+    """Deep pairwise-supervised hashing: a network trained on label pairs.
+
+    Learned: ``network_``, ``mean_``, ``scale_``.
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    quantisation_weight : float, default=0.1
+        Weight eta of the quantisation term pulling the network's outputs to +-1, on the mean
+        over the batch's outputs as the common PyTorch implementation weighs it.
+    balance : bool, default=True
+        Weigh the similar and the dissimilar pairs equally (see dpsh_loss): with many classes
+        the dissimilar pairs would otherwise dominate.
+    epochs : int, default=50
+        Passes of the network over its training rows.
+    n_labeled : int, default=5000
+        Training rows drawn with the seed, every row when the data has at most this many;
+        their labels define the pairwise similarities, so the cost grows with it.
+    batch_size : int, default=64
+        Rows per mini-batch of the network's training.
+    learning_rate : float, default=1e-3
+        Adam's learning rate (Adam because the loss's scale changes with the code length and
+        the label balance).
+    network : {'cnn', 'mlp'}, str, dict or None, default=None
+        The network: 'cnn' (images) or 'mlp' (feature vectors), a name registered with
+        dask_hashcodes.deep.networks.register_network, or a spec {"name": ..., **kwargs}.
+        None: by the row's size, a square image (side >= 16, grey or 3 colours) gets the cnn.
+    input_shape : tuple, list or None, default=None
+        Shape of a row as the network's input, e.g. (28, 28) or (3, 32, 32); None: by the
+        row's size.
+    threads : int, default=1
+        Torch threads of the network step, fixed so that results are reproducible.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "dpsh"
     uses_labels = True
@@ -42,13 +73,13 @@ class DPSH(DeepHashFunction):
     _parameter_constraints = {
         "n_bits": BITS,
         "quantisation_weight": [Interval(Real, 0, None, closed="left")],
-        "balance": ["boolean"],
+        "balance": [BOOLEAN],
         "epochs": [Interval(Integral, 1, None, closed="left")],
         "n_labeled": [Interval(Integral, 2, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
-        "network": [dict, str, None],
-        "input_shape": [tuple, list, None],
+        "network": NETWORK,
+        "input_shape": INPUT_SHAPE,
         "threads": [Interval(Integral, 1, None, closed="left")],
         "random_state": SEED,
     }

@@ -18,17 +18,17 @@ import logging
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import select_rows
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher, labels_of_rows
+from dask_hashcodes.hashing.constraints import Interval
 from dask_hashcodes.kernels.bre import scaled_distances, train_bre, unit_rows
 from dask_hashcodes.kernels.codes import encode_linear, project_linear
-from dask_hashcodes.kernels.klsh import gaussian_kernel, klsh_weights
+from dask_hashcodes.kernels.klsh import klsh_weights
 from dask_hashcodes.kernels.ksh import train_ksh
 from dask_hashcodes.kernels.l2 import squared_distances
-from dask_hashcodes.kernels.sgh import kernel_features
+from dask_hashcodes.kernels.rbf import rbf_features, rbf_kernel_matrix
 from dask_hashcodes.kernels.splh import pair_labels
 from dask_hashcodes.storage.npz import FLOAT, INTEGER, REAL
 from dask_hashcodes.validation import check_int_param
@@ -49,12 +49,12 @@ class AnchorKernelHasher(Hasher):
 
     def _encode_kernel(self, block):
         return encode_linear(
-            kernel_features(block, self.anchors_, self.bandwidth_), self.kernel_mean_, self.components_
+            rbf_features(block, self.anchors_, self.bandwidth_), self.kernel_mean_, self.components_
         )
 
     def _project_kernel(self, block):
         return project_linear(
-            kernel_features(block, self.anchors_, self.bandwidth_), self.kernel_mean_, self.components_
+            rbf_features(block, self.anchors_, self.bandwidth_), self.kernel_mean_, self.components_
         )
 
     def _learned_arrays(self):
@@ -84,11 +84,31 @@ class AnchorKernelHasher(Hasher):
 
 class KLSH(AnchorKernelHasher):
     """Kernelized LSH with a Gaussian kernel exp(-||x - y||^2 / (2 bandwidth^2)).
-    ``n_anchors`` p = 300 and ``subset_size`` t = 30 as the paper's experiments; the
-    bandwidth is ``bandwidth_scale`` x the RMS distance between anchors (the paper tunes
+
+    The bandwidth is ``bandwidth_scale`` x the RMS distance between anchors (the paper tunes
     its kernels per dataset). Learned: ``anchors_`` (p, d), ``subsets_`` (n_bits, t),
     ``kernel_mean_`` (p,: column means of the anchors' kernel matrix), ``components_``
-    (p, n_bits), ``bandwidth_``."""
+    (p, n_bits), ``bandwidth_``.
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    n_anchors : int, default=300
+        Anchor rows p drawn with the seed, the points the kernel is evaluated against (the
+        paper's 300). More anchors approximate the kernel better and cost p kernel values per
+        encoded row.
+    subset_size : int, default=30
+        Anchors t averaged into each bit's random direction (the paper's 30); it must stay
+        well below n_anchors so that the bits differ.
+    bandwidth_scale : float, default=1.0
+        Gaussian kernel width as a multiple of the RMS distance between anchors; smaller makes
+        the kernel more local.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "klsh"
     _parameter_constraints = {
@@ -126,7 +146,7 @@ class KLSH(AnchorKernelHasher):
         self.bandwidth_ = self.bandwidth_scale * float(np.sqrt(max(mean_sq_distance, 0.0)))
         if not self.bandwidth_ > 0:
             raise InputError("KLSH: every anchor row is the same point; the data has no spread to hash")
-        K = gaussian_kernel(self.anchors_, self.anchors_, self.bandwidth_)
+        K = rbf_kernel_matrix(self.anchors_, self.anchors_, self.bandwidth_)
         self.subsets_ = np.stack([np.sort(rng.choice(p, t, replace=False)) for _ in range(self.n_bits)])
         self.kernel_mean_ = K.mean(axis=0)
         self.components_ = klsh_weights(K, self.subsets_)
@@ -141,16 +161,14 @@ class KLSH(AnchorKernelHasher):
 
 class BRE(Hasher):
     """Binary reconstructive embedding with the linear kernel k(x, y) = x . y on unit rows.
-    ``train_size`` n_t = 1000 training rows drawn with the seed (all rows of a smaller set)
-    and ``points_per_bit`` t = 20 of them per hash function, as the common re-implementation
-    (Deng Cai's hashing toolbox wrapper of the authors' code); at most ``n_iter`` = 10
-    coordinate-descent sweeps, fewer when a sweep moves no weight.
+
+    The settings follow the common re-implementation (Deng Cai's hashing toolbox wrapper of
+    the authors' code); coordinate descent stops early when a sweep moves no weight.
 
     Rows are centred by the training subset's mean before they are scaled to unit norm (the
     paper's assumption): a linear-kernel hash is a hyperplane through the origin, and data in
     one orthant (pixels, histograms) has the origin outside it, where such hyperplanes split
-    it badly (uncentred, BRE fell below LSH on Fashion-MNIST). The paper does not centre;
-    its unit rows are these centred ones.
+    it badly. The paper does not centre; its unit rows are these centred ones.
 
     Learned: ``mean_`` (d,), ``points_`` (n_bits, t, d) the unit training rows x_pq,
     ``weights_`` (n_bits, t) W, ``components_`` (d, n_bits) = sum_q W_pq x_pq, the encoder.
@@ -158,7 +176,25 @@ class BRE(Hasher):
 
     Encoding: h_p(x) = [sum_q W_pq x_pq . u(x) >= 0] with u(x) = (x - mean) / ||x - mean||;
     dividing by the norm never changes a sign, so the encoder is sgn((x - mean) W^T), the
-    linear encoder (a row equal to the mean gets all bits 1, as its unit row would be zero)."""
+    linear encoder (a row equal to the mean gets all bits 1, as its unit row would be zero).
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    train_size : int, default=1000
+        Training rows n_t drawn with the seed (all rows of a smaller set). The fit compares
+        every pair of them, so its cost grows with the square of this.
+    points_per_bit : int, default=20
+        Training rows t in each hash function's kernel sum: more give each bit a richer
+        hyperplane and a slower sweep.
+    n_iter : int, default=10
+        Coordinate-descent sweeps at most; fewer when a sweep moves no weight.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "bre"
     _parameter_constraints = {
@@ -229,16 +265,30 @@ class BRE(Hasher):
 
 
 class KSH(AnchorKernelHasher):
-    """Supervised hashing with kernels (kernels/ksh.py). ``n_labeled`` l labeled training rows
-    drawn with the seed (the MAC paper's comparison trains every method on the same 5000; the
-    KSH paper used 1000-2000) and ``n_anchors`` m = 300 kernel anchors drawn among them, as the
-    paper; Gaussian kernel with the bandwidth = the mean distance of the labeled rows to the
-    anchors; ``max_iter`` L-BFGS steps of the sigmoid-smoothed problem per bit (500, the
-    authors' gradient-descent budget). All l^2 label pairs are used: memory 2 l^2 x 8 bytes
-    (400 MB at l = 5000) on the client.
+    """Supervised hashing with kernels (kernels/ksh.py).
 
-    Learned: ``anchors_`` (m, d), ``bandwidth_``, ``kernel_mean_`` (m,), ``components_``
-    (m, n_bits); encoding is sgn((k(x) - kernel_mean_) components_) per chunk."""
+    Gaussian kernel with the bandwidth = the mean distance of the labeled rows to the anchors;
+    all l^2 label pairs are used (2 l^2 x 8 bytes on the client). Learned: ``anchors_``
+    (m, d), ``bandwidth_``, ``kernel_mean_`` (m,), ``components_`` (m, n_bits); encoding is
+    sgn((k(x) - kernel_mean_) components_) per chunk.
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    n_labeled : int, default=5000
+        Labeled training rows l drawn with the seed (the KSH paper used 1000-2000, the MAC
+        paper's comparison 5000). The client holds all l^2 label pairs.
+    n_anchors : int, default=300
+        Kernel anchors m drawn among the labeled rows (the paper's 300).
+    max_iter : int, default=500
+        L-BFGS steps of each bit's sigmoid-smoothed problem (the authors' gradient budget);
+        0 keeps the spectral start.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "ksh"
     uses_labels = True
@@ -279,7 +329,7 @@ class KSH(AnchorKernelHasher):
         self.bandwidth_ = float(np.sqrt(squared_distances(Xl, self.anchors_)).mean())
         if not self.bandwidth_ > 0:
             raise InputError(f"{name}: every labeled row is the same point; the data has no spread to hash")
-        K = kernel_features(Xl, self.anchors_, self.bandwidth_).astype(np.float64)
+        K = rbf_features(Xl, self.anchors_, self.bandwidth_).astype(np.float64)
         self.kernel_mean_ = K.mean(axis=0)
 
         def report(bit, score):

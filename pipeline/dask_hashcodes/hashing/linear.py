@@ -11,13 +11,13 @@ from numbers import Integral
 
 import dask
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_reduce, row_bounds
 from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher
+from dask_hashcodes.hashing.constraints import Interval
 from dask_hashcodes.kernels.codes import encode_linear, project_linear
-from dask_hashcodes.kernels.dish import gram_chunk
+from dask_hashcodes.kernels.gram import gram_chunk
 from dask_hashcodes.kernels.isohash import isotropic_rotation
 from dask_hashcodes.kernels.itq import itq_loss, itq_rotation, random_rotation
 from dask_hashcodes.kernels.stats import (
@@ -86,7 +86,20 @@ class LinearHasher(Hasher):
 
 
 class LSH(LinearHasher):
-    """Sign random projections (Charikar) of mean-centred data: W ~ N(0, 1)."""
+    """Sign random projections (Charikar) of mean-centred data: W ~ N(0, 1).
+
+    The baseline every learned method should beat: no training beyond the mean, one pass over
+    the data.
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "lsh"
     _parameter_constraints = {"n_bits": BITS, "random_state": SEED}
@@ -103,7 +116,14 @@ class LSH(LinearHasher):
 
 
 class PCAH(LinearHasher):
-    """PCA hashing: the top n_bits principal directions of the training data."""
+    """PCA hashing: the signs of the top n_bits principal directions of the training data.
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into, one per principal direction,
+        so at most the number of features.
+    """
 
     method = "pcah"
     linear_pca_based = True
@@ -127,7 +147,20 @@ class ITQ(LinearHasher):
     """Iterative quantization: PCA to n_bits, then the rotation R minimising ||B - V R||^2.
 
     Each iteration is one pass over the features summing B^T (X - mean) (r x d) over chunks
-    (tree reduction); the orthogonal Procrustes problem is solved on the client. ``n_iter`` = 50 as Gong & Lazebnik.
+    (tree reduction); the orthogonal Procrustes problem is solved on the client.
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into, one per principal direction,
+        so at most the number of features.
+    n_iter : int, default=50
+        Rotation iterations, one pass over the data each (Gong & Lazebnik's 50). The
+        quantisation error falls quickly in the first iterations; fewer iterations train
+        faster at a slightly higher error, 0 keeps a random rotation of PCA.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
     """
 
     method = "itq"
@@ -183,10 +216,26 @@ class ITQ(LinearHasher):
 
 class IsoHash(LinearHasher):
     """Isotropic hashing (Kong & Li, NIPS 2012): PCA to n_bits, then the orthogonal Q that
-    gives every projected dimension the same variance (the mean of the top n_bits
-    eigenvalues), so that no bit is a low-variance one. Q is found by the paper's lift and
-    projection on n_bits x n_bits matrices, from a random orthogonal start (the seed); the
-    data is read once (the covariance)."""
+    gives every projected dimension the same variance.
+
+    The common variance is the mean of the top n_bits eigenvalues, so that no bit is a
+    low-variance one. Q is found by the paper's lift and projection on n_bits x n_bits
+    matrices, from a random orthogonal start (the seed); the data is read once (the
+    covariance).
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into, one per principal direction,
+        so at most the number of features.
+    max_iter : int, default=1000
+        Lift-and-projection iterations at most; they run on n_bits x n_bits matrices on the
+        client, never on the data, so the cap only matters when the variances cannot be
+        equalised exactly.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "isohash"
     linear_pca_based = True

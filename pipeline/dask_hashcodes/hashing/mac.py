@@ -52,13 +52,13 @@ import dask
 import numpy as np
 from dask import delayed
 from dask.base import tokenize
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from dask_hashcodes.distributed.graph import select_rows
 from dask_hashcodes.distributed.progress import active_client, steps
 from dask_hashcodes.distributed.row_blocks import ScatteredBlocks
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher, TrainingPlot, labels_of_rows, report_row_label
+from dask_hashcodes.hashing.constraints import Interval, Options
 from dask_hashcodes.kernels.affinity import (
     LOSSES,
     Pairs,
@@ -77,13 +77,13 @@ from dask_hashcodes.kernels.hash_functions import (
     linear_scaling,
     lower_loss_h,
     rbf_centres,
-    rbf_features,
     standard_scaling,
 )
 from dask_hashcodes.kernels.knn import SEARCHES as KNN_SEARCHES
 from dask_hashcodes.kernels.knn import knn_recall
 from dask_hashcodes.kernels.l2 import l2_topk
 from dask_hashcodes.kernels.ranking import relevance_from_labels, relevance_from_neighbours, signs_precision_at_k
+from dask_hashcodes.kernels.rbf import rbf_features
 from dask_hashcodes.kernels.svm import LocalBlocks, newton_svm, row_blocks
 from dask_hashcodes.kernels.zstep import CutBlocks, free_codes, z_steps
 from dask_hashcodes.storage.npz import FLOAT
@@ -119,48 +119,14 @@ class _Shared:
 
 
 class MAC(Hasher):
-    """Binary hashing with auxiliary coordinates (module docstring). Parameters:
-
-    * ``solver``: Z-step by GraphCut ("cut": same-label blocks, or blocks grown from
-      neighbours in knn mode) or the quadratic surrogate ("quad");
-    * ``loss``: "ksh" (z_n^T z_m - b y_nm)^2 or "esplh" exp(-y_nm z_n^T z_m / b);
-    * ``hash_function``: "linear" SVMs on the features, or "kernel": SVMs on ``n_centres`` RBF
-      features (centred and scaled: kernels/hash_functions.py);
-    * ``affinity``: "labels" (similar = same class, drawn at random) or "knn" (similar =
-      Euclidean neighbours among the training points; no labels needed), the neighbours found
-      by ``knn_search``: "exact" (every pair: N^2 d, fine up to about 10^5 points) or "cells"
-      (among the points of nearby k-means cells, about N^1.5 d: kernels/knn.py; for 10^6
-      points and more, and approximate);
-    * ``n_labeled`` training points (drawn with the seed), ``n_similar`` kappa+ and
-      ``n_dissimilar`` kappa- pairs per point (paper: 5000-10000, 100, 500);
-    * ``mu_start`` (default 0.3 for cut, 0.01 for quad), ``mu_factor`` alpha (1.4),
-      ``max_iter`` MAC iterations at most (0: the two-step method), ``z_passes`` Z-step
-      passes per iteration at most, ``start_passes`` passes of the mu = 0 start at most;
-    * ``validation_size`` rows for early stopping (0: none; drawn after the training
-      points, so it does not change them), ``block_size`` of knn-mode GraphCut blocks. Too
-      few validation rows let noise decide which iterate is kept;
-    * ``validation_database``: what the validation rows are ranked against: "held-out" (by
-      default: the even-numbered validation rows are the queries, the odd-numbered ones the
-      database, coded as the test's database is) or "training" (the training points). The
-      training points' codes come from SVMs fitted to them, so "training" rewards a closer
-      fit rather than retrieval, while held-out rows are coded as the database is;
-    * ``svm_c``: the SVMs' C, or None (the default): chosen at the two-step start among
-      ``SVM_C_GRID`` by the validation precision of the h fitted to the free codes, and
-      kept for the whole path (``training_stats_["svm_c"]``, and the precision of each C
-      tried); with ``validation_size=0``, C = 1. The features are centred and scaled to
-      unit RMS norm, so C = 1 regularises firmly and C = 1000 fits the codes nearly as
-      closely as a linear function can;
-    * ``h_step``: "refit" (the paper's) or "lower-loss" (module docstring);
-    * ``early_stopping``: "precision" (the paper's rule) or "precision-and-loss" (module
-      docstring);
+    """Binary hashing with auxiliary coordinates (see the module docstring).
 
     The scale of mu (``penalty_scale``): with the KSH loss the Z-step weighs the penalty by
     b^2, i.e. mu is measured against the normalised loss (z_n^T z_m / b - y_nm)^2. A bit's
     coefficient per pair is A_nm = 2 (s_nm - b y_nm) (s_nm: the other bits' inner product)
-    over ~1200 pairs per point, so flipping a bit against h, which costs 4 mu, competes with
-    couplings of order 10^3 - 10^4 at eq. 3's raw scale. There the paper's schedule (mu_1 = 0.3,
-    alpha = 1.4) changed almost no bit for many iterations and took far longer to reach
-    Z = h(X) than the paper reports; on the normalised scale MACcut ends within the paper's
+    summed over a point's pairs, so flipping a bit against h, which costs 4 mu, competes with
+    couplings of order 10^3 - 10^4 at eq. 3's raw scale; there the paper's schedule changed
+    almost no bit for many iterations. On the normalised scale MACcut ends within the paper's
     iteration range and reaches a lower training loss than its two-step start.
 
     The SVMs see centred, scaled features (``mean_``, ``scale_``): the linear function's
@@ -172,31 +138,102 @@ class MAC(Hasher):
     ``bandwidth_``. ``training_stats_["mac_path"]``: per iteration mu, L(Z), L(h(X)), the
     penalty mu ||Z - h(X)||^2 on the loss's scale (times ``penalty_scale``), bits changed by
     the Z-step, bits where Z != h(X), bits whose previous classifier the h-step kept,
-    validation precision and whether the iteration was kept."""
+    validation precision and whether the iteration was kept.
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    solver : {'cut', 'quad'}, default='cut'
+        Z-step solver: GraphCut on blocks of points ('cut', method maccut: same-label blocks,
+        or blocks grown from neighbours with knn affinities) or the quadratic surrogate
+        ('quad', method macquad).
+    loss : {'ksh', 'esplh'}, default='ksh'
+        Pairwise loss of the codes: 'ksh' (z_n^T z_m - b y_nm)^2 or 'esplh'
+        exp(-y_nm z_n^T z_m / b).
+    hash_function : {'linear', 'kernel'}, default='linear'
+        Hash function per bit: a linear SVM on the features, or 'kernel': a linear SVM on
+        n_centres RBF features, more flexible and slower to encode.
+    affinity : {'labels', 'knn'}, default='labels'
+        Which pairs are similar: same class ('labels', drawn at random), or Euclidean
+        neighbours among the training points ('knn': no labels needed).
+    knn_search : {'exact', 'cells'}, default='exact'
+        How knn affinities find the neighbours: 'exact' compares every pair (N^2 d, fine up to
+        about 10^5 points); 'cells' searches nearby k-means cells only (about N^1.5 d,
+        approximate; for 10^6 points and more).
+    n_labeled : int, default=5000
+        Training points drawn with the seed (the paper's 5000-10000); every pair cost and
+        Z-step grows with it.
+    n_similar : int, default=100
+        Similar pairs kappa+ per training point (the paper's 100).
+    n_dissimilar : int, default=500
+        Dissimilar pairs kappa- per training point (the paper's 500).
+    n_centres : int, default=500
+        RBF centres of the kernel hash function (hash_function='kernel').
+    svm_c : float or None, default=None
+        C of the hash functions' SVMs. None: chosen at the two-step start among SVM_C_GRID by
+        the validation precision of the h fitted to the free codes, and kept for the whole
+        path (C = 1 with validation_size=0). The features are scaled to unit RMS norm, so
+        C = 1 regularises firmly and C = 1000 fits the codes nearly as closely as a linear
+        function can.
+    h_step : {'refit', 'lower-loss'}, default='refit'
+        The h-step: 'refit' the SVMs to the new codes (the paper's), or 'lower-loss': keep for
+        each bit whichever of the refitted and the previous SVM gives the lower training loss.
+    early_stopping : {'precision', 'precision-and-loss'}, default='precision-and-loss'
+        An iteration is discarded when it lowers the validation precision ('precision', the
+        paper's rule), or also when it raises the training loss ('precision-and-loss').
+    mu_start : float or None, default=None
+        First penalty mu_1; None: the solver's (0.3 for cut, 0.01 for quad, the paper's).
+    mu_factor : float, default=1.4
+        Penalty multiplier alpha per iteration (the paper's 1.4): larger values reach
+        Z = h(X) in fewer iterations with less time to improve the codes.
+    max_iter : int, default=40
+        MAC iterations at most; 0 is the two-step method (methods cut and quad): free codes,
+        then h fitted once.
+    z_passes : int, default=2
+        Z-step passes over the bits per iteration at most.
+    start_passes : int, default=3
+        Z-step passes of the mu = 0 start (the free codes) at most.
+    validation_size : int, default=2000
+        Training rows held out for early stopping and the choice of C (0: none), drawn after
+        the training points so it does not change them. Too few rows let noise decide which
+        iterate is kept.
+    validation_database : {'held-out', 'training'}, default='held-out'
+        What early stopping ranks the validation rows against: 'held-out' (the even-numbered
+        validation rows are the queries, the odd-numbered ones a database coded as the test's
+        is) or 'training' (the training points, whose codes come from SVMs fitted to them, so
+        it rewards a closer fit rather than retrieval).
+    block_size : int, default=100
+        Rows per GraphCut block with knn affinities.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "mac"
     uses_labels = True
     _parameter_constraints = {
         "n_bits": BITS,
-        "solver": [StrOptions({"cut", "quad"})],
-        "loss": [StrOptions(set(LOSSES))],
-        "hash_function": [StrOptions({"linear", "kernel"})],
-        "affinity": [StrOptions({"labels", "knn"})],
-        "knn_search": [StrOptions(set(KNN_SEARCHES))],
+        "solver": [Options({"cut", "quad"})],
+        "loss": [Options(set(LOSSES))],
+        "hash_function": [Options({"linear", "kernel"})],
+        "affinity": [Options({"labels", "knn"})],
+        "knn_search": [Options(set(KNN_SEARCHES))],
         "n_labeled": [Interval(Integral, 2, None, closed="left")],
         "n_similar": [Interval(Integral, 1, None, closed="left")],
         "n_dissimilar": [Interval(Integral, 1, None, closed="left")],
         "n_centres": [Interval(Integral, 1, None, closed="left")],
         "svm_c": [Interval(Real, 0, None, closed="neither"), None],
-        "h_step": [StrOptions({"refit", "lower-loss"})],
-        "early_stopping": [StrOptions({"precision", "precision-and-loss"})],
+        "h_step": [Options({"refit", "lower-loss"})],
+        "early_stopping": [Options({"precision", "precision-and-loss"})],
         "mu_start": [Interval(Real, 0, None, closed="neither"), None],
         "mu_factor": [Interval(Real, 1, None, closed="neither")],
         "max_iter": [Interval(Integral, 0, None, closed="left")],
         "z_passes": [Interval(Integral, 1, None, closed="left")],
         "start_passes": [Interval(Integral, 1, None, closed="left")],
         "validation_size": [Interval(Integral, 0, None, closed="left")],
-        "validation_database": [StrOptions({"training", "held-out"})],
+        "validation_database": [Options({"training", "held-out"})],
         "block_size": [Interval(Integral, 1, None, closed="left")],
         "random_state": SEED,
     }

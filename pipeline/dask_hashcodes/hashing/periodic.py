@@ -17,13 +17,13 @@ from numbers import Real
 
 import dask
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_reduce
+from dask_hashcodes.distributed.row_sums import finite_row_sums
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher
-from dask_hashcodes.hashing.dish import _checked_row_sums
+from dask_hashcodes.hashing.constraints import Interval
 from dask_hashcodes.hashing.linear import training_covariance
-from dask_hashcodes.kernels.dish import centred_sq_norm
+from dask_hashcodes.kernels.gram import centred_sq_norm
 from dask_hashcodes.kernels.periodic import combine_ranges, encode_cosine, projection_range, spectral_hash_function
 from dask_hashcodes.kernels.stats import add_partials, top_eigenvectors
 from dask_hashcodes.storage.npz import FLOAT
@@ -49,9 +49,17 @@ class PeriodicHasher(Hasher):
 
 
 class SH(PeriodicHasher):
-    """Spectral hashing. Learned: ``mean_``, ``pca_components_`` (d, p), the projections'
-    range ``lo_`` / ``hi_`` (p,), and the hash function ``components_`` (d, n_bits),
-    ``phase_``, ``offset_`` (zeros)."""
+    """Spectral hashing: thresholded sinusoids along the principal directions.
+
+    Learned: ``mean_``, ``pca_components_`` (d, p), the projections' range ``lo_`` / ``hi_``
+    (p,), and the hash function ``components_`` (d, n_bits), ``phase_``, ``offset_`` (zeros).
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    """
 
     method = "sh"
 
@@ -80,13 +88,29 @@ class SH(PeriodicHasher):
 
 
 class SIKH(PeriodicHasher):
-    """Shift-invariant kernel hashing. ``bandwidth`` (sigma of the Gaussian kernel) defaults
-    to ``bandwidth_scale`` x sqrt(total variance), the root mean squared distance of a point
-    to the mean, so the default holds in any units (the paper leaves sigma to the user).
-    bandwidth_scale = 1 was the best of 0.25 / 0.5 / 1 / 2 / 4 on a Fashion-MNIST validation
-    split with label ground truth, at 24 and 48 bits.
-    Learned: ``mean_``, ``components_`` (d, n_bits) ~ N(0, 1 / sigma^2), ``phase_`` ~
-    U[0, 2 pi), ``offset_`` ~ U[-1, 1], ``bandwidth_``."""
+    """Shift-invariant kernel hashing: random Fourier features of a Gaussian kernel, thresholded.
+
+    The kernel width sigma defaults to ``bandwidth_scale`` x the root mean squared distance
+    of a point to the mean, so the default holds in any units (the paper leaves sigma to the
+    user). Learned: ``mean_``, ``components_`` (d, n_bits) ~ N(0, 1 / sigma^2), ``phase_`` ~
+    U[0, 2 pi), ``offset_`` ~ U[-1, 1], ``bandwidth_``.
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    bandwidth : float or None, default=None
+        Width sigma of the Gaussian kernel, in the data's units. None: bandwidth_scale x the
+        RMS distance to the mean. Give it to compare with a sigma chosen elsewhere.
+    bandwidth_scale : float, default=1.0
+        Kernel width as a multiple of the RMS distance to the mean (when bandwidth is None).
+        Smaller widths make the bits local (near rows share codes, far ones are random);
+        larger ones make them behave like LSH.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "sikh"
     _parameter_constraints = {
@@ -111,7 +135,7 @@ class SIKH(PeriodicHasher):
 
     def _fit(self, X, y, checkpoint):
         rng = np.random.default_rng(self.seed_)
-        n, col_sum, sq_sum = dask.compute(map_reduce("sikh-mean", _checked_row_sums, add_partials, chunk_reads(X)))[0]
+        n, col_sum, sq_sum = dask.compute(map_reduce("sikh-mean", finite_row_sums, add_partials, chunk_reads(X)))[0]
         self.mean_ = col_sum / n
         spread = float(np.sqrt(max(centred_sq_norm(n, col_sum, sq_sum, self.mean_) / n, 0.0)))
         self.bandwidth_ = float(self.bandwidth or self.bandwidth_scale * spread or 1.0)

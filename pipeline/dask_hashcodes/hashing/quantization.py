@@ -48,12 +48,12 @@ from numbers import Integral, Real
 
 import dask
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_reduce
 from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, Hasher
+from dask_hashcodes.hashing.constraints import Interval
 from dask_hashcodes.hashing.linear import training_covariance
 from dask_hashcodes.kernels.kmh import (
     assignment_sums,
@@ -74,11 +74,27 @@ GTOL = 1e-6  # Newton stop: gradient norm of one codeword's E, in units of s per
 
 
 class KMH(Hasher):
-    """K-means hashing: affinity-preserving k-means in M = n_bits / ``bits_per_subspace``
-    PCA subspaces (2^b codewords each, a point's b bits = its codeword's index).
-    ``affinity_weight`` is the paper's lambda. Learned: ``mean_`` (d,), ``components_``
-    (d, D') grouped by subspace, ``explained_variance_`` (D',), ``centroids_`` (M, 2^b, D'/M)
-    in the projected coordinates, ``scales_`` (M,) = s per subspace."""
+    """K-means hashing: affinity-preserving k-means in M = n_bits / bits_per_subspace PCA subspaces.
+
+    Each subspace has 2^b codewords and a point's b bits are its codeword's index. Learned:
+    ``mean_`` (d,), ``components_`` (d, D') grouped by subspace, ``explained_variance_``
+    (D',), ``centroids_`` (M, 2^b, D'/M) in the projected coordinates, ``scales_`` (M,) = s
+    per subspace.
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    bits_per_subspace : int, default=4
+        Bits b per subspace, 2^b codewords each; n_bits must be a multiple of it. Larger b
+        quantises each subspace more finely and costs 2^b centroids per subspace.
+    n_iter : int, default=50
+        Iterations of the affinity-preserving k-means, one pass over the data each.
+    affinity_weight : float, default=10.0
+        Weight lambda of the affinity error (Hamming distances matching centroid distances)
+        against the quantisation error; 0 is plain product quantisation.
+    """
 
     method = "kmh"
     _parameter_constraints = {

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-from sklearn.utils._param_validation import InvalidParameterError
-
 from dask_hashcodes import __version__
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.adsh import ADSH
@@ -20,6 +18,7 @@ from dask_hashcodes.hashing.base import (
     resolve_location,
     resolve_seed,
 )
+from dask_hashcodes.hashing.constraints import InvalidParameter
 from dask_hashcodes.hashing.cosdish import COSDISH
 from dask_hashcodes.hashing.discrete_graph import DGH
 from dask_hashcodes.hashing.dish import DisH
@@ -59,6 +58,62 @@ METHOD_NAMES = (*HASHERS, *METHOD_VARIANTS)
 # run; the demo adds the distributed method. Named here so that the workflows name no method.
 BASELINE_METHODS = ("lsh", "pcah", "itq")
 DEMO_METHODS = (*BASELINE_METHODS, "dish")
+
+# Every method parameter has the command-line flag --{method}-{parameter} (--itq-n-iter).
+# These are the shorter names earlier releases gave some of them, kept so that existing
+# scripts and configs keep working: flag name -> (the methods whose parameter it sets,
+# parameter). One short flag may set the same parameter of several methods (--labeled).
+SHORT_FLAGS = {
+    "n-iter": (("itq",), "n_iter"),
+    "dictionary": (("dish",), "dictionary"),
+    "nodes": (("dish",), "nodes"),
+    "topology": (("dish",), "topology"),
+    "partition": (("dish",), "partition"),
+    "rho": (("dish", "sgh"), "rho"),
+    "rho-scale": (("dish",), "rho_scale"),
+    "inner-steps": (("dish",), "inner_steps"),
+    "max-iter": (("dish",), "max_iter"),
+    "init": (("dish",), "init"),
+    "n-bases": (("sgh",), "n_bases"),
+    "bandwidth-scale": (("sgh",), "bandwidth_scale"),
+    "kernel-cache": (("sgh",), "kernel_cache"),
+    "klsh-anchors": (("klsh",), "n_anchors"),
+    "bre-sweeps": (("bre",), "n_iter"),
+    "agh-anchors": (("agh",), "n_anchors"),
+    "agh-nearest": (("agh",), "n_nearest"),
+    "kmeans-iter": (("agh",), "kmeans_iter"),
+    "dgh-anchors": (("dgh",), "n_anchors"),
+    "dgh-nearest": (("dgh",), "n_nearest"),
+    "kmh-iter": (("kmh",), "n_iter"),
+    "labeled": (("splh", "mac", "ksh", "sdh", "cosdish", "dpsh"), "n_labeled"),
+    "eta": (("splh", "usplh"), "eta"),
+    "region-size": (("usplh",), "region_size"),
+    "decay": (("usplh",), "decay"),
+    "affinity": (("mac",), "affinity"),
+    "knn-search": (("mac",), "knn_search"),
+    "mac-hash": (("mac",), "hash_function"),
+    "kappa-plus": (("mac",), "n_similar"),
+    "kappa-minus": (("mac",), "n_dissimilar"),
+    "mac-centres": (("mac",), "n_centres"),
+    "mu-start": (("mac",), "mu_start"),
+    "mu-factor": (("mac",), "mu_factor"),
+    "z-passes": (("mac",), "z_passes"),
+    "validation-size": (("mac",), "validation_size"),
+    "validation-database": (("mac",), "validation_database"),
+    "ksh-anchors": (("ksh",), "n_anchors"),
+    "sdh-anchors": (("sdh",), "n_anchors"),
+    "cosdish-columns": (("cosdish",), "n_columns"),
+    "outer-iter": (("adsh",), "outer_iter"),
+    "inner-iter": (("adsh",), "inner_iter"),
+    "omega": (("adsh",), "n_samples"),
+    "batch-size": (("adsh", "dpsh"), "batch_size"),
+    "learning-rate": (("adsh", "dpsh"), "learning_rate"),
+    "network": (("adsh", "dpsh"), "network"),
+    "input-shape": (("adsh", "dpsh"), "input_shape"),
+    "torch-threads": (("adsh", "dpsh"), "threads"),
+    "epochs": (("dpsh",), "epochs"),
+    "dpsh-eta": (("dpsh",), "quantisation_weight"),
+}
 
 
 def make_hasher(method: str, n_bits: int, *, random_state: int | None = 0, **params) -> Hasher:
@@ -168,7 +223,7 @@ def load_model(path) -> Hasher:
         expected_id = meta["model_id"]
         arrays = npz_arrays(read_verified(loc, ARRAYS_FILE, record, remedy), arrays_file, remedy)
         model._set_learned_arrays(arrays, arrays_file)
-    except (KeyError, TypeError, InvalidParameterError) as exc:
+    except (KeyError, TypeError, InvalidParameter) as exc:
         raise InputError(f"{meta_file} lacks or has a bad entry ({str(exc)[:120]}); {remedy}") from None
     model.training_stats_ = meta.get("training", {})
     model.dataset_ = meta.get("dataset", {})

@@ -25,16 +25,16 @@ import logging
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import chunk_delayeds, is_dask_array, row_bounds, select_rows, update_and_reduce
 from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher, label_chunks, labels_of_rows
+from dask_hashcodes.hashing.constraints import Interval
 from dask_hashcodes.kernels.codes import pack_signs
 from dask_hashcodes.kernels.l2 import squared_distances
+from dask_hashcodes.kernels.rbf import rbf_features
 from dask_hashcodes.kernels.sdh import ridge, sdh_chunk_pass
-from dask_hashcodes.kernels.sgh import kernel_features
 from dask_hashcodes.kernels.stats import add_partials
 from dask_hashcodes.storage.npz import FLOAT
 from dask_hashcodes.validation import check_int_param
@@ -69,10 +69,37 @@ def training_rows(X, y, n_labeled, rng, who: str):
 
 
 class SDH(Hasher):
-    """SDH (see the module docstring). Parameters: ``n_labeled`` training rows (5000),
-    ``n_anchors`` (1000), ``bandwidth_scale`` (1), ``lambda_g`` (1), ``lambda_f`` (0.01),
-    ``nu`` (1e-5), ``max_iter`` (5). Learned: ``anchors_`` (m, d), ``bandwidth_``,
-    ``components_`` (m, L) and ``bias_`` (L,): bits sign(phi(x) components_ + bias_)."""
+    """Supervised discrete hashing: binary codes that predict the labels, fitted by RBF kernel features.
+
+    Learned: ``anchors_`` (m, d), ``bandwidth_``, ``components_`` (m, L) and ``bias_`` (L,):
+    bits sign(phi(x) components_ + bias_).
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    n_labeled : int, default=5000
+        Training rows drawn with the seed, every row when the data has at most this many;
+        their labels define the pairwise similarities, so the cost grows with it.
+    n_anchors : int, default=1000
+        RBF anchors drawn from the training rows (the paper's 1000); each costs one kernel
+        value per encoded row.
+    bandwidth_scale : float, default=1.0
+        Kernel width as a multiple of the mean distance of the training rows to the anchors.
+    lambda_g : float, default=1.0
+        Ridge lambda of the G-step (labels predicted from the codes).
+    lambda_f : float, default=0.01
+        Ridge lambda_F of the F-step (codes predicted from the kernel features).
+    nu : float, default=1e-05
+        Weight nu of the kernel features' fit to the codes in the B-step; larger ties the
+        codes closer to what the hash function can reproduce.
+    max_iter : int, default=5
+        Alternations of the G-, F- and B-steps (the paper's 5).
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "sdh"
     uses_labels = True
@@ -164,7 +191,7 @@ class SDH(Hasher):
         return pack_signs(self._project_kernel(block))
 
     def _project_kernel(self, block):
-        K = kernel_features(block, self.anchors_, self.bandwidth_).astype(np.float64)
+        K = rbf_features(block, self.anchors_, self.bandwidth_).astype(np.float64)
         return K @ self.components_ + self.bias_
 
     def _learned_arrays(self):

@@ -26,7 +26,6 @@ from numbers import Integral, Real
 
 import dask
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from dask_hashcodes.distributed.cluster import cluster_memory_bytes
 from dask_hashcodes.distributed.graph import (
@@ -36,15 +35,16 @@ from dask_hashcodes.distributed.graph import (
     select_rows,
 )
 from dask_hashcodes.distributed.progress import steps
+from dask_hashcodes.distributed.row_sums import finite_row_sums
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher
-from dask_hashcodes.hashing.dish import _checked_row_sums
+from dask_hashcodes.hashing.constraints import BOOLEAN, Interval, Options
 from dask_hashcodes.kernels.codes import encode_linear, project_linear
+from dask_hashcodes.kernels.rbf import rbf_features
 from dask_hashcodes.kernels.sgh import (
     combine_max_sum,
     gram_terms,
     initial_residual,
-    kernel_features,
     kernel_sign_gram,
     max_centred_sq_norm_and_kernel_sum,
     sq_distance_moments,
@@ -61,7 +61,7 @@ KERNEL_CACHE_MODES = ("auto", "memory", "recompute")
 
 def _phi(X, phi, bases, bandwidth):
     """A chunk's kernel features: the cached ones, or computed from its feature rows."""
-    return phi if phi is not None else kernel_features(X, bases, bandwidth)
+    return phi if phi is not None else rbf_features(X, bases, bandwidth)
 
 
 def _norm_and_kernel_sum(X, phi, mean, bases, bandwidth):
@@ -77,19 +77,45 @@ def _sign_gram(X, phi, bases, bandwidth, kernel_mean, w):
 
 
 class SGH(Hasher):
-    """Scalable graph hashing. Learned: ``mean_`` (d,), ``bases_`` (m, d, the training rows
-    drawn as kernel bases), ``kernel_mean_`` (m,), ``components_`` (m, c) = W^T, and the
-    scalars ``bandwidth_`` and ``rho_``.
+    """Scalable graph hashing: the n^2 Gaussian similarities fitted bit by bit through kernel features.
 
-    The paper's defaults: m = 300 random training points as Gaussian-kernel bases, gamma =
-    1e-6, one refinement sweep. rho = rho_scale x 2 max ||x - mean||^2 (rho_scale = 1 is the
-    bound under which 2 x_i.x_j / rho stays in [-1, 1]; the paper treats rho as a
-    hyper-parameter). Kernel bandwidth (sigma in exp(-||x - a||^2 / (2 sigma^2))) =
-    bandwidth_scale x the RMS distance between training points and bases.
+    Learned: ``mean_`` (d,), ``bases_`` (m, d, the training rows drawn as kernel bases),
+    ``kernel_mean_`` (m,), ``components_`` (m, c) = W^T, and the scalars ``bandwidth_`` and
+    ``rho_``. The paper's settings: m = 300 random training points as Gaussian-kernel bases,
+    gamma = 1e-6, one refinement sweep; rho_scale = 1 is the bound under which
+    2 x_i.x_j / rho stays in [-1, 1] (the paper treats rho as a hyper-parameter).
 
-    rho_scale = 0.5 and bandwidth_scale = 0.5 were chosen on a Fashion-MNIST validation split
-    with the test queries removed: better than both at 1, while a larger
-    rho_scale loses precision and more bases than 300 buy little for their training time."""
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    n_bases : int, default=300
+        Kernel bases m, training rows drawn with the seed. More bases give a richer hash
+        function; each costs m kernel values per row in every pass.
+    bandwidth_scale : float, default=0.5
+        Kernel width sigma in exp(-||x - a||^2 / (2 sigma^2)) = this x the RMS distance between
+        training rows and bases; smaller makes the hash function more local.
+    rho : float or None, default=None
+        Width rho of the similarity 2 exp(-||x_i - x_j||^2 / rho) - 1 that the codes
+        reproduce; None: from rho_scale.
+    rho_scale : float, default=0.5
+        rho = this x 2 max ||x - mean||^2, when rho is None; smaller makes only close pairs
+        count as similar.
+    gamma : float, default=1e-06
+        Ridge gamma of each bit's kernel regression: raise it when the kernel features are
+        nearly collinear (many bases, few rows).
+    refine : bool, default=True
+        Re-fit each bit against all the others after the first sweep (one more pass per bit),
+        as the paper's Algorithm 1.
+    kernel_cache : {'auto', 'memory', 'recompute'}, default='auto'
+        Keep the kernel features on the workers between passes ('memory'), recompute them in
+        every pass ('recompute'), or keep them when they fit in a quarter of the workers'
+        memory ('auto').
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "sgh"
     _parameter_constraints = {
@@ -99,8 +125,8 @@ class SGH(Hasher):
         "rho": [Interval(Real, 0, None, closed="neither"), None],
         "rho_scale": [Interval(Real, 0, None, closed="neither")],
         "gamma": [Interval(Real, 0, None, closed="neither")],
-        "refine": ["boolean"],
-        "kernel_cache": [StrOptions(set(KERNEL_CACHE_MODES))],
+        "refine": [BOOLEAN],
+        "kernel_cache": [Options(set(KERNEL_CACHE_MODES))],
         "random_state": SEED,
     }
 
@@ -140,7 +166,7 @@ class SGH(Hasher):
         base_rows = np.sort(rng.choice(n, m, replace=False))
         reads = chunk_reads(X)
 
-        n_rows, col_sum, sq_sum = dask.compute(map_reduce("sgh-mean", _checked_row_sums, add_partials, reads))[0]
+        n_rows, col_sum, sq_sum = dask.compute(map_reduce("sgh-mean", finite_row_sums, add_partials, reads))[0]
         self.mean_ = col_sum / n_rows
         self.bases_ = np.asarray(select_rows(X, base_rows, keep=True).compute())
         self.bandwidth_ = self.bandwidth_scale * float(
@@ -157,7 +183,7 @@ class SGH(Hasher):
             from dask.base import tokenize
 
             phi = da.map_blocks(
-                kernel_features,
+                rbf_features,
                 X,
                 self.bases_,
                 self.bandwidth_,
@@ -216,10 +242,10 @@ class SGH(Hasher):
         )
 
     def _encode_kernel(self, block):
-        return encode_linear(kernel_features(block, self.bases_, self.bandwidth_), self.kernel_mean_, self.components_)
+        return encode_linear(rbf_features(block, self.bases_, self.bandwidth_), self.kernel_mean_, self.components_)
 
     def _project_kernel(self, block):
-        return project_linear(kernel_features(block, self.bases_, self.bandwidth_), self.kernel_mean_, self.components_)
+        return project_linear(rbf_features(block, self.bases_, self.bandwidth_), self.kernel_mean_, self.components_)
 
     def _learned_arrays(self):
         return {

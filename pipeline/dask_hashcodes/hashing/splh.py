@@ -29,12 +29,12 @@ from numbers import Integral, Real
 
 import dask
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_reduce, row_numbers, select_rows
 from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED
+from dask_hashcodes.hashing.constraints import ARRAY_LIKE, BOOLEAN, Interval
 from dask_hashcodes.hashing.linear import LinearHasher, training_covariance
 from dask_hashcodes.kernels.splh import (
     boundary_regions,
@@ -55,23 +55,37 @@ log = logging.getLogger(__name__)
 
 
 class SPLH(LinearHasher):
-    """Semi-supervised sequential projection learning (S3PLH). ``fit(X, y)``: y holds a label
-    (or a multi-hot row) per training row; only the ``n_labeled`` rows drawn with the seed
-    (or ``labeled_rows``) are used, as in the paper's protocol (1000 labeled MNIST points).
+    """Semi-supervised sequential projection learning (S3PLH).
 
-    eta weighs the label term against the covariance; it is dimensionless (at eta = 1 both
-    terms have the same top eigenvalue at the first bit, see kernels/splh.py). The paper
-    gives no value: eta = 1 was chosen on validation splits (1000 labeled points) of two
-    kinds of data, Fashion-MNIST (steep spectrum, 10 classes) and debian-minilm (flat
-    spectrum, 51 classes), as the best mean of map / (the best map at that length on that
-    set) over 24 and 48 bits; a small eta barely moves S3PLH from PCAH on the flat spectrum.
-    alpha = 1 / max ||x_l - mean||^2 by default, the
-    paper's step that keeps |alpha S~_ij| <= 1.
+    ``fit(X, y)``: y holds a label (or a multi-hot row) per training row; only the
+    ``n_labeled`` rows drawn with the seed (or ``labeled_rows``) are used, as in the paper's
+    protocol. The eta term is dimensionless: at eta = 1 the label term and the covariance have
+    the same top eigenvalue at the first bit (see kernels/splh.py). The single-shot
+    pcah-adjusted does not gain from the labels where PCA already ranks the between-class
+    directions first: the sequential updates, not the adjusted covariance, carry S3PLH's gain.
 
-    The single-shot ``pcah-adjusted`` does not gain from the labels on Fashion-MNIST: its map
-    approaches PCAH's as eta -> 0 and never exceeds it. With the labels' classes, X_l^T S
-    X_l is about the between-class scatter, whose directions PCA already ranks first there;
-    the sequential updates, not the adjusted covariance, carry S3PLH's gain."""
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    n_labeled : int, default=1000
+        Labeled training rows drawn with the seed (the paper's protocol labels 1000). Their
+        pairwise label matrix is formed on the client, so the cost grows with its square.
+    labeled_rows : array-like or None, default=None
+        Indices of the labeled rows, instead of drawing n_labeled of them.
+    eta : float, default=1.0
+        Weight of the label term relative to the covariance; small values approach PCAH.
+    alpha : float or None, default=None
+        Step alpha of the sequential label update; None: 1 / max ||x_l - mean||^2, the paper's
+        step that keeps every updated pair weight in [-1, 1].
+    sequential : bool, default=True
+        Learn the bits one after another, each correcting its predecessors' label errors;
+        False (method pcah-adjusted): all bits at once from the label-adjusted covariance.
+    random_state : int or None, default=0
+        Seed of the fit's random draws; the same seed on the same data gives the same codes.
+        None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
+    """
 
     method = "splh"
     linear_pca_based = False
@@ -79,10 +93,10 @@ class SPLH(LinearHasher):
     _parameter_constraints = {
         "n_bits": BITS,
         "n_labeled": [Interval(Integral, 2, None, closed="left")],
-        "labeled_rows": ["array-like", None],
+        "labeled_rows": [ARRAY_LIKE, None],
         "eta": [Interval(Real, 0, None, closed="neither")],
         "alpha": [Interval(Real, 0, None, closed="neither"), None],
-        "sequential": ["boolean"],
+        "sequential": [BOOLEAN],
         "random_state": SEED,
     }
 
@@ -170,31 +184,38 @@ class SPLH(LinearHasher):
 
 
 class USPLH(LinearHasher):
-    """Unsupervised sequential projection learning. ``region_size`` rows per boundary region
-    (paper: 2000), ``eta`` weighs the pseudo-label term against the covariance, ``decay``
-    (lambda) discounts the pseudo-labels of earlier bits.
+    """Unsupervised sequential projection learning: each bit learns from its predecessors' boundary errors.
 
-    Choices the paper leaves open (their measured effect, as ablations on sift-synth, is on
-    the SGH and SPLH documentation page):
+    Choices the paper leaves open (their effect, as ablations on sift-synth, is on the SGH and
+    SPLH documentation page):
 
     * Regions: the paper samples pairs from M (split, |w^T (x_i - x_j)| small) and C (same
       bit, far apart) without giving the thresholds. Here r-/r+ are the ``region_size`` rows
       closest to the boundary on each side and R-/R+ the ``region_size`` farthest, by the
-      encoder's projection (the bit's own errors). region_size 2000 as the paper's
-      experiment.
-    * Pair weights: (r-, r+) pairs weigh 1 in total and each of (r-, R-) and (r+, R+) 1/2,
-      so neighbour and non-neighbour pairs weigh the same (equal weights per pair block did
-      worse).
+      encoder's projection (the bit's own errors).
+    * Pair weights: (r-, r+) pairs weigh 1 in total and each of (r-, R-) and (r+, R+) 1/2, so
+      neighbour and non-neighbour pairs weigh the same.
     * Rows: Algorithm 2 samples the current residual X (deflated by the earlier bits), not
-      the rows of the original data (which did far worse).
+      the rows of the original data.
     * Scale: the pseudo-label term is scaled, like S3PLH's label term, so that at eta = 1 its
       norm equals the covariance's top eigenvalue at its first bit (the region means grow
       with n as the far regions get more extreme, so an unscaled eta meant a different
       balance at every n).
-    * lambda = 0.5 and eta = 2, from validation sweeps (test queries removed) at two sizes:
-      eta = 2 is the best of 0.5 / 1 / 2 / 4 on sift-synth at 100k and at 400k rows, 32 and
-      48 bits; on Fashion-MNIST a larger eta is better but loses on sift-synth. eta -> 0 is PCAH (deflating the covariance
-      yields its principal directions in order)."""
+
+    Parameters
+    ----------
+    n_bits : int, default=32
+        Code length: the number of bits each row is encoded into. Longer codes separate near
+        rows from far ones more finely, and cost more storage and longer Hamming scans.
+    region_size : int, default=2000
+        Rows per boundary region (the paper's 2000): the rows nearest each side of a bit's
+        boundary and the farthest ones, from which its pseudo-labels are drawn.
+    eta : float, default=2.0
+        Weight of the pseudo-label term relative to the covariance; eta -> 0 is PCAH.
+    decay : float, default=0.5
+        Decay lambda of earlier bits' pseudo-labels: 1 keeps them all at full weight, small
+        values let each bit follow mostly its predecessor's errors.
+    """
 
     method = "usplh"
     _parameter_constraints = {
