@@ -8,6 +8,8 @@ of another model or another dataset.
 
 from __future__ import annotations
 
+import functools
+
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.kernels.codes import BIT_ORDER
 from dask_hashcodes.storage.atomic import atomic_output, require_committed
@@ -88,9 +90,10 @@ class Codes:
     def n_bits(self) -> int:
         return int(self.attrs.get("n_bits", 8 * self.code_bytes))
 
-    @property
+    @functools.cached_property
     def content_id(self) -> str:
-        """Fingerprint of the codes (their shape and chunk checksums), not of their path."""
+        """Fingerprint of the codes (their shape and chunk checksums), not of their path; of the
+        manifest read when the handle was opened, so hashed once."""
         return content_id(self.manifest)
 
     def __repr__(self):

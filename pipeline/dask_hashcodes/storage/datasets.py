@@ -257,9 +257,10 @@ class Dataset:
     def path(self) -> str:
         return self.location.url
 
-    @property
+    @functools.cached_property
     def content_id(self) -> str:
-        """Fingerprint of the dataset's features and labels (see chunkread.content_id)."""
+        """Fingerprint of the dataset's features and labels (see chunkread.content_id), of the
+        manifest read when the handle was opened: hashed once, then asked by every check."""
         return content_id(self.manifest, ("features", "labels"))
 
     def _array(self, name: str) -> ChunkReader:
