@@ -217,12 +217,42 @@ def cli_reference() -> str:
         *_table(common, next(iter(commands), "")),
         "",
     ]
+    # the method options (those setting an estimator parameter) are listed once, after the
+    # commands: train, evaluate and demo take the same ones
+    method_options = {}
     for cmd, text in commands.items():
         lines += [f"## dhash {cmd}", "", _cell(text) + ".", ""]
         own = [o for o in per_command[cmd] if getattr(o, "name", None) not in common_names]
-        groups = _grouped(own)
+        methods = [o for o in own if getattr(o, "param", None) is not None]
+        for opt in methods:
+            method_options.setdefault(id(opt), (opt, []))[1].append(cmd)
+        if methods:
+            lines += ["It also takes the [method options](#method-options).", ""]
+        groups = _grouped([o for o in own if getattr(o, "param", None) is None])
         for group, opts in groups.items():
             if len(groups) > 1:
                 lines += [f"**{_cell(group[:1].upper() + group[1:])}**", ""]
             lines += [*_table(opts, cmd), ""]
+    if method_options:
+        lines += [
+            "## Method options",
+            "",
+            "Every parameter of every method's estimator is a flag `--{method}-{parameter}` (its",
+            "underscores as hyphens), whose help is the parameter's entry in the estimator's docstring",
+            "(see the [Python API](api/estimators.md)) and whose default is the estimator's; a few",
+            "parameters also keep the shorter flag of earlier releases. Taken by "
+            + ", ".join(f"`dhash {cmd}`" for cmd in sorted({c for _, cmds in method_options.values() for c in cmds}))
+            + "; an option taken by some of them only says so.",
+            "",
+        ]
+        options = [opt for opt, _ in method_options.values()]
+        every = set.union(*(set(cmds) for _, cmds in method_options.values()))
+        for group, opts in _grouped(options).items():
+            lines += [f"**{_cell(group)}**", ""]
+            rows = _table(opts, "")
+            for i, opt in enumerate(opts):
+                cmds = method_options[id(opt)][1]
+                if set(cmds) != every:
+                    rows[i + 2] = rows[i + 2][: -len(" |")] + f" ({', '.join('dhash ' + c for c in cmds)} only) |"
+            lines += [*rows, ""]
     return "\n".join(lines) + "\n"
