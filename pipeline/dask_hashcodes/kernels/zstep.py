@@ -59,12 +59,6 @@ def _smallest_eigenvector(S) -> np.ndarray:
     return vector / max(np.abs(vector).max(), 1e-300)
 
 
-def spectral_start(A) -> np.ndarray:
-    """The eigenvector of (A + A^T) / 2 with the smallest eigenvalue, scaled to max |v| = 1
-    (ARPACK from a fixed start vector: the same result on every run; dense below 64 points)."""
-    return _smallest_eigenvector(symmetric_part(A))
-
-
 def augmented_matrix(S, linear: np.ndarray) -> sparse.csr_matrix:
     """B = [[S, linear / 2], [linear^T / 2, 0]] of the MAC paper's eq. 9: with alpha = (z, 1),
     alpha^T B alpha = z^T S z + linear^T z, the bit's energy up to a constant (linear =

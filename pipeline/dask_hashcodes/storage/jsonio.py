@@ -7,8 +7,6 @@ import os
 
 import numpy as np
 
-from dask_hashcodes.storage.atomic import write_text_atomic
-
 
 def dumps(obj) -> str:
     return json.dumps(obj, indent=2, sort_keys=False, default=_json_default)
@@ -24,7 +22,3 @@ def _json_default(o):
     if isinstance(o, os.PathLike):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o)}")
-
-
-def write_json(path, obj) -> None:
-    write_text_atomic(path, dumps(obj) + "\n")

@@ -35,16 +35,6 @@ def npz_arrays(raw: bytes, where, remedy: str) -> dict[str, np.ndarray]:
         raise InputError(f"{where} is damaged ({type(exc).__name__}: {str(exc)[:60]}); {remedy}") from None
 
 
-def load_npz(loc, remedy: str) -> dict[str, np.ndarray]:
-    """The arrays of an .npz file at a Location (see ``npz_arrays``); a missing file is a
-    one-line InputError."""
-    try:
-        raw = loc.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{loc} is missing; {remedy}") from None
-    return npz_arrays(raw, loc, remedy)
-
-
 def check_arrays(arrays: dict, spec: dict, where, remedy: str) -> None:
     """Refuse ``arrays`` unless they are exactly the arrays ``spec`` declares: name ->
     (dtype kinds such as ``FLOAT`` or an exact dtype, shape with None for a dimension the
