@@ -143,14 +143,16 @@ def test_documented_commands_use_real_options():
 def test_python_examples_use_public_names():
     """The Python examples of the README and the docs import only what `dask_hashcodes` exports,
     in one convention: `import dask_hashcodes as dh` (then `dh.NAME`) or
-    `from dask_hashcodes import NAME`, never a submodule; inline examples in the text use `dh.`."""
+    `from dask_hashcodes import NAME`, never a submodule; inline examples in the text use `dh.`.
+    The architecture page is for contributors: its new method is code written inside the
+    library, which imports the modules it extends."""
     import ast
 
     import dask_hashcodes
 
     public = set(dask_hashcodes.__all__)
     seen = 0
-    for path in [README, *DOCS.rglob("*.md")]:
+    for path in [README, *(p for p in DOCS.rglob("*.md") if p.name != "code-layout.md")]:
         text = path.read_text()
         for block in re.findall(r"```python\n(.*?)```", text, re.S):
             tree = ast.parse(block)
