@@ -433,9 +433,10 @@ def defaults_lines(rows, n) -> list[str]:
     """Our inverted file at the library's defaults (lists, nprobe, candidates for k = 10),
     per code: the defaults were chosen on one data set's validation queries, and this
     line re-checks them on every other."""
-    from dask_hashcodes.indexes.ivf import CANDIDATES_PER_K, DEFAULT_NPROBE, default_lists
+    from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, default_lists
+    from dask_hashcodes.indexes.rerank import K_FACTOR
 
-    wanted = f"IVF{default_lists(n)} nprobe={DEFAULT_NPROBE} top-{CANDIDATES_PER_K * 10} "
+    wanted = f"IVF{default_lists(n)} nprobe={DEFAULT_NPROBE} top-{K_FACTOR * 10} "
     at_defaults = [r for r in rows if r["family"] == "ours: IVF + exact re-rank" and wanted in r["config"]]
     if not at_defaults:
         return []
@@ -495,8 +496,8 @@ def main(argv=None) -> int:
 
     from distributed import Client, LocalCluster
 
-    from dask_hashcodes.kernels.l2 import l2_topk
     from dask_hashcodes.indexes.ivf import default_lists
+    from dask_hashcodes.kernels.l2 import l2_topk
 
     X, _, Q, Qv, what = load(args.dataset, args.n, args.queries, args.seed)
     ids = np.arange(len(X), dtype=np.int64)  # database positions: ordered as the dataset's ids, so ties agree

@@ -17,11 +17,11 @@ import pytest
 import dask_hashcodes
 from dask_hashcodes import workflows
 from dask_hashcodes.errors import InputError
-from dask_hashcodes.kernels.codes import pack_signs
 from dask_hashcodes.indexes.hamming import flat_hits, knn_search, radius_search
 from dask_hashcodes.indexes.index import FlatIndex, Index, MIHIndex, Queries, Rerank
 from dask_hashcodes.indexes.mih import MultiIndex
 from dask_hashcodes.indexes.plan import MIH, SCAN, faster_exact_search
+from dask_hashcodes.kernels.codes import pack_signs
 from dask_hashcodes.storage.location import Storage, resolve
 from tests import reference as ref
 
@@ -103,7 +103,7 @@ def test_vector_queries_are_encoded_by_the_index_model():
         by_vectors = index.search(X[:20], 10)
         by_codes = index.search_codes(codes[:20], 10)
         np.testing.assert_array_equal(by_vectors[1], by_codes[1])
-        exact = Rerank("exact", index, 50, source=da.from_array(X, chunks=500), model=model)
+        exact = Rerank("exact", index, candidates=50, source=da.from_array(X, chunks=500), model=model)
         dist_x, ids_x = exact.search(X[:20], 10)
         want_d, want_i = zip(
             *(
@@ -236,7 +236,7 @@ def test_index_objects_over_handles_equal_dhash_search(stored, tmp_path):
         assert in_memory.path is None
         for g, w in zip(in_memory.results, want_range, strict=True):
             np.testing.assert_array_equal(g, w)
-        reranked = Rerank("exact", flat, 100, source=ds)
+        reranked = Rerank("exact", flat, candidates=100, source=ds)
         dist_x, ids_x = reranked.search_codes(Queries(codes=queries, vectors=ds.features.take(split.query)), 10)
         done = dask_hashcodes.search(ds, model, codes, split=split, k=10, rerank="exact", candidates=100)
         np.testing.assert_array_equal(done.results[1], ids_x)

@@ -211,9 +211,9 @@ def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, Client(lc):
         stored = IVFIndex(lists, 5, exclude=split.query)
         hamming_d, hamming_i = stored.search_codes(queries, 30)
-        exact_d, exact_i = Rerank("exact", stored, 120, source=ds).search_codes(queries, 30)
+        exact_d, exact_i = Rerank("exact", stored, candidates=120, source=ds).search_codes(queries, 30)
     serving = ServingIVF.load(lists, exclude=split.query, nprobe=5, candidates=120)
-    assert serving.ntotal == 5000 - len(split.query) and serving.list_ids.dtype == np.int32
+    assert serving.ntotal == 5000 - len(split.query) and serving.lists.list_ids.dtype == np.int32
     small = (31 * 8 + 30 * 128 * 4) / serving.ntotal  # offsets, float32 centroids
     assert serving.bytes_per_vector == pytest.approx(8 + 4 + small)  # 64-bit codes, int32 ids
     got_d, got_i = serving.search_codes(queries, 30)
@@ -230,10 +230,10 @@ def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
     tuned = serving.tune_codes(queries, k=10, target=0.8)
     trials = tuned.trials
     chosen = next(t for t in trials if t["recall"] >= 0.8)
-    assert tuned.reached and (tuned.nprobe, tuned.candidates, tuned.recall) == tuple(
-        chosen[key] for key in ("nprobe", "candidates", "recall")
+    assert tuned.reached and (tuned.nprobe, tuned.k_factor, tuned.candidates, tuned.recall) == tuple(
+        chosen[key] for key in ("nprobe", "k_factor", "candidates", "recall")
     )
-    assert (serving.nprobe, serving.candidates) == (chosen["nprobe"], chosen["candidates"])
+    assert (serving.nprobe, serving.k_factor, serving.candidates) == (chosen["nprobe"], chosen["k_factor"], None)
     assert [t["queries_per_second"] for t in trials] == sorted((t["queries_per_second"] for t in trials), reverse=True)
     rows = np.setdiff1d(np.arange(5000), split.query)
     vectors = in_memory[rows].astype(np.float64)
@@ -243,10 +243,10 @@ def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
     assert chosen["recall"] == pytest.approx(hits / exact.size)
     # no setting reaches the target: the best recall found is kept and returned, not raised
     with pytest.warns(UserWarning, match=r"no setting reached recall@10 1.0 .*Tuning.reached is False"):
-        missed = serving.tune_codes(queries, k=10, target=1.0, nprobes=(1, 2), candidates_per_k=(1,))
+        missed = serving.tune_codes(queries, k=10, target=1.0, nprobes=(1, 2), k_factors=(1,))
     assert not missed.reached and missed.target == 1.0 and len(missed.trials) == 2
     assert missed.recall == max(t["recall"] for t in missed.trials) < 1.0
-    assert (serving.nprobe, serving.candidates) == (missed.nprobe, missed.candidates)
+    assert (serving.nprobe, serving.k_factor) == (missed.nprobe, missed.k_factor)
     serving.candidates = 20
     with pytest.raises(InputError, match="20 candidates is below k = 30"):
         serving.search_codes(queries, 30)

@@ -11,8 +11,7 @@ from dask_hashcodes.cli.main import build_parser
 from dask_hashcodes.cli.options import options_of
 from dask_hashcodes.evaluation.evaluate import DEFAULT_KS
 from dask_hashcodes.hashing.registry import BASELINE_METHODS, DEMO_METHODS, METHOD_NAMES
-from dask_hashcodes.indexes.ivf import CANDIDATES_PER_K
-from dask_hashcodes.indexes.rerank import check_rerank
+from dask_hashcodes.indexes.rerank import K_FACTOR, check_rerank
 
 
 def _help(argv, monkeypatch) -> str:
@@ -44,13 +43,13 @@ def test_method_list_defaults_come_from_the_registry_and_the_evaluation():
 @pytest.mark.parametrize("rerank", ["exact", "asymmetric"])
 @pytest.mark.parametrize("k", [None, 1, 10, 37])
 def test_rerank_default_candidates_is_the_inverted_files(rerank, k):
-    assert check_rerank(rerank, None, k) == CANDIDATES_PER_K * (100 if k is None else k)
+    assert check_rerank(rerank, None, k) == K_FACTOR * (100 if k is None else k)
     assert check_rerank(rerank, 5, 5) == 5  # a given count is kept
 
 
 def test_candidates_help_shows_the_default_in_use(monkeypatch):
     text = " ".join(_help(["search", "--help"], monkeypatch).split())
     assert (
-        f"--candidates CANDIDATES Hamming candidates per query that --rerank re-ranks (default {CANDIDATES_PER_K} x k)"
+        f"--candidates CANDIDATES Hamming candidates per query that --rerank re-ranks (default {K_FACTOR} x k)"
         in text
     )

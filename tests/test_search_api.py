@@ -58,7 +58,7 @@ def _index(data, kind):
     if kind == "ivf":
         return IVFIndex(dask_hashcodes.open_ivf(d / "v.zarr", codes), 8, model=model)
     if kind == "rerank":
-        return Rerank("exact", FlatIndex(codes, model=model), 50, source=ds)
+        return Rerank("exact", FlatIndex(codes, model=model), candidates=50, source=ds)
     return ServingIVF.load(dask_hashcodes.open_ivf(d / "v.zarr", codes), model=model, nprobe=8)
 
 
@@ -182,7 +182,7 @@ def test_serving_tune_takes_vectors_and_tune_codes_queries(sift_1024):
     d, model, codes, rows = sift_1024["dir"], sift_1024["model"], sift_1024["codes"], sift_1024["rows"]
     serving = ServingIVF.load(dask_hashcodes.open_ivf(d / "v.zarr", codes), vectors=rows, model=model)
     # each query's own row is one of its exact top 5 and found first: recall at least 1/5
-    grid = {"k": K, "target": 0.2, "nprobes": (8,), "candidates_per_k": (10,)}
+    grid = {"k": K, "target": 0.2, "nprobes": (8,), "k_factors": (10,)}
     by_vectors = serving.tune(rows[QUERIES], **grid)
     assert by_vectors.reached and by_vectors.recall >= 0.2 and len(by_vectors.trials) == 1
     by_codes = serving.tune_codes(Queries(codes=model.encode(rows[QUERIES]), vectors=rows[QUERIES]), **grid)

@@ -76,3 +76,17 @@ def check_int_param(value, name: str, owner: str, low: int = 1, high: int | None
         rng = f"[{low}, {'inf' if high is None else high}]"
         raise InputError(f"The '{name}' parameter of {owner} must be an int in the range {rng}. Got {value!r} instead.")
     return int(value)
+
+
+def check_k(k) -> int:
+    """The number of neighbours a top-k search asks for, refused in one line unless a positive int."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise InputError(f"k must be a positive int; got {k!r}")
+    return int(k)
+
+
+def check_radius(radius) -> int:
+    """The Hamming radius of a range search, refused in one line unless a non-negative int."""
+    if isinstance(radius, bool) or not isinstance(radius, numbers.Integral) or radius < 0:
+        raise InputError(f"radius must be a non-negative int; got {radius!r}")
+    return int(radius)

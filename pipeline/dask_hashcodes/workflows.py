@@ -61,12 +61,12 @@ from dask_hashcodes.hashing.checkpoint import (
     dataset_identity,
     live_writer,
 )
-from dask_hashcodes.kernels.knn import neighbour_recall
 from dask_hashcodes.indexes.hamming import flat_hits
 from dask_hashcodes.indexes.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
 from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, build_ivf
 from dask_hashcodes.indexes.mih import build_index
 from dask_hashcodes.indexes.rerank import check_rerank
+from dask_hashcodes.kernels.knn import neighbour_recall
 from dask_hashcodes.storage.atomic import DiskFull, remove_artifact
 from dask_hashcodes.storage.codes import Codes, open_codes
 from dask_hashcodes.storage.datasets import Dataset, Split, dataset_summary, open_dataset, write_dataset_like
@@ -340,10 +340,15 @@ def encode(dataset, model, out, *, overwrite: bool = False, progress: bool | Non
 
 @dataclass(frozen=True)
 class Indexed:
+    """An index written by ``index``: its ``kind`` ("mih" or "ivf"), the ``n`` codes it indexes
+    and its size: ``substrings`` (multi-index hashing) or ``n_lists`` (an inverted file)."""
+
     path: str
+    kind: str
     n: int
-    m: int
     seconds: float
+    substrings: int | None = None
+    n_lists: int | None = None
 
 
 @resolves_progress
@@ -371,7 +376,7 @@ def index(
     codes = open_codes(codes, storage=storage)
     if kind == "mih":
         loc, m = build_index(codes, out, m=substrings, overwrite=overwrite, progress=_show(progress), storage=storage)
-        return Indexed(str(loc), codes.n, m, time.perf_counter() - started)
+        return Indexed(str(loc), kind, codes.n, time.perf_counter() - started, substrings=m)
     if kind != "ivf":
         raise InputError(f"unknown index kind {kind!r}; choose mih or ivf")
     if dataset is None:
@@ -383,7 +388,7 @@ def index(
         codes, ds.features_dask(), out, n_lists=lists, kmeans_rows=kmeans_rows, seed=seed, overwrite=overwrite,
         progress=_show(progress), storage=storage,
     )  # fmt: skip
-    return Indexed(str(loc), codes.n, n_lists, time.perf_counter() - started)
+    return Indexed(str(loc), kind, codes.n, time.perf_counter() - started, n_lists=n_lists)
 
 
 @dataclass(frozen=True)
@@ -416,7 +421,7 @@ def search_index(
     """The index a search of ``split_``'s queries goes through: the linear scan of the
     codes, or the stored index ``index`` (a multi-index, or an inverted file probing
     ``nprobe`` lists, default DEFAULT_NPROBE), minus the split's query rows; wrapped in a
-    Rerank step when ``rerank`` is given (``candidates``: its R)."""
+    Rerank step when ``rerank`` is given (``candidates``: its R, None: k_factor x k)."""
     stored = None if index is None else open_stored_index(index, codes)
     if nprobe is not None and not isinstance(stored, StoredLists):
         raise InputError("nprobe sets the lists an inverted file probes; give an index built with `kind='ivf'`")
@@ -430,7 +435,7 @@ def search_index(
     if rerank is None:
         return base
     source = dataset if rerank == "exact" else codes
-    return Rerank(rerank, base, candidates, source=source, model=model)
+    return Rerank(rerank, base, candidates=candidates, source=source, model=model)
 
 
 @resolves_progress
@@ -459,7 +464,7 @@ def search(
     hashing): the same results, fewer codes compared; or, for an inverted file, through the
     ``nprobe`` lists nearest each query: fewer codes compared, approximate. With ``rerank`` ("exact": squared L2
     to the original vectors; "asymmetric": the queries' real projections against the
-    codes) the Hamming top-``candidates`` (default ``search.ivf.CANDIDATES_PER_K`` x k) are
+    codes) the Hamming top-``candidates`` (default ``indexes.rerank.K_FACTOR`` x k) are
     re-ranked and the top k kept.
     With ``recall``, ``Searched.recall`` is the mean fraction of each query's exact Euclidean
     top-k found in its k results (the exact neighbours computed once and stored in the
@@ -482,16 +487,13 @@ def search(
     out = _at(out, storage)
     index = _at(index, storage)
     searcher = search_index(ds, model, codes_, split_, index=index, nprobe=nprobe, rerank=rerank, candidates=candidates)
-    inverted_file = isinstance(getattr(searcher, "base", searcher), IVFIndex)
-    if radius is not None and inverted_file:
+    if radius is not None and not searcher.range_searchable:
         raise InputError(
             "an inverted file answers top-k searches only; give `k` instead of `radius`, or an `index` built with "
             "`kind='mih'`"
         )
-    # the stored codes of the split's queries, and their rows where the lists or the re-ranking need them
-    query_codes = codes_.take(split_.query)
-    needs_vectors = rerank is not None or inverted_file
-    queries = Queries(codes=query_codes, vectors=query_rows(ds, split_)) if needs_vectors else query_codes
+    # the stored codes of the split's queries and their rows, which the lists or the re-ranking need
+    queries = Queries(codes=codes_.take(split_.query), vectors=query_rows(ds, split_))
     n_database = ds.n - split_.n_query
     started = time.perf_counter()
     measured = None
@@ -502,12 +504,10 @@ def search(
         found = len(ids)
     else:
         k = 100 if k is None else k
-        if rerank is not None:
-            scores, nn, dist = searcher.search_codes_with_hamming(queries, k, progress=progress)
-            reranked, results = (rerank, candidates, scores), (scores, nn)
-        else:
-            dist, nn = results = searcher.search_codes(queries, k, progress=progress)
-            reranked = None
+        found_d, nn = results = searcher.search_codes(queries, k, progress=progress)
+        dist, reranked = found_d, None
+        if rerank is not None:  # the results file keeps the Hamming distance beside the re-ranked one
+            dist, reranked = searcher.candidate_distances, (rerank, candidates, found_d)
         if recall:  # before the results are written: a failure here leaves no output
             searched = time.perf_counter()
             truth, _, _ = euclidean_groundtruth(ds, split_, top_k=k)
@@ -518,9 +518,8 @@ def search(
         found = int((nn >= 0).sum())
     seconds = time.perf_counter() - started
     path = None if out is None else str(out)
-    searched_by = getattr(searcher, "base", searcher).searched_by
     return Searched(
-        path, len(queries), n_database, found, seconds, results, k=k, recall=measured, searched_by=searched_by
+        path, len(queries), n_database, found, seconds, results, k=k, recall=measured, searched_by=searcher.searched_by
     )
 
 

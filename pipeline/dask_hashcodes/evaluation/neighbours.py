@@ -6,10 +6,12 @@ ranking metrics: recall@k of each query's exact Euclidean top-k among the k resu
 - an inverted file (k-means lists on the database features, the Hamming top-R of the
   ``nprobe`` lists nearest the query, re-ranked exactly), per nprobe and R.
 
-The database codes and features stay on the cluster for the scan and the re-ranking (the
-candidates' rows are read chunk by chunk); the inverted file's lists are laid out on the
-client from the database codes (n x code bytes) and every row's list (n int32), which is
-what a serving process holds too.
+Each is an index object (dask_hashcodes.indexes): a FlatIndex over the database codes, a
+Rerank over it, and a Rerank over an IVFIndex. The database codes and features stay on the
+cluster for the scan and the re-ranking (the candidates' rows are read chunk by chunk); the
+inverted file's lists are laid out in memory on the client (InvertedLists) from the database
+codes (n x code bytes) and every row's list (n int32), which is what a serving process
+holds too.
 """
 
 from __future__ import annotations
@@ -21,12 +23,10 @@ import numpy as np
 
 from dask_hashcodes.distributed.graph import chunk_delayeds, map_chunks
 from dask_hashcodes.errors import InputError
-from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists
+from dask_hashcodes.indexes.index import FlatIndex, IVFIndex, Queries, Rerank
+from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, InvertedLists, default_lists, ivf_centroids
 from dask_hashcodes.kernels.kmeans import nearest_centres
 from dask_hashcodes.kernels.knn import neighbour_recall
-from dask_hashcodes.indexes.hamming import knn_search_lazy
-from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, default_lists, ivf_centroids
-from dask_hashcodes.indexes.rerank import rerank_lazy
 
 
 def _listed(values) -> str:
@@ -115,35 +115,25 @@ def neighbour_recalls(searches: NeighbourSearches, exact, features, query_vector
     queries' Euclidean neighbours. ``features``: every dataset row (dask, the re-ranking's
     source); ``db_codes``, ``db_ids``: the database rows' codes and ids (dask, aligned);
     ``lists``: the inverted file's (centroids, row lists) of ``inverted_lists``."""
-    k, deepest = searches.recall_at, max((searches.recall_at, *searches.rerank_candidates))
-    _, hamming = dask.compute(knn_search_lazy(query_codes, db_codes, deepest, ids=db_ids))[0]
-    rows = [{"search": "hamming", "recall": neighbour_recall(hamming[:, :k], exact)}]
+    k = searches.recall_at
+    queries = Queries(codes=np.asarray(query_codes), vectors=np.asarray(query_vectors))
+    scan = FlatIndex(db_codes, ids=db_ids)
+    _, hamming = scan.search_codes(queries, k)
+    rows = [{"search": "hamming", "recall": neighbour_recall(hamming, exact)}]
     for r in searches.rerank_candidates:
-        found = _reranked(query_vectors, features, hamming[:, :r], k)
+        _, found = Rerank("exact", scan, source=features, candidates=r).search_codes(queries, k)
         rows.append({"search": "rerank", "candidates": r, "recall": neighbour_recall(found, exact)})
     if searches.ivf_lists is not None:
-        rows += _inverted_file_recalls(searches, exact, features, query_vectors, query_codes, db_codes, db_ids, lists)
+        centroids, assignment = lists
+        inverted = InvertedLists.assigned(centroids, *dask.compute(db_codes, db_ids), assignment)
+        for nprobe in searches.ivf_nprobes:
+            for r in searches.rerank_candidates:
+                ivf = Rerank("exact", IVFIndex(inverted, nprobe), source=features, candidates=r)
+                _, found = ivf.search_codes(queries, k)
+                recall = neighbour_recall(found, exact)
+                rows.append({"search": "ivf", "lists": len(centroids), "nprobe": nprobe, "candidates": r,
+                             "recall": recall})  # fmt: skip
     return {"k": k, "searches": rows}
-
-
-def _reranked(query_vectors, features, candidates, k) -> np.ndarray:
-    return dask.compute(rerank_lazy("exact", query_vectors, features, candidates, k))[0][1]
-
-
-def _inverted_file_recalls(searches, exact, features, query_vectors, query_codes, db_codes, db_ids, lists):
-    centroids, assignment = lists
-    codes, ids = dask.compute(db_codes, db_ids)
-    order, offsets = list_layout(assignment, len(centroids))
-    list_codes, list_ids = codes[order], ids[order]
-    rows = []
-    for nprobe in searches.ivf_nprobes:
-        probes = probed_lists(query_vectors, centroids, nprobe)
-        for r in searches.rerank_candidates:
-            _, candidates = search_lists(query_codes, probes, list_codes, list_ids, offsets, r)
-            found = _reranked(query_vectors, features, candidates, searches.recall_at)
-            recall = neighbour_recall(found, exact)
-            rows.append({"search": "ivf", "lists": len(centroids), "nprobe": nprobe, "candidates": r, "recall": recall})
-    return rows
 
 
 def _assign(block, *, centroids):

@@ -41,7 +41,6 @@ from dask_hashcodes.distributed.progress import compute_with_progress
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.kernels.l2 import (
     l2_topk,
-    merge_l2_topk,
     partial_distances,
     query_norms,
     relevance_bits,
@@ -51,6 +50,7 @@ from dask_hashcodes.kernels.l2 import (
     window_members,
 )
 from dask_hashcodes.kernels.ranking import relevance_from_labels, relevance_from_neighbours
+from dask_hashcodes.kernels.topk import topk_merger
 from dask_hashcodes.storage.chunkread import ChunkReader, dask_from_reader, write_rows
 from dask_hashcodes.views import database_view, view_of
 
@@ -192,13 +192,6 @@ def neighbours_to_k(n_database: int, top_k: int | None, top_percent: float | Non
     return int(top_k)
 
 
-def _merge_pair(k):
-    def merge(a, b):
-        return merge_l2_topk(a, b, k)
-
-    return merge
-
-
 def euclidean_neighbours(features, query_vectors: np.ndarray, k: int, ids=None):
     """Exact top-k squared-L2 neighbours over a chunked dask array: per-chunk GEMM top-k,
     tree merge. Returns (ids int64 (m, k), squared distances float64 (m, k))."""
@@ -210,7 +203,7 @@ def euclidean_neighbours(features, query_vectors: np.ndarray, k: int, ids=None):
         queries=np.asarray(query_vectors),
         k=int(k),
     )
-    dist, nn = compute_with_progress(tree_reduce("l2-topk-merge", parts, _merge_pair(int(k))))
+    dist, nn = compute_with_progress(tree_reduce("l2-topk-merge", parts, topk_merger(k)))
     return nn, dist
 
 

@@ -11,14 +11,18 @@ import numpy as np
 
 from dask_hashcodes.distributed.graph import as_dask, chunk_delayeds, chunk_reads, map_chunks, row_numbers, tree_reduce
 from dask_hashcodes.errors import InputError, shape_words
-from dask_hashcodes.kernels.hamming import hamming_radius, hamming_topk, merge_topk, sort_radius_results
 from dask_hashcodes.indexes.queries import width_words
+from dask_hashcodes.kernels.hamming import hamming_radius, hamming_topk, sort_radius_results
+from dask_hashcodes.kernels.topk import topk_merger
+from dask_hashcodes.validation import check_k, check_radius
 
 
-def _check_codes(query_codes, codes):
+def check_query_codes(query_codes, codes):
+    """Packed query codes as a numpy array, refused in one line unless they are uint8 codes
+    as wide as the database ``codes`` (grouped (G, nq, bytes) query codes: each group)."""
     query_codes = np.asarray(query_codes)
     if query_codes.ndim == 3 and getattr(codes, "ndim", 0) == 2:  # grouped (DisH1) query codes
-        _check_codes(query_codes[0], codes)
+        check_query_codes(query_codes[0], codes)
         return query_codes
     if query_codes.dtype != np.uint8 or getattr(codes, "dtype", None) != np.uint8:
         raise InputError(
@@ -39,36 +43,28 @@ def _check_codes(query_codes, codes):
     return query_codes
 
 
-def _aligned(codes, ids):
+def aligned(codes, ids):
+    """(codes, ids) as dask arrays chunked alike (ids: the row numbers when None)."""
     codes = as_dask(codes, chunk_rows=1 << 20)
     ids = row_numbers(codes) if ids is None else as_dask(ids).rechunk((codes.chunks[0],))
     return codes, ids
-
-
-def _merge_pair(k):
-    def merge(a, b):
-        return merge_topk([a, b], k)
-
-    return merge
 
 
 def knn_search_lazy(query_codes, codes, k: int, ids=None, groups=None):
     """Delayed (distances, ids) of the exact top-k; compute it together with other work.
     ``groups`` (dask, aligned with codes) picks the query encoding per code for grouped
     (G, m, n_bytes) query codes (DisH1)."""
-    query_codes = _check_codes(query_codes, codes)
-    if not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"k must be a positive int; got {k!r}")
-    codes, ids = _aligned(codes, ids)
+    query_codes, k = check_query_codes(query_codes, codes), check_k(k)
+    codes, ids = aligned(codes, ids)
     group_chunks = chunk_delayeds(groups) if groups is not None else [None] * codes.numblocks[0]
     parts = map_chunks(
         "hamming-topk",
         hamming_topk,
         list(zip(chunk_reads(codes), chunk_reads(ids), group_chunks)),
-        k=int(k),
+        k=k,
         queries=query_codes,
     )
-    return tree_reduce("hamming-topk-merge", parts, _merge_pair(int(k)))
+    return tree_reduce("hamming-topk-merge", parts, topk_merger(k))
 
 
 def knn_search(query_codes, codes, k: int, ids=None):
@@ -84,25 +80,24 @@ def _radius_chunk(codes, ids, *, queries, radius):
     return hamming_radius(queries, codes, ids, radius)
 
 
-def _concat_radius(a, b):
+def concat_radius(a, b):
+    """Two flat radius results (query_index, id, distance) as one, sorted."""
     return sort_radius_results(*(np.concatenate([x, y]) for x, y in zip(a, b)))
 
 
 def radius_search(query_codes, codes, radius: int, ids=None):
     """All codes within Hamming ``radius``: flat arrays (query_index, id, distance) sorted by
     (query, distance, id) — the shape of FAISS's range_search results, flattened."""
-    query_codes = _check_codes(query_codes, codes)
-    if not isinstance(radius, (int, np.integer)) or radius < 0:
-        raise InputError(f"radius must be a non-negative int; got {radius!r}")
-    codes, ids = _aligned(codes, ids)
+    query_codes, radius = check_query_codes(query_codes, codes), check_radius(radius)
+    codes, ids = aligned(codes, ids)
     parts = map_chunks(
         "hamming-radius",
         _radius_chunk,
         list(zip(chunk_reads(codes), chunk_reads(ids))),
         queries=query_codes,
-        radius=int(radius),
+        radius=radius,
     )
-    return dask.compute(tree_reduce("hamming-radius-merge", parts, _concat_radius))[0]
+    return dask.compute(tree_reduce("hamming-radius-merge", parts, concat_radius))[0]
 
 
 def lims_of(query_index: np.ndarray, n_queries: int) -> np.ndarray:

@@ -1,25 +1,17 @@
-"""Search as composable index objects with FAISS's interface, the kind of query said by the
-method called (search.queries), never guessed from a dtype:
+"""The indexes, every one an ``Index`` (indexes.base: FAISS's members, the query kind said by
+the method called, never guessed from a dtype):
 
-* ``search(vectors, k)`` -> (D, I): query vectors (uint8, float16, float32 or float64
-  (nq, d)), encoded by the index's ``model``;
-* ``search_codes(codes, k)`` -> (D, I): packed query codes (uint8 (nq, code bytes)), or
-  ``Queries`` holding the codes and their vectors (an inverted file and re-ranking need both);
-* ``range_search(vectors, radius)`` / ``range_search_codes(codes, radius)`` -> (lims, D, I)
-  where a range search is defined (the exact Hamming indexes); the others refuse it;
-* ``search_lazy`` / ``search_codes_lazy``: the delayed (D, I), to compute with other work.
-
-The indexes:
-
-* ``FlatIndex``: the exact Hamming linear scan (search.hamming) over a Codes handle or a
+* ``FlatIndex``: the exact Hamming linear scan (indexes.hamming) over a Codes handle or a
   codes array, optionally leaving out some rows (a split's queries);
-* ``MIHIndex``: the same answer through a stored multi-index (search.mih, ``dhash index``);
-  ``search.mih.MultiIndex`` (tables kept on the workers) has the same interface;
-* ``IVFIndex``: the top-k among the rows of each query's ``nprobe`` nearest lists of a stored
-  inverted file (search.ivf, ``dhash index --kind ivf``): approximate, fewer codes compared;
-* ``Rerank``: wraps another index, takes its top ``candidates`` and re-ranks them by the
-  exact squared L2 to the original vectors (read chunk by chunk where they are stored) or
-  by the asymmetric distance of the queries' real projections to the codes.
+* ``MIHIndex``: the same answer through a stored multi-index (indexes.mih, ``dhash index``);
+  ``indexes.mih.MultiIndex`` (tables kept on the workers) is the same over codes in memory;
+* ``IVFIndex``: the top-k among the rows of each query's ``nprobe`` nearest lists of an
+  inverted file (indexes.ivf, ``dhash index --kind ivf``): approximate, fewer codes
+  compared; its lists stored (searched on the cluster) or in memory (InvertedLists,
+  searched on the calling thread; ServingIVF);
+* ``Rerank``: wraps any index, takes its top ``k_factor`` x k candidates and re-ranks them by
+  the exact squared L2 to the original vectors (read chunk by chunk where they are stored)
+  or by the asymmetric distance of the queries' real projections to the codes.
 
 Results follow FAISS: D (nq, k) distances (int32 Hamming, float64 after re-ranking), I
 (nq, k) int64 ids, -1 (and the largest distance) where fewer than k rows exist; ties are
@@ -29,119 +21,53 @@ sorted by (distance, id).
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
-
 import numpy as np
+from dask import delayed
 
+from dask_hashcodes.distributed.graph import as_dask
 from dask_hashcodes.distributed.progress import compute_with_progress
 from dask_hashcodes.errors import InputError
-from dask_hashcodes.kernels.rerank import candidate_values
-from dask_hashcodes.indexes.hamming import knn_search_lazy, lims_of, radius_search
-from dask_hashcodes.indexes.ivf import ivf_knn_lazy
+from dask_hashcodes.indexes.base import HammingIndex, Index
+from dask_hashcodes.indexes.hamming import knn_search_lazy, radius_search
+from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, InvertedLists, ivf_knn_lazy
 from dask_hashcodes.indexes.mih import index_knn_lazy, index_radius
 from dask_hashcodes.indexes.plan import MIH, SCAN, faster_exact_search
-from dask_hashcodes.indexes.queries import Queries, checked_codes, checked_vectors, encoded, with_vectors
-from dask_hashcodes.indexes.rerank import RERANKERS, rerank_lazy
+from dask_hashcodes.indexes.queries import Queries, checked_codes, checked_vectors, with_vectors
+from dask_hashcodes.indexes.rerank import K_FACTOR, RERANKERS, rerank_lazy
+from dask_hashcodes.kernels.rerank import candidate_values
 from dask_hashcodes.storage.codes import Codes
+from dask_hashcodes.validation import check_k
 from dask_hashcodes.views import view_of
 
 __all__ = ["Index", "Queries", "FlatIndex", "MIHIndex", "IVFIndex", "Rerank"]
 
-
-@runtime_checkable
-class Index(Protocol):
-    """What every index offers (FAISS's interface, the query kind said by the method):
-    ``search(vectors, k)`` and ``search_codes(codes, k)`` -> (D, I) of the top ``k``;
-    ``range_search(vectors, radius)`` and ``range_search_codes(codes, radius)`` -> (lims, D,
-    I) of every row within ``radius`` (refused by the indexes that only answer top-k)."""
-
-    def search(self, vectors, k: int): ...
-
-    def search_codes(self, codes, k: int): ...
-
-    def range_search(self, vectors, radius): ...
-
-    def range_search_codes(self, codes, radius): ...
+IVF = "inverted file"
 
 
-def _check_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"k must be a positive int; got {k!r}")
-    return int(k)
+def _excluded(exclude) -> np.ndarray:
+    return np.empty(0, np.int64) if exclude is None else np.unique(np.asarray(exclude, dtype=np.int64))
 
 
-def _check_radius(radius) -> int:
-    if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
-        raise InputError(f"radius must be a non-negative int; got {radius!r}")
-    return int(radius)
-
-
-def top_k_only(what: str) -> InputError:
-    """The refusal of a range search by an index that answers top-k searches only."""
-    return InputError(
-        f"{what} answers top-k searches only: call search(vectors, k) or search_codes(queries, k), or range-search "
-        "a FlatIndex or MIHIndex"
-    )
-
-
-class _CodesIndex:
-    """Shared by the exact Hamming indexes: the model that encodes query vectors, and the
-    FAISS-shaped results computed (with a progress bar on stderr when asked)."""
-
-    model = None
-
-    @property
-    def code_bytes(self) -> int:  # pragma: no cover - each index defines it
-        raise NotImplementedError
-
-    def search(self, vectors, k: int, *, progress: bool = False):
-        """(D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k`` of ``vectors``
-        encoded by the index's model."""
-        return compute_with_progress(self.search_lazy(vectors, k), show=progress)
-
-    def search_codes(self, codes, k: int, *, progress: bool = False):
-        """(D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k`` of packed
-        ``codes`` (or the codes of a Queries value)."""
-        return compute_with_progress(self.search_codes_lazy(codes, k), show=progress)
-
-    def search_lazy(self, vectors, k: int):
-        """The delayed (D, I) of ``search``, to compute together with other work."""
-        return self.search_codes_lazy(encoded(vectors, self.model, self.code_bytes).codes, k)
-
-    def search_codes_lazy(self, codes, k: int):
-        """The delayed (D, I) of ``search_codes``, to compute together with other work."""
-        return self._topk_lazy(checked_codes(codes, self.code_bytes), _check_k(k))
-
-    def range_search(self, vectors, radius: int):
-        """(lims, D, I): every row within Hamming ``radius`` of ``vectors`` encoded by the
-        index's model, sorted by (distance, id) per query."""
-        return self.range_search_codes(encoded(vectors, self.model, self.code_bytes).codes, radius)
-
-    def range_search_codes(self, codes, radius: int):
-        """(lims, D, I): every row within Hamming ``radius`` of packed ``codes``, sorted by
-        (distance, id) per query."""
-        codes = checked_codes(codes, self.code_bytes)
-        query_index, ids, dist = self._radius(codes, _check_radius(radius))
-        return lims_of(query_index, len(codes)), dist, ids
-
-
-class FlatIndex(_CodesIndex):
+class FlatIndex(HammingIndex):
     """The exact Hamming linear scan over ``codes`` (a Codes handle, or a numpy/dask array of
     packed codes) minus the rows ``exclude`` (e.g. a split's queries); ids are the codes'
-    row numbers. ``model`` encodes the vectors ``search`` takes."""
+    row numbers, or ``ids`` (one per row, aligned with the codes) when given. ``model``
+    encodes the vectors ``search`` takes."""
 
     searched_by = SCAN
 
-    def __init__(self, codes, *, exclude=None, model=None):
+    def __init__(self, codes, *, exclude=None, ids=None, model=None):
         self.codes = codes
         self.model = model
         array = codes.dask() if isinstance(codes, Codes) else codes
+        if ids is not None and exclude is not None:
+            raise InputError("give the ids of the rows to search, or the rows to leave out (`exclude`), not both")
         view = view_of(array, exclude)
-        self._db, self._ids = view.features, view.ids
+        self._db, self._ids = view.features, view.ids if ids is None else ids
         self.ntotal = view.n
 
     @property
-    def code_bytes(self) -> int:
+    def code_size(self) -> int:
         return int(self._db.shape[1])
 
     def _topk_lazy(self, codes, k):
@@ -151,27 +77,30 @@ class FlatIndex(_CodesIndex):
         return radius_search(codes, self._db, radius, ids=self._ids)
 
 
-class MIHIndex(_CodesIndex):
+class MIHIndex(HammingIndex):
     """Exact Hamming search through a stored multi-index (the StoredTables of
     storage.mih_index.open_index) over its codes minus the rows ``exclude``: the linear
     scan's answer, fewer codes compared. ``model`` encodes the vectors ``search`` takes.
 
     With ``choose`` (the default) each search first times a sample of its queries both
     through the tables and by the linear scan of the same codes on one shard
-    (search.plan), and runs by the faster: the answer is the same either way.
+    (indexes.plan), and runs by the faster: the answer is the same either way.
     ``searched_by`` names the one the last search used."""
 
     def __init__(self, tables, *, exclude=None, model=None, choose: bool = True):
         self.tables = tables
         self.model = model
         self.choose = choose
-        self._exclude = np.empty(0, np.int64) if exclude is None else np.asarray(exclude, dtype=np.int64)
-        self.ntotal = tables.codes.n - len(np.unique(self._exclude))
+        self._exclude = _excluded(exclude)
+        self.ntotal = tables.codes.n - len(self._exclude)
         self.searched_by = MIH
 
     @property
-    def code_bytes(self) -> int:
+    def code_size(self) -> int:
         return int(self.tables.codes.reader.shape[1])
+
+    def settings(self) -> dict:
+        return {"substrings": self.tables.substrings}
 
     def _by_scan(self, codes, **search) -> bool:
         """Whether this search (top-k or radius) runs by the linear scan; sets searched_by."""
@@ -192,115 +121,151 @@ class MIHIndex(_CodesIndex):
         return index_radius(codes, self.tables, radius, excluded_rows=self._exclude)
 
 
-class IVFIndex:
-    """Hamming search through a stored inverted file (the StoredLists of
-    storage.ivf_index.open_ivf): each query's top-k among the rows of its ``nprobe`` nearest
-    lists, the rows ``exclude`` left out. Approximate (a true neighbour in a list not probed
-    is missed); exactly the linear scan over the probed lists' rows. The lists are found
-    from the query vectors: ``search(vectors, k)`` encodes them with ``model``;
-    ``search_codes`` takes ``Queries`` holding the codes and the vectors."""
+class IVFIndex(Index):
+    """Hamming search through an inverted file: each query's top-k among the rows of its
+    ``nprobe`` nearest lists. Approximate (a true neighbour in a list not probed is missed);
+    exactly the linear scan over the probed lists' rows. ``lists``: a stored inverted file
+    (the StoredLists of storage.ivf_index.open_ivf), searched on the cluster with the rows
+    ``exclude`` left out, or InvertedLists in this process's memory (``exclude`` applied
+    when they were loaded), searched on the calling thread. The lists are found from the
+    query vectors: ``search(vectors, k)`` encodes them with ``model``; ``search_codes``
+    takes ``Queries`` holding the codes and the vectors."""
 
-    searched_by = "inverted file"
+    searched_by = IVF
 
-    def __init__(self, lists, nprobe: int, *, exclude=None, model=None):
+    def __init__(self, lists, nprobe: int = DEFAULT_NPROBE, *, exclude=None, model=None):
         self.lists, self.nprobe, self.model = lists, nprobe, model
-        self._exclude = np.empty(0, np.int64) if exclude is None else np.asarray(exclude, dtype=np.int64)
-        self.ntotal = lists.codes.n - len(np.unique(self._exclude))
+        if isinstance(lists, InvertedLists) and exclude is not None:
+            raise InputError("lists in memory leave rows out when loaded: InvertedLists.load(lists, exclude=...)")
+        self._exclude = _excluded(exclude)
+        in_memory = isinstance(lists, InvertedLists)
+        self.ntotal = lists.ntotal if in_memory else lists.codes.n - len(self._exclude)
 
     @property
-    def code_bytes(self) -> int:
-        return int(self.lists.codes.reader.shape[1])
+    def in_memory(self) -> bool:
+        return isinstance(self.lists, InvertedLists)
 
-    def search(self, vectors, k: int, *, progress: bool = False):
-        """(D int32 (nq, k), I int64 (nq, k)): the Hamming top-``k`` of the probed lists of
-        ``vectors``, encoded by the index's model."""
-        return compute_with_progress(self.search_lazy(vectors, k), show=progress)
+    @property
+    def code_size(self) -> int:
+        return self.lists.code_size if self.in_memory else int(self.lists.codes.reader.shape[1])
+
+    @property
+    def n_lists(self) -> int:
+        return self.lists.n_lists
+
+    def settings(self) -> dict:
+        return {"n_lists": self.n_lists, "nprobe": self.nprobe}
+
+    def _checked(self, queries, k):
+        codes = checked_codes(queries, self.code_size)
+        queries = with_vectors(queries, "an inverted file finds each query's lists from its vector, so it")
+        return codes, queries.vectors, check_k(k)
 
     def search_codes(self, queries: Queries, k: int, *, progress: bool = False):
-        """(D int32 (nq, k), I int64 (nq, k)) of ``queries``: Queries holding the codes and
-        the vectors (which find the lists)."""
-        return compute_with_progress(self.search_codes_lazy(queries, k), show=progress)
-
-    def search_lazy(self, vectors, k: int):
-        """The delayed (D, I) of ``search``."""
-        return self.search_codes_lazy(encoded(vectors, self.model, self.code_bytes), k)
+        if self.in_memory:  # on the calling thread, no graph: a served query's latency is the search
+            return self.lists.search(*self._checked(queries, k), self.nprobe)
+        return super().search_codes(queries, k, progress=progress)
 
     def search_codes_lazy(self, queries: Queries, k: int):
-        """The delayed (D, I) of ``search_codes``."""
-        codes = checked_codes(queries, self.code_bytes)
-        queries = with_vectors(queries, "an inverted file finds each query's lists from its vector, so it")
-        return ivf_knn_lazy(codes, queries.vectors, self.lists, k, self.nprobe, excluded_rows=self._exclude)
+        codes, vectors, k = self._checked(queries, k)
+        if self.in_memory:
+            return delayed(self.lists.search, pure=True)(codes, vectors, k, self.nprobe)
+        return ivf_knn_lazy(codes, vectors, self.lists, k, self.nprobe, excluded_rows=self._exclude)
 
-    def range_search(self, vectors, radius):
-        raise top_k_only("an inverted file")
+    def reranked_exact(self, queries: Queries, source, candidates: int, k: int):
+        if not (self.in_memory and isinstance(source, np.ndarray)):
+            return None
+        codes, vectors, k = self._checked(queries, k)
+        return self.lists.search_exact(codes, vectors, source, k, self.nprobe, candidates)
 
-    def range_search_codes(self, codes, radius):
-        raise top_k_only("an inverted file")
 
-
-class Rerank:
-    """Re-ranking as a step over another index: ``base``'s Hamming top ``candidates`` of each
-    query, re-ranked by ``kind`` and cut to the top k.
+class Rerank(Index):
+    """Re-ranking as a step over any index ``base``: its Hamming top ``k_factor`` x k
+    candidates of each query (FAISS's k_factor; ``candidates``: that many whatever k),
+    re-ranked by ``kind`` and cut to the top k. ``ntotal``, ``code_size`` and
+    ``searched_by`` are the base's.
 
     ``kind`` "exact": squared L2 between the query vectors and the original vectors of
-    ``source`` (a Dataset handle or a dask array of every row), read chunk by chunk;
-    "asymmetric": the queries' real projections (``model.project``) against the codes of
-    ``source`` (a Codes handle or a dask array). ``search(vectors, k)`` encodes the vectors
-    with ``model`` (or the base index's); ``search_codes`` takes ``Queries`` holding the
-    codes and the vectors."""
+    ``source`` (a Dataset handle, a dask array of every row read chunk by chunk, or a numpy
+    array, memory-mapped or not); "asymmetric": the queries' real projections
+    (``model.project``) against the codes of ``source`` (a Codes handle or a dask array).
+    ``search(vectors, k)`` encodes the vectors with ``model`` (or the base index's);
+    ``search_codes`` takes ``Queries`` holding the codes and the vectors. After a search,
+    ``candidate_distances`` holds the base's distances (Hamming) of the results."""
 
-    def __init__(self, kind: str, base, candidates: int, *, source, model=None):
+    def __init__(self, kind: str, base: Index, *, source, k_factor: int = K_FACTOR, candidates: int | None = None,
+                 model=None):  # fmt: skip
         if kind not in RERANKERS:
             raise InputError(f"unknown re-ranking {kind!r}; choose exact or asymmetric")
         if kind == "asymmetric" and model is None:
             raise InputError("asymmetric re-ranking projects the queries with the model; give it a `model`")
-        self.kind, self.base, self.candidates, self.model = kind, base, int(candidates), model
+        self.kind, self.base = kind, base
+        self.k_factor = check_k(k_factor)
+        self.candidates = None if candidates is None else check_k(candidates)
+        self.model = model if model is not None else base.model
         if hasattr(source, "features_dask"):
             source = source.features_dask()
         elif isinstance(source, Codes):
             source = source.dask()
         self.source = source
+        self.candidate_distances = None
 
     @property
-    def code_bytes(self) -> int:
-        return self.base.code_bytes
+    def ntotal(self) -> int:
+        return self.base.ntotal
+
+    @property
+    def code_size(self) -> int:
+        return self.base.code_size
+
+    @property
+    def searched_by(self) -> str:
+        return self.base.searched_by
+
+    def settings(self) -> dict:
+        return {"rerank": self.kind, "k_factor": self.k_factor, "candidates": self.candidates,
+                "base": self.base.describe()}  # fmt: skip
+
+    def candidates_for(self, k: int) -> int:
+        """The candidates re-ranked for a top ``k``: ``candidates``, or k_factor x k."""
+        candidates = self.k_factor * k if self.candidates is None else self.candidates
+        if candidates < k:
+            raise InputError(
+                f"{candidates} candidates is below k = {k}: re-ranking keeps k of them; raise `candidates`"
+            )
+        return candidates
 
     def _query_side(self, vectors) -> np.ndarray:
-        d = self.source.shape[1] if self.kind == "exact" else getattr(self.model, "n_features_in_", None)
+        d = self.source.shape[1] if self.kind == "exact" else self.d
         trained_on = "the re-ranking's source rows have" if self.kind == "exact" else "the model was trained on"
         vectors = checked_vectors(vectors, None if d is None else int(d), trained_on=trained_on)
         return self.model.project(vectors) if self.kind == "asymmetric" else vectors
 
-    def search_codes_with_hamming(self, queries: Queries, k: int, *, progress: bool = False):
-        """(D float64 (nq, k) re-ranked distances, I int64 (nq, k), the Hamming distances of I)
-        of ``queries``: Queries holding the codes and the vectors."""
-        k = _check_k(k)
-        if self.candidates < k:
-            raise InputError(
-                f"{self.candidates} candidates is below k = {k}: re-ranking keeps k of them; raise `candidates`"
-            )
-        checked_codes(queries, self.code_bytes)
+    def _checked(self, queries, k):
+        k = check_k(k)
+        candidates = self.candidates_for(k)
+        checked_codes(queries, self.code_size)
         queries = with_vectors(queries, f"{self.kind} re-ranking")
-        query_side = self._query_side(queries.vectors)  # a model without projections is refused before any search
-        hamming, candidates = self.base.search_codes(queries, self.candidates, progress=progress)
-        lazy = rerank_lazy(self.kind, query_side, self.source, candidates, k)
-        scores, ranked = compute_with_progress(lazy, show=progress)
-        return scores, ranked, candidate_values(candidates, hamming, ranked)
-
-    def search(self, vectors, k: int, *, progress: bool = False):
-        """(D float64 (nq, k), I int64 (nq, k)) of the re-ranked top ``k`` of ``vectors``,
-        encoded by the model (or the base index's)."""
-        model = self.model if self.model is not None else getattr(self.base, "model", None)
-        return self.search_codes(encoded(vectors, model, self.code_bytes), k, progress=progress)
+        return queries, self._query_side(queries.vectors), candidates, k  # a model without projections is refused first
 
     def search_codes(self, queries: Queries, k: int, *, progress: bool = False):
         """(D float64 (nq, k), I int64 (nq, k)) of the re-ranked top ``k`` of ``queries``:
         Queries holding the codes and the vectors."""
-        scores, ranked, _ = self.search_codes_with_hamming(queries, k, progress=progress)
+        queries, query_side, candidates, k = self._checked(queries, k)
+        fused = None if self.kind != "exact" else self.base.reranked_exact(queries, self.source, candidates, k)
+        if fused is not None:
+            scores, ranked = fused
+            self.candidate_distances = None
+            return scores, ranked
+        hamming, shortlist = self.base.search_codes(queries, candidates, progress=progress)
+        lazy = rerank_lazy(self.kind, query_side, as_dask(self.source), shortlist, k)
+        scores, ranked = compute_with_progress(lazy, show=progress)
+        self.candidate_distances = candidate_values(shortlist, hamming, ranked)
         return scores, ranked
 
-    def range_search(self, vectors, radius):
-        raise top_k_only("re-ranking")
-
-    def range_search_codes(self, codes, radius):
-        raise top_k_only("re-ranking")
+    def search_codes_lazy(self, queries, k: int):
+        """The delayed re-ranking of ``search_codes``. The base's candidates are found when it
+        is called: which chunks the re-ranking reads depends on them."""
+        queries, query_side, candidates, k = self._checked(queries, k)
+        _, shortlist = self.base.search_codes(queries, candidates)
+        return rerank_lazy(self.kind, query_side, as_dask(self.source), shortlist, k)

@@ -17,13 +17,15 @@ import numpy as np
 from dask_hashcodes.distributed.graph import map_chunks, select_rows, tree_reduce, write_shards
 from dask_hashcodes.distributed.kmeans import kmeans
 from dask_hashcodes.errors import InputError, shape_words
-from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists
+from dask_hashcodes.indexes.hamming import check_query_codes
+from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists, search_lists_exact
 from dask_hashcodes.kernels.kmeans import nearest_centres
-from dask_hashcodes.indexes.hamming import _check_codes, _merge_pair
+from dask_hashcodes.kernels.topk import topk_merger
 from dask_hashcodes.storage.chunkread import write_rows
 from dask_hashcodes.storage.codes import open_codes
 from dask_hashcodes.storage.ivf_index import create_ivf_arrays, ivf_output
 from dask_hashcodes.storage.location import resolve
+from dask_hashcodes.validation import check_k
 
 # Defaults chosen on the validation queries of the recall benchmark (sift-synth): among the settings tried (1, 2 and 4 sqrt(n)
 # lists; 1 to 64 probes; 100 to 1000 candidates), the fastest whose recall@10 of the exact
@@ -40,10 +42,6 @@ DEFAULT_NPROBE = 4
 # a query's cost per task (finding its probed lists, its top-k buffers) is paid once per
 # about a million rows rather than once per codes chunk (a chunk is often 128k rows)
 SEARCH_TASK_ROWS = 1 << 20
-# Hamming candidates re-ranked per query, per neighbour asked for (300 for a top-10): the
-# default when serving with the original vectors and of every re-ranking search
-# (search.rerank.check_rerank, `dhash search --rerank`)
-CANDIDATES_PER_K = 30
 
 
 def default_lists(n: int) -> int:
@@ -209,8 +207,7 @@ def ivf_knn_lazy(
     rows of each query's ``nprobe`` nearest lists (found from ``query_vectors``) of a stored
     inverted file (the StoredLists of storage.ivf_index.open_ivf), ``excluded_rows`` left out.
     One ``ivf-topk`` task per run of shards holding about ``rows_per_task`` rows."""
-    if not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"k must be a positive int; got {k!r}")
+    k = check_k(k)
     nprobe = check_nprobe(nprobe, lists.n_lists, lists.location)
     query_vectors = check_query_vectors(query_vectors, lists.centroids.shape[1], lists.location)
     if len(query_vectors) != len(query_codes):
@@ -223,8 +220,77 @@ def ivf_knn_lazy(
         shard_runs(codes_reader, excluded_rows, rows_per_task),
         readers=(codes_reader, lists.order, lists.offsets),
         n_lists=lists.n_lists,
-        queries=_check_codes(query_codes, codes_reader[:0]),
+        queries=check_query_codes(query_codes, codes_reader[:0]),
         probes=probes,
-        k=int(k),
+        k=k,
     )
-    return tree_reduce("ivf-topk-merge", parts, _merge_pair(int(k)))
+    return tree_reduce("ivf-topk-merge", parts, topk_merger(k))
+
+
+class InvertedLists:
+    """An inverted file's lists held in this process's memory, searched on the calling thread:
+    the ``centroids`` (n_lists, d), every indexed row's code in one list-ordered layout
+    (``list_codes``), its id (``list_ids``, 4 bytes below 2**31 rows) and where each list
+    starts (``offsets``, n_lists + 1). ``location``: the stored inverted file they were
+    loaded from, named in messages (None: built in memory)."""
+
+    def __init__(self, centroids, list_codes, list_ids, offsets, *, location=None):
+        self.centroids = np.ascontiguousarray(centroids, dtype=np.float32)
+        self.list_codes = np.ascontiguousarray(list_codes, dtype=np.uint8)
+        self.list_ids = np.ascontiguousarray(list_ids)
+        self.offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        self.location = location
+
+    @classmethod
+    def load(cls, lists, exclude=None) -> InvertedLists:
+        """The lists of a stored inverted file (the StoredLists of ``open_ivf``) and its codes,
+        every shard regrouped into one layout, the rows ``exclude`` left out."""
+        reader = lists.codes.reader
+        excluded = np.empty(0, np.int64) if exclude is None else np.unique(np.asarray(exclude, dtype=np.int64))
+        readers = (reader, lists.order, lists.offsets)
+        list_codes, ids, offsets = merged_lists(readers, lists.n_lists, range(reader.n_chunks), excluded)
+        id_type = np.int32 if reader.shape[0] < 2**31 else np.int64
+        return cls(lists.centroids, list_codes, ids.astype(id_type), offsets, location=lists.location)
+
+    @classmethod
+    def assigned(cls, centroids, codes, ids, assignment) -> InvertedLists:
+        """The lists of rows whose ``codes`` and ``ids`` are given, each row in the list
+        ``assignment`` names (its nearest centroid)."""
+        order, offsets = list_layout(assignment, len(centroids))
+        return cls(centroids, np.asarray(codes)[order], np.asarray(ids)[order], offsets)
+
+    @property
+    def n_lists(self) -> int:
+        return len(self.centroids)
+
+    @property
+    def ntotal(self) -> int:
+        return len(self.list_ids)
+
+    @property
+    def code_size(self) -> int:
+        return int(self.list_codes.shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        return self.list_codes.nbytes + self.list_ids.nbytes + self.offsets.nbytes + self.centroids.nbytes
+
+    def probes(self, query_vectors, nprobe: int) -> np.ndarray:
+        """Each query's ``nprobe`` nearest lists, the vectors and nprobe checked."""
+        nprobe = check_nprobe(nprobe, self.n_lists, self.location)
+        vectors = check_query_vectors(query_vectors, self.centroids.shape[1], self.location)
+        return probed_lists(vectors, self.centroids, nprobe)
+
+    def search(self, query_codes, query_vectors, k: int, nprobe: int):
+        """(D int32, I int64) of the Hamming top ``k`` among each query's ``nprobe`` lists."""
+        probes = self.probes(query_vectors, nprobe)
+        return search_lists(query_codes, probes, self.list_codes, self.list_ids, self.offsets, int(k))
+
+    def search_exact(self, query_codes, query_vectors, vectors, k: int, nprobe: int, candidates: int):
+        """(D float64, I int64): the Hamming top ``candidates`` of each query's ``nprobe`` lists
+        re-ranked by exact squared L2 to the rows of ``vectors`` (in memory or memory-mapped)
+        in the same compiled loop, which reads only the candidates' rows."""
+        probes = self.probes(query_vectors, nprobe)
+        query_vectors = np.asarray(query_vectors, dtype=np.float64)
+        return search_lists_exact(query_codes, query_vectors, probes, self.list_codes, self.list_ids, self.offsets,
+                                  vectors, self.list_ids, int(candidates), int(k))  # fmt: skip

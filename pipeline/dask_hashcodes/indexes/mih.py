@@ -1,7 +1,7 @@
 """Exact Hamming search through multi-index hashing (kernels.mih), over chunked codes on the
 cluster. Every codes chunk is a shard with its own substring tables; each search sends the
 queries to every shard (``mih-topk`` / ``mih-radius`` tasks) and merges the shards' results
-exactly like the linear scan (dask_hashcodes.indexes.hamming), so both give the same answer, ties by
+exactly like the linear scan (indexes.hamming), so both give the same answer, ties by
 id, whatever the chunking.
 
 Two forms: ``MultiIndex`` builds the tables of in-memory or dask codes and keeps them on the
@@ -17,6 +17,9 @@ import numpy as np
 
 from dask_hashcodes.distributed.graph import chunk_delayeds, map_chunks, tree_reduce, write_shards
 from dask_hashcodes.errors import InputError
+from dask_hashcodes.indexes.base import HammingIndex
+from dask_hashcodes.indexes.hamming import aligned, check_query_codes, concat_radius
+from dask_hashcodes.indexes.plan import MIH
 from dask_hashcodes.kernels.mih import (
     build_tables,
     default_substrings,
@@ -25,12 +28,12 @@ from dask_hashcodes.kernels.mih import (
     substring_starts,
     tables_from_arrays,
 )
-from dask_hashcodes.indexes.hamming import _aligned, _check_codes, _concat_radius, _merge_pair, lims_of
-from dask_hashcodes.indexes.queries import checked_codes, encoded
+from dask_hashcodes.kernels.topk import topk_merger
 from dask_hashcodes.storage.chunkread import write_rows
 from dask_hashcodes.storage.codes import open_codes
 from dask_hashcodes.storage.location import resolve
 from dask_hashcodes.storage.mih_index import create_index_arrays, index_output
+from dask_hashcodes.validation import check_k, check_radius
 
 
 def checked_substrings(n_bits: int, m: int) -> np.ndarray:
@@ -41,67 +44,40 @@ def checked_substrings(n_bits: int, m: int) -> np.ndarray:
         raise InputError(str(err)) from None
 
 
-class MultiIndex:
+class MultiIndex(HammingIndex):
     """Substring tables of every chunk of ``codes`` (numpy or dask (n, n_bytes) uint8), kept on
     the workers. ``m`` substrings (default: the paper's b / log2(rows of the largest chunk));
     ``ids`` the id of each row (default: row numbers); ``model`` encodes the vectors
-    ``search`` takes. The Index interface of search.index: ``search(vectors, k)``,
-    ``search_codes(codes, k)``, ``range_search(vectors, radius)``,
-    ``range_search_codes(codes, radius)``."""
+    ``search`` takes. The Index interface (indexes.base), range searches included."""
+
+    searched_by = MIH
 
     def __init__(self, codes, *, m: int | None = None, ids=None, model=None):
-        codes, ids = _aligned(codes, ids)
+        codes, ids = aligned(codes, ids)
         self.model = model
         self.n_bits = 8 * int(codes.shape[1])
         self.m = default_substrings(self.n_bits, max(codes.chunks[0])) if m is None else int(m)
         checked_substrings(self.n_bits, self.m)  # a bad m is refused here, not in every task
-        self.n_codes = int(codes.shape[0])
-        self.code_bytes = int(codes.shape[1])
+        self.ntotal = int(codes.shape[0])
+        self._code_size = int(codes.shape[1])
         code_parts, id_parts = chunk_delayeds(codes), chunk_delayeds(ids)
         tables = map_chunks("mih-build", build_tables, code_parts, self.n_bits, self.m)
         self._shards = list(zip(*dask.persist(code_parts, id_parts, tables), strict=True))
 
-    def search_codes_lazy(self, codes, k: int):
-        """Delayed (D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k`` of packed
-        ``codes`` (or the codes of a Queries value)."""
-        codes = checked_codes(codes, self.code_bytes)
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise InputError(f"k must be a positive int; got {k!r}")
-        parts = map_chunks("mih-topk", _topk_shard, self._shards, queries=codes, k=int(k), n_bits=self.n_bits)
-        return tree_reduce("mih-topk-merge", parts, _merge_pair(int(k)))
+    @property
+    def code_size(self) -> int:
+        return self._code_size
 
-    def search_lazy(self, vectors, k: int):
-        """Delayed (D, I) of ``search``."""
-        return self.search_codes_lazy(encoded(vectors, self.model, self.code_bytes).codes, k)
+    def settings(self) -> dict:
+        return {"substrings": self.m}
 
-    def search_codes(self, codes, k: int, *, progress: bool = False):
-        """(D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k`` of packed
-        ``codes``: the linear scan's answer, found through the tables."""
-        from dask_hashcodes.distributed.progress import compute_with_progress
+    def _topk_lazy(self, codes, k):
+        parts = map_chunks("mih-topk", _topk_shard, self._shards, queries=codes, k=k, n_bits=self.n_bits)
+        return tree_reduce("mih-topk-merge", parts, topk_merger(k))
 
-        return compute_with_progress(self.search_codes_lazy(codes, k), show=progress)
-
-    def search(self, vectors, k: int, *, progress: bool = False):
-        """(D int32 (nq, k), I int64 (nq, k)) of the exact Hamming top-``k`` of ``vectors``,
-        encoded by the index's model."""
-        return self.search_codes(encoded(vectors, self.model, self.code_bytes).codes, k, progress=progress)
-
-    def range_search_codes(self, codes, radius: int):
-        """(lims, D, I): every code within Hamming ``radius`` of packed ``codes``, sorted by
-        (distance, id) per query."""
-        codes = checked_codes(codes, self.code_bytes)
-        if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
-            raise InputError(f"radius must be a non-negative int; got {radius!r}")
-        parts = map_chunks(
-            "mih-radius", _radius_shard, self._shards, queries=codes, radius=int(radius), n_bits=self.n_bits
-        )
-        query_index, ids, dist = dask.compute(tree_reduce("mih-radius-merge", parts, _concat_radius))[0]
-        return lims_of(query_index, len(codes)), dist, ids
-
-    def range_search(self, vectors, radius: int):
-        """(lims, D, I): every code within Hamming ``radius`` of ``vectors`` encoded by the
-        index's model."""
-        return self.range_search_codes(encoded(vectors, self.model, self.code_bytes).codes, radius)
+    def _radius(self, codes, radius):
+        parts = map_chunks("mih-radius", _radius_shard, self._shards, queries=codes, radius=radius, n_bits=self.n_bits)
+        return dask.compute(tree_reduce("mih-radius-merge", parts, concat_radius))[0]
 
 
 def _topk_shard(codes, ids, tables, *, queries, k, n_bits):
@@ -183,7 +159,7 @@ def _stored_tasks(name, fn, query_codes, tables, excluded_rows, **kwargs):
     readers = (codes_reader, tables.order, tables.offsets, np.asarray(attrs["starts"], np.int64))
     return map_chunks(
         name, fn, _stored_shards(codes_reader, excluded_rows), readers=readers,
-        queries=_check_codes(query_codes, codes_reader[:0]), n_bits=int(attrs["n_bits"]), **kwargs,
+        queries=check_query_codes(query_codes, codes_reader[:0]), n_bits=int(attrs["n_bits"]), **kwargs,
     )  # fmt: skip
 
 
@@ -191,15 +167,13 @@ def index_knn_lazy(query_codes, tables, k: int, excluded_rows=()):
     """Delayed exact top-k (distances, ids = row numbers) of ``query_codes`` against every row
     of a codes store except ``excluded_rows``, through its stored index (the StoredTables of
     storage.mih_index.open_index)."""
-    if not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"k must be a positive int; got {k!r}")
-    parts = _stored_tasks("mih-topk", _stored_topk, query_codes, tables, excluded_rows, k=int(k))
-    return tree_reduce("mih-topk-merge", parts, _merge_pair(int(k)))
+    k = check_k(k)
+    parts = _stored_tasks("mih-topk", _stored_topk, query_codes, tables, excluded_rows, k=k)
+    return tree_reduce("mih-topk-merge", parts, topk_merger(k))
 
 
 def index_radius(query_codes, tables, radius: int, excluded_rows=()):
     """Every row within ``radius`` (flat (query_index, id, distance), sorted), as index_knn_lazy."""
-    if not isinstance(radius, (int, np.integer)) or radius < 0:
-        raise InputError(f"radius must be a non-negative int; got {radius!r}")
-    parts = _stored_tasks("mih-radius", _stored_radius, query_codes, tables, excluded_rows, radius=int(radius))
-    return dask.compute(tree_reduce("mih-radius-merge", parts, _concat_radius))[0]
+    radius = check_radius(radius)
+    parts = _stored_tasks("mih-radius", _stored_radius, query_codes, tables, excluded_rows, radius=radius)
+    return dask.compute(tree_reduce("mih-radius-merge", parts, concat_radius))[0]

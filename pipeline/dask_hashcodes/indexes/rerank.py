@@ -15,16 +15,19 @@ from dask import delayed
 
 from dask_hashcodes.distributed.graph import InlineRead, chunk_reads, map_chunks, row_bounds, take_rows, tree_reduce
 from dask_hashcodes.errors import InputError
-from dask_hashcodes.kernels.l2 import merge_l2_topk
 from dask_hashcodes.kernels.rerank import exact_pair_distances, lower_bound_pair_distances, pairs_topk
-from dask_hashcodes.indexes.ivf import CANDIDATES_PER_K
+from dask_hashcodes.kernels.topk import topk_merger
 
 RERANKERS = {"exact": exact_pair_distances, "asymmetric": lower_bound_pair_distances}
+# FAISS's k_factor: Hamming candidates re-ranked per neighbour asked for (300 for a top-10), the
+# default of every re-ranking search (Rerank, ServingIVF, `dhash search --rerank`), chosen on
+# validation queries as the documentation's search page tells
+K_FACTOR = 30
 
 
 def check_rerank(rerank: str | None, candidates: int | None, k: int | None, radius: int | None = None) -> int | None:
     """The number of Hamming candidates R to re-rank the top ``k`` (default 100) from (None: no
-    re-ranking; not given: ``CANDIDATES_PER_K`` x k, the inverted file's default too); one-line
+    re-ranking; not given: ``K_FACTOR`` x k, FAISS's k_factor); one-line
     errors for options that do not go together. Needs no data: the command line calls it
     before any cluster starts."""
     if radius is not None and rerank is not None:
@@ -38,10 +41,7 @@ def check_rerank(rerank: str | None, candidates: int | None, k: int | None, radi
         return None
     if rerank not in RERANKERS:
         raise InputError(f"unknown re-ranking {rerank!r}; choose exact or asymmetric")
-    # the measured default of search.ivf, one constant for both paths: chosen on the validation
-    # queries of benchmarks/results/recall/sift-synth-2M.md, where this scan's exact re-ranking
-    # of that many candidates also reached the recall target for each of the codes measured
-    candidates = CANDIDATES_PER_K * k if candidates is None else int(candidates)
+    candidates = K_FACTOR * k if candidates is None else int(candidates)
     if candidates < k:
         raise InputError(
             f"`candidates` {candidates} is below `k` {k}: re-ranking keeps the top k of the candidates; raise `candidates` to k or more"
@@ -56,13 +56,6 @@ def _rerank_chunk(block, chunk_start, rows, query_index, row_index, *, score, qu
         block = take_rows(block, rows - chunk_start)
     ids = rows[row_index]
     return pairs_topk(query_index, ids, score(query_side, block, query_index, row_index), n_queries, k)
-
-
-def _merge(k):
-    def merge(a, b):
-        return merge_l2_topk(a, b, k)
-
-    return merge
 
 
 def rerank_lazy(kind: str, query_side: np.ndarray, source, candidate_ids: np.ndarray, k: int):
@@ -100,4 +93,4 @@ def rerank_lazy(kind: str, query_side: np.ndarray, source, candidate_ids: np.nda
         n_queries=m,
         k=int(k),
     )
-    return tree_reduce(f"rerank-{kind}-merge", parts, _merge(int(k)))
+    return tree_reduce(f"rerank-{kind}-merge", parts, topk_merger(k))

@@ -25,7 +25,6 @@ from dask_hashcodes.kernels.mih import table_layout
 from dask_hashcodes.storage.atomic import atomic_output, require_committed
 from dask_hashcodes.storage.chunkread import (
     arrays_manifest,
-    content_id,
     create_array,
     new_group,
     open_verified,
@@ -35,16 +34,6 @@ from dask_hashcodes.storage.location import Location, resolve
 
 INDEX_SCHEMA = "dhash.mih-index/1"
 INDEX_KIND = "mih-index"
-
-
-def codes_content_id(codes, storage=None) -> str:
-    """Content id of a committed codes store (a Codes handle, or its location)."""
-    from dask_hashcodes.storage.codes import Codes
-
-    if isinstance(codes, Codes):
-        return codes.content_id
-    record = require_committed(resolve(codes, storage=storage), "codes", "re-encode with `dhash encode`")
-    return content_id(record["manifest"])
 
 
 def index_output(path, overwrite: bool):
@@ -84,7 +73,8 @@ class StoredTables:
     attrs: dict
 
     @property
-    def m(self) -> int:
+    def substrings(self) -> int:
+        """m, the substrings each code is cut into (one table per substring)."""
         return int(self.attrs["m"])
 
     @property
