@@ -425,7 +425,7 @@ def test_dgh_equals_its_dense_reference(client, tmp_path):
     import dask
 
     from dask_hashcodes.hashing.discrete_graph import ChunkState, _graph_chunks, optimise
-    from dask_hashcodes.kernels.agh import anchor_gram
+    from dask_hashcodes.kernels.anchor_graph import anchor_gram
 
     rng = np.random.default_rng(21)
     X = rng.standard_normal((300, 8)) * np.geomspace(3, 0.5, 8)

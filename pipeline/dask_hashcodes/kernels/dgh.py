@@ -1,7 +1,7 @@
 """Discrete graph hashing (Liu, Mu, Kumar & Chang, NIPS 2014): the per-chunk steps and the
 r x r algebra of the client. Plain numpy.
 
-DGH keeps AGH's anchor graph A = Z Lambda^{-1} Z^T (kernels/agh.py) and solves
+DGH keeps AGH's anchor graph A = Z Lambda^{-1} Z^T (kernels/anchor_graph.py) and solves
 
     max_{B, Y}  tr(B^T A B) + rho tr(B^T Y),  B in {-1, 1}^{n x r},  1^T Y = 0,  Y^T Y = n I_r
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_hashcodes.kernels.agh import anchor_rows
+from dask_hashcodes.kernels.anchor_graph import anchor_rows
 
 RANK_TOLERANCE = 1e-9  # eigenvalues of (JB)^T JB below this x n are zero (its rounding is ~1e-14 x n)
 _UINT64_SCALE = 2.0**-53

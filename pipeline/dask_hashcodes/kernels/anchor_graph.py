@@ -1,5 +1,7 @@
-"""Anchor graph hashing (Liu, Wang, Kumar & Chang, ICML 2011), one layer: the per-chunk
-terms and the m x m spectral step. Plain numpy.
+"""The anchor graph of anchor graph hashing (Liu, Wang, Kumar & Chang, ICML 2011): the
+per-chunk terms and the m x m spectral step, and AGH's second layer. Plain numpy. DGH
+(kernels/dgh.py) solves its discrete problem on the same graph, so the graph lives here,
+named for what it is rather than for one of the two methods.
 
 The n x n graph is never formed: each row x is tied to its s nearest of m anchors (k-means
 centres) with weights z(x) = exp(-||x - u_j||^2 / sigma^2) normalised to sum 1 (sigma = the
