@@ -2,15 +2,28 @@
 ``Hasher.evaluation_options``, ``Hasher.training_plot``), never in conditionals of the
 generic layers on which method runs.
 
-The source check reads the generic layers with ``ast``: no string literal that is a method
-name (a registered method or variant), and no reference to a specific estimator class (so no
-``isinstance(model, DisH)``). Nothing needs an exception: the registry
-(``dask_hashcodes.hashing.registry``) is where method names belong, the default method lists included.
+The source check reads the generic layers (evaluation, workflows, indexes, storage,
+distributed and the command line) with ``ast``: no string literal that is a method name (a
+registered method or variant), no reference to a specific estimator class (so no
+``isinstance(model, DisH)``), and no identifier (a function, class, variable, attribute,
+argument, keyword or import alias) with a method name as one of its words (``dish_nodes``,
+``itq_rotation``, ``ItqRotation``). Nothing needs an exception: the registry
+(``dask_hashcodes.hashing.registry``) is where method names belong, the default method lists
+included, and the command line reads them from there.
+
+Words: an identifier splits at underscores, before digits (``dish2_dictionaries`` is
+DisH's) and at each capital of camelCase; a method name, split the same way (``agh2``,
+``dish_allreduce``), matches whole words only, so ``sh`` flags ``sh_bits`` but never ``shape`` or ``shuffle``. Two variant
+names are ordinary English words, MAC's two-step starts ``cut`` and ``quad`` (also the
+values of its ``solver``): as identifier words they mean a cut of a block or a quadratic
+solve, so identifiers are checked for their method ``mac`` and the compound variants
+``maccut`` and ``macquad``, and the bare words only as whole string literals.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import dask.array as da
@@ -31,7 +44,10 @@ GENERIC = (
     "pipeline/dask_hashcodes/indexes",
     "pipeline/dask_hashcodes/storage",
     "pipeline/dask_hashcodes/distributed",
+    "pipeline/dask_hashcodes/cli",
 )
+# method names that are ordinary English words: matched as whole string literals only
+ORDINARY_WORDS = {"cut", "quad"}
 
 
 def _generic_modules() -> list[Path]:
@@ -39,23 +55,64 @@ def _generic_modules() -> list[Path]:
     return sorted(q for p in paths for q in ([p] if p.suffix == ".py" else p.rglob("*.py")))
 
 
+def identifier_words(name: str) -> list[str]:
+    """``dish_nodes`` -> [dish, nodes]; ``ItqRotation`` -> [itq, rotation]; ``agh2_layers``
+    -> [agh, 2, layers]; ``HTTPServer`` -> [http, server]."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])|([A-Z])([A-Z][a-z])", r"\1\3_\2\4", name)
+    spaced = re.sub(r"([A-Za-z])([0-9])", r"\1_\2", spaced)
+    return [w.lower() for w in spaced.split("_") if w]
+
+
+def _identifiers(tree):
+    """(node, identifier) of every name the source defines or uses."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            yield node, node.id
+        elif isinstance(node, ast.Attribute):
+            yield node, node.attr
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield node, node.name
+        elif isinstance(node, ast.arg):
+            yield node, node.arg
+        elif isinstance(node, ast.keyword) and node.arg:
+            yield node, node.arg
+        elif isinstance(node, ast.alias):
+            yield node, (node.asname or node.name).split(".")[-1]
+        if isinstance(node, ast.ImportFrom | ast.Import):  # the modules: hashing.dish_nodes
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            for part in {p for m in modules for p in m.split(".") if p}:
+                yield node, part
+
+
 def method_specific(source: str) -> list[str]:
-    """Every method name literal and estimator class reference in ``source``, by position."""
+    """Every method name literal, estimator class reference and identifier with a method
+    name as a word in ``source``, by position."""
     names = {n.lower() for n in METHOD_NAMES}
+    words = {n.replace("-", "_") for n in names - ORDINARY_WORDS}
+    word_parts = {w: identifier_words(w) for w in words}  # dish_allreduce -> [dish, allreduce]
     classes = {cls.__name__ for cls in HASHERS.values()}
-    hits = []
-    for node in ast.walk(ast.parse(source)):
+    hits = set()
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in names:
-            what = f"method name {node.value!r}"
-        elif isinstance(node, ast.Name) and node.id in classes:
-            what = f"estimator class {node.id}"
-        elif isinstance(node, ast.Attribute) and node.attr in classes:
-            what = f"estimator class {node.attr}"
+            hits.add((node.lineno, node.col_offset, f"method name {node.value!r}"))
         elif isinstance(node, ast.ImportFrom) and any(a.name in classes for a in node.names):
-            what = "imports estimator class " + ", ".join(a.name for a in node.names if a.name in classes)
-        else:
+            imported = ", ".join(a.name for a in node.names if a.name in classes)
+            hits.add((node.lineno, node.col_offset, f"imports estimator class {imported}"))
+    for node, name in _identifiers(tree):
+        line, column = getattr(node, "lineno", None), getattr(node, "col_offset", 0)
+        if line is None:  # an import alias before Python 3.10 has no position
             continue
-        hits.append((node.lineno, node.col_offset, what))
+        if name in classes:
+            if not isinstance(node, ast.alias):  # reported as the import above
+                hits.add((line, column, f"estimator class {name}"))
+            continue
+        parts = identifier_words(name)
+        found = sorted(
+            w for w, wp in word_parts.items() if any(parts[i : i + len(wp)] == wp for i in range(len(parts)))
+        )
+        if found:
+            hits.add((line, column, f"identifier {name} (method {', '.join(found)})"))
     return [f"line {line}: {what}" for line, _, what in sorted(hits)]
 
 
@@ -70,14 +127,49 @@ def test_the_source_check_sees_method_conditionals():
     source = (
         "from dask_hashcodes.hashing import DisH\n"
         "def f(model, method):\n"
-        '    return isinstance(model, DisH) or method == "mac" or model.method in ("itq",)\n'
+        '    return isinstance(model, DisH) or method == "mac" or model.method in ("itq", "cut")\n'
     )
     assert method_specific(source) == [
         "line 1: imports estimator class DisH",
         "line 3: estimator class DisH",
         "line 3: method name 'mac'",
         "line 3: method name 'itq'",
+        "line 3: method name 'cut'",
     ]
+
+
+def test_the_source_check_sees_method_identifiers():
+    source = (
+        "from dask_hashcodes.hashing.dish_nodes import node_rows as dish_rows\n"
+        "class ItqRotation:\n"
+        "    def fit(self, sh_bits, agh2_layers=2):\n"
+        "        self.dish_allreduce_rounds = run(mac_solver='cut')\n"
+        "        return model.itq_rotation, maccut\n"
+    )
+    assert method_specific(source) == [
+        "line 1: identifier dish_nodes (method dish)",
+        "line 1: identifier dish_rows (method dish)",
+        "line 2: identifier ItqRotation (method itq)",
+        "line 3: identifier sh_bits (method sh)",
+        "line 3: identifier agh2_layers (method agh, agh2)",
+        "line 4: identifier dish_allreduce_rounds (method dish, dish_allreduce)",
+        "line 4: identifier mac_solver (method mac)",
+        "line 4: method name 'cut'",
+        "line 5: identifier itq_rotation (method itq)",
+        "line 5: identifier maccut (method maccut)",
+    ]
+
+
+def test_ordinary_words_and_longer_words_are_not_method_names():
+    """Whole words only: ``sh`` is not in ``shape``, ``mac`` not in ``machine``, ``dish`` not
+    in ``dishes``; ``cut`` and ``quad`` as identifier words are English, not MAC's starts."""
+    source = (
+        "def cut_block(shape, cutoff, quad_form, machine, dishes, shuffle, bread, sha256, h5py):\n"
+        "    return mkdir(shape), ShapeChecker, HTTPServer\n"
+    )
+    assert method_specific(source) == []
+    assert identifier_words("HTTPServer") == ["http", "server"]
+    assert identifier_words("agh2_layers") == ["agh", "2", "layers"]
 
 
 # ---------------------------------------------------------------- evaluation hooks -------
