@@ -5,11 +5,10 @@ package's source (pipeline/)."""
 
 from __future__ import annotations
 
-import ast
-import io
 import re
-import tokenize
 from pathlib import Path
+
+from tests.test_boundaries import commentary
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,23 +22,11 @@ MEASURED = re.compile(
 )
 
 
-def _texts(path: Path):
-    source = path.read_text()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            doc = ast.get_docstring(node, clean=False)
-            if doc:
-                yield node.body[0].lineno, doc
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            yield token.start[0], token.string
-
-
 def test_no_measured_numbers_or_dates_in_docstrings_and_comments():
     found = [
         f"{path.relative_to(REPO)}:{line}: {match.group(0)!r}"
         for path in sorted((REPO / "pipeline").rglob("*.py"))
-        for line, text in _texts(path)
+        for line, text in commentary(path.read_text())
         for match in MEASURED.finditer(text)
     ]
     assert found == [], "move these to benchmarks/results and say what and why instead:\n" + "\n".join(found)
