@@ -29,9 +29,8 @@ from dask_hashcodes.validation import check_k
 
 # Defaults chosen on the validation queries of the recall benchmark (sift-synth): among
 # the settings tried (1, 2 and 4 sqrt(n) lists; 1 to 64 probes; 100 to 1000 candidates),
-# the fastest whose recall@10 of the exact
-# neighbours, after exact re-ranking, reached 0.9 for each of 64- and 128-bit ITQ and DisH
-# codes. 4 sqrt(n) lists is also FAISS's guideline (4 to 16 sqrt(n)).
+# the fastest whose recall@10 of the exact neighbours, after exact re-ranking, reached 0.9
+# for each of 64- and 128-bit ITQ and DisH codes. 4 sqrt(n) lists is also FAISS's guideline (4 to 16 sqrt(n)).
 LISTS_PER_ROOT_N = 4
 KMEANS_STEPS = 10
 # k-means learns the centroids from at most this many rows per list (FAISS's
