@@ -36,7 +36,7 @@ from dask_hashcodes.indexes.queries import Queries, checked_codes, checked_vecto
 from dask_hashcodes.indexes.rerank import K_FACTOR, RERANKERS, rerank_lazy
 from dask_hashcodes.kernels.rerank import candidate_values
 from dask_hashcodes.storage.codes import Codes
-from dask_hashcodes.validation import check_k
+from dask_hashcodes.validation import check_int_param, check_k
 from dask_hashcodes.views import view_of
 
 __all__ = ["Index", "Queries", "FlatIndex", "MIHIndex", "IVFIndex", "Rerank"]
@@ -200,8 +200,8 @@ class Rerank(Index):
         if kind == "asymmetric" and model is None:
             raise InputError("asymmetric re-ranking projects the queries with the model; give it a `model`")
         self.kind, self.base = kind, base
-        self.k_factor = check_k(k_factor)
-        self.candidates = None if candidates is None else check_k(candidates)
+        self.k_factor = check_int_param(k_factor, "k_factor", "Rerank")
+        self.candidates = None if candidates is None else check_int_param(candidates, "candidates", "Rerank")
         self.model = model if model is not None else base.model
         if hasattr(source, "features_dask"):
             source = source.features_dask()
