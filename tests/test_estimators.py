@@ -154,3 +154,60 @@ def test_a_model_from_a_newer_major_version_is_refused(tmp_path):
         rewrite_committed_file(tmp_path / "m", "model.json", json.dumps({**meta, **newer}).encode())
         with pytest.raises(InputError, match=r"newer than this dhash .*upgrade \(pip install -U dask-hashcodes\)"):
             load_model(tmp_path / "m")
+
+
+@pytest.mark.parametrize(
+    "estimator, message",
+    [
+        (ITQ(n_iter=-1), "The 'n_iter' parameter of ITQ must be an int in the range [0, inf). Got -1 instead."),
+        (ITQ(n_iter=2.5), "The 'n_iter' parameter of ITQ must be an int in the range [0, inf). Got 2.5 instead."),
+        (ITQ(n_iter=True), "The 'n_iter' parameter of ITQ must be an int in the range [0, inf). Got True instead."),
+        (USPLH(decay=0.0), "The 'decay' parameter of USPLH must be a float in the range (0, 1]. Got 0.0 instead."),
+        (SIKH(bandwidth=float("nan")), "must be a float in the range (0, inf) or None. Got nan instead."),
+        (
+            DisH(init="zeros"),
+            "The 'init' parameter of DisH must be a str among {'pca', 'random'}. Got 'zeros' instead.",
+        ),
+        (DisH(topology=3), "must be a str among {'complete', 'random', 'ring', 'star'} or a list. Got 3 instead."),
+        (SGH(refine="yes"), "The 'refine' parameter of SGH must be a bool. Got 'yes' instead."),
+        (ADSH(network=3), "The 'network' parameter of ADSH must be a str, a dict or None. Got 3 instead."),
+    ],
+)
+def test_a_bad_parameter_value_is_one_line_naming_it_and_what_it_accepts(estimator, message):
+    """The project's own constraints (dask_hashcodes.hashing.constraints) refuse a value before
+    any work, as an InputError (and a TypeError, scikit-learn's contract) of one line."""
+    X = np.random.default_rng(0).standard_normal((50, 10))
+    with pytest.raises(InputError) as refused:
+        estimator.fit(X)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert isinstance(refused.value, TypeError)
+
+
+def test_accepted_values_pass_the_constraints():
+    for estimator in (
+        ITQ(n_iter=np.int64(3)),
+        USPLH(decay=1),
+        SIKH(bandwidth=np.float32(2.0)),
+        DisH(topology=[[0, 1]]),
+    ):
+        estimator._validate_params()
+    ADSH(network="a-registered-name")._validate_params()  # names a library user registers are not listed
+
+
+def test_no_module_imports_scikit_learns_private_parameter_validation():
+    """Parameter types are the project's own (dask_hashcodes.hashing.constraints); the
+    private sklearn.utils._param_validation may change in any scikit-learn release."""
+    import ast
+    from pathlib import Path
+
+    import dask_hashcodes
+
+    found = []
+    for path in sorted(Path(dask_hashcodes.__file__).resolve().parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            )  # fmt: skip
+            found += [f"{path.name}: {n}" for n in names if "_param_validation" in n]
+    assert found == []
