@@ -439,8 +439,6 @@ ARGUMENT_FLAGS = {"n_bits": "bits", "random_state": "seed"}
 NOT_FLAGS = {
     "labeled_rows": "row indices are an argument of the library's API; the jobs draw the labeled rows with the seed",
 }
-# parameters only train takes: evaluate and demo score every node's dictionary (--dish2-dictionaries)
-_TRAIN_ONLY = frozenset({"dictionary"})
 
 
 @dataclass(frozen=True)
@@ -638,9 +636,11 @@ def _method_option(name: str, methods: tuple, param: str, help_: str, group: str
             type_ = type_.narrowed(other[0])
         elif other != kinds[0]:
             raise TypeError(f"flag --{name}: {param} has different types in {', '.join(methods)}; drop the flag")
+    # a parameter the evaluation sets itself is a training option only
+    evaluated = any(param in HASHERS[m].evaluation_sets for m in methods)
     return Option(
         name,
-        ("train",) if param in _TRAIN_ONLY else METHOD_COMMANDS,
+        ("train",) if evaluated else METHOD_COMMANDS,
         help_,
         type=type_,
         choices=choices,

@@ -333,6 +333,9 @@ class Hasher(TransformerMixin, BaseEstimator):
     # Evaluation options this method takes (``dask_hashcodes.workflows.evaluate(evaluation_options=...)``),
     # each with what a report's protocol records when it is not given.
     evaluation_options: dict = {}
+    # Parameters the evaluation protocol sets itself while scoring (``evaluation_results``), so
+    # the evaluation commands do not take them; training does.
+    evaluation_sets: tuple = ()
 
     def evaluation_results(self, scorer, options: dict) -> list[Scored]:
         """How the evaluation protocol scores this fitted model: one ``Scored`` per report row.

@@ -373,6 +373,8 @@ class DisH(LinearHasher):
 
     # the evaluation option: how many node dictionaries DisH2 is scored with (default: all)
     evaluation_options = {"dish2_dictionaries": "all"}
+    # DisH2 is scored with the dictionaries of dish2_dictionaries nodes, not one node's
+    evaluation_sets = ("dictionary",)
 
     def evaluation_results(self, scorer, options: dict) -> list[Scored]:
         """With ADMM consensus over several nodes, the paper's two evaluations: DisH2 (every
