@@ -99,8 +99,8 @@ SVM_C_GRID = (1.0, 10.0, 100.0, 1000.0)
 # the largest GraphCut block of one label's points: the max-flow's cost grows faster than
 # the block, so whole classes of many thousand points dominate the Z-step, while smaller
 # blocks move fewer points together and end at a higher energy; chosen on the validation
-# rows between 2000 and 4000 points on the whole Fashion-MNIST training set, where larger
-# blocks would not fit the time a cluster job should take
+# rows between 2000 and 4000 points on Fashion-MNIST's tens of thousands of training points,
+# where larger blocks would not fit the time a cluster job should take
 LABEL_BLOCK_POINTS = 4000
 # training points whose exact neighbours measure an approximate knn search (one exact
 # search over the training points each)
