@@ -16,11 +16,13 @@ Public API (everything a notebook needs; ``__all__`` lists it)::
 * handles, each a location opened and verified once and passed down instead of the
   location: Dataset and Split (``open_dataset``), Model (``load_model``), Codes
   (``open_codes``), the stored multi-index (``open_index``) and inverted file (``open_ivf``);
-* the Index objects, FAISS's (D, I) and (lims, D, I), the query kind said by the method:
-  ``search(vectors, k)`` encodes vectors with the index's model, ``search_codes(codes, k)``
-  takes packed codes or ``Queries`` (codes and vectors); ``range_search`` and
-  ``range_search_codes`` likewise. FlatIndex, MIHIndex, IVFIndex, MultiIndex, Rerank, and
-  ServingIVF (an inverted file loaded in memory, searched on the calling thread);
+* the index objects (``dask_hashcodes.indexes``), every one an ``Index`` with FAISS's members:
+  ``ntotal``, ``code_size``, ``d``, ``searched_by``, ``describe()``, and (D, I) or
+  (lims, D, I), the query kind said by the method: ``search(vectors, k)`` encodes vectors
+  with the index's model, ``search_codes(codes, k)`` takes packed codes or ``Queries`` (codes
+  and vectors); ``range_search`` and ``range_search_codes`` likewise. FlatIndex, MIHIndex,
+  IVFIndex, MultiIndex, Rerank (wraps any index; ``k_factor``), and ServingIVF (an IVFIndex
+  whose lists are in memory, searched on the calling thread);
 * Storage, the fsspec options URLs are opened with (the workflows' ``storage=``);
 * cluster helpers (``connect``, ``disconnect``) and InputError, the one error of bad input.
 
@@ -61,7 +63,7 @@ _EXPORTS = {
     "StoredLists": "dask_hashcodes.storage.ivf_index",
     "open_ivf": "dask_hashcodes.storage.ivf_index",
     "Storage": "dask_hashcodes.storage.location",
-    "Index": "dask_hashcodes.indexes.index",
+    "Index": "dask_hashcodes.indexes.base",
     "FlatIndex": "dask_hashcodes.indexes.index",
     "MIHIndex": "dask_hashcodes.indexes.index",
     "IVFIndex": "dask_hashcodes.indexes.index",
