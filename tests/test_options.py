@@ -343,3 +343,18 @@ def test_a_config_file_sets_method_parameters_as_the_flags_do(tmp_path):
         "sgh": {"refine": False},
         "usplh": {"decay": 0.25},
     }
+
+
+def test_a_parameter_error_names_the_flag_of_that_estimators_parameter():
+    """The constraints name the estimator, so the command line shows the flag of exactly that
+    parameter, even where one parameter name has a flag per method."""
+    from dask_hashcodes.cli.commands import cli_message
+    from dask_hashcodes.hashing.constraints import InvalidParameter
+
+    for model, said in (
+        (HASHERS["dgh"](rho=-1.0), "--dgh-rho must be a float in the range [0, inf). Got -1.0 instead."),
+        (HASHERS["sgh"](rho=-1.0), "--rho must be a float in the range (0, inf) or None. Got -1.0 instead."),
+    ):
+        with pytest.raises(InvalidParameter) as refused:
+            model._validate_params()
+        assert cli_message(refused.value) == said
