@@ -116,7 +116,7 @@ class _Boolean:
 @dataclass(frozen=True)
 class _ArrayLike:
     def holds(self, value) -> bool:
-        return hasattr(value, "__array__") or hasattr(value, "__len__") and not isinstance(value, str | dict)
+        return hasattr(value, "__array__") or (hasattr(value, "__len__") and not isinstance(value, str | dict))
 
     def __str__(self) -> str:
         return "an array-like"
