@@ -48,14 +48,10 @@ class AnchorKernelHasher(Hasher):
     ``anchors_`` with ``bandwidth_``: the encoder and the saved arrays of KLSH and KSH."""
 
     def _encode_kernel(self, block):
-        return encode_linear(
-            rbf_features(block, self.anchors_, self.bandwidth_), self.kernel_mean_, self.components_
-        )
+        return encode_linear(rbf_features(block, self.anchors_, self.bandwidth_), self.kernel_mean_, self.components_)
 
     def _project_kernel(self, block):
-        return project_linear(
-            rbf_features(block, self.anchors_, self.bandwidth_), self.kernel_mean_, self.components_
-        )
+        return project_linear(rbf_features(block, self.anchors_, self.bandwidth_), self.kernel_mean_, self.components_)
 
     def _learned_arrays(self):
         return {
