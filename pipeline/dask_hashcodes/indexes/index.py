@@ -97,7 +97,7 @@ class MIHIndex(HammingIndex):
 
     @property
     def code_size(self) -> int:
-        return int(self.tables.codes.reader.shape[1])
+        return self.tables.code_size
 
     def settings(self) -> dict:
         return {"substrings": self.tables.substrings}
@@ -138,8 +138,7 @@ class IVFIndex(Index):
         if isinstance(lists, InvertedLists) and exclude is not None:
             raise InputError("lists in memory leave rows out when loaded: InvertedLists.load(lists, exclude=...)")
         self._exclude = _excluded(exclude)
-        in_memory = isinstance(lists, InvertedLists)
-        self.ntotal = lists.ntotal if in_memory else lists.codes.n - len(self._exclude)
+        self.ntotal = lists.ntotal if self.in_memory else lists.codes.n - len(self._exclude)
 
     @property
     def in_memory(self) -> bool:
@@ -147,7 +146,7 @@ class IVFIndex(Index):
 
     @property
     def code_size(self) -> int:
-        return self.lists.code_size if self.in_memory else int(self.lists.codes.reader.shape[1])
+        return self.lists.code_size
 
     @property
     def n_lists(self) -> int:

@@ -71,6 +71,11 @@ class StoredLists:
     def n_lists(self) -> int:
         return len(self.centroids)
 
+    @property
+    def code_size(self) -> int:
+        """Bytes per packed code of the indexed codes."""
+        return int(self.codes.reader.shape[1])
+
 
 def open_ivf(path, codes, *, storage=None, record=None) -> StoredLists:
     """The inverted file at ``path`` (a location, or StoredLists returned as is), checked to

@@ -78,6 +78,11 @@ class StoredTables:
         return int(self.attrs["m"])
 
     @property
+    def code_size(self) -> int:
+        """Bytes per packed code of the indexed codes."""
+        return int(self.codes.reader.shape[1])
+
+    @property
     def n_bits(self) -> int:
         return int(self.attrs["n_bits"])
 
