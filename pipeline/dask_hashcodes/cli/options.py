@@ -695,7 +695,7 @@ def _methods_where(test) -> tuple[str, ...]:
 
 _CHECKPOINTING = _methods_where(lambda cls: cls.supports_checkpoint)
 _DATABASE_CODES = _methods_where(lambda cls: cls.learns_database_codes)
-_DISH2 = _methods_where(lambda cls: "dish2_dictionaries" in cls.evaluation_options)
+_NODE_DICTIONARIES = _methods_where(lambda cls: "dish2_dictionaries" in cls.evaluation_options)
 # every name --method and --methods accept, read from the registry (never a hand-kept list)
 _METHOD_LIST = _one_of(METHOD_NAMES)
 
@@ -817,7 +817,7 @@ OPTIONS: tuple[Option, ...] = (
                                With("ivf_lists", (), "the lists of that inverted file probed per query"))),
     _opt("dish2-dictionaries", _EVAL, "DisH2: score this many node dictionaries drawn with the seed (1 = the paper's "
          "DisH2, one random node); default all nodes, reported as mean and std", type=positive_int,
-         applies=(With("methods", _DISH2, "how its node dictionaries are scored"),)),
+         applies=(With("methods", _NODE_DICTIONARIES, "how its node dictionaries are scored"),)),
     # -- run
     _opt("pipeline", ["run"], "pipeline file (see jobs/configs/nightly.toml, weekly.toml)", positional=True,
          required=("run",)),
