@@ -190,7 +190,9 @@ class Rerank(Index):
     (``model.project``) against the codes of ``source`` (a Codes handle or a dask array).
     ``search(vectors, k)`` encodes the vectors with ``model`` (or the base index's);
     ``search_codes`` takes ``Queries`` holding the codes and the vectors. After a search,
-    ``candidate_distances`` holds the base's distances (Hamming) of the results."""
+    ``candidate_distances`` holds the base's distances (Hamming) of the results; None when
+    the base searched and re-ranked in one pass (``Index.reranked_exact``: an inverted file
+    in memory over vectors in memory), which keeps no Hamming distances."""
 
     def __init__(self, kind: str, base: Index, *, source, k_factor: int = K_FACTOR, candidates: int | None = None,
                  model=None):  # fmt: skip
