@@ -37,27 +37,27 @@ class Queries:
         return len(self.codes)
 
 
-def width_words(code_bytes: int) -> str:
+def width_words(code_size: int) -> str:
     """A code width in words: 128 -> "128-byte (1024-bit)"."""
-    return f"{code_bytes}-byte ({8 * code_bytes}-bit)"
+    return f"{code_size}-byte ({8 * code_size}-bit)"
 
 
-def checked_codes(codes, code_bytes: int) -> np.ndarray:
+def checked_codes(codes, code_size: int) -> np.ndarray:
     """Packed query codes (the ``codes`` of a Queries value, or an array) as uint8
-    (nq, ``code_bytes``), refused in one line unless they are exactly that."""
+    (nq, ``code_size``), refused in one line unless they are exactly that."""
     if isinstance(codes, Queries):
         codes = codes.codes
     codes = np.asarray(codes)
     if codes.dtype != np.uint8 or codes.ndim != 2:
         raise InputError(
-            f"query codes must be a 2-D uint8 array of packed codes, {code_bytes} bytes per query; got {codes.dtype} "
+            f"query codes must be a 2-D uint8 array of packed codes, {code_size} bytes per query; got {codes.dtype} "
             f"of {shape_words(codes.shape)}; {SEARCH_VECTORS}"
         )
-    if codes.shape[1] != code_bytes:
+    if codes.shape[1] != code_size:
         width = codes.shape[1]
         raise InputError(
             f"query codes are {width} byte{'' if width == 1 else 's'} ({8 * width} bits) wide but the index holds "
-            f"{width_words(code_bytes)} codes; encode the queries with the model of the indexed codes, or "
+            f"{width_words(code_size)} codes; encode the queries with the model of the indexed codes, or "
             f"{SEARCH_VECTORS}"
         )
     return codes
@@ -86,9 +86,9 @@ def checked_vectors(
     return vectors.astype(np.float32) if vectors.dtype == np.float16 else vectors
 
 
-def encoded(vectors, model, code_bytes: int) -> Queries:
+def encoded(vectors, model, code_size: int) -> Queries:
     """``vectors`` checked against ``model`` (the features it was trained on) and encoded by
-    it into codes of the index's ``code_bytes``: Queries holding both."""
+    it into codes of the index's ``code_size``: Queries holding both."""
     if model is None:
         raise InputError(
             f"this index has no `model` to encode query vectors; give it one, or {SEARCH_CODES} with packed codes"
@@ -96,10 +96,10 @@ def encoded(vectors, model, code_bytes: int) -> Queries:
     d = getattr(model, "n_features_in_", None)
     vectors = checked_vectors(vectors, None if d is None else int(d))
     codes = np.asarray(model.encode(vectors))
-    if codes.ndim != 2 or codes.shape[1] != code_bytes:
+    if codes.ndim != 2 or codes.shape[1] != code_size:
         raise InputError(
             f"the index's `model` encodes {width_words(codes.shape[-1])} codes but the index holds "
-            f"{width_words(code_bytes)} codes; give the index the model its codes were encoded with"
+            f"{width_words(code_size)} codes; give the index the model its codes were encoded with"
         )
     return Queries(codes=codes, vectors=vectors)
 
