@@ -1,4 +1,4 @@
-"""ADSH's numeric steps (pipeline/dask_hashcodes/kernels/adsh.py) against the paper's formulation written
+"""ADSH's numeric steps (kernels/adsh.py, kernels/label_similarity.py) against the paper's formulation written
 out densely over the whole database, and against brute force on tiny problems."""
 
 from __future__ import annotations
@@ -9,18 +9,14 @@ import itertools
 import numpy as np
 import pytest
 
-from dask_hashcodes.kernels.adsh import (
+from dask_hashcodes.kernels.adsh import chunk_pass, objective, quantisation_target, v_step, validation_histograms
+from dask_hashcodes.kernels.label_similarity import (
     add_chunk_sums,
-    chunk_pass,
     database_sums,
     negative_weight,
-    objective,
-    quantisation_target,
     similar_pairs,
     similarity,
     similarity_product,
-    v_step,
-    validation_histograms,
 )
 
 

@@ -189,7 +189,7 @@ def test_ksh_bit_reproduces_a_separable_labelling_exactly():
     """Two classes separated in the kernel features: one KSH bit can make b b^T equal S on
     every pair, so its score b^T (r S) b reaches the maximum l^2 and the bit splits the classes."""
     from dask_hashcodes.kernels.ksh import train_ksh
-    from dask_hashcodes.kernels.splh import pair_labels
+    from dask_hashcodes.kernels.label_similarity import pair_labels
 
     rng = np.random.default_rng(4)
     labels = np.repeat([0, 1], 40)

@@ -13,6 +13,7 @@ from distributed import Client, LocalCluster
 from dask_hashcodes import InputError
 from dask_hashcodes.distributed.graph import as_dask
 from dask_hashcodes.hashing import COSDISH, SDH
+from dask_hashcodes.kernels.codes import START_BLOCK_ROWS, random_codes
 from dask_hashcodes.kernels.cosdish import (
     bit_objective,
     gamma_step,
@@ -21,7 +22,7 @@ from dask_hashcodes.kernels.cosdish import (
     regression_sums,
     solve_bit,
 )
-from dask_hashcodes.kernels.sdh import START_BLOCK_ROWS, dcc_codes, random_codes, ridge
+from dask_hashcodes.kernels.sdh import dcc_codes, ridge
 from dask_hashcodes.kernels.stats import combine_moments
 
 ALL_SIGNS = lambda m: np.array(list(itertools.product([-1.0, 1.0], repeat=m)))  # noqa: E731

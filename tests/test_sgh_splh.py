@@ -12,6 +12,7 @@ from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing import SGH, SPLH, USPLH, make_hasher, method_params
 from dask_hashcodes.kernels import sgh as sgh_k
 from dask_hashcodes.kernels import splh as splh_k
+from dask_hashcodes.kernels.label_similarity import pair_labels
 
 # ---------------------------------------------------------------- SGH references -----
 
@@ -118,7 +119,7 @@ def test_splh_kernels_equal_their_definitions():
     np.testing.assert_allclose(splh_k.deflate(C, w), R.T @ R / len(X), atol=1e-12)
     # pair labels and the truncated update, entry by entry
     labels = rng.integers(0, 3, 40)
-    S = splh_k.pair_labels(labels)
+    S = pair_labels(labels)
     p = rng.standard_normal(40)
     new = splh_k.truncated_label_update(S, p, 0.5)
     for i in range(40):
@@ -129,9 +130,7 @@ def test_splh_kernels_equal_their_definitions():
                 expected -= 0.5 * p[i] * p[j]
             assert new[i, j] == pytest.approx(expected)
     multi = np.array([[1, 0, 1], [0, 1, 1], [1, 0, 0], [0, 1, 0]], dtype=np.uint8)
-    np.testing.assert_array_equal(
-        splh_k.pair_labels(multi), [[1, 1, 1, -1], [1, 1, -1, 1], [1, -1, 1, -1], [-1, 1, -1, 1]]
-    )
+    np.testing.assert_array_equal(pair_labels(multi), [[1, 1, 1, -1], [1, 1, -1, 1], [1, -1, 1, -1], [-1, 1, -1, 1]])
 
 
 def test_pseudo_label_term_equals_explicit_pair_matrix():
@@ -212,7 +211,7 @@ def test_splh_fit_equals_sequential_numpy_run(client, tmp_path):
     Xc = X - mean
     C = Xc.T @ Xc / 900
     Xl = Xc[rows]
-    S = splh_k.pair_labels(y[rows])
+    S = pair_labels(y[rows])
     alpha = 1 / (Xl**2).sum(1).max()
     # eta is relative: the label term is scaled to the covariance's top eigenvalue at bit 1
     scale = np.linalg.eigvalsh(C)[-1] / np.abs(np.linalg.eigvalsh(Xl.T @ S @ Xl)).max()
@@ -230,7 +229,7 @@ def test_splh_fit_equals_sequential_numpy_run(client, tmp_path):
     adjusted = make_hasher("pcah-adjusted", 4, random_state=2, eta=0.7, n_labeled=120).fit(
         da.from_array(X, chunks=(400, 8)), y
     )
-    M = X.T @ X / 900 - np.outer(mean, mean) + 0.7 * scale * Xl.T @ splh_k.pair_labels(y[rows]) @ Xl
+    M = X.T @ X / 900 - np.outer(mean, mean) + 0.7 * scale * Xl.T @ pair_labels(y[rows]) @ Xl
     top = np.linalg.eigh(M)[1]
     np.testing.assert_allclose(np.abs(adjusted.components_), np.abs(top[:, ::-1][:, :4]), atol=1e-8)
 

@@ -32,8 +32,9 @@ from dask_hashcodes.distributed.progress import steps_bar
 from dask_hashcodes.hashing.base import BITS, SEED, TrainingPlot, label_chunks, labels_of_rows, report_row_label
 from dask_hashcodes.hashing.constraints import Interval
 from dask_hashcodes.hashing.deep import INPUT_SHAPE, NETWORK, DeepHashFunction
-from dask_hashcodes.kernels.adsh import add_chunk_sums, chunk_pass, negative_weight, similarity_product
+from dask_hashcodes.kernels.adsh import chunk_pass
 from dask_hashcodes.kernels.codes import pack_signs
+from dask_hashcodes.kernels.label_similarity import add_chunk_sums, negative_weight, similarity_product
 from dask_hashcodes.kernels.ranking import tie_aware_ap
 from dask_hashcodes.validation import check_int_param
 

@@ -29,11 +29,10 @@ from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher, label_chunks
 from dask_hashcodes.hashing.constraints import Interval
 from dask_hashcodes.hashing.sdh import training_rows
-from dask_hashcodes.kernels.adsh import add_chunk_sums, negative_weight, similarity_product
-from dask_hashcodes.kernels.codes import encode_linear, project_linear
+from dask_hashcodes.kernels.codes import encode_linear, project_linear, random_codes
 from dask_hashcodes.kernels.cosdish import cosdish_chunk_pass, linear_hash, omega_step, regression_sums
+from dask_hashcodes.kernels.label_similarity import add_chunk_sums, negative_weight, similarity_product
 from dask_hashcodes.kernels.ranking import relevance_from_labels
-from dask_hashcodes.kernels.sdh import random_codes
 from dask_hashcodes.kernels.stats import combine_moments
 from dask_hashcodes.storage.npz import FLOAT
 from dask_hashcodes.validation import check_int_param

@@ -28,8 +28,8 @@ from dask_hashcodes.kernels.codes import encode_linear, project_linear
 from dask_hashcodes.kernels.klsh import klsh_weights
 from dask_hashcodes.kernels.ksh import train_ksh
 from dask_hashcodes.kernels.l2 import squared_distances
+from dask_hashcodes.kernels.label_similarity import pair_labels
 from dask_hashcodes.kernels.rbf import rbf_features, rbf_kernel_matrix
-from dask_hashcodes.kernels.splh import pair_labels
 from dask_hashcodes.storage.npz import FLOAT, INTEGER, REAL
 from dask_hashcodes.validation import check_int_param
 

@@ -36,13 +36,13 @@ from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED
 from dask_hashcodes.hashing.constraints import ARRAY_LIKE, BOOLEAN, Interval
 from dask_hashcodes.hashing.linear import LinearHasher, training_covariance
+from dask_hashcodes.kernels.label_similarity import pair_labels
 from dask_hashcodes.kernels.splh import (
     boundary_regions,
     deflate,
     label_scale,
     label_term,
     merge_regions,
-    pair_labels,
     pseudo_label_term,
     top_direction,
     truncated_label_update,

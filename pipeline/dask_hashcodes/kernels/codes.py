@@ -5,6 +5,7 @@ Bit j of a code is bit (j % 8), least significant first, of byte j // 8 — the 
 handed to ``faiss.IndexBinaryFlat`` unchanged. A code length that is not a multiple of 8
 is padded with zero bits, which never change a Hamming distance. Sign convention: a
 projection >= 0 gives bit 1 (+1), < 0 gives bit 0 (-1); 0 never produces a third value.
+Also the random {-1, +1} codes that the discrete methods start from (``random_codes``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,26 @@ def pack_signs(projections: np.ndarray) -> np.ndarray:
 def unpack_bits(codes: np.ndarray, n_bits: int) -> np.ndarray:
     """(n, n_bytes) uint8 -> (n, n_bits) uint8 in {0, 1}."""
     return np.unpackbits(codes, axis=1, count=n_bits, bitorder=BIT_ORDER)
+
+
+START_BLOCK_ROWS = 4096  # the random start is drawn in blocks of this many training rows
+
+
+def random_codes(seed: int, start: int, n_rows: int, n_bits: int) -> np.ndarray:
+    """B's start for the training rows ``start`` .. ``start + n_rows`` (int8, +-1): random signs,
+    as the authors' codes of SDH and COSDISH start (sign(randn(n, L))). The rows are cut into
+    fixed blocks of START_BLOCK_ROWS counted from the first training row, and block b is drawn
+    from ``default_rng([seed, b])``, so a row's start depends on the seed and its row number
+    only: the same on any split of the rows into chunks."""
+    if n_rows <= 0:
+        return np.zeros((0, n_bits), dtype=np.int8)
+    first, last = start // START_BLOCK_ROWS, (start + n_rows - 1) // START_BLOCK_ROWS
+    blocks = [
+        np.random.default_rng([seed, b]).integers(0, 2, (START_BLOCK_ROWS, n_bits), dtype=np.int8)
+        for b in range(first, last + 1)
+    ]
+    offset = start - first * START_BLOCK_ROWS
+    return (np.concatenate(blocks)[offset : offset + n_rows] * 2 - 1).astype(np.int8)
 
 
 SLAB_ROWS = 2048  # rows converted to float32 at a time: the slab stays in L2 for the GEMM

@@ -9,7 +9,7 @@ rows, q by default), splits the rows into Omega and the rest Gamma, and alternat
   (a binary quadratic problem in |Omega| variables, ``solve_bit``), from the sums
   S_Gamma^T B_Gamma (|Omega| x q) and B_Gamma^T B_Gamma (q x q) over the database;
 * the Gamma step: B_Gamma = sign(S_Gamma B_Omega) row by row (a zero keeps the old bit), in
-  each chunk, with S formed from labels inside the task (pipeline/dask_hashcodes/kernels/adsh.py's products).
+  each chunk, with S's products formed from labels inside the task (kernels/label_similarity.py).
 
 S is 1 for a shared label and -r otherwise (r: similar / dissimilar pairs), as ADSH, by the
 same authors, weighs its dissimilar pairs. The hash functions are then a ridge regression from
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_hashcodes.kernels.adsh import database_sums, share_transpose_times
+from dask_hashcodes.kernels.label_similarity import database_sums, similarity_transpose_times
 from dask_hashcodes.kernels.stats import chunk_moments
 
 
@@ -71,7 +71,7 @@ def omega_step(B_omega, S_omega, StB_gamma, BtB_gamma, q: int) -> np.ndarray:
 
 def gamma_step(B, omega_labels, labels, B_omega, weight: float) -> np.ndarray:
     """sign(S B_Omega) for a chunk's rows B (n_chunk, q) (a zero keeps the old bit)."""
-    field = (1.0 + weight) * share_transpose_times(omega_labels, labels, B_omega) - weight * B_omega.sum(axis=0)
+    field = similarity_transpose_times(omega_labels, labels, B_omega, weight)
     return np.where(field > 0, 1, np.where(field < 0, -1, B)).astype(np.int8)
 
 
@@ -79,7 +79,7 @@ def cosdish_chunk_pass(B, labels, start: int, omega, omega_labels, B_omega=None,
     """One chunk of training rows (rows start .. start + len(B)): with ``B_omega``, the Gamma
     step of its rows and B_Omega written into the Omega rows it holds; then its shares of
     B^T B, P B, 1^T B and the similar pairs (integers) and its Omega rows' codes.
-    Returns (codes, sums) with the sums laid out as pipeline/dask_hashcodes/kernels/adsh.py's chunk_pass."""
+    Returns (codes, sums) with the sums laid out as label_similarity.add_chunk_sums combines them."""
     held = omega[(omega >= start) & (omega < start + len(B))]
     if B_omega is not None:
         B = gamma_step(B, omega_labels, labels, B_omega, weight)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dask_hashcodes.kernels.codes import random_codes
 from dask_hashcodes.kernels.rbf import rbf_features
 
 
@@ -43,26 +44,6 @@ def sdh_features(X: np.ndarray, anchors: np.ndarray, bandwidth: float) -> np.nda
 def ridge(gram: np.ndarray, cross: np.ndarray, lam: float) -> np.ndarray:
     """(G + lam I)^-1 C: a regularised least-squares solution from its two sums."""
     return np.linalg.solve(gram + lam * np.eye(gram.shape[0]), cross)
-
-
-START_BLOCK_ROWS = 4096  # the random start is drawn in blocks of this many training rows
-
-
-def random_codes(seed: int, start: int, n_rows: int, n_bits: int) -> np.ndarray:
-    """B's start for the training rows ``start`` .. ``start + n_rows`` (int8, +-1): random signs,
-    as the authors' codes of SDH and COSDISH start (sign(randn(n, L))). The rows are cut into
-    fixed blocks of START_BLOCK_ROWS counted from the first training row, and block b is drawn
-    from ``default_rng([seed, b])``, so a row's start depends on the seed and its row number
-    only: the same on any split of the rows into chunks."""
-    if n_rows <= 0:
-        return np.zeros((0, n_bits), dtype=np.int8)
-    first, last = start // START_BLOCK_ROWS, (start + n_rows - 1) // START_BLOCK_ROWS
-    blocks = [
-        np.random.default_rng([seed, b]).integers(0, 2, (START_BLOCK_ROWS, n_bits), dtype=np.int8)
-        for b in range(first, last + 1)
-    ]
-    offset = start - first * START_BLOCK_ROWS
-    return (np.concatenate(blocks)[offset : offset + n_rows] * 2 - 1).astype(np.int8)
 
 
 def dcc_codes(B: np.ndarray, Q: np.ndarray, W: np.ndarray, max_sweeps: int = 10) -> np.ndarray:

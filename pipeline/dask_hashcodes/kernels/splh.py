@@ -2,12 +2,13 @@
 update, deflation, and the boundary regions of USPLH's pseudo-labels. Plain numpy.
 
 Convention: M = C + eta s L, with C the (deflated) data covariance X^T X / n of centred
-rows, L = X_l^T S X_l the label term and s = lambda_max(C_1) / ||L_1||_2 fixed at the first
+rows, L = X_l^T S X_l the label term (S: the +-1 pairwise labels of the paper's eq. 3,
+``label_similarity.pair_labels``) and s = lambda_max(C_1) / ||L_1||_2 fixed at the first
 bit (``label_scale``). The paper writes M = X_l S X_l^T + eta X X^T, the same family up to an
 overall scale (paper eta = 1 / (ours s)). Without s, eta is not dimensionless: L's norm grows
 with the number of labeled pairs (l^2) and with the data's scale while C's does not, so one
-eta meant a different balance for every l (on Fashion-MNIST the ratio of the two top
-eigenvalues is about 35 / 122 / 502 at l = 250 / 1000 / 4000 with L normalised by l only).
+eta meant a different balance for every l (normalising L by l alone still leaves the ratio
+of the two terms' top eigenvalues growing with l).
 With s, eta = 1 gives both terms the same top eigenvalue at the first bit whatever l, n and
 the data's units; s stays fixed for the later bits so that the label updates keep the weight
 the paper gives them.
@@ -19,19 +20,6 @@ import numpy as np
 
 from dask_hashcodes.kernels.codes import project_linear
 from dask_hashcodes.kernels.stats import top_eigenvectors
-
-
-def pair_labels(labels: np.ndarray) -> np.ndarray:
-    """(l, l) S of the paper's eq. 3: +1 for pairs sharing a label (any label, for multi-hot
-    rows), -1 otherwise. The diagonal is +1: a point and itself share their label (a 0
-    diagonal would subtract about X_l^T X_l, a covariance, from the label term)."""
-    labels = np.asarray(labels)
-    if labels.ndim == 1:
-        same = labels[:, None] == labels[None, :]
-    else:
-        hot = labels.astype(np.float64)
-        same = hot @ hot.T > 0
-    return np.where(same, 1.0, -1.0)
 
 
 def label_term(Xl: np.ndarray, S: np.ndarray) -> np.ndarray:
