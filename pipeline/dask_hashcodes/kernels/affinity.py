@@ -184,10 +184,10 @@ def penalty_scale(loss: str, n_bits: int) -> float:
     """The weight that puts MAC's penalty mu ||Z - h(X)||^2 against a loss normalised to
     O(1) per pair: b^2 for KSH, i.e. mu is measured against Liu et al.'s (z_n^T z_m / b -
     y_nm)^2 rather than eq. 3's (z_n^T z_m - b y_nm)^2 (the same minimisers for a fixed mu
-    scale); 1 for eSPLH, already O(1) per pair. On this scale the MAC paper's mu_1 = 0.3 and
-    alpha = 1.4 reach Z = h(X) in 10-15 iterations (MACcut), as the paper reports (10-20);
-    against eq. 3's raw scale the same schedule took 32-35 on Fashion-MNIST, the first ~20
-    changing almost no bit."""
+    scale); 1 for eSPLH, already O(1) per pair. The MAC paper's mu schedule (mu_1 = 0.3,
+    alpha = 1.4) is set for a loss of this size; against eq. 3's raw scale the penalty is b^2
+    times weaker next to the loss, so the schedule's first iterations, until mu has grown to
+    make up for it, change almost no bit and only lengthen the run."""
     _check_loss(loss)
     return float(n_bits) ** 2 if loss == "ksh" else 1.0
 

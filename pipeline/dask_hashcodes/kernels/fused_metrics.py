@@ -25,13 +25,29 @@ BY_LABEL, BY_POSITION = 0, 1
 
 
 @njit(nogil=True, cache=True)
+def _tile_rows(t, n):
+    """(start, stop): the database rows that tile t holds (the last tile may be shorter)."""
+    start = t * TILE_CODES
+    return start, min(n, start + TILE_CODES)
+
+
+@njit(nogil=True, cache=True)
+def _relevant_end(positions, p, stop):
+    """Where the walk over one query's relevant positions (ascending, then sentinels at n)
+    from ``p`` leaves the rows before ``stop``: positions[p:end] are the query's relevant
+    rows in the current tile, and ``end`` is where the next tile's walk starts."""
+    while p < positions.shape[0] and positions[p] < stop:
+        p += 1
+    return p
+
+
+@njit(nogil=True, cache=True)
 def _histograms(queries, tiles, n, mode, query_labels, db_labels, rel_pos, total, rel):
     m = queries.shape[0]
     dist = np.empty(TILE_CODES, np.int32)
     ptr = np.zeros(m, np.int64)
     for t in range(tiles.shape[0]):
-        start = t * TILE_CODES
-        stop = min(n, start + TILE_CODES)
+        start, stop = _tile_rows(t, n)
         for q in range(m):
             tile_distances(queries[q], tiles[t], dist)
             tq = total[q]
@@ -44,11 +60,10 @@ def _histograms(queries, tiles, n, mode, query_labels, db_labels, rel_pos, total
                     if db_labels[start + j] == label:
                         rq[dist[j]] += 1
             else:
-                p = ptr[q]
-                while p < rel_pos.shape[1] and rel_pos[q, p] < stop:
+                end = _relevant_end(rel_pos[q], ptr[q], stop)
+                for p in range(ptr[q], end):
                     rq[dist[rel_pos[q, p] - start]] += 1
-                    p += 1
-                ptr[q] = p
+                ptr[q] = end
 
 
 @njit(nogil=True, cache=True)
@@ -60,8 +75,7 @@ def _precision_sums(queries, tiles, n, mode, query_labels, db_labels, rel_pos, b
     seen_rel = np.zeros((m, width), np.int64)
     ptr = np.zeros(m, np.int64)
     for t in range(tiles.shape[0]):
-        start = t * TILE_CODES
-        stop = min(n, start + TILE_CODES)
+        start, stop = _tile_rows(t, n)
         for q in range(m):
             tile_distances(queries[q], tiles[t], dist)
             sq = seen[q]
@@ -77,8 +91,8 @@ def _precision_sums(queries, tiles, n, mode, query_labels, db_labels, rel_pos, b
                         acc += (before_rel[q, h] + sr[h]) / (before_total[q, h] + sq[h])
             else:
                 j0 = 0
-                p = ptr[q]
-                while p < rel_pos.shape[1] and rel_pos[q, p] < stop:
+                end = _relevant_end(rel_pos[q], ptr[q], stop)
+                for p in range(ptr[q], end):
                     r = rel_pos[q, p] - start
                     for j in range(j0, r + 1):  # ids ascend: ties at a distance come in id order
                         sq[dist[j]] += 1
@@ -86,8 +100,7 @@ def _precision_sums(queries, tiles, n, mode, query_labels, db_labels, rel_pos, b
                     sr[h] += 1
                     acc += (before_rel[q, h] + sr[h]) / (before_total[q, h] + sq[h])
                     j0 = r + 1
-                    p += 1
-                ptr[q] = p
+                ptr[q] = end
                 for j in range(j0, stop - start):
                     sq[dist[j]] += 1
             out[q] += acc
