@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from dask_hashcodes.cli.options import OptionParser, bit_count, non_negative_int, positive_int
+from dask_hashcodes.cli.option_types import bit_count, non_negative_int, positive_int
+from dask_hashcodes.cli.options import OptionParser
 from dask_hashcodes.errors import InputError
 
 PROG = "python -m benchmarks"

@@ -35,10 +35,6 @@ _LINK = re.compile(r"(?<!!)\[([^\]]*)\]\(([^)\s]+)\)")
 
 # readable names of the option table's value types (by the callable's name)
 _TYPE_NAMES = {
-    "positive_int": "integer > 0",
-    "non_negative_int": "integer >= 0",
-    "positive_float": "number > 0",
-    "non_negative_float": "number >= 0",
     "positive_int_list": "integers, comma-separated",
     "bit_count": "bits",
     "bit_counts": "bits, comma-separated",

@@ -13,24 +13,16 @@ from pathlib import Path
 import pytest
 
 from dask_hashcodes.cli.main import build_parser, parse_args
-from dask_hashcodes.cli.options import (
+from dask_hashcodes.cli.method_options import (
     ARGUMENT_FLAGS,
-    COMMANDS,
     NOT_FLAGS,
-    OPTIONS,
-    NameOrPairs,
-    Number,
-    _variants,
-    boolean,
-    config_schema,
     flag_params,
     method_flag,
-    method_params,
-    options_of,
     parameter_help,
-    positive_int_list,
-    show_value,
+    variants,
 )
+from dask_hashcodes.cli.option_types import NameOrPairs, Number, boolean, positive_int_list, show_value
+from dask_hashcodes.cli.options import COMMANDS, OPTIONS, config_schema, method_params, options_of
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing import registry
 from dask_hashcodes.hashing.constraints import parameter_docs
@@ -112,7 +104,7 @@ _OWN_OPTIONS = [o for o in _METHOD_OPTIONS if not o.short_for]
 
 def _reaching(opt):
     """(method name, base estimator) pairs through which ``opt`` sets its parameter."""
-    return [(name, base) for base in opt.methods for name in _variants(base, opt.param)]
+    return [(name, base) for base in opt.methods for name in variants(base, opt.param)]
 
 
 def _train(method, *flags):

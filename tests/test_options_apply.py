@@ -10,17 +10,9 @@ import pytest
 
 from dask_hashcodes.cli import commands
 from dask_hashcodes.cli import main as cli
-from dask_hashcodes.cli.options import (
-    CLUSTER_COMMANDS,
-    METHOD_OPTIONS,
-    NameOrPairs,
-    Number,
-    _variants,
-    boolean,
-    conditions,
-    method_params,
-    refuse_unused,
-)
+from dask_hashcodes.cli.method_options import METHOD_OPTIONS, variants
+from dask_hashcodes.cli.option_types import NameOrPairs, Number, boolean
+from dask_hashcodes.cli.options import CLUSTER_COMMANDS, conditions, method_params, refuse_unused
 from dask_hashcodes.hashing.registry import METHOD_NAMES
 
 SCHEDULER = ["--scheduler", "tcp://127.0.0.1:1"]  # never reached: refusals come first
@@ -225,7 +217,7 @@ def _sample(opt) -> str:
 
 @pytest.mark.parametrize("opt", METHOD_OPTIONS, ids=lambda o: o.name)
 def test_a_method_option_for_a_method_not_run_is_refused_before_work(opt, no_cluster, capsys):
-    reached = [name for method in opt.methods for name in _variants(method, opt.param)]
+    reached = [name for method in opt.methods for name in variants(method, opt.param)]
     other = next(m for m in METHOD_NAMES if m not in reached)
     train = ["train", "--dataset", "d.zarr", "--out", "m", opt.flag, _sample(opt)]
     assert cli.main([*train, "--method", other]) == 2

@@ -17,10 +17,8 @@ import shlex
 import sys
 
 from dask_hashcodes import workflows
+from dask_hashcodes.cli.method_options import ARGUMENT_FLAGS, METHOD_COMMANDS, METHOD_OPTIONS
 from dask_hashcodes.cli.options import (
-    ARGUMENT_FLAGS,
-    METHOD_COMMANDS,
-    METHOD_OPTIONS,
     OPTIONS,
     is_set,
     method_params,

@@ -16,7 +16,8 @@ import sys
 from dask_hashcodes.cli import commands
 from dask_hashcodes.cli.commands import pick
 from dask_hashcodes.cli.config import load_config
-from dask_hashcodes.cli.options import COMMANDS, OptionParser, Values, options_of, refuse_unused, toml_scalar
+from dask_hashcodes.cli.option_types import toml_scalar
+from dask_hashcodes.cli.options import COMMANDS, OptionParser, Values, options_of, refuse_unused
 from dask_hashcodes.cli.run import run_pipeline
 from dask_hashcodes.errors import InputError
 

@@ -5,41 +5,41 @@ of ``dhash run`` pipelines (pipeline/dask_hashcodes/cli/run.py), ``dhash --help`
 (``data_schemas/config.schema.json``, written by ``python -m dask_hashcodes.cli.options``) are all built
 from ``OPTIONS``: a name, the commands taking it, a value type, a default and a help text.
 
-The method options (``METHOD_OPTIONS``) are generated from the estimators of
-``dask_hashcodes.hashing.registry``, none written here: the flag ``--{method}-{parameter}``
-for every parameter (plus the registry's ``SHORT_FLAGS``), its value type, range and choices
-from the estimator's ``_parameter_constraints``, its help from the Parameters section of the
-estimator's docstring and the default the help prints from ``get_params()``.
-
-A flag's text and a TOML value go through the same ``type`` callable; a TOML value must
-also have the TOML type the option expects (an integer option takes ``bits = 12``, not
-``12.7`` or ``"12"``; a switch takes ``true``/``false``, not ``"false"``). Every refusal is
-an ``InputError``: one line naming the key and the fix.
+The method options (``METHOD_OPTIONS``) are generated from the estimators
+(``dask_hashcodes.cli.method_options``), none written here. Value types are those of
+``dask_hashcodes.cli.option_types``: a flag's text and a TOML value go through the same
+``type`` callable; a TOML value must also have the TOML type the option expects (an
+integer option takes ``bits = 12``, not ``12.7`` or ``"12"``; a switch takes
+``true``/``false``, not ``"false"``). Every refusal is an ``InputError``: one line naming
+the key and the fix.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import inspect
 import json
-import math
 import os
 from dataclasses import dataclass
 
+from dask_hashcodes.cli.method_options import METHOD_OPTIONS, variants
+from dask_hashcodes.cli.option_types import (
+    MAX_BITS,
+    Option,
+    bit_count,
+    bit_counts,
+    date,
+    json_object,
+    json_type,
+    name_list,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    positive_int_list,
+)
 from dask_hashcodes.data.sources import SOURCES
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.evaluation.evaluate import DEFAULT_KS
-from dask_hashcodes.hashing.constraints import BOOLEAN, Interval, Options, parameter_docs
-from dask_hashcodes.hashing.registry import (
-    BASELINE_METHODS,
-    DEMO_METHODS,
-    HASHERS,
-    METHOD_NAMES,
-    METHOD_VARIANTS,
-    SHORT_FLAGS,
-    method_class,
-)
+from dask_hashcodes.hashing.registry import BASELINE_METHODS, DEMO_METHODS, METHOD_NAMES, method_class
 from dask_hashcodes.indexes.rerank import K_FACTOR
 
 
@@ -48,119 +48,6 @@ class OptionParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise InputError(f"{self.prog}: {message}; see `{self.prog} --help`")
-
-
-def _integer(text, low: int, what: str) -> int:
-    if isinstance(text, bool):
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if value < low:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
-    return value
-
-
-def positive_int(text) -> int:
-    return _integer(text, 1, "a positive integer")
-
-
-def non_negative_int(text) -> int:
-    return _integer(text, 0, "an integer >= 0")
-
-
-def positive_float(text) -> float:
-    what = "a positive number"
-    if isinstance(text, bool):
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-    try:
-        value = float(str(text).strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-    return value
-
-
-def positive_int_list(text) -> list[int]:
-    """``16,32,64`` (or a TOML array) -> [16, 32, 64]; every item a positive integer."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        text = [text]  # TOML: bits = 16 is a list of one
-    items = text if isinstance(text, list) else [v for v in str(text).split(",") if v.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of positive integers, got nothing")
-    try:
-        return [positive_int(v) for v in items]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(
-            f"expected a comma-separated list of positive integers, got {text!r}"
-        ) from None
-
-
-# Longest code length accepted. Hash codes exist to be much smaller than the vectors they
-# index: 4096 bits (512 bytes a row) is already the size of a 128-d float32 vector, and
-# every method keeps (features, bits) float64 projections and (rows, bits) codes in memory.
-MAX_BITS = 4096
-
-
-def _check_bits(value: int) -> int:
-    if value > MAX_BITS:
-        raise argparse.ArgumentTypeError(f"expected a code length of 1 to {MAX_BITS} bits, got {value}")
-    return value
-
-
-def bit_count(text) -> int:
-    """A code length: a positive integer up to ``MAX_BITS``."""
-    return _check_bits(positive_int(text))
-
-
-def bit_counts(text) -> list[int]:
-    """Code lengths, comma-separated (or a TOML array), each 1 to ``MAX_BITS``."""
-    return [_check_bits(v) for v in positive_int_list(text)]
-
-
-def name_list(text) -> list[str]:
-    items = text if isinstance(text, list) else str(text).split(",")
-    names = [str(v).strip().lower() for v in items if str(v).strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of names, got nothing")
-    return names
-
-
-def json_object(text) -> dict:
-    """``--storage-options '{"anon": true}'`` -> dict (a TOML table passes through)."""
-    if isinstance(text, dict):
-        return text
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({exc})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
-    return value
-
-
-def date(text) -> str:
-    """YYYY-MM-DD (a TOML date too)."""
-    try:
-        return dt.date.fromisoformat(str(text)).isoformat()
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a date YYYY-MM-DD, got {text!r}") from None
-
-
-def toml_scalar(text_: str):
-    """``--set`` values are TOML scalars when they parse as one (numbers, true/false), else strings."""
-    import tomllib
-
-    try:
-        return tomllib.loads(f"v = {text_}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text_
-
-
-def text(value) -> str:
-    return str(value)
 
 
 # ------------------------------------------------------------------ the table ----------
@@ -193,76 +80,6 @@ COMMANDS = {
     + ", ".join(method_class(name).__name__ for name in DEMO_METHODS),
     "run": "Run a TOML pipeline of dhash steps as one scheduled batch job (lock, skip up-to-date steps, logs)",
 }
-METHOD_COMMANDS = ("train", "evaluate", "demo")
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option. ``default`` may be a dict {command: default}; ``required`` names the
-    commands that need it (from the command line or the config). A method option sets the
-    estimator parameter ``param`` of the estimators ``methods`` (base method names); its
-    ``default`` is None (not given: the estimator's own default, ``estimator_defaults``);
-    ``short_for`` names the ``--{method}-{param}`` flags a short flag stands for.
-    ``applies``: the conditions (``With``, ``Without``, ...) under which the option does
-    something, all of which must hold; given where one does not, it is refused
-    (``refuse_unused``) rather than ignored."""
-
-    name: str
-    commands: tuple
-    help: str
-    type: object = text
-    default: object = None
-    required: tuple = ()
-    switch: bool = False
-    positional: bool = False
-    choices: tuple | None = None
-    group: str = "options"
-    param: str | None = None
-    methods: tuple = ()
-    estimator_defaults: dict | None = None
-    dest_name: str | None = None
-    repeat: bool = False
-    metavar: str | None = None
-    applies: tuple = ()
-    short_for: tuple = ()
-
-    @property
-    def dest(self) -> str:
-        return self.dest_name or self.name.replace("-", "_")
-
-    @property
-    def flag(self) -> str:
-        return f"--{self.name}"
-
-    def default_for(self, command: str):
-        if isinstance(self.default, dict):
-            return self.default.get(command)
-        return False if self.switch and self.default is None else self.default
-
-    def parse(self, value, where: str):
-        """A TOML value checked and converted like the flag's text would be."""
-        key = self.name
-        if self.switch:
-            if not isinstance(value, bool):
-                # suggest the boolean the value spells ("false" -> false), not always true
-                spelt = str(value).strip().lower()
-                fix = f"{key} = {spelt}" if spelt in ("true", "false") else f"{key} = true or {key} = false"
-                raise InputError(
-                    f"{where}: {key} must be true or false, got {value!r}; write {fix} (a boolean, unquoted)"
-                )
-            return value
-        accepted = toml_types(self.type)
-        if (isinstance(value, bool) and bool not in accepted) or not isinstance(value, accepted):
-            want = " or ".join(_TOML_NAMES[t] for t in accepted)
-            hint = f"; write {key} = {int(value)}" if isinstance(value, float) and int in accepted else ""
-            raise InputError(f"{where}: {key} must be {want}, got {value!r}{hint}")
-        try:
-            value = self.type(value)
-        except (argparse.ArgumentTypeError, InputError, ValueError, TypeError) as exc:
-            raise InputError(f"{where}: bad value for {key} ({exc})") from None
-        if self.choices is not None and value not in self.choices:
-            raise InputError(f"{where}: {key} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
-        return value
 
 
 def _opt(name, commands, help_, **kw) -> Option:
@@ -420,263 +237,6 @@ class AnyURL:
             f"{opt.flag} applies only to URL locations (s3://, gs://, abfs://, ...), and every location of this "
             f"dhash {command} is a local path; drop {opt.flag}"
         )
-
-
-# ------------------------------------------------------------ method options -----------
-# Method options are generated from the estimators of the registry; nothing about a method
-# parameter is written here. Every parameter of a registered estimator has the flag
-# --{method}-{parameter}, the parameter's underscores as hyphens (--mac-n-similar): it sets
-# the parameter of that method and of its variants that do not fix it (agh2 for agh,
-# dish-allreduce for dish; cut and quad fix mac's max_iter). The registry's SHORT_FLAGS keep
-# the shorter names earlier releases gave some parameters (--n-iter, --nodes; --rho sets
-# DisH's and SGH's rho). A flag's value type, range and choices are read from the
-# estimator's ``_parameter_constraints``, its help from the Parameters section of the
-# estimator's docstring, the default its help prints from ``get_params()``.
-
-# make_hasher's own arguments, set by these flags of the workflows (not method parameters)
-ARGUMENT_FLAGS = {"n_bits": "bits", "random_state": "seed"}
-# parameters no flag sets, and why
-NOT_FLAGS = {
-    "labeled_rows": "row indices are an argument of the library's API; the jobs draw the labeled rows with the seed",
-}
-
-
-@dataclass(frozen=True)
-class Number:
-    """A number option read from an estimator's ``Interval`` constraint: the flag's text or
-    a TOML number, converted and range-checked before any work starts. Integer bounds are
-    kept closed (an open bound 0 is a closed bound 1)."""
-
-    integer: bool
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-
-    @classmethod
-    def of(cls, interval: Interval) -> Number:
-        low, high, low_open, high_open = interval.low, interval.high, interval.low_open, interval.high_open
-        if interval.integer:  # closed integer bounds read best: "an integer >= 2", not "> 1"
-            low = None if low is None else math.floor(low) + 1 if low_open or low != int(low) else int(low)
-            high = None if high is None else math.ceil(high) - 1 if high_open or high != int(high) else int(high)
-            low_open = high_open = False
-        return cls(interval.integer, low, high, low_open, high_open)
-
-    def narrowed(self, other: Number) -> Number:
-        """The values both accept (a flag shared by methods whose ranges differ)."""
-        if other.integer != self.integer:
-            raise TypeError("an integer and a real parameter cannot share a flag")
-        low, low_open = self.low, self.low_open
-        if other.low is not None and (low is None or (other.low, other.low_open) > (low, low_open)):
-            low, low_open = other.low, other.low_open
-        high, high_open = self.high, self.high_open
-        if other.high is not None and (high is None or (other.high, not other.high_open) < (high, not high_open)):
-            high, high_open = other.high, other.high_open
-        return Number(self.integer, low, high, low_open, high_open)
-
-    @property
-    def what(self) -> str:
-        """The values accepted, as error messages say them."""
-        kind = "an integer" if self.integer else "a number"
-        low, high = _number(self.low), _number(self.high)
-        if self.low is not None and self.high is not None:
-            if self.integer:
-                return f"an integer from {low} to {high}"
-            return f"a number in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
-        if self.low is not None:
-            if self.integer and self.low == 1:
-                return "a positive integer"
-            if not self.integer and self.low == 0 and self.low_open:
-                return "a positive number"
-            return f"{kind} {'>' if self.low_open else '>='} {low}"
-        if self.high is not None:
-            return f"{kind} {'<' if self.high_open else '<='} {high}"
-        return kind
-
-    def __call__(self, text):
-        if isinstance(text, bool):
-            raise argparse.ArgumentTypeError(f"expected {self.what}, got {text!r}")
-        try:
-            value = int(str(text).strip()) if self.integer else float(str(text).strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {self.what}, got {text!r}") from None
-        if not math.isfinite(value) or not self._holds(value):
-            raise argparse.ArgumentTypeError(f"expected {self.what}, got {value if self.integer else repr(text)}")
-        return value
-
-    def _holds(self, value) -> bool:
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            return False
-        return self.high is None or not (value > self.high or (self.high_open and value == self.high))
-
-    @property
-    def toml_types(self) -> tuple:
-        return (int,) if self.integer else (int, float)
-
-    def json(self) -> dict:
-        prop = {"type": "integer" if self.integer else "number"}
-        if self.low is not None:
-            prop["exclusiveMinimum" if self.low_open else "minimum"] = self.low
-        if self.high is not None:
-            prop["exclusiveMaximum" if self.high_open else "maximum"] = self.high
-        return prop
-
-
-def _number(value) -> str:
-    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
-
-
-@dataclass(frozen=True)
-class NameOrPairs:
-    """A name among ``names``, or (config files only) an explicit edge list [[0, 1], [1, 2], ...]."""
-
-    names: tuple
-
-    def __call__(self, value):
-        if isinstance(value, list):
-            if not all(
-                isinstance(e, list) and len(e) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in e)
-                for e in value
-            ):
-                raise argparse.ArgumentTypeError(f"expected a name or a list of [i, j] node pairs, got {value!r}")
-            return value
-        if str(value) not in self.names:
-            raise argparse.ArgumentTypeError(
-                f"expected one of {', '.join(self.names)} (or, in a config file, a list of [i, j] node pairs), "
-                f"got {value!r}"
-            )
-        return str(value)
-
-    toml_types = (str, list)
-
-    def json(self) -> dict:
-        pairs = {
-            "type": "array",
-            "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
-        }
-        return {"oneOf": [{"type": "string", "enum": list(self.names)}, pairs]}
-
-
-def boolean(text) -> bool:
-    """true or false (a TOML boolean, or the flag's text)."""
-    if isinstance(text, bool):
-        return text
-    spelt = str(text).strip().lower()
-    if spelt not in ("true", "false"):
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    return spelt == "true"
-
-
-def _value_type(cls, param: str) -> tuple:
-    """(type, choices) of an estimator parameter, from its ``_parameter_constraints``. Of a
-    parameter that also takes a name outside its Options (a network a library user
-    registered) or a dict (a network spec), the command line offers the Options' names."""
-    constraints = [c for c in cls._parameter_constraints[param] if c is not None]
-    numbers = [c for c in constraints if isinstance(c, Interval)]
-    names = [tuple(sorted(c.options)) for c in constraints if isinstance(c, Options)]
-    if len(numbers) == 1:
-        return Number.of(numbers[0]), None
-    if names and list in constraints:
-        return NameOrPairs(names[0]), None
-    if names:
-        return text, names[0]
-    if BOOLEAN in constraints:
-        return boolean, None
-    if tuple in constraints or list in constraints:
-        return positive_int_list, None
-    raise TypeError(f"{cls.__name__}.{param}: no option type for the constraints {constraints}")
-
-
-def _variants(method: str, param: str | None = None) -> list[str]:
-    """The method names that reach ``method``'s ``param``: its own and its variants' that do not fix it."""
-    return [method] + [v for v, (base, fixed) in METHOD_VARIANTS.items() if base == method and param not in fixed]
-
-
-def method_flag(method: str, param: str) -> str:
-    """The flag name of ``method``'s parameter ``param``: ``{method}-{param}``, hyphenated."""
-    return f"{method}-{param.replace('_', '-')}"
-
-
-def flag_params(cls) -> list[str]:
-    """The parameters of an estimator class that have flags, in its signature's order."""
-    names = list(inspect.signature(cls.__init__).parameters)[1:]  # after self
-    return [p for p in names if p not in ARGUMENT_FLAGS and p not in NOT_FLAGS]
-
-
-def parameter_help(cls, param: str) -> str:
-    """What ``param`` of estimator ``cls`` means: its entry in the class docstring's
-    Parameters section (a missing entry is an error: the docstring is the only description)."""
-    try:
-        return parameter_docs(cls)[param].description
-    except KeyError:
-        raise LookupError(f"{cls.__name__}'s docstring has no Parameters entry for {param}; add one") from None
-
-
-def show_value(value) -> str:
-    """A default as the help prints it (TOML's spelling of booleans, none for None)."""
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:g}"
-    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-
-
-def _group(method: str) -> str:
-    names = _variants(method)
-    return f"{HASHERS[method].__name__} (method{'s' if len(names) > 1 else ''} {', '.join(names)})"
-
-
-def _method_option(name: str, methods: tuple, param: str, help_: str, group: str, short_for=()) -> Option:
-    kinds = [_value_type(HASHERS[m], param) for m in methods]
-    type_, choices = kinds[0]
-    for other in kinds[1:]:
-        if isinstance(type_, Number) and isinstance(other[0], Number):
-            type_ = type_.narrowed(other[0])
-        elif other != kinds[0]:
-            raise TypeError(f"flag --{name}: {param} has different types in {', '.join(methods)}; drop the flag")
-    # a parameter the evaluation sets itself is a training option only
-    evaluated = any(param in HASHERS[m].evaluation_sets for m in methods)
-    return Option(
-        name,
-        ("train",) if evaluated else METHOD_COMMANDS,
-        help_,
-        type=type_,
-        choices=choices,
-        group=group,
-        param=param,
-        methods=methods,
-        estimator_defaults={m: HASHERS[m]().get_params()[param] for m in methods},
-        metavar="{true,false}" if type_ is boolean else None,
-        short_for=short_for,
-    )
-
-
-def _method_options() -> tuple[Option, ...]:
-    """Every estimator parameter's --{method}-{param} option, then the short flags."""
-    options = [
-        _method_option(
-            method_flag(method, param),
-            (method,),
-            param,
-            f"{parameter_help(cls, param)} (default {show_value(cls().get_params()[param])})",
-            _group(method),
-        )
-        for method, cls in HASHERS.items()
-        for param in flag_params(cls)
-    ]
-    for name, (methods, param) in SHORT_FLAGS.items():
-        targets = tuple(f"--{method_flag(m, param)}" for m in methods)
-        help_ = f"short for {targets[0]}"
-        if len(targets) > 1:
-            help_ = f"short for {', '.join(targets[:-1])} and {targets[-1]} (a method's own flag wins)"
-        group = _group(methods[0]) if len(methods) == 1 else "options of several methods"
-        options.append(_method_option(name, methods, param, help_, group, targets))
-    return tuple(options)
-
-
-METHOD_OPTIONS: tuple[Option, ...] = _method_options()
 
 
 _CLUSTER = "cluster and job"
@@ -898,7 +458,7 @@ def method_params(command: str, values: dict) -> dict:
     for dest, opt in short_flags_first:
         if opt.param is None or values.get(dest) is None:
             continue
-        reached = [name for method in opt.methods for name in _variants(method, opt.param)]
+        reached = [name for method in opt.methods for name in variants(method, opt.param)]
         known = all(name in METHOD_NAMES for name in chosen)  # an unknown name is refused by the workflow
         if known and not set(reached) & set(chosen):
             raise InputError(
@@ -910,66 +470,14 @@ def method_params(command: str, values: dict) -> dict:
     return params
 
 
-# the TOML types each option type accepts (others: str)
-_TOML_TYPES = {
-    positive_int: (int,),
-    non_negative_int: (int,),
-    positive_float: (int, float),
-    positive_int_list: (list, str, int),
-    bit_count: (int,),
-    bit_counts: (list, str, int),
-    name_list: (list, str),
-    json_object: (dict, str),
-    boolean: (bool,),
-    date: (str, dt.date),
-}
-_TOML_NAMES = {
-    int: "an integer",
-    float: "a number",
-    list: "an array",
-    str: "a string",
-    dict: "a table",
-    bool: "true or false",
-    dt.date: "a date",
-}
-_JSON_TYPES = {
-    positive_int: {"type": "integer", "minimum": 1},
-    non_negative_int: {"type": "integer", "minimum": 0},
-    positive_float: {"type": "number", "exclusiveMinimum": 0},
-    positive_int_list: {
-        "oneOf": [
-            {"type": "array", "items": {"type": "integer", "minimum": 1}},
-            {"type": "integer", "minimum": 1},
-            {"type": "string"},
-        ]
-    },
-    bit_count: {"type": "integer", "minimum": 1, "maximum": MAX_BITS},
-    bit_counts: {
-        "oneOf": [
-            {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": MAX_BITS}},
-            {"type": "integer", "minimum": 1, "maximum": MAX_BITS},
-            {"type": "string"},
-        ]
-    },
-    name_list: {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]},
-    json_object: {"oneOf": [{"type": "object"}, {"type": "string"}]},
-    boolean: {"type": "boolean"},
-    date: {"type": "string", "format": "date"},
-    text: {"type": "string"},
-}
 STORAGE_TABLE = "storage-options"
-
-
-def toml_types(type_) -> tuple:
-    """The TOML types a value of an option of this type may have."""
-    return getattr(type_, "toml_types", None) or _TOML_TYPES.get(type_, (str,))
 
 
 def _json_property(opt: Option) -> dict:
     if opt.switch:
         prop = {"type": "boolean"}
     else:
-        prop = opt.type.json() if hasattr(opt.type, "json") else dict(_JSON_TYPES[opt.type])
+        prop = json_type(opt.type)
     if opt.choices is not None:
         prop["enum"] = list(opt.choices)
     prop["description"] = opt.help
