@@ -61,7 +61,7 @@ class FlatIndex(HammingIndex):
         self.model = model
         array = codes.dask() if isinstance(codes, Codes) else codes
         if ids is not None and exclude is not None:
-            raise InputError("give the ids of the rows to search, or the rows to leave out (`exclude`), not both")
+            raise InputError("give either ids (the rows to search) or exclude (the rows to leave out), not both")
         view = view_of(array, exclude)
         self._db, self._ids = view.features, view.ids if ids is None else ids
         self.ntotal = view.n
