@@ -1,7 +1,7 @@
 """ADSH's network step (Algorithm 1's inner loop over mini-batches of Omega), in torch.
 
 The loss of the sampled queries i in Omega needs the database codes V only through V^T V
-and S V (pipeline/dask_hashcodes/kernels/adsh.py):
+and S V (their sums over the database chunks: kernels.label_similarity):
 
     sum_j (u_i^T v_j - c S_ij)^2 = u_i^T (V^T V) u_i - 2c u_i^T (S V)_i + const,
 

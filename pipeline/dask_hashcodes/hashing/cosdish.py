@@ -12,7 +12,7 @@ A last pass gives the moments and X^T B for the hash functions: a ridge regressi
 standardised features to the codes (lambda 1), as the authors' code.
 
 B starts from random signs per row, as the authors' code (B = randn(n, q) > 0), drawn from the
-seed and the row's number (pipeline/dask_hashcodes/kernels/sdh.py's ``random_codes``) so that the start does
+seed and the row's number (``kernels.codes.random_codes``) so that the start does
 not depend on the chunking.
 """
 

@@ -9,7 +9,7 @@ and only the sums Phi^T Phi, Phi^T B, B^T B and B^T Y ((m+1)^2, (m+1) x L, L^2, 
 come back. The G- and F-steps are solved from them on the client.
 
 B starts from random signs per row, as the authors' code (sign(randn(n, L))), drawn from the
-seed and the row's number (pipeline/dask_hashcodes/kernels/sdh.py's ``random_codes``) so that the start does
+seed and the row's number (``kernels.codes.random_codes``) so that the start does
 not depend on the chunking; the first G- and F-steps are solved from it.
 
 Defaults are the authors' code's: 1000 anchors drawn from the training rows, lambda = 1
