@@ -50,6 +50,5 @@ def test_rerank_default_candidates_is_the_inverted_files(rerank, k):
 def test_candidates_help_shows_the_default_in_use(monkeypatch):
     text = " ".join(_help(["search", "--help"], monkeypatch).split())
     assert (
-        f"--candidates CANDIDATES Hamming candidates per query that --rerank re-ranks (default {K_FACTOR} x k)"
-        in text
+        f"--candidates CANDIDATES Hamming candidates per query that --rerank re-ranks (default {K_FACTOR} x k)" in text
     )

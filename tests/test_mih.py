@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from dask_hashcodes.errors import InputError
+from dask_hashcodes.indexes.mih import checked_substrings
 from dask_hashcodes.kernels.hamming import hamming_radius, hamming_topk
 from dask_hashcodes.kernels.mih import build_tables, default_substrings, mih_radius, mih_topk, substring_starts
-from dask_hashcodes.indexes.mih import checked_substrings
 
 
 def clustered_codes(rng, n, n_bits, n_centres=50, flip=0.08):

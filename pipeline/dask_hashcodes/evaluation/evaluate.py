@@ -17,9 +17,9 @@ from dask_hashcodes.errors import InputError
 from dask_hashcodes.evaluation.chunk_metrics import chunk_histograms, chunk_precision_sums
 from dask_hashcodes.evaluation.truth import Truth
 from dask_hashcodes.hashing import HASHERS, make_hasher, method_params
+from dask_hashcodes.indexes.hamming import knn_search_lazy
 from dask_hashcodes.kernels.ranking import mean_ap, radius_precision_recall, rank_offsets, tie_aware_ap, topk_metrics
 from dask_hashcodes.kernels.stats import add
-from dask_hashcodes.indexes.hamming import knn_search_lazy
 from dask_hashcodes.views import view_of
 
 DEFAULT_KS = (1, 10, 50, 100, 200, 500, 1000)
