@@ -94,6 +94,11 @@ def test_every_index_answers_as_brute_force_with_the_same_members(data, cluster,
             "search_lazy": dask.compute(index.search_lazy(vectors, K))[0],
             "search_codes_lazy": dask.compute(index.search_codes_lazy(Queries(query_codes, vectors), K))[0],
         }
+        if index.needs_query_vectors:  # a caller holding only codes is told to bring the vectors
+            with pytest.raises(InputError, match="needs the query vectors as well as their codes"):
+                index.search_codes(query_codes, K)
+        else:  # codes alone are a whole query: the workflows then read no query vectors
+            found["search_codes without vectors"] = index.search_codes(query_codes, K)
         for how, (got_d, got_i) in found.items():
             np.testing.assert_array_equal(got_i, want_i, err_msg=how)
             np.testing.assert_allclose(got_d, want_d, rtol=1e-6, err_msg=how)

@@ -411,14 +411,14 @@ def search_index(
     dataset: Dataset,
     model: Hasher,
     codes: Codes,
-    split_: Split,
+    split: Split,
     *,
     index=None,
     nprobe: int | None = None,
     rerank=None,
     candidates=None,
 ):
-    """The index a search of ``split_``'s queries goes through: the linear scan of the
+    """The index a search of ``split``'s queries goes through: the linear scan of the
     codes, or the stored index ``index`` (a multi-index, or an inverted file probing
     ``nprobe`` lists, default DEFAULT_NPROBE), minus the split's query rows; wrapped in a
     Rerank step when ``rerank`` is given (``candidates``: its R, None: k_factor x k)."""
@@ -426,12 +426,12 @@ def search_index(
     if nprobe is not None and not isinstance(stored, StoredLists):
         raise InputError("nprobe sets the lists an inverted file probes; give an index built with `kind='ivf'`")
     if stored is None:
-        base = FlatIndex(codes, exclude=split_.query, model=model)
+        base = FlatIndex(codes, exclude=split.query, model=model)
     elif isinstance(stored, StoredLists):
         probes = DEFAULT_NPROBE if nprobe is None else nprobe
-        base = IVFIndex(stored, probes, exclude=split_.query, model=model)
+        base = IVFIndex(stored, probes, exclude=split.query, model=model)
     else:
-        base = MIHIndex(stored, exclude=split_.query, model=model)
+        base = MIHIndex(stored, exclude=split.query, model=model)
     if rerank is None:
         return base
     source = dataset if rerank == "exact" else codes
@@ -492,8 +492,9 @@ def search(
             "an inverted file answers top-k searches only; give `k` instead of `radius`, or an `index` built with "
             "`kind='mih'`"
         )
-    # the stored codes of the split's queries and their rows, which the lists or the re-ranking need
-    queries = Queries(codes=codes_.take(split_.query), vectors=query_rows(ds, split_))
+    # the stored codes of the split's queries, and their rows where the lists or the re-ranking need them
+    vectors = query_rows(ds, split_) if searcher.needs_query_vectors else None
+    queries = Queries(codes=codes_.take(split_.query), vectors=vectors)
     n_database = ds.n - split_.n_query
     started = time.perf_counter()
     measured = None

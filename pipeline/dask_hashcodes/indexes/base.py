@@ -32,6 +32,10 @@ class Index:
 
     model = None  # encodes the query vectors of ``search``
     range_searchable = False  # whether range_search / range_search_codes are answered
+    # whether search_codes needs the query vectors beside their codes (Queries): an inverted
+    # file finds the lists from them, a re-ranking scores them; a caller holding only codes
+    # reads the vectors for these indexes alone
+    needs_query_vectors = False
     ntotal: int
     searched_by: str
 

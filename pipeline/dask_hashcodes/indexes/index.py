@@ -132,6 +132,7 @@ class IVFIndex(Index):
     takes ``Queries`` holding the codes and the vectors."""
 
     searched_by = IVF
+    needs_query_vectors = True
 
     def __init__(self, lists, nprobe: int = DEFAULT_NPROBE, *, exclude=None, model=None):
         self.lists, self.nprobe, self.model = lists, nprobe, model
@@ -193,6 +194,8 @@ class Rerank(Index):
     ``candidate_distances`` holds the base's distances (Hamming) of the results; None when
     the base searched and re-ranked in one pass (``Index.reranked_exact``: an inverted file
     in memory over vectors in memory), which keeps no Hamming distances."""
+
+    needs_query_vectors = True
 
     def __init__(self, kind: str, base: Index, *, source, k_factor: int = K_FACTOR, candidates: int | None = None,
                  model=None):  # fmt: skip
