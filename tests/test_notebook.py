@@ -103,7 +103,7 @@ def test_models_codes_and_outputs_left_by_the_notebook(executed):
     for method in ("lsh", "itq", "dish"):
         model = load_model(out / "models" / f"{method}32")
         codes = open_codes(out / "codes" / f"{method}32.zarr", model)
-        assert (codes.n, codes.code_bytes, codes.n_bits) == (20000, 4, 32)
+        assert (codes.n, codes.code_size, codes.n_bits) == (20000, 4, 32)
     _check_outputs(nb)
     assert _stdout(nb.cells[-2]).strip() == "closed"
 

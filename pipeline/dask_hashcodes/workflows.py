@@ -323,7 +323,7 @@ def _model(model, storage=None) -> Hasher:
 class Encoded:
     path: str
     n: int
-    code_bytes: int
+    code_size: int
     seconds: float
 
 
@@ -335,7 +335,7 @@ def encode(dataset, model, out, *, overwrite: bool = False, progress: bool | Non
     ds, model, out = load_dataset(dataset, storage=storage), _model(model, storage), _at(out, storage)
     started = time.perf_counter()
     encode_to_zarr(out, ds.features_dask(), model, dataset=ds, overwrite=overwrite, progress=_show(progress))
-    return Encoded(str(out), ds.n, model.code_bytes, time.perf_counter() - started)
+    return Encoded(str(out), ds.n, model.code_size, time.perf_counter() - started)
 
 
 @dataclass(frozen=True)

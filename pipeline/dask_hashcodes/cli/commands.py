@@ -367,7 +367,7 @@ def encode(values):
         storage=_storage(values),
     )
     print(
-        f"codes: {done.path} ({done.n} x {done.code_bytes} bytes) in {done.seconds:.1f}s "
+        f"codes: {done.path} ({done.n} x {done.code_size} bytes) in {done.seconds:.1f}s "
         f"({done.n / done.seconds:,.0f} rows/s)"
     )
 

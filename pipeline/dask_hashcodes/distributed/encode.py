@@ -95,17 +95,17 @@ def all_rows_codes(model, features, query_rows: np.ndarray):
     query_rows = np.sort(np.asarray(query_rows, dtype=np.int64))
     bounds = row_bounds(features)
     before = np.searchsorted(query_rows, bounds)  # query rows before each chunk bound
-    db = model.database_codes_.rechunk((tuple(np.diff(bounds - before).tolist()), model.code_bytes))
+    db = model.database_codes_.rechunk((tuple(np.diff(bounds - before).tolist()), model.code_size))
     query_codes = model.encode(np.asarray(features[query_rows].compute())) if len(query_rows) else None
     blocks = []
     for i, block in enumerate(db.to_delayed().ravel()):
         a, b = int(before[i]), int(before[i + 1])
         positions = query_rows[a:b] - bounds[i]
-        codes = query_codes[a:b] if query_codes is not None else np.empty((0, model.code_bytes), np.uint8)
+        codes = query_codes[a:b] if query_codes is not None else np.empty((0, model.code_size), np.uint8)
         blocks.append(
             da.from_delayed(
                 delayed(_insert_rows, pure=True)(block, positions, codes),
-                shape=(int(bounds[i + 1] - bounds[i]), model.code_bytes),
+                shape=(int(bounds[i + 1] - bounds[i]), model.code_size),
                 dtype=np.uint8,
             )
         )

@@ -259,7 +259,7 @@ class ADSH(DeepHashFunction):
         import dask.array as da
 
         parts = [
-            da.from_delayed(delayed(_pack, pure=True)(v), shape=(int(b - a), self.code_bytes), dtype=np.uint8)
+            da.from_delayed(delayed(_pack, pure=True)(v), shape=(int(b - a), self.code_size), dtype=np.uint8)
             for v, a, b in zip(V, bounds[:-1], bounds[1:], strict=True)
         ]
         return da.concatenate(parts).persist()

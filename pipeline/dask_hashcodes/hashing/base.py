@@ -261,7 +261,7 @@ class Hasher(TransformerMixin, BaseEstimator):
 
     # ---------------------------------------------------------------- encode ----------
     @property
-    def code_bytes(self) -> int:
+    def code_size(self) -> int:
         return (self.n_bits + 7) // 8
 
     def _check_encode_input(self, X):
@@ -289,7 +289,7 @@ class Hasher(TransformerMixin, BaseEstimator):
         return X.map_blocks(
             self._encode_block,
             dtype=np.uint8,
-            chunks=(X.chunks[0], (self.code_bytes,)),
+            chunks=(X.chunks[0], (self.code_size,)),
             token=f"{self.method}-encode",
             name=f"{self.method}-encode-{tokenize(X, self.model_id)}",
         )

@@ -409,7 +409,7 @@ class DisH(LinearHasher):
             self.mean_,
             self.dictionaries_,
             dtype=np.uint8,
-            chunks=(db_features.chunks[0], (self.code_bytes,)),
+            chunks=(db_features.chunks[0], (self.code_size,)),
             name="dish1-encode-" + tokenize(db_features, groups, self.model_id),
         )
         return scorer.grouped(

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_hashcodes.kernels.codes import code_bytes, pack_signs, row_slabs
+from dask_hashcodes.kernels.codes import code_size, pack_signs, row_slabs
 from dask_hashcodes.kernels.l2 import squared_distances
 
 
@@ -103,7 +103,7 @@ def encode_anchor_graph(
     """Packed codes of sgn(z(x) W), followed by the second layer's bits when ``thresholds``
     (2, r/2) are given; slab by slab (each row on its own: chunking-independent)."""
     n_bits = W.shape[1] * (1 if thresholds is None else 2)
-    out = np.empty((X.shape[0], code_bytes(n_bits)), np.uint8)
+    out = np.empty((X.shape[0], code_size(n_bits)), np.uint8)
     for rows, _, _, Y in _embedding_slabs(X, anchors, s, sigma, W):
         out[rows] = pack_signs(Y if thresholds is None else np.hstack([Y, second_layer_values(Y, thresholds)]))
     return out

@@ -16,7 +16,7 @@ from numba import njit
 BIT_ORDER = "little"
 
 
-def code_bytes(n_bits: int) -> int:
+def code_size(n_bits: int) -> int:
     return (n_bits + 7) // 8
 
 
@@ -95,7 +95,7 @@ def project_linear(X: np.ndarray, mean: np.ndarray, components: np.ndarray) -> n
 
 def encode_linear(X: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
     """Packed codes of sgn((X - mean) W): the encoder of LSH, PCAH, ITQ and DisH."""
-    out = np.empty((X.shape[0], code_bytes(np.shape(components)[1])), np.uint8)
+    out = np.empty((X.shape[0], code_size(np.shape(components)[1])), np.uint8)
     for rows, projected in project_slabs(X, mean, components):
         out[rows] = pack_signs(projected)
     return out
@@ -104,7 +104,7 @@ def encode_linear(X: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np
 def encode_linear_grouped(X: np.ndarray, groups: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
     """Packed codes where row j uses projection ``components[groups[j]]`` (DisH1: each node
     encodes its own rows with its own dictionary)."""
-    out = np.empty((X.shape[0], code_bytes(components.shape[2])), np.uint8)
+    out = np.empty((X.shape[0], code_size(components.shape[2])), np.uint8)
     for g in np.unique(groups):
         rows = np.flatnonzero(groups == g)
         out[rows] = encode_linear(X[rows], mean, components[g])

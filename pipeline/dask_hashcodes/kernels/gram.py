@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dask_hashcodes.kernels.codes import SLAB_ROWS, code_bytes, pack_signs, project_slabs
+from dask_hashcodes.kernels.codes import SLAB_ROWS, code_size, pack_signs, project_slabs
 
 BIT_OF_BYTE = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(np.float64)  # (byte value, bit)
 INT32_MAX = 2**31 - 1
@@ -86,16 +86,16 @@ def gram_chunk(X: np.ndarray, mean: np.ndarray, C: np.ndarray) -> np.ndarray:
     X = np.asarray(X)
     n, d = X.shape
     r = C.shape[1]
-    counts = np.zeros((code_bytes(r), 256), np.int64)
+    counts = np.zeros((code_size(r), 256), np.int64)
     if X.dtype == np.uint8:
-        total = np.zeros((code_bytes(r), 256, d), np.int64)
-        sums16 = np.zeros((code_bytes(r), 256, d), np.uint16)
+        total = np.zeros((code_size(r), 256, d), np.int64)
+        sums16 = np.zeros((code_size(r), 256, d), np.uint16)
         for rows, projected in project_slabs(X, mean, C):
             _byte_group_sums(pack_signs(projected), X[rows], sums16, counts, total, 256)
         total += sums16
         return gram_from_byte_sums(total, counts, n, r, np.asarray(mean, dtype=np.float64))
     acc_dtype, rows_per_acc = _accumulator(X)
-    total = np.zeros((code_bytes(r), 256, d), np.float64)
+    total = np.zeros((code_size(r), 256, d), np.float64)
     sums = np.zeros_like(total, dtype=acc_dtype)
     for rows, projected in project_slabs(X, mean, C):
         if rows.start % rows_per_acc == 0 and rows.start:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from dask_hashcodes.kernels.codes import BIT_ORDER, SLAB_ROWS, code_bytes
+from dask_hashcodes.kernels.codes import BIT_ORDER, SLAB_ROWS, code_size
 
 _FLOOR = 1e-20  # eigenvalues below this (rank-deficient data, rounding) count as this in the log-balance
 
@@ -221,7 +221,7 @@ def encode_kmh(X: np.ndarray, mean: np.ndarray, components: np.ndarray, centroid
     """Packed codes: bit m b + t is bit t of the index of x's nearest codeword in subspace m."""
     M, k, _ = centroids.shape
     b = int(np.log2(k))
-    out = np.empty((X.shape[0], code_bytes(M * b)), np.uint8)
+    out = np.empty((X.shape[0], code_size(M * b)), np.uint8)
     for rows, _, nearest in _nearest_slabs(X, mean, components, centroids):
         bits = (nearest[:, :, None] >> np.arange(b)[None, None, :]) & 1
         out[rows] = np.packbits(bits.reshape(len(bits), M * b).astype(np.uint8), axis=1, bitorder=BIT_ORDER)

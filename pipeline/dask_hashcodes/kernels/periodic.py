@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_hashcodes.kernels.codes import code_bytes, pack_signs, project_slabs
+from dask_hashcodes.kernels.codes import code_size, pack_signs, project_slabs
 
 
 def spectral_modes(ranges: np.ndarray, n_bits: int) -> tuple[np.ndarray, np.ndarray]:
@@ -56,7 +56,7 @@ def combine_ranges(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray]:
 def encode_cosine(X: np.ndarray, mean: np.ndarray, W: np.ndarray, phase: np.ndarray, offset: np.ndarray) -> np.ndarray:
     """Packed codes of sgn(cos((X - mean) W + phase) + offset); >= 0 gives bit 1."""
     phase32, offset32 = np.asarray(phase, np.float32), np.asarray(offset, np.float32)
-    out = np.empty((X.shape[0], code_bytes(np.shape(W)[1])), np.uint8)
+    out = np.empty((X.shape[0], code_size(np.shape(W)[1])), np.uint8)
     for rows, projected in project_slabs(X, mean, W):
         out[rows] = pack_signs(np.cos(projected + phase32) + offset32)
     return out

@@ -49,7 +49,7 @@ def create_codes_array(tmp, n: int, chunk_rows: int, model, dataset):
             "dataset_id": dataset.content_id if dataset is not None else None,
         }
     )
-    return create_array(group, "codes", (n, model.code_bytes), chunk_rows, "uint8")
+    return create_array(group, "codes", (n, model.code_size), chunk_rows, "uint8")
 
 
 class Codes:
@@ -83,12 +83,12 @@ class Codes:
         return int(self.reader.shape[0])
 
     @property
-    def code_bytes(self) -> int:
+    def code_size(self) -> int:
         return int(self.reader.shape[1])
 
     @property
     def n_bits(self) -> int:
-        return int(self.attrs.get("n_bits", 8 * self.code_bytes))
+        return int(self.attrs.get("n_bits", 8 * self.code_size))
 
     @functools.cached_property
     def content_id(self) -> str:
