@@ -29,7 +29,15 @@ from dask import delayed
 
 from dask_hashcodes.distributed.graph import gather_rows, row_bounds, select_rows, update_and_reduce
 from dask_hashcodes.distributed.progress import steps_bar
-from dask_hashcodes.hashing.base import BITS, SEED, TrainingPlot, label_chunks, labels_of_rows, report_row_label
+from dask_hashcodes.hashing.base import (
+    BITS,
+    SEED,
+    TrainingPlot,
+    label_chunks,
+    label_panel,
+    labels_of_rows,
+    report_row_label,
+)
 from dask_hashcodes.hashing.constraints import Interval
 from dask_hashcodes.hashing.deep import INPUT_SHAPE, NETWORK, DeepHashFunction
 from dask_hashcodes.kernels.adsh import chunk_pass
@@ -295,11 +303,8 @@ def _draw_training(rows: list, axes: list) -> None:
                 color=line.get_color(),
                 label=label,
             )
-    loss_ax.set(xlabel="epoch (T_in per outer iteration)", ylabel="loss per pair + const", title="ADSH network loss")
-    map_ax.set(xlabel="outer iteration", ylabel="validation map", title="ADSH validation")
-    for ax in (loss_ax, map_ax):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+    label_panel(loss_ax, "epoch (T_in per outer iteration)", "loss per pair + const", "ADSH network loss")
+    label_panel(map_ax, "outer iteration", "validation map", "ADSH validation")
 
 
 ADSH_PLOT = TrainingPlot(2, _draw_training)

@@ -148,6 +148,11 @@ def draw_objective(
     for r in rows:
         obj = np.asarray(r["training"]["objective"])
         ax.plot(np.arange(1, len(obj) + 1), obj / obj[0], marker=".", label=report_row_label(r))
+    label_panel(ax, xlabel, ylabel, title)
+
+
+def label_panel(ax, xlabel: str, ylabel: str, title: str) -> None:
+    """A training-plot panel's labels, grid and legend, alike on every method's panels."""
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)

@@ -38,7 +38,7 @@ from dask_hashcodes.distributed.graph import chunk_reads, map_reduce
 from dask_hashcodes.distributed.progress import steps
 from dask_hashcodes.distributed.row_sums import finite_row_sums
 from dask_hashcodes.errors import InputError
-from dask_hashcodes.hashing.base import BITS, SEED, Scored, TrainingPlot, draw_objective, report_row_label
+from dask_hashcodes.hashing.base import BITS, SEED, Scored, TrainingPlot, draw_objective, label_panel, report_row_label
 from dask_hashcodes.hashing.constraints import Interval, Options
 from dask_hashcodes.hashing.dish_nodes import PARTITIONS, NodeRunner, node_groups, node_pieces, partition_rows
 from dask_hashcodes.hashing.dish_topology import TOPOLOGIES, build_topology, edges
@@ -455,11 +455,7 @@ def _draw_training(rows: list, axes: list) -> None:
         residual = r["training"].get("consensus_residual")
         if residual is not None:
             residual_ax.semilogy(np.arange(1, len(residual) + 1), residual, marker=".", label=report_row_label(r))
-    residual_ax.set(
-        xlabel="outer iteration", ylabel="max over edges ||C_i - C_j|| / ||C_i||", title="consensus residual"
-    )
-    residual_ax.grid(alpha=0.3)
-    residual_ax.legend(fontsize=7)
+    label_panel(residual_ax, "outer iteration", "max over edges ||C_i - C_j|| / ||C_i||", "consensus residual")
 
 
 DISH_PLOT = TrainingPlot(2, _draw_training)

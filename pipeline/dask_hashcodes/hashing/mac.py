@@ -57,7 +57,7 @@ from dask_hashcodes.distributed.graph import select_rows
 from dask_hashcodes.distributed.progress import active_client, steps
 from dask_hashcodes.distributed.row_blocks import ScatteredBlocks
 from dask_hashcodes.errors import InputError, shape_words
-from dask_hashcodes.hashing.base import BITS, SEED, Hasher, TrainingPlot, labels_of_rows, report_row_label
+from dask_hashcodes.hashing.base import BITS, SEED, Hasher, TrainingPlot, label_panel, labels_of_rows, report_row_label
 from dask_hashcodes.hashing.constraints import Interval, Options
 from dask_hashcodes.kernels.affinity import (
     LOSSES,
@@ -498,11 +498,8 @@ def _draw_training(rows: list, axes: list) -> None:
             precision_ax.plot(
                 [e["iteration"] for e in dropped], [e["validation_precision"] for e in dropped], "x", color=colour
             )
-    loss_ax.set(xlabel="MAC iteration (0: two-step start)", ylabel="loss / L(h(X)) of the start", title="MAC loss")
-    precision_ax.set(xlabel="MAC iteration (x: discarded)", ylabel="validation precision", title="early stopping")
-    for ax in (loss_ax, precision_ax):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+    label_panel(loss_ax, "MAC iteration (0: two-step start)", "loss / L(h(X)) of the start", "MAC loss")
+    label_panel(precision_ax, "MAC iteration (x: discarded)", "validation precision", "early stopping")
 
 
 MAC_PLOT = TrainingPlot(2, _draw_training)
