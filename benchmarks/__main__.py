@@ -10,9 +10,9 @@ option given for a stage it does nothing for is refused rather than ignored.
 
 from __future__ import annotations
 
-import logging
 import sys
 
+from dask_hashcodes.cli.main import configure_logging
 from dask_hashcodes.cli.option_types import bit_count, non_negative_int, positive_int
 from dask_hashcodes.cli.options import OptionParser
 from dask_hashcodes.errors import InputError
@@ -100,15 +100,6 @@ def parse_args(argv) -> dict:
     return args
 
 
-def _log_to_stderr(quiet: bool) -> None:
-    """Per-iteration training figures from the library's loggers go to stderr."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = logging.getLogger("dask_hashcodes")
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING if quiet else logging.INFO)
-
-
 def run(args: dict) -> None:
     """Check where the result goes, start or join the cluster a stage runs on, run the stage
     and print its table and where it went."""
@@ -145,7 +136,7 @@ def run(args: dict) -> None:
 def main(argv=None) -> int:
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
-        _log_to_stderr(args["quiet"])
+        configure_logging(args["quiet"])
         run(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)

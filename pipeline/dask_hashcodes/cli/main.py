@@ -109,8 +109,10 @@ class _StderrHandler(logging.StreamHandler):
             self.handleError(record)
 
 
-def _configure_logging(quiet: bool) -> None:
-    """Per-iteration training figures from the library's loggers go to stderr."""
+def configure_logging(quiet: bool) -> None:
+    """Per-iteration training figures from the library's loggers go to stderr: to whatever
+    sys.stderr is when a record comes, so a command run in-process (a test, a notebook) leaves
+    no handler writing to a stream it has closed; installed once, however often it is called."""
     logger = logging.getLogger("dask_hashcodes")
     if not any(getattr(h, "_dhash", False) for h in logger.handlers):
         handler = _StderrHandler()
@@ -186,7 +188,7 @@ def _main(argv) -> int:
     client = None
     try:
         command, values = parse_args(argv)
-        _configure_logging(values["quiet"])
+        configure_logging(values["quiet"])
         if command == "run":
             refuse_unused(command, values, values.given)
             return _run(values)
