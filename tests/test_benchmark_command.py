@@ -111,6 +111,33 @@ def test_an_out_that_is_not_a_result_is_never_replaced(tmp_path, capsys):
     assert not (tmp_path / "c.json").exists()
 
 
+@pytest.mark.parametrize("target", ["home", "link-to-notes", "link-to-home", "stray-commit-record"])
+def test_a_result_never_replaces_user_files_behind_links_or_a_home_tree(tmp_path, capsys, target):
+    """The result's two paths pointed, with --overwrite, at what a user has: a home-like
+    directory, a symlink to their file or to their home, a file beside a stray commit
+    record. Each is refused before any work, and nothing of the user's changes."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id").write_text("key")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    out = tmp_path / "r"
+    if target == "home":
+        out = home
+    elif target == "link-to-notes":
+        (tmp_path / "r.json").symlink_to(notes)
+    elif target == "link-to-home":
+        (tmp_path / "r.md").symlink_to(home, target_is_directory=True)
+    else:  # a marker file does not make a user's file ours
+        (tmp_path / "r.json").write_text('{"schema": "dhash.bench/1"}')
+        (tmp_path / ".dhash-commit.json").write_text('{"files": ["r.json"]}')
+    before = sorted((p.relative_to(tmp_path), p.is_symlink()) for p in tmp_path.rglob("*"))
+    assert run("search", "--n", 1000, "--queries", 10, "--out", out, "--overwrite", "--quiet") == 2
+    one_line(capsys)
+    assert sorted((p.relative_to(tmp_path), p.is_symlink()) for p in tmp_path.rglob("*")) == before
+    assert notes.read_text() == "mine" and (home / ".ssh" / "id").read_text() == "key"
+
+
 @pytest.mark.parametrize(
     ("argv", "refusal"),
     [

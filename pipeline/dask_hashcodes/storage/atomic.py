@@ -533,10 +533,13 @@ def seal_file(loc: Location) -> None:
 
 def changed_since_written(loc: Location) -> bool:
     """Whether a single file dhash wrote was changed since: its bytes no longer match the
-    checksum it carries (a file without one, from an older dhash, is taken as written)."""
+    checksum it carries. A JSON or Markdown file without one counts as changed: anyone can
+    write dhash's schema name or mark into a file, only dhash's writer seals it, so an
+    unsealed one is never replaced."""
     found = _find_seal(loc)
     if found is None:
-        return _parquet_schema_metadata(loc).get(SEAL_JSON_KEY.encode()) == SEAL_IN_FILE_METADATA.encode()
+        metadata = _parquet_schema_metadata(loc)  # parquet carries its seal in the schema metadata
+        return not metadata or metadata.get(SEAL_JSON_KEY.encode()) == SEAL_IN_FILE_METADATA.encode()
     return _sealed_digest(loc, found[0]) != found[1]
 
 
