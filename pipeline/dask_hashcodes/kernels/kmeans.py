@@ -12,6 +12,7 @@ import numpy as np
 from scipy import sparse
 
 from dask_hashcodes.kernels.codes import row_slabs
+from dask_hashcodes.kernels.topk import smallest_per_row
 
 
 def lloyd_sums(X: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
@@ -60,12 +61,7 @@ def nearest_centres(X: np.ndarray, centres: np.ndarray, count: int | None = None
 def smallest_scores(scores: np.ndarray, count: int) -> np.ndarray:
     """Per row, the columns of the ``count`` smallest scores, smallest first (ties: the lower
     column)."""
-    if count < scores.shape[1]:
-        near = np.sort(np.argpartition(scores, count - 1, axis=1)[:, :count], axis=1)
-    else:
-        near = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
-    order = np.argsort(np.take_along_axis(scores, near, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(near, order, axis=1)
+    return smallest_per_row(scores, min(count, scores.shape[1]))
 
 
 def updated_centres(centres: np.ndarray, counts: np.ndarray, sums: np.ndarray) -> np.ndarray:

@@ -1,0 +1,287 @@
+"""An inverted file over binary codes of residuals, held in this process's memory and
+searched on the calling thread: the serving index for recall of the true (Euclidean)
+neighbours at the least memory per vector.
+
+Built from the vectors: k-means lists (a sample trains the centroids, every row goes to its
+nearest), each row's residual to its centroid rotated by an orthogonal matrix (learned by
+ITQ on a sample of residuals, or random) and kept as one bit per dimension with three
+float32 factors (kernels.residual_codes). A query finds its ``nprobe`` nearest lists,
+estimates the distance of every row in them from the codes, and computes the true squared
+distance only of the rows whose lower bound (estimate - ``eps`` x error) can still enter
+its top-k, reading their re-rank vectors, which are stored in list order:
+
+* uint8 data (SIFT) is re-ranked from the vectors themselves: the distances are exact;
+* float data from an 8-bit scalar quantisation (one byte per dimension, a quarter of
+  float32), whose distances approximate the true ones closely;
+* ``rerank_path`` puts the re-rank vectors in a file on local disk, memory-mapped: only the
+  codes, factors, ids and centroids stay in RAM, and each query reads the rows it re-ranks.
+
+``ram_bytes`` counts everything a search reads from memory, re-rank vectors included
+when they are in RAM. The answer is the exact top-k (by the re-rank distance, ties by the
+smaller id) of the rows examined; ``tune`` chooses ``nprobe`` and ``eps`` on validation
+queries, as ServingIVF.tune does.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dask_hashcodes.errors import InputError, shape_words
+from dask_hashcodes.indexes.base import Index
+from dask_hashcodes.kernels.itq import random_rotation
+from dask_hashcodes.kernels.ivf import list_layout
+from dask_hashcodes.kernels.knn import cell_partition, neighbour_recall
+from dask_hashcodes.kernels.l2 import l2_topk
+from dask_hashcodes.kernels.residual_codes import (
+    encode_residuals,
+    learned_rotation,
+    probe_distances,
+    scalar_quantiser,
+    search_residual_lists,
+    word_major,
+)
+
+# defaults chosen on the validation queries of the real data sets (see the search page of
+# the documentation): lists per sqrt(n), lists probed, and the width of the error bound
+LISTS_PER_ROOT_N = 2.0
+DEFAULT_NPROBE = 24
+DEFAULT_EPS = 1.0
+ROTATION_SAMPLE = 20_000  # residuals the learned rotation is fitted on (each iteration costs sample x D^2)
+ROTATION_ITERATIONS = 10
+TUNE_NPROBES = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+TUNE_EPS = (0.5, 1.0, 1.5, 2.0)
+
+
+def default_residual_lists(n: int) -> int:
+    return max(1, min(n, int(round(LISTS_PER_ROOT_N * np.sqrt(n)))))
+
+
+@dataclass(frozen=True)
+class ResidualTuning:
+    """What ``ResidualIVF.tune`` chose (now set on the index): ``nprobe``, ``eps``, their
+    measured ``recall`` and ``queries_per_second`` on the validation queries, whether the
+    ``target`` was ``reached``, and every setting tried (fastest first)."""
+
+    nprobe: int
+    eps: float
+    recall: float
+    queries_per_second: float
+    reached: bool
+    target: float
+    trials: list = field(repr=False)
+
+
+class ResidualIVF(Index):
+    """See the module's documentation. Build with ``ResidualIVF.build(vectors)``; search with
+    ``search(vectors, k)`` -> (D squared distances float64, I int64 row numbers)."""
+
+    searched_by = "inverted file of residual codes, re-ranked"
+    needs_query_vectors = True
+
+    def __init__(self, *, centroids, rotation, list_words, list_factors, offsets, list_ids, rerank_vectors,
+                 rerank_offset, rerank_step, nprobe=DEFAULT_NPROBE, eps=DEFAULT_EPS, rerank_path=None):  # fmt: skip
+        self.centroids = np.ascontiguousarray(centroids, np.float32)
+        self.rotation = np.ascontiguousarray(rotation, np.float32)
+        self.list_words, self.list_factors = list_words, list_factors
+        self.offsets, self.list_ids = offsets, list_ids
+        self.rerank_vectors, self.rerank_path = rerank_vectors, rerank_path
+        # re-rank space: (x - offset) / step; step is None when the vectors are the data's own
+        self.rerank_offset, self.rerank_step = rerank_offset, rerank_step
+        self.nprobe, self.eps = int(nprobe), float(eps)
+
+    @classmethod
+    def build(cls, vectors, *, n_lists: int | None = None, rotation: str = "learned", seed: int = 0,
+              rerank_path=None, nprobe: int = DEFAULT_NPROBE, eps: float = DEFAULT_EPS) -> ResidualIVF:  # fmt: skip
+        """Build from ``vectors`` (n, d) in memory or memory-mapped, d a multiple of 8.
+        ``rotation``: "learned" (ITQ on a sample of the residuals) or "random".
+        ``rerank_path``: a new ``.npy`` file on local disk for the re-rank vectors (refused if it
+        exists), memory-mapped instead of held in RAM."""
+        vectors = np.asarray(vectors) if not isinstance(vectors, np.memmap) else vectors
+        if vectors.ndim != 2 or len(vectors) == 0:
+            raise InputError(f"an index needs (rows, features) vectors; got {shape_words(vectors.shape)}")
+        n, d = vectors.shape
+        if d % 8:
+            raise InputError(f"residual codes need a feature count that is a multiple of 8; got {d}: pad with zeros")
+        if rotation not in ("learned", "random"):
+            raise InputError(f"rotation must be 'learned' or 'random'; got {rotation!r}")
+        if rerank_path is not None:
+            rerank_path = Path(rerank_path).absolute()
+            if rerank_path.suffix != ".npy":
+                raise InputError(f"rerank_path must name a .npy file; got {rerank_path}")
+            if rerank_path.exists() or rerank_path.is_symlink():
+                raise InputError(f"{rerank_path} exists; give a new file name (an index never replaces a file)")
+        n_lists = default_residual_lists(n) if n_lists is None else int(n_lists)
+        if not 1 <= n_lists <= n:
+            raise InputError(f"n_lists must lie in [1, {n}] (the rows); got {n_lists}")
+        rng = np.random.default_rng(seed)
+        centroids, assignment = cell_partition(vectors, n_lists, rng)
+        if rotation == "learned":
+            sample = np.sort(rng.choice(n, min(n, ROTATION_SAMPLE), replace=False))
+            residuals = np.asarray(vectors[sample], np.float64) - centroids[assignment[sample]]
+            matrix = learned_rotation(residuals, ROTATION_ITERATIONS, seed)
+        else:
+            matrix = random_rotation(d, rng)
+        codes, factors = encode_residuals(vectors, centroids, assignment, matrix)
+        order, offsets = list_layout(assignment, n_lists)
+        if np.issubdtype(vectors.dtype, np.integer) and vectors.dtype.itemsize == 1:
+            rerank_offset, rerank_step = None, None  # bytes already: re-ranked exactly
+            rerank = vectors[order]
+        else:
+            rerank_offset, rerank_step = scalar_quantiser(vectors)
+            rerank = _quantised_rows(vectors, order, rerank_offset, rerank_step)
+        if rerank_path is not None:
+            rerank = _write_npy(rerank_path, rerank)
+        ids = order.astype(np.int32 if n < 2**31 else np.int64)
+        return cls(centroids=centroids, rotation=matrix, list_words=word_major(codes[order]),
+                   list_factors=np.ascontiguousarray(factors[order].T), offsets=offsets, list_ids=ids,
+                   rerank_vectors=rerank, rerank_offset=rerank_offset, rerank_step=rerank_step, nprobe=nprobe,
+                   eps=eps, rerank_path=rerank_path)  # fmt: skip
+
+    # -- the Index members -------------------------------------------------------------------
+    @property
+    def ntotal(self) -> int:
+        return int(len(self.list_ids))
+
+    @property
+    def code_size(self) -> int:
+        return int(self.list_words.shape[0] * 8)
+
+    @property
+    def d(self) -> int:
+        return int(self.centroids.shape[1])
+
+    @property
+    def n_lists(self) -> int:
+        return int(len(self.centroids))
+
+    def settings(self) -> dict:
+        return {"n_lists": self.n_lists, "nprobe": self.nprobe, "eps": self.eps,
+                "rerank": "exact" if self.rerank_step is None else "8-bit scalar quantised",
+                "rerank_vectors": "disk" if self.rerank_path else "memory"}  # fmt: skip
+
+    def ram_bytes(self) -> dict:
+        """Bytes a search reads from RAM, by part (the re-rank vectors count only when they are
+        held in memory, not memory-mapped from disk)."""
+        parts = {"codes": self.list_words.nbytes, "factors": self.list_factors.nbytes, "ids": self.list_ids.nbytes,
+                 "offsets": self.offsets.nbytes, "centroids": self.centroids.nbytes,
+                 "rotation": self.rotation.nbytes}  # fmt: skip
+        parts["rerank_vectors"] = 0 if self.rerank_path else self.rerank_vectors.nbytes
+        if self.rerank_step is not None:
+            parts["quantiser"] = self.rerank_offset.nbytes + 8
+        return parts
+
+    @property
+    def ram_bytes_per_vector(self) -> float:
+        return sum(self.ram_bytes().values()) / max(1, self.ntotal)
+
+    def search(self, vectors, k: int, *, progress: bool = False):
+        """(D (nq, k) float64 squared distances, I (nq, k) int64 row numbers) of the top ``k``
+        of ``vectors``; -1 / inf padding where fewer than k rows were examined."""
+        from dask_hashcodes.validation import check_k
+
+        k = check_k(k)
+        queries = np.asarray(vectors)
+        if queries.ndim != 2 or queries.shape[1] != self.d:
+            raise InputError(f"the queries ({shape_words(queries.shape)}) need {self.d} features, as the index's rows")
+        queries = queries.astype(np.float32, copy=False)
+        if not np.isfinite(queries).all():
+            raise InputError("the queries hold NaN or infinite values; remove or fill them")
+        probes, centroid_distances = probe_distances(queries, self.centroids, min(self.nprobe, self.n_lists))
+        rerank_queries, scale = queries, 1.0
+        if self.rerank_step is not None:
+            rerank_queries, scale = (queries - self.rerank_offset) / np.float32(self.rerank_step), self.rerank_step**2
+        distances, ids, _ = search_residual_lists(queries @ self.rotation, rerank_queries, probes, centroid_distances,
+                                        self.list_words, self.list_factors, self.offsets, self.rerank_vectors,
+                                        self.list_ids, k, self.eps, scale)  # fmt: skip
+        return distances, ids
+
+    def search_codes(self, codes, k: int, *, progress: bool = False):
+        raise self._vectors_only()
+
+    def search_codes_lazy(self, codes, k: int):
+        raise self._vectors_only()
+
+    def search_lazy(self, vectors, k: int):
+        raise self._vectors_only()
+
+    def _vectors_only(self) -> InputError:
+        return InputError(
+            "a ResidualIVF answers search(vectors, k) on this process: its codes are of each row's residual to its "
+            "list, so there are no query codes to give"
+        )
+
+    def tune(self, vectors, k: int = 10, target: float = 0.9, *, nprobes=TUNE_NPROBES, epsilons=TUNE_EPS,
+             database=None) -> ResidualTuning:  # fmt: skip
+        """Choose ``nprobe`` and ``eps`` on validation queries ``vectors`` (never test
+        queries): their exact top-k over ``database`` (the indexed vectors, row i the index's
+        row i) is computed here, every setting is timed on this thread, and the fastest whose
+        recall@k reaches ``target`` is kept; when none does, the one of highest recall is
+        kept and ``reached`` says so."""
+        if database is None:
+            raise InputError("tuning measures recall against the exact neighbours; pass database=the indexed vectors")
+        if not 0 < target <= 1:
+            raise InputError(f"target must be a recall in (0, 1]; got {target!r}")
+        queries = np.asarray(vectors)
+        database = np.asarray(database)
+        if len(database) != self.ntotal:
+            raise InputError(f"database has {len(database)} rows; the index holds {self.ntotal}: give the indexed rows")
+        _, truth = l2_topk(database, np.arange(len(database), dtype=np.int64), queries=queries, k=int(k))
+        trials = []
+        for nprobe in [p for p in nprobes if p <= self.n_lists]:
+            for eps in epsilons:
+                self.nprobe, self.eps = nprobe, eps
+                started = time.perf_counter()
+                _, found = self.search(queries, int(k))
+                seconds = time.perf_counter() - started
+                trials.append({"nprobe": nprobe, "eps": eps, "recall": neighbour_recall(found, truth),
+                               "queries_per_second": len(queries) / seconds})  # fmt: skip
+        trials.sort(key=lambda t: -t["queries_per_second"])
+        good = [t for t in trials if t["recall"] >= target]
+        best = good[0] if good else max(trials, key=lambda t: t["recall"])
+        self.nprobe, self.eps = best["nprobe"], best["eps"]
+        if not good:
+            warnings.warn(
+                f"no setting reached recall@{k} {target} on these queries; kept the best, recall {best['recall']:.3f} "
+                f"with nprobe {best['nprobe']} and eps {best['eps']} (ResidualTuning.reached is False); build with "
+                "fewer, larger lists or lower the target",
+                UserWarning,
+                stacklevel=2,
+            )
+        return ResidualTuning(**best, reached=bool(good), target=float(target), trials=trials)
+
+
+def _quantised_rows(vectors, order, offset, step):
+    """The rows in list order as 8-bit scalar-quantised vectors, a block at a time."""
+    from dask_hashcodes.kernels.residual_codes import scalar_quantise
+
+    out = np.empty((len(order), vectors.shape[1]), np.uint8)
+    block = 65536
+    for start in range(0, len(order), block):
+        out[start : start + block] = scalar_quantise(vectors[order[start : start + block]], offset, step)
+    return out
+
+
+def _write_npy(path: Path, rows: np.ndarray) -> np.memmap:
+    """``rows`` to a new .npy at ``path`` (a temporary name in the same folder, then renamed,
+    so a failure leaves nothing), opened memory-mapped."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.lib.format.write_array(f, np.ascontiguousarray(rows), allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        try:  # a hard link never replaces: a file that appeared meanwhile is refused, not overwritten
+            os.link(temporary, path)
+        except FileExistsError:
+            raise InputError(f"{path} appeared while the index was built; give a new file name") from None
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+    return np.load(path, mmap_mode="r")
