@@ -19,7 +19,10 @@ What is measured:
   made on the numbers reported;
 * truth: the exact squared-L2 top-100 of each query (kernels.l2, ties by id); on unit vectors
   (debian-minilm) that is also the cosine order;
-* recall@K = |first K returned ∩ true top K| / K, averaged over queries (K = 1, 10, 100);
+* every search asks for the top ``--k`` (default 10, as a user wanting ten neighbours would:
+  FAISS's search(Q, k), our kernels' k; candidate counts R and k_factor * k are at least k);
+  recall@K = |first K returned ∩ true top K| / K, averaged over queries, for K = 1, 10 and,
+  when k reaches it, 100;
 * the hash functions learn from every database row, or from the first ``--train-rows``;
 * every search runs on one thread (our numba kernels on the calling thread, numpy's BLAS
   limited to one thread for our probes, FAISS with omp_set_num_threads(1)), so queries/s
@@ -458,12 +461,22 @@ FAISS_FLOAT_FAMILIES = (
     "faiss IVF-RaBitQ FastScan",
     "faiss IVF-RaBitQ FastScan + refine",
     "faiss IVF-RaBitQ FastScan + SQ8 refine",
+    "faiss IVF-RaBitQ 4-bit",
 )
-# FAISS's HNSW searches max(efSearch, k) candidates: the low values matter for --k 10 only
-EF_SEARCH = (16, 24, 32, 48, 64, 96, 128, 256)
+# (family, factory code, whether its refine steps are built too): 1-bit codes alone rank too
+# coarsely to reach the target recall, hence the refine steps; 4 bits a coordinate (FAISS's
+# multi-bit RaBitQ) is the variant that might without one
+RABITQ_BUILDS = (
+    ("faiss IVF-RaBitQ", "RaBitQ", True),
+    ("faiss IVF-RaBitQ FastScan", "RaBitQfs", True),
+    ("faiss IVF-RaBitQ 4-bit", "RaBitQ4", False),
+)
+EF_SEARCH = (8, 12, 16, 24, 32, 48, 64, 96, 128, 256)
 IVF_NPROBES = (4, 8, 16, 32, 64, 128, 256)
-# (nprobe, k_factor): a refine step re-ranks the base index's k_factor * k best by the stored vectors
-REFINE_GRID = ((4, 2), (8, 2), (8, 4), (16, 4), (16, 8), (32, 8), (64, 8), (64, 16))
+# a refine step re-ranks the base index's k_factor * k best by the stored vectors: its grid is
+# the probed lists times these candidate counts (k_factor = count / k), as our re-ranks read R rows
+REFINE_NPROBES = (8, 16, 32, 48, 64)
+REFINE_CANDIDATES = (50, 100, 200, 400)
 # RaBitQ's query quantisation: 8 bits per query coordinate, the finest FAISS offers (the
 # FastScan index's default; the plain one's is 4)
 RABITQ_QUERY_BITS = 8
@@ -477,7 +490,8 @@ def faiss_float_rows(X, ids, query_sets, wants, build_threads=2, hnsw_m=(16, 32)
     IVF-PQ with an exact refine step; IVF-RaBitQ and IVF-RaBitQ FastScan, each alone, with an
     exact refine step (float32 vectors, IndexRefineFlat) and with a refine step through 8-bit
     scalar-quantised vectors (IndexRefine over IndexScalarQuantizer: a refine that holds a
-    byte per dimension, as our exact re-rank of uint8 vectors does). A RaBitQ base index is
+    byte per dimension, as our exact re-rank of uint8 vectors does); and IVF-RaBitQ with 4 bits a
+    coordinate (FAISS's multi-bit codes) alone. A RaBitQ base index is
     built once and its two refine steps wrap it (what "IVF..,RaBitQ,RFlat" and
     "IVF..,RaBitQ,Refine(SQ8)" build, without training the base three times)."""
     import faiss
@@ -541,9 +555,11 @@ def faiss_float_rows(X, ids, query_sets, wants, build_threads=2, hnsw_m=(16, 32)
         set_nprobe(base, nprobe)
         refine.k_factor = k_factor
 
+    k_factors = sorted({max(1, count // query_sets[0].k) for count in REFINE_CANDIDATES})
+
     def refine_settings(name, refine, base):
         return [(f"{name} nprobe={p} k_factor={kf}", lambda p=p, kf=kf: set_refine(refine, base, p, kf))
-                for p, kf in REFINE_GRID]  # fmt: skip
+                for p in REFINE_NPROBES if p <= nlist for kf in k_factors]  # fmt: skip
 
     if wants("faiss IVF-PQ + refine"):
         factory = f"IVF{nlist},PQ{max(1, d // 8)},RFlat"
@@ -552,8 +568,8 @@ def faiss_float_rows(X, ids, query_sets, wants, build_threads=2, hnsw_m=(16, 32)
         sweep(index, "faiss IVF-PQ + refine", refine_settings(factory, index, index.base_index), build_s, memory)
         index = None
 
-    for family, code in (("faiss IVF-RaBitQ", "RaBitQ"), ("faiss IVF-RaBitQ FastScan", "RaBitQfs")):
-        refines = (f"{family} + refine", f"{family} + SQ8 refine")
+    for family, code, refined in RABITQ_BUILDS:
+        refines = (f"{family} + refine", f"{family} + SQ8 refine") if refined else ()
         if not wants.any((family, *refines)):
             continue
         factory = f"IVF{nlist},{code}"
@@ -798,7 +814,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dataset", default="debian-sift", help="sift-synth, debian-sift, debian-minilm or a path")
     parser.add_argument("--n", type=int, help="database rows: sift-synth's (default 1000000), a stored set's first N")
     parser.add_argument("--queries", type=int, default=1000)
-    parser.add_argument("--k", type=int, default=TRUE_K, help="neighbours every search returns (10..100)")
+    parser.add_argument("--k", type=int, default=10, help="neighbours every search returns (10..100)")
     parser.add_argument("--bits", default="64,128")
     parser.add_argument("--methods", default="itq,dish", help="our methods; FAISS's binary indexes use the last")
     parser.add_argument("--candidates", default="300,1000,10000")
@@ -890,6 +906,7 @@ def write_report(result: dict, out: Path):
     """The .md table and the .png plot of a result (also from a committed .json: --render)."""
     rows, chosen, queries, what = result["rows"], result["chosen"], result["queries"], result["data"]
     k = result.get("k", TRUE_K)
+    depths = [at for at in RECALL_AT if at <= k]  # a search of the top k measures recall@K for K <= k only
     if rows:
         plot(rows, out.with_suffix(".png"), f"{what}, {queries} queries, top-{k}")
     counted = all("ram_bytes_per_vector" in r for r in rows)
@@ -908,14 +925,15 @@ def write_report(result: dict, out: Path):
         else "- RAM B/vector: the index in memory per database vector, as counted before the vectors a re-rank "
         "reads were included (they are not, in this older result)",
         "",
-        "| family | configuration | queries/s | recall@1 | recall@10 | recall@100 | RAM B/vector | build s |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+        "| family | configuration | queries/s | " + "".join(f"recall@{at} | " for at in depths)
+        + "RAM B/vector | build s |",
+        "|---|---|---|" + "---|" * len(depths) + "---|---|",
+    ]  # fmt: skip
     for r in sorted(rows, key=lambda r: (r["family"], -r["queries_per_second"])):
         lines.append(
-            f"| {r['family']} | {r['config']} | {r['queries_per_second']:,.0f} | {_number(r['recall@1'], '.3f')} | "
-            f"{r['recall@10']:.3f} | {_number(r['recall@100'], '.3f')} | {_number(ram_of(r), '.1f')} | "
-            f"{r['build_seconds']:.1f} |"
+            f"| {r['family']} | {r['config']} | {r['queries_per_second']:,.0f} | "
+            + "".join(f"{r[f'recall@{at}']:.3f} | " for at in depths)
+            + f"{_number(ram_of(r), '.1f')} | {r['build_seconds']:.1f} |"
         )
     lines += [
         "",
