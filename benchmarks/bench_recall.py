@@ -831,6 +831,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ivf-lists", default="1,2,4", help="our inverted files' list counts, in units of sqrt(n)")
     parser.add_argument("--skip-search", action="store_true", help="only the code-quality table")
     parser.add_argument("--train-rows", type=int, help="learn the hash functions on the first N database rows")
+    parser.add_argument("--residual-lists", default="1,2,4", help="residual inverted files' list counts, x sqrt(n)")
+    parser.add_argument("--disk-dir", help="local folder for the disk mode's re-rank vectors (default: the temp dir)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
     parser.add_argument("--render", action="store_true", help="only rewrite --out.md/.png from --out.json")
@@ -844,6 +846,7 @@ def main(argv=None) -> int:
     import faiss
     from distributed import Client, LocalCluster
 
+    from benchmarks.recall_residual import RESIDUAL_FAMILIES, residual_rows
     from dask_hashcodes.indexes.ivf import default_lists
     from dask_hashcodes.kernels.l2 import l2_topk
 
@@ -876,6 +879,9 @@ def main(argv=None) -> int:
             # the row builders over the vectors: each takes (X, ids, query_sets, wants) and returns its rows
             rows += faiss_float_rows(X, ids, query_sets, wants, build_threads=2,
                                      hnsw_m=[int(m) for m in args.hnsw_m.split(",")])  # fmt: skip
+            if wants.any(RESIDUAL_FAMILIES):
+                rows += residual_rows(X, ids, query_sets, wants, seed=args.seed, disk_dir=args.disk_dir,
+                                      lists_per_root=[float(c) for c in args.residual_lists.split(",")])  # fmt: skip
     result = {
         "command": " ".join(["benchmarks/bench_recall.py", *(argv if argv is not None else sys.argv[1:])]),
         "data": what,

@@ -49,8 +49,8 @@ def built():
     centroids, assignment = cell_partition(X, 16, np.random.default_rng(0))
     order, offsets = list_layout(assignment, 16)
     rotation = random_rotation(X.shape[1], np.random.default_rng(1))
-    codes, factors = encode_residuals(X, centroids, assignment, rotation)
-    return {"X": X, "centroids": centroids, "assignment": assignment, "order": order, "offsets": offsets,
+    codes, factors, ratio = encode_residuals(X, centroids, assignment, rotation)
+    return {"ratio": ratio, "X": X, "centroids": centroids, "assignment": assignment, "order": order, "offsets": offsets,
             "rotation": rotation, "codes": codes, "factors": factors, "words": word_major(codes[order]),
             "list_factors": np.ascontiguousarray(factors[order].T)}  # fmt: skip
 
@@ -69,10 +69,12 @@ def test_estimates_match_the_reference_within_the_query_quantisation(built):
         start, stop = b["offsets"][cell], b["offsets"][cell + 1]
         centroid_distance = float(((q - b["centroids"][cell]) ** 2).sum())
         estimates, lower = list_lower_bounds(
-            rotated, b["words"], b["list_factors"], start, stop, centroid_distance, 1.0
+            rotated, b["words"], b["list_factors"], b["ratio"], start, stop, centroid_distance, 1.0
         )
         rows = b["order"][start:stop]
-        reference, error = estimated_distances(rotated, b["codes"][rows], b["factors"][rows], centroid_distance)
+        reference, error = estimated_distances(
+            rotated, b["codes"][rows], b["factors"][rows], b["ratio"], centroid_distance
+        )
         allowed = 2 * np.abs(b["factors"][rows, 1]) * quantisation + 1e-3 * (1 + np.abs(reference))
         assert np.all(np.abs(estimates - reference) <= allowed)
         assert np.allclose(estimates - lower, error, rtol=1e-4, atol=1e-3)
@@ -87,7 +89,9 @@ def test_the_error_scale_is_a_standard_deviation_under_a_random_rotation(built):
         for cell in range(16):
             rows = np.flatnonzero(b["assignment"] == cell)
             centroid_distance = float(((q - b["centroids"][cell]) ** 2).sum())
-            estimate, error = estimated_distances(rotated, b["codes"][rows], b["factors"][rows], centroid_distance)
+            estimate, error = estimated_distances(
+                rotated, b["codes"][rows], b["factors"][rows], b["ratio"], centroid_distance
+            )
             ratios.append(np.abs(estimate - _true_distances(b["X"][rows], q)) / np.maximum(error, 1e-9))
     ratios = np.concatenate(ratios)
     assert 0.6 <= (ratios <= 1.0).mean() <= 0.76  # a normal deviate: 0.68
@@ -98,7 +102,7 @@ def test_the_error_scale_is_a_standard_deviation_under_a_random_rotation(built):
 def _search(b, Q, nprobe, eps, k=10):
     probes, centroid_distances = probe_distances(Q, b["centroids"], nprobe)
     dists, found, exact = search_residual_lists(Q.astype(np.float32) @ b["rotation"].astype(np.float32), Q, probes,
-                                        centroid_distances, b["words"], b["list_factors"], b["offsets"],
+                                        centroid_distances, b["words"], b["list_factors"], b["ratio"], b["offsets"],
                                         np.ascontiguousarray(b["X"][b["order"]]), b["order"], k, eps)  # fmt: skip
     return dists, found, exact, probes
 
@@ -110,7 +114,7 @@ def test_search_without_bound_is_brute_force_over_the_probed_lists(built, nprobe
     dists, found, exact, probes = _search(b, Q, nprobe, np.inf)
     for q in range(len(Q)):
         rows = np.sort(np.flatnonzero(np.isin(b["assignment"], probes[q])))
-        exact_estimates = int((b["factors"][rows, 2] == 0).sum())  # error 0: the estimate is the distance
+        exact_estimates = int((b["factors"][rows, 1] == 0).sum())  # error 0: the estimate is the distance
         assert len(rows) - exact_estimates <= exact[q] <= len(rows)
         want_d, want_i = l2_topk(b["X"][rows], rows.astype(np.int64), queries=Q[q : q + 1], k=10)
         assert np.array_equal(found[q], want_i[0])
@@ -183,12 +187,12 @@ def test_the_learned_rotation_estimates_at_least_as_well_as_a_random_one(fashion
     residuals = X.astype(np.float64) - centroids[assignment]
     errors = {}
     for name, rotation in (("learned", learned_rotation(residuals, 5, 0)), ("random", random_rotation(784, rng))):
-        codes, factors = encode_residuals(X, centroids, assignment, rotation)
+        codes, factors, ratio = encode_residuals(X, centroids, assignment, rotation)
         total = 0.0
         for q in validation[:20].astype(np.float64):
             cell = int(np.argmin(((centroids - q) ** 2).sum(axis=1)))
             rows = np.flatnonzero(assignment == cell)
-            estimate, _ = estimated_distances(q @ rotation, codes[rows], factors[rows],
+            estimate, _ = estimated_distances(q @ rotation, codes[rows], factors[rows], ratio,
                                               float(((q - centroids[cell]) ** 2).sum()))  # fmt: skip
             total += np.abs(estimate - _true_distances(X[rows], q)).mean()
         errors[name] = total

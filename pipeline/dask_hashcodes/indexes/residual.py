@@ -4,7 +4,7 @@ neighbours at the least memory per vector.
 
 Built from the vectors: k-means lists (a sample trains the centroids, every row goes to its
 nearest), each row's residual to its centroid rotated by an orthogonal matrix (learned by
-ITQ on a sample of residuals, or random) and kept as one bit per dimension with three
+ITQ on a sample of residuals, or random) and kept as one bit per dimension with two
 float32 factors (kernels.residual_codes). A query finds its ``nprobe`` nearest lists,
 estimates the distance of every row in them from the codes, and computes the true squared
 distance only of the rows whose lower bound (estimate - ``eps`` x error) can still enter
@@ -85,11 +85,11 @@ class ResidualIVF(Index):
     searched_by = "inverted file of residual codes, re-ranked"
     needs_query_vectors = True
 
-    def __init__(self, *, centroids, rotation, list_words, list_factors, offsets, list_ids, rerank_vectors,
+    def __init__(self, *, centroids, rotation, list_words, list_factors, error_ratio, offsets, list_ids, rerank_vectors,
                  rerank_offset, rerank_step, nprobe=DEFAULT_NPROBE, eps=DEFAULT_EPS, rerank_path=None):  # fmt: skip
         self.centroids = np.ascontiguousarray(centroids, np.float32)
         self.rotation = np.ascontiguousarray(rotation, np.float32)
-        self.list_words, self.list_factors = list_words, list_factors
+        self.list_words, self.list_factors, self.error_ratio = list_words, list_factors, float(error_ratio)
         self.offsets, self.list_ids = offsets, list_ids
         self.rerank_vectors, self.rerank_path = rerank_vectors, rerank_path
         # re-rank space: (x - offset) / step; step is None when the vectors are the data's own
@@ -128,7 +128,7 @@ class ResidualIVF(Index):
             matrix = learned_rotation(residuals, ROTATION_ITERATIONS, seed)
         else:
             matrix = random_rotation(d, rng)
-        codes, factors = encode_residuals(vectors, centroids, assignment, matrix)
+        codes, factors, error_ratio = encode_residuals(vectors, centroids, assignment, matrix)
         order, offsets = list_layout(assignment, n_lists)
         if np.issubdtype(vectors.dtype, np.integer) and vectors.dtype.itemsize == 1:
             rerank_offset, rerank_step = None, None  # bytes already: re-ranked exactly
@@ -140,7 +140,7 @@ class ResidualIVF(Index):
             rerank = _write_npy(rerank_path, rerank)
         ids = order.astype(np.int32 if n < 2**31 else np.int64)
         return cls(centroids=centroids, rotation=matrix, list_words=word_major(codes[order]),
-                   list_factors=np.ascontiguousarray(factors[order].T), offsets=offsets, list_ids=ids,
+                   list_factors=np.ascontiguousarray(factors[order].T), error_ratio=error_ratio, offsets=offsets, list_ids=ids,
                    rerank_vectors=rerank, rerank_offset=rerank_offset, rerank_step=rerank_step, nprobe=nprobe,
                    eps=eps, rerank_path=rerank_path)  # fmt: skip
 
@@ -198,7 +198,8 @@ class ResidualIVF(Index):
         if self.rerank_step is not None:
             rerank_queries, scale = (queries - self.rerank_offset) / np.float32(self.rerank_step), self.rerank_step**2
         distances, ids, _ = search_residual_lists(queries @ self.rotation, rerank_queries, probes, centroid_distances,
-                                        self.list_words, self.list_factors, self.offsets, self.rerank_vectors,
+                                        self.list_words, self.list_factors, self.error_ratio, self.offsets,
+                                        self.rerank_vectors,
                                         self.list_ids, k, self.eps, scale)  # fmt: skip
         return distances, ids
 

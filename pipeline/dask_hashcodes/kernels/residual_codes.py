@@ -21,10 +21,13 @@ centroid term into a per-row constant, so one table per query (the sums of ``P^T
 each byte's set bits) serves every probed list:
 
     estimate = add + |q - c|^2 + mul * (2 * sum_bytes table[byte] - sum(P^T q))
-    error    = err * |q - c|
+    error    = ratio * |mul| * |q - c|
 
-with ``add = |r|^2 + 2 s <x_pm, P^T c>``, ``mul = -2 s`` and ``err = 2 |r| sqrt(1 - a^2) /
-(a sqrt(D - 1))``, stored per row.
+with ``add = |r|^2 + 2 s <x_pm, P^T c>`` and ``mul = -2 s`` stored per row (two float32).
+The error scale ``2 |r| sqrt(1 - a^2) / (a sqrt(D - 1))`` is ``|mul| sqrt(D / (D - 1))
+sqrt(1 - a^2)``; ``a`` varies little from row to row (it concentrates as D grows), so one
+``ratio``, the mean of ``sqrt(D / (D - 1)) sqrt(1 - a^2)`` over the rows, stands in for a third
+factor per row: a row then costs its code and 8 bytes.
 
 The search visits each query's probed lists nearest first and computes the exact squared
 L2 only for a row whose lower bound (estimate - eps * error) is below the current k-th
@@ -82,8 +85,8 @@ def scalar_quantise(X, offset: np.ndarray, step: float) -> np.ndarray:
 
 
 def encode_residuals(X, centroids, assignment, rotation):
-    """(codes (n, D/8) uint8, factors (n, 3) float32: add, mul, err) of every row's residual
-    to its list centroid (see the module docstring). ``D`` must be a multiple of 8."""
+    """(codes (n, D/8) uint8, factors (n, 2) float32: add, mul, error ratio) of every row's
+    residual to its list centroid (see the module docstring). ``D`` must be a multiple of 8."""
     X = np.asarray(X)
     n, d = X.shape
     if d % 8:
@@ -91,7 +94,8 @@ def encode_residuals(X, centroids, assignment, rotation):
     rotation = np.asarray(rotation, np.float64)
     rotated_centroids = np.asarray(centroids, np.float64) @ rotation
     codes = np.empty((n, d // 8), np.uint8)
-    factors = np.empty((n, 3), np.float32)
+    factors = np.empty((n, 2), np.float32)
+    ratio_sum, ratio_rows = 0.0, 0
     for start in range(0, n, ENCODE_BLOCK):
         stop = min(n, start + ENCODE_BLOCK)
         cells = np.asarray(assignment[start:stop])
@@ -107,19 +111,19 @@ def encode_residuals(X, centroids, assignment, rotation):
         cosine = np.where(zero, 1.0, l1 / (np.sqrt(d) * np.sqrt(np.where(zero, 1.0, squared))))
         factors[start:stop, 0] = squared + 2 * scale * centroid_term
         factors[start:stop, 1] = -2 * scale
-        factors[start:stop, 2] = (
-            2 * np.sqrt(squared) * np.sqrt(np.maximum(0.0, 1 - cosine**2)) / (cosine * np.sqrt(d - 1))
-        )
-    return codes, factors
+        spread = np.sqrt(d / (d - 1)) * np.sqrt(np.maximum(0.0, 1 - cosine**2))
+        ratio_sum += float(spread[~zero].sum())
+        ratio_rows += int((~zero).sum())
+    return codes, factors, ratio_sum / max(1, ratio_rows)
 
 
-def estimated_distances(rotated_query, codes, factors, centroid_distance):
+def estimated_distances(rotated_query, codes, factors, error_ratio, centroid_distance):
     """The estimate and its error of every row of one list for one query (numpy; the
     reference the compiled search is tested against)."""
     bits = np.unpackbits(codes, axis=1, bitorder="little").astype(np.float64)
     dot = 2 * bits @ np.asarray(rotated_query, np.float64) - rotated_query.sum()
     estimate = factors[:, 0] + centroid_distance + factors[:, 1] * dot
-    return estimate, factors[:, 2] * np.sqrt(centroid_distance)
+    return estimate, error_ratio * np.abs(factors[:, 1]) * np.sqrt(centroid_distance)
 
 
 def probe_distances(query_vectors, centroids, nprobe):
@@ -165,7 +169,7 @@ def word_major(codes: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.view(np.uint64).T)
 
 
-def list_lower_bounds(rotated_query, list_words, list_factors, start, stop, centroid_distance, eps):
+def list_lower_bounds(rotated_query, list_words, list_factors, error_ratio, start, stop, centroid_distance, eps):
     """(estimates, lower bounds) float32 of the rows [start, stop) of one list for one query,
     as the search computes them (the query quantised to QUERY_BITS): what decides whether a
     row is re-ranked."""
@@ -175,17 +179,17 @@ def list_lower_bounds(rotated_query, list_words, list_factors, start, stop, cent
     for w in range(list_words.shape[0]):
         _bit_sums(list_words[w, start:stop], *planes[0, :, w], ones, weighted)
     out = np.empty((2, size), np.float32)
-    for row, width in ((0, 0.0), (1, min(eps, WIDEST_EPS) * np.sqrt(centroid_distance))):
-        _lower_bounds(*(list_factors[j, start:stop] for j in range(3)), ones, weighted, low[0], step[0], sums[0],
-                      np.float32(centroid_distance), np.float32(width), out[row])  # fmt: skip
+    for row, width in ((0, 0.0), (1, min(eps, WIDEST_EPS) * error_ratio * np.sqrt(centroid_distance))):
+        _lower_bounds(list_factors[0, start:stop], list_factors[1, start:stop], ones, weighted, low[0], step[0],
+                      sums[0], np.float32(centroid_distance), np.float32(width), out[row])  # fmt: skip
     return out[0], out[1]
 
 
 def search_residual_lists(rotated_queries, query_vectors, probes, centroid_distances, list_words, list_factors,
-                          offsets, list_vectors, list_ids, k, eps, vector_scale=1.0):  # fmt: skip
+                          error_ratio, offsets, list_vectors, list_ids, k, eps, vector_scale=1.0):  # fmt: skip
     """(squared distances (nq, k) float64, ids (nq, k) int64, exact distances computed per
     query): the exact top-k, by (distance, id), of the probed lists' rows whose lower bound
-    could enter it. ``list_words`` (W, n) and ``list_factors`` (3, n) are in list order, as
+    could enter it. ``list_words`` (W, n) and ``list_factors`` (2, n) are in list order, as
     are ``list_vectors`` (the re-rank vectors, any numeric dtype, in the query vectors'
     space, their squared distances times ``vector_scale`` in the original units: a scalar
     quantiser's step squared) and ``list_ids``; -1 / inf padding when fewer than k rows were
@@ -197,9 +201,8 @@ def search_residual_lists(rotated_queries, query_vectors, probes, centroid_dista
     exact = np.zeros(nq, np.int64)
     _search(planes, low, step, sums, np.ascontiguousarray(query_vectors, np.float32),
             np.ascontiguousarray(probes, np.int64), np.ascontiguousarray(centroid_distances, np.float32), list_words,
-            list_factors, offsets, list_vectors, np.float32(vector_scale), list_ids, np.float32(min(eps, WIDEST_EPS)),
-            out_d, out_i,
-            exact)  # fmt: skip
+            list_factors, offsets, list_vectors, np.float32(vector_scale), list_ids,
+            np.float32(min(eps, WIDEST_EPS) * error_ratio), out_d, out_i, exact)  # fmt: skip
     return out_d, out_i, exact
 
 
@@ -225,15 +228,18 @@ def _bit_sums(words, p0, p1, p2, p3, ones, weighted):
 
 
 @njit(nogil=True, cache=True, fastmath=True)
-def _lower_bounds(add, mul, err, ones, weighted, low, step, query_sum, centroid_distance, reach, out):
+def _lower_bounds(add, mul, ones, weighted, low, step, query_sum, centroid_distance, reach, out):
+    """estimate - reach * |mul| per row (mul <= 0): ``reach`` is eps * ratio * |q - c|."""
     for i in range(out.shape[0]):
         dot = low * np.float32(ones[i]) + step * np.float32(weighted[i])
-        out[i] = add[i] + centroid_distance + mul[i] * (np.float32(2) * dot - query_sum) - reach * err[i]
+        out[i] = add[i] + centroid_distance + mul[i] * (np.float32(2) * dot - query_sum + reach)
 
 
 @njit(nogil=True, cache=True)
 def _search(planes, low, step, sums, query_vectors, probes, centroid_distances, list_words, list_factors, offsets,
-            list_vectors, vector_scale, list_ids, eps, out_d, out_i, exact):  # fmt: skip
+            list_vectors, vector_scale, list_ids, width, out_d, out_i, exact):  # fmt: skip
+    """``width`` is eps times the error ratio: a row's bound is its estimate minus width *
+    |mul| * |q - c|."""
     k = out_d.shape[1]
     longest = 1
     for cell in range(len(offsets) - 1):
@@ -259,9 +265,8 @@ def _search(planes, low, step, sums, query_vectors, probes, centroid_distances, 
             for w in range(list_words.shape[0]):
                 _bit_sums(list_words[w, start:stop], planes[q, 0, w], planes[q, 1, w], planes[q, 2, w], planes[q, 3, w],
                           ones[:size], weighted[:size])  # fmt: skip
-            reach = eps * np.float32(np.sqrt(centroid_distance))
-            _lower_bounds(list_factors[0, start:stop], list_factors[1, start:stop], list_factors[2, start:stop],
-                          ones[:size], weighted[:size], low[q], step[q], sums[q], centroid_distance, reach,
+            reach = width * np.float32(np.sqrt(centroid_distance))
+            _lower_bounds(list_factors[0, start:stop], list_factors[1, start:stop], ones[:size], weighted[:size], low[q], step[q], sums[q], centroid_distance, reach,
                           bounds[:size])  # fmt: skip
             # the rows this list lets through, against the k-th distance as it stands now: their
             # distances are then computed back to back, so the reads of their vectors overlap
@@ -269,7 +274,7 @@ def _search(planes, low, step, sums, query_vectors, probes, centroid_distances, 
             if worst == np.inf and size >= k:
                 # no k-th distance yet: the k-th smallest upper bound of this list stands in for it
                 for i in range(size):
-                    distances[i] = bounds[i] + 2 * reach * list_factors[2, start + i]
+                    distances[i] = bounds[i] - 2 * reach * list_factors[1, start + i]
                 threshold = np.partition(distances[:size], k - 1)[k - 1]
             passed = 0
             for i in range(size):
