@@ -216,8 +216,8 @@ def test_float_vectors_rerank_through_8_bit_vectors():
 def test_disk_mode_answers_as_memory_with_less_ram(tmp_path):
     X = _clustered(2000, 64)
     Q = _clustered(20, 64, seed=8)
-    memory = ResidualIVF.build(X, n_lists=10, nprobe=4)
-    disk = ResidualIVF.build(X, n_lists=10, nprobe=4, rerank_path=tmp_path / "v.npy")
+    memory = ResidualIVF.build(X, n_lists=10, nprobe=4, rotation="learned")
+    disk = ResidualIVF.build(X, n_lists=10, nprobe=4, rotation="learned", rerank_path=tmp_path / "v.npy")
     assert isinstance(disk.rerank_vectors, np.memmap)
     assert disk.settings()["rerank_vectors"] == "disk" and disk.ram_bytes()["rerank_vectors"] == 0
     assert disk.ram_bytes_per_vector < memory.ram_bytes_per_vector - 60

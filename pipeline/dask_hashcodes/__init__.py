@@ -22,8 +22,9 @@ Public API (everything a notebook needs; ``__all__`` lists it)::
   (lims, D, I), the query kind said by the method: ``search(vectors, k)`` encodes vectors
   with the index's model, ``search_codes(codes, k)`` takes packed codes or ``Queries`` (codes
   and vectors); ``range_search`` and ``range_search_codes`` likewise. FlatIndex, MIHIndex,
-  IVFIndex, MultiIndex, Rerank (wraps any index; ``k_factor``), and ServingIVF (an IVFIndex
-  whose lists are in memory, searched on the calling thread);
+  IVFIndex, MultiIndex, Rerank (wraps any index; ``k_factor``), ServingIVF (an IVFIndex
+  whose lists are in memory, searched on the calling thread), and ResidualIVF (built from the
+  vectors: binary codes of residuals, re-ranked, in memory or with its vectors on disk);
 * Storage, the fsspec options URLs are opened with (the workflows' ``storage=``);
 * cluster helpers (``connect``, ``disconnect``) and InputError, the one error of bad input.
 
@@ -70,6 +71,7 @@ _EXPORTS = {
     "IVFIndex": "dask_hashcodes.indexes.index",
     "Rerank": "dask_hashcodes.indexes.index",
     "ServingIVF": "dask_hashcodes.indexes.serving",
+    "ResidualIVF": "dask_hashcodes.indexes.residual",
     "Queries": "dask_hashcodes.indexes.queries",
     "MultiIndex": "dask_hashcodes.indexes.mih",
     "database_view": "dask_hashcodes.views",

@@ -35,14 +35,13 @@ import numpy as np
 
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.indexes.base import Index
-from dask_hashcodes.kernels.itq import random_rotation
 from dask_hashcodes.kernels.ivf import list_layout
 from dask_hashcodes.kernels.knn import cell_partition, neighbour_recall
 from dask_hashcodes.kernels.l2 import l2_topk
 from dask_hashcodes.kernels.residual_codes import (
     encode_residuals,
-    learned_rotation,
     probe_distances,
+    residual_rotation,
     scalar_quantiser,
     search_residual_lists,
     word_major,
@@ -53,6 +52,7 @@ from dask_hashcodes.kernels.residual_codes import (
 LISTS_PER_ROOT_N = 2.0
 DEFAULT_NPROBE = 24
 DEFAULT_EPS = 1.0
+DEFAULT_ROTATION = "random"  # the learned one did as well, not better, on the validation queries
 ROTATION_SAMPLE = 20_000  # residuals the learned rotation is fitted on (each iteration costs sample x D^2)
 ROTATION_ITERATIONS = 10
 TUNE_NPROBES = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -97,10 +97,11 @@ class ResidualIVF(Index):
         self.nprobe, self.eps = int(nprobe), float(eps)
 
     @classmethod
-    def build(cls, vectors, *, n_lists: int | None = None, rotation: str = "learned", seed: int = 0,
+    def build(cls, vectors, *, n_lists: int | None = None, rotation: str = DEFAULT_ROTATION, seed: int = 0,
               rerank_path=None, nprobe: int = DEFAULT_NPROBE, eps: float = DEFAULT_EPS) -> ResidualIVF:  # fmt: skip
         """Build from ``vectors`` (n, d) in memory or memory-mapped, d a multiple of 8.
-        ``rotation``: "learned" (ITQ on a sample of the residuals) or "random".
+        ``rotation``: "random" (a random orthogonal matrix, under which the error scale holds) or
+        "learned" (ITQ on a sample of the residuals).
         ``rerank_path``: a new ``.npy`` file on local disk for the re-rank vectors (refused if it
         exists), memory-mapped instead of held in RAM."""
         vectors = np.asarray(vectors) if not isinstance(vectors, np.memmap) else vectors
@@ -122,12 +123,9 @@ class ResidualIVF(Index):
             raise InputError(f"n_lists must lie in [1, {n}] (the rows); got {n_lists}")
         rng = np.random.default_rng(seed)
         centroids, assignment = cell_partition(vectors, n_lists, rng)
-        if rotation == "learned":
-            sample = np.sort(rng.choice(n, min(n, ROTATION_SAMPLE), replace=False))
-            residuals = np.asarray(vectors[sample], np.float64) - centroids[assignment[sample]]
-            matrix = learned_rotation(residuals, ROTATION_ITERATIONS, seed)
-        else:
-            matrix = random_rotation(d, rng)
+        sample = np.sort(rng.choice(n, min(n, ROTATION_SAMPLE), replace=False)) if rotation == "learned" else None
+        residuals = None if sample is None else np.asarray(vectors[sample], np.float64) - centroids[assignment[sample]]
+        matrix = residual_rotation(rotation, residuals, d, ROTATION_ITERATIONS, rng, seed)
         codes, factors, error_ratio = encode_residuals(vectors, centroids, assignment, matrix)
         order, offsets = list_layout(assignment, n_lists)
         if np.issubdtype(vectors.dtype, np.integer) and vectors.dtype.itemsize == 1:

@@ -66,6 +66,14 @@ def learned_rotation(residuals: np.ndarray, n_iter: int, seed: int) -> np.ndarra
     return principal.T @ rotation
 
 
+def residual_rotation(kind: str, residuals, d: int, n_iter: int, rng: np.random.Generator, seed: int):
+    """The index's ``D x D`` rotation: "random" (uniform, the error scale's assumption; drawn
+    from ``rng``) or "learned" (``learned_rotation`` of a sample of ``residuals``, from ``seed``)."""
+    if kind == "random":
+        return random_rotation(d, rng)
+    return learned_rotation(residuals, n_iter, seed)
+
+
 def scalar_quantiser(X) -> tuple[np.ndarray, float]:
     """(offset per dimension float32, one step): ``(x - offset) / step`` maps every dimension's
     range into [0, 255]. One step for all dimensions keeps the distance a plain sum of squares

@@ -1,0 +1,71 @@
+"""Add ``ram_bytes_per_vector`` to the rows of a recall result written before bench_recall
+counted it, then re-render its .md and .png.
+
+Such a result recorded ``bytes_per_vector``: the index alone (codes, lists, ids, tables), or
+for FAISS's float indexes the whole index, vectors included. Every row that re-ranked
+exactly read the database vectors from memory as well, ``d`` bytes per vector of uint8 data;
+this adds them, so the number is what the timed search read from RAM, as bench_recall counts
+it now. A row whose index size was never recorded (FAISS's multi-hash tables) cannot be
+recounted and is dropped. The result says what was recounted and dropped.
+
+    .venv/bin/python benchmarks/recount_ram.py benchmarks/results/recall/sift-synth-10M --d 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_recall import write_report  # noqa: E402
+
+
+def reads_vectors(row: dict) -> bool:
+    """Whether the row's timed search re-ranked by exact distances to the vectors in RAM
+    (FAISS's own float indexes hold their vectors inside the index already)."""
+    return "exact" in row["family"] or "exact re-rank" in row["config"]
+
+
+def recount(result: dict, d: int, itemsize: int) -> dict:
+    kept, dropped = [], []
+    for row in result["rows"]:
+        if "ram_bytes_per_vector" in row:
+            kept.append(row)
+            continue
+        index_bytes = row.get("bytes_per_vector")
+        if index_bytes is None:
+            dropped.append(row["config"])
+            continue
+        row["ram_bytes_per_vector"] = index_bytes + (d * itemsize if reads_vectors(row) else 0)
+        kept.append(row)
+    result["rows"] = kept
+    result["ram_recount"] = (
+        f"ram_bytes_per_vector added after the run from each row's recorded bytes_per_vector, plus the {d * itemsize} "
+        "bytes of each database vector for the rows that re-rank exactly from the vectors in RAM"
+        + (f"; dropped {len(dropped)} rows whose index size was not recorded: {', '.join(dropped)}" if dropped else "")
+    )
+    chosen = {}
+    for family, best in result["chosen"].items():
+        chosen[family] = next((r for r in kept if best and r["config"] == best["config"]), None) if best else None
+    result["chosen"] = chosen
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="the result's path without suffix")
+    parser.add_argument("--d", type=int, required=True, help="features per database vector")
+    parser.add_argument("--itemsize", type=int, default=1, help="bytes per feature (1: uint8)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    result = recount(json.loads(out.with_suffix(".json").read_text()), args.d, args.itemsize)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    write_report(result, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
