@@ -61,8 +61,15 @@ def main(argv=None) -> int:
     parser.add_argument("--itemsize", type=int, default=1, help="bytes per feature (1: uint8)")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    result = recount(json.loads(out.with_suffix(".json").read_text()), args.d, args.itemsize)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    result = json.loads(out.with_suffix(".json").read_text())
+    if not str(result.get("command", "")).startswith("benchmarks/bench_recall.py") or "rows" not in result:
+        parser.error(f"{out.with_suffix('.json')} is not a result of benchmarks/bench_recall.py; nothing was changed")
+    if "ram_recount" in result or all("ram_bytes_per_vector" in row for row in result["rows"]):
+        parser.error(f"{out.with_suffix('.json')} already counts its RAM; nothing was changed")
+    result = recount(result, args.d, args.itemsize)
+    temporary = out.with_name(f".{out.name}.json.tmp")
+    temporary.write_text(json.dumps(result, indent=1) + "\n")
+    temporary.replace(out.with_suffix(".json"))  # whole or not at all
     write_report(result, out)
     return 0
 
