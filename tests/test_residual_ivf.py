@@ -238,6 +238,10 @@ def test_bad_input_is_refused_with_one_line():
         ResidualIVF.build(X, rotation="pca")
     with pytest.raises(InputError, match="n_lists must lie"):
         ResidualIVF.build(X, n_lists=0)
+    damaged = X.astype(np.float32)
+    damaged[123, 4] = np.nan
+    with pytest.raises(InputError, match="NaN or infinite"):
+        ResidualIVF.build(damaged)
     with pytest.raises(InputError, match=r"\.npy"):
         ResidualIVF.build(X, rerank_path="/tmp/vectors.bin")
     index = ResidualIVF.build(X, n_lists=5)

@@ -118,6 +118,12 @@ class ResidualIVF(Index):
                 raise InputError(f"rerank_path must name a .npy file; got {rerank_path}")
             if rerank_path.exists() or rerank_path.is_symlink():
                 raise InputError(f"{rerank_path} exists; give a new file name (an index never replaces a file)")
+        if not np.issubdtype(vectors.dtype, np.number):
+            raise InputError(f"the vectors must be numbers; got dtype {vectors.dtype}")
+        if np.issubdtype(vectors.dtype, np.floating) and not all(
+            np.isfinite(vectors[start : start + 65536]).all() for start in range(0, n, 65536)
+        ):
+            raise InputError("the vectors hold NaN or infinite values; remove or fill those rows before indexing")
         n_lists = default_residual_lists(n) if n_lists is None else int(n_lists)
         if not 1 <= n_lists <= n:
             raise InputError(f"n_lists must lie in [1, {n}] (the rows); got {n_lists}")
