@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -66,10 +68,16 @@ def main(argv=None) -> int:
         parser.error(f"{out.with_suffix('.json')} is not a result of benchmarks/bench_recall.py; nothing was changed")
     if "ram_recount" in result or all("ram_bytes_per_vector" in row for row in result["rows"]):
         parser.error(f"{out.with_suffix('.json')} already counts its RAM; nothing was changed")
+    linked = [str(p) for p in (out.with_suffix(s) for s in (".json", ".md", ".png")) if p.is_symlink()]
+    if linked:
+        parser.error(f"{', '.join(linked)} is a symbolic link; recount only the files bench_recall wrote")
     result = recount(result, args.d, args.itemsize)
-    temporary = out.with_name(f".{out.name}.json.tmp")
-    temporary.write_text(json.dumps(result, indent=1) + "\n")
-    temporary.replace(out.with_suffix(".json"))  # whole or not at all
+    fd, temporary = tempfile.mkstemp(
+        prefix=f".{out.name}.", suffix=".tmp", dir=out.parent
+    )  # a new name: never a user's
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(result, indent=1) + "\n")
+    os.replace(temporary, out.with_suffix(".json"))  # whole or not at all
     write_report(result, out)
     return 0
 

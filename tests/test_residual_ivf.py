@@ -21,14 +21,13 @@ import pytest
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.indexes.residual import ResidualIVF
 from dask_hashcodes.kernels.itq import random_rotation
-from dask_hashcodes.kernels.ivf import list_layout
+from dask_hashcodes.kernels.ivf import list_layout, probe_distances
 from dask_hashcodes.kernels.knn import cell_partition, neighbour_recall
 from dask_hashcodes.kernels.l2 import l2_topk
 from dask_hashcodes.kernels.residual_codes import (
     encode_residuals,
     estimated_distances,
     list_lower_bounds,
-    probe_distances,
     query_planes,
     search_residual_lists,
     word_major,
@@ -228,6 +227,16 @@ def test_disk_mode_answers_as_memory_with_less_ram(tmp_path):
     with pytest.raises(InputError, match="exists; give a new file name"):
         ResidualIVF.build(X, rerank_path=tmp_path / "v.npy")
     assert (tmp_path / "v.npy").read_bytes() == before
+    users = tmp_path / "users-file.npy"
+    users.write_bytes(b"not dhash's")
+    (tmp_path / "link.npy").symlink_to(users)
+    (tmp_path / "dangling.npy").symlink_to(tmp_path / "nowhere.npy")
+    for name in ("link.npy", "dangling.npy"):  # a link is refused, its target never written
+        with pytest.raises(InputError, match="exists; give a new file name"):
+            ResidualIVF.build(X, rerank_path=tmp_path / name)
+    assert users.read_bytes() == b"not dhash's" and not (tmp_path / "nowhere.npy").exists()
+    with pytest.raises(InputError, match=r"\.npy"):  # a directory (the home, by mistake) is refused
+        ResidualIVF.build(X, rerank_path=tmp_path)
 
 
 def test_bad_input_is_refused_with_one_line():

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,13 +34,14 @@ import numpy as np
 
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.indexes.base import Index
-from dask_hashcodes.kernels.ivf import list_layout
+from dask_hashcodes.indexes.serving import kept_setting
+from dask_hashcodes.kernels.ivf import list_layout, probe_distances
 from dask_hashcodes.kernels.knn import cell_partition, neighbour_recall
 from dask_hashcodes.kernels.l2 import l2_topk
 from dask_hashcodes.kernels.residual_codes import (
     encode_residuals,
-    probe_distances,
     residual_rotation,
+    scalar_quantise,
     scalar_quantiser,
     search_residual_lists,
     word_major,
@@ -247,25 +247,14 @@ class ResidualIVF(Index):
                 seconds = time.perf_counter() - started
                 trials.append({"nprobe": nprobe, "eps": eps, "recall": neighbour_recall(found, truth),
                                "queries_per_second": len(queries) / seconds})  # fmt: skip
-        trials.sort(key=lambda t: -t["queries_per_second"])
-        good = [t for t in trials if t["recall"] >= target]
-        best = good[0] if good else max(trials, key=lambda t: t["recall"])
+        best, reached = kept_setting(trials, k, target, ("nprobe", "eps"), "ResidualTuning",
+                                     "build with fewer, larger lists or lower the target")  # fmt: skip
         self.nprobe, self.eps = best["nprobe"], best["eps"]
-        if not good:
-            warnings.warn(
-                f"no setting reached recall@{k} {target} on these queries; kept the best, recall {best['recall']:.3f} "
-                f"with nprobe {best['nprobe']} and eps {best['eps']} (ResidualTuning.reached is False); build with "
-                "fewer, larger lists or lower the target",
-                UserWarning,
-                stacklevel=2,
-            )
-        return ResidualTuning(**best, reached=bool(good), target=float(target), trials=trials)
+        return ResidualTuning(**best, reached=reached, target=float(target), trials=trials)
 
 
 def _quantised_rows(vectors, order, offset, step):
     """The rows in list order as 8-bit scalar-quantised vectors, a block at a time."""
-    from dask_hashcodes.kernels.residual_codes import scalar_quantise
-
     out = np.empty((len(order), vectors.shape[1]), np.uint8)
     block = 65536
     for start in range(0, len(order), block):

@@ -165,16 +165,27 @@ class ServingIVF(IVFIndex):
                 trials.append({"nprobe": nprobe, "k_factor": k_factor, "candidates": k_factor * int(k),
                                "recall": neighbour_recall(found, truth),
                                "queries_per_second": len(vectors) / seconds})  # fmt: skip
-        trials.sort(key=lambda t: -t["queries_per_second"])
-        good = [t for t in trials if t["recall"] >= target]
-        best = good[0] if good else max(trials, key=lambda t: t["recall"])
+        best, reached = kept_setting(trials, k, target, ("nprobe", "k_factor"), "Tuning",
+                                     "use longer codes, more lists probed or a lower target")  # fmt: skip
         self.nprobe, self.k_factor = best["nprobe"], best["k_factor"]
-        if not good:  # returned, not raised; but a caller that never looks at `reached` is told
-            warnings.warn(
-                f"no setting reached recall@{k} {target} on these queries; kept the best, recall "
-                f"{best['recall']:.3f} with nprobe {best['nprobe']} and k_factor {best['k_factor']} "
-                "(Tuning.reached is False); use longer codes, more lists probed or a lower target",
-                UserWarning,
-                stacklevel=2,
-            )
-        return Tuning(**best, reached=bool(good), target=float(target), trials=trials)
+        return Tuning(**best, reached=reached, target=float(target), trials=trials)
+
+
+def kept_setting(trials: list, k: int, target: float, knobs: tuple, tuning: str, advice: str) -> tuple[dict, bool]:
+    """(the setting a tune keeps, whether it reached ``target``): the fastest of ``trials``
+    ({knobs..., "recall", "queries_per_second"}, sorted here fastest first) whose recall
+    reaches the target, else the one of highest recall. Not reaching it is an answer about the
+    data, returned rather than raised; a caller that never looks at ``reached`` is told by a
+    UserWarning naming the kept ``knobs`` and ``advice``."""
+    trials.sort(key=lambda t: -t["queries_per_second"])
+    good = [t for t in trials if t["recall"] >= target]
+    best = good[0] if good else max(trials, key=lambda t: t["recall"])
+    if not good:
+        kept = " and ".join(f"{knob} {best[knob]}" for knob in knobs)
+        warnings.warn(
+            f"no setting reached recall@{k} {target} on these queries; kept the best, recall {best['recall']:.3f} "
+            f"with {kept} ({tuning}.reached is False); {advice}",
+            UserWarning,
+            stacklevel=3,
+        )
+    return best, bool(good)

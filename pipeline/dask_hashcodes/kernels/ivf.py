@@ -44,7 +44,13 @@ def list_layout(assignment: np.ndarray, n_lists: int) -> tuple[np.ndarray, np.nd
 
 def probed_lists(query_vectors: np.ndarray, centroids: np.ndarray, nprobe: int) -> np.ndarray:
     """(nq, nprobe) int64: each query's nprobe nearest centroids by squared L2, nearest first
-    (ties: the lower list number).
+    (ties: the lower list number); see ``probe_distances``."""
+    return probe_distances(query_vectors, centroids, nprobe)[0]
+
+
+def probe_distances(query_vectors, centroids, nprobe) -> tuple[np.ndarray, np.ndarray]:
+    """(probes (nq, nprobe) int64, their squared distances (nq, nprobe) float32): each query's
+    nprobe nearest centroids, nearest first (ties: the lower list number).
 
     Scored in float32 as |c|^2 - 2 q.c, FAISS's choice for its coarse quantiser: half the
     cost of float64 per query, and a probe only decides which lists are scanned (a near tie
@@ -52,8 +58,11 @@ def probed_lists(query_vectors: np.ndarray, centroids: np.ndarray, nprobe: int) 
     centroids = np.asarray(centroids, dtype=np.float32)
     if not 1 <= nprobe <= len(centroids):
         raise ValueError(f"nprobe must lie in [1, {len(centroids)}] (the number of lists); got {nprobe}")
-    scores = (centroids * centroids).sum(axis=1)[None, :] - 2 * (np.asarray(query_vectors, np.float32) @ centroids.T)
-    return smallest_scores(scores, nprobe).astype(np.int64)
+    queries = np.asarray(query_vectors, np.float32)
+    scores = (centroids * centroids).sum(axis=1)[None, :] - 2 * (queries @ centroids.T)
+    probes = smallest_scores(scores, nprobe).astype(np.int64)
+    squared = np.take_along_axis(scores, probes, axis=1) + (queries * queries).sum(axis=1)[:, None]
+    return probes, np.maximum(squared, 0).astype(np.float32)
 
 
 def _checked(query_codes, probes, list_codes, list_ids, offsets):

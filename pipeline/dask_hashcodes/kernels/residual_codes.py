@@ -134,19 +134,6 @@ def estimated_distances(rotated_query, codes, factors, error_ratio, centroid_dis
     return estimate, error_ratio * np.abs(factors[:, 1]) * np.sqrt(centroid_distance)
 
 
-def probe_distances(query_vectors, centroids, nprobe):
-    """(probes (nq, nprobe) int64, squared distances (nq, nprobe) float32): each query's
-    nprobe nearest centroids, nearest first, scored in float32 BLAS."""
-    from dask_hashcodes.kernels.kmeans import smallest_scores
-
-    centroids = np.asarray(centroids, np.float32)
-    queries = np.asarray(query_vectors, np.float32)
-    scores = (centroids * centroids).sum(axis=1)[None, :] - 2 * (queries @ centroids.T)
-    probes = smallest_scores(scores, nprobe).astype(np.int64)
-    squared = np.take_along_axis(scores, probes, axis=1) + (queries * queries).sum(axis=1)[:, None]
-    return probes, np.maximum(squared, 0).astype(np.float32)
-
-
 QUERY_BITS = 4  # the rotated query is kept as 4-bit integers: bit planes ANDed with the codes
 
 
