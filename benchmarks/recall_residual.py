@@ -4,7 +4,7 @@ with an error bound from them, and the true distance only for the rows that can 
 the top-k, read from re-rank vectors stored in list order.
 
 For every list count (``lists_per_root`` x sqrt(n)) and rotation (learned by ITQ on the
-residuals, or random), one row per (nprobe, eps) of the grid, with the index's own count of
+residuals, random, or the structured random one that stores no matrix), one row per (nprobe, eps) of the grid, with the index's own count of
 the bytes its search reads from RAM (codes, factors, ids, offsets, centroids, rotation, the
 re-rank vectors), checked against the RSS growth of its build.
 
@@ -35,7 +35,7 @@ RESIDUAL_FAMILIES = (
 )
 NPROBES = (8, 12, 16, 24, 32, 48, 64, 96, 128)
 EPSILONS = (0.5, 1.0, 1.5, 2.0)
-ROTATIONS = ("learned", "random")
+ROTATIONS = ("learned", "random", "structured")
 # the disk mode's grid: its speed depends on the reads, so a few settings around the
 # in-memory choice suffice
 DISK_NPROBES = (16, 24, 32, 48, 64)

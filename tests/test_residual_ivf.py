@@ -8,8 +8,9 @@ indexes.residual.ResidualIVF), checked against brute force:
   answer is numpy's exact top-k over those rows (ties by id); with any ``eps`` every answer is
   a probed row at its true distance, in order;
 * the index: real data (Fashion-MNIST) reaches recall@10 0.9 at the tuned setting, the
-  learned rotation estimates at least as well as a random one, float data re-ranks through
-  8-bit vectors, the disk mode answers as the in-memory one with less RAM, and bad input is
+  learned rotation estimates at least as well as a random one and the structured one about as
+  well, which is orthogonal and applied without its matrix, float data re-ranks through
+  8-bit vectors (centroids in bytes too), the disk mode answers as the in-memory one with less RAM, and bad input is
   refused.
 """
 
@@ -29,7 +30,10 @@ from dask_hashcodes.kernels.residual_codes import (
     estimated_distances,
     list_lower_bounds,
     query_planes,
+    rotate,
+    rotation_matrix,
     search_residual_lists,
+    structured_signs,
     word_major,
 )
 from dask_hashcodes.kernels.topk import smallest_per_row
@@ -79,18 +83,20 @@ def test_estimates_match_the_reference_within_the_query_quantisation(built):
         assert np.allclose(estimates - lower, error, rtol=1e-4, atol=1e-3)
 
 
-def test_the_error_scale_is_a_standard_deviation_under_a_random_rotation(built):
-    """|estimate - truth| / error behaves like a standard normal deviate: eps counts deviations."""
+@pytest.mark.parametrize("kind", ["random", "structured"])
+def test_the_error_scale_is_a_standard_deviation_under_a_random_rotation(built, kind):
+    """|estimate - truth| / error behaves like a standard normal deviate: eps counts deviations,
+    under a uniform random rotation and under the structured one that stands in for it."""
     b = built
+    rotation = b["rotation"] if kind == "random" else rotation_matrix(structured_signs(32, np.random.default_rng(1)))
+    codes, factors, ratio = encode_residuals(b["X"], b["centroids"], b["assignment"], rotation)
     ratios = []
     for q in _clustered(40, seed=3).astype(np.float64):
-        rotated = q @ b["rotation"]
+        rotated = q @ rotation
         for cell in range(16):
             rows = np.flatnonzero(b["assignment"] == cell)
             centroid_distance = float(((q - b["centroids"][cell]) ** 2).sum())
-            estimate, error = estimated_distances(
-                rotated, b["codes"][rows], b["factors"][rows], b["ratio"], centroid_distance
-            )
+            estimate, error = estimated_distances(rotated, codes[rows], factors[rows], ratio, centroid_distance)
             ratios.append(np.abs(estimate - _true_distances(b["X"][rows], q)) / np.maximum(error, 1e-9))
     ratios = np.concatenate(ratios)
     assert 0.6 <= (ratios <= 1.0).mean() <= 0.76  # a normal deviate: 0.68
@@ -116,6 +122,22 @@ def test_search_without_bound_is_brute_force_over_the_probed_lists(built, nprobe
         exact_estimates = int((b["factors"][rows, 1] == 0).sum())  # error 0: the estimate is the distance
         assert len(rows) - exact_estimates <= exact[q] <= len(rows)
         want_d, want_i = l2_topk(b["X"][rows], rows.astype(np.int64), queries=Q[q : q + 1], k=10)
+        assert np.array_equal(found[q], want_i[0])
+        assert np.array_equal(dists[q], want_d[0])
+
+
+@pytest.mark.parametrize("rotation", ["random", "structured"])
+def test_the_index_without_bound_is_brute_force_over_its_probed_lists(rotation):
+    X = _clustered(3000, 32)
+    Q = _clustered(30, 32, seed=6)
+    index = ResidualIVF.build(X, n_lists=16, nprobe=3, eps=np.inf, rotation=rotation)
+    assert index.centroids.dtype == np.uint8  # uint8 data: the centroids are kept in the data's bytes
+    dists, found = index.search(Q, 10)
+    probes, _ = probe_distances(Q, index.centroids, 3)
+    for q in range(len(Q)):
+        lists = [index.list_ids[index.offsets[cell] : index.offsets[cell + 1]] for cell in probes[q]]
+        rows = np.sort(np.concatenate(lists)).astype(np.int64)
+        want_d, want_i = l2_topk(X[rows], rows, queries=Q[q : q + 1], k=10)
         assert np.array_equal(found[q], want_i[0])
         assert np.array_equal(dists[q], want_d[0])
 
@@ -176,6 +198,23 @@ def test_fashion_mnist_reaches_recall_09_at_the_tuned_setting(fashion):
     assert index.ram_bytes()["rerank_vectors"] == database.nbytes
 
 
+@pytest.mark.parametrize("d", [8, 128, 136, 384])
+def test_the_structured_rotation_is_orthogonal_and_applied_without_its_matrix(d):
+    signs = structured_signs(d, np.random.default_rng(d))
+    assert signs.dtype == np.int8 and signs.nbytes <= 8 * d  # all it stores
+    matrix = rotation_matrix(signs)
+    assert np.allclose(matrix @ matrix.T, np.eye(d), atol=1e-12)
+    rows = np.random.default_rng(0).standard_normal((50, d)).astype(np.float32)
+    rotated = rotate(rows, signs)
+    assert rotated.dtype == np.float32
+    assert np.allclose(rotated, rows.astype(np.float64) @ matrix, atol=1e-5)
+    assert np.allclose(rotate(rows, matrix), rotated, atol=1e-5)  # a dense rotation through the same call
+    if d >= 128:  # entries spread as a uniform random rotation's: sqrt(D) |entry| ~ |normal deviate|
+        assert abs(np.abs(matrix).mean() * np.sqrt(d) - np.sqrt(2 / np.pi)) < 0.02
+        assert np.abs(matrix).max() * np.sqrt(d) < 6
+    assert np.array_equal(structured_signs(d, np.random.default_rng(d)), signs)  # the seed fixes it
+
+
 def test_the_learned_rotation_estimates_at_least_as_well_as_a_random_one(fashion):
     database, validation, _ = fashion
     rng = np.random.default_rng(0)
@@ -185,7 +224,8 @@ def test_the_learned_rotation_estimates_at_least_as_well_as_a_random_one(fashion
 
     residuals = X.astype(np.float64) - centroids[assignment]
     errors = {}
-    for name, rotation in (("learned", learned_rotation(residuals, 5, 0)), ("random", random_rotation(784, rng))):
+    for name, rotation in (("learned", learned_rotation(residuals, 5, 0)), ("random", random_rotation(784, rng)),
+                           ("structured", rotation_matrix(structured_signs(784, rng)))):  # fmt: skip
         codes, factors, ratio = encode_residuals(X, centroids, assignment, rotation)
         total = 0.0
         for q in validation[:20].astype(np.float64):
@@ -196,6 +236,7 @@ def test_the_learned_rotation_estimates_at_least_as_well_as_a_random_one(fashion
             total += np.abs(estimate - _true_distances(X[rows], q)).mean()
         errors[name] = total
     assert errors["learned"] <= errors["random"]
+    assert errors["structured"] <= 1.1 * errors["random"]  # the stand-in estimates about as well
 
 
 def test_float_vectors_rerank_through_8_bit_vectors():
@@ -203,13 +244,18 @@ def test_float_vectors_rerank_through_8_bit_vectors():
     X = rng.standard_normal((4000, 48)).astype(np.float32) @ rng.standard_normal((48, 48)).astype(np.float32)
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     Q = X[:50] + 0.05 * rng.standard_normal((50, 48)).astype(np.float32)
-    index = ResidualIVF.build(X, n_lists=20, nprobe=20, eps=np.inf, rotation="random")
-    assert index.settings()["rerank"] == "8-bit scalar quantised"
-    assert index.ram_bytes()["rerank_vectors"] == X.shape[0] * X.shape[1]  # one byte per dimension
-    dists, found = index.search(Q, 10)
     truth_d, truth = l2_topk(X, np.arange(len(X), dtype=np.int64), queries=Q, k=10)
-    assert neighbour_recall(found, truth) >= 0.95
-    assert np.allclose(dists[:, 0], truth_d[:, 0], rtol=0.05, atol=2e-3)  # quantised distances, close to the true
+    for rotation in ("random", "structured"):
+        index = ResidualIVF.build(X, n_lists=20, nprobe=20, eps=np.inf, rotation=rotation)
+        assert index.settings()["rerank"] == "8-bit scalar quantised"
+        # one byte per dimension for the re-rank vectors and for the centroids
+        assert index.ram_bytes()["rerank_vectors"] == X.shape[0] * X.shape[1]
+        assert index.ram_bytes()["centroids"] == 20 * 48
+        rotation_bytes = 48 * 48 * 4 if rotation == "random" else 8 * 48  # a matrix, or 8 steps' signs
+        assert index.ram_bytes()["rotation"] == rotation_bytes
+        dists, found = index.search(Q, 10)
+        assert neighbour_recall(found, truth) >= 0.95
+        assert np.allclose(dists[:, 0], truth_d[:, 0], rtol=0.05, atol=2e-3)  # quantised distances, close to the true
 
 
 def test_disk_mode_answers_as_memory_with_less_ram(tmp_path):

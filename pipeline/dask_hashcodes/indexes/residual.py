@@ -3,9 +3,10 @@ searched on the calling thread: the serving index for recall of the true (Euclid
 neighbours at the least memory per vector.
 
 Built from the vectors: k-means lists (a sample trains the centroids, every row goes to its
-nearest), each row's residual to its centroid rotated by an orthogonal matrix (learned by
-ITQ on a sample of residuals, or random) and kept as one bit per dimension with two
-float32 factors (kernels.residual_codes). A query finds its ``nprobe`` nearest lists,
+nearest; the centroids are kept at one byte per dimension, as the re-rank vectors are),
+each row's residual to its centroid rotated by an orthogonal matrix (random, a structured
+random one that stores no D x D matrix, or learned by ITQ on a sample of residuals) and
+kept as one bit per dimension with two float32 factors (kernels.residual_codes). A query finds its ``nprobe`` nearest lists,
 estimates the distance of every row in them from the codes, and computes the true squared
 distance only of the rows whose lower bound (estimate - ``eps`` x error) can still enter
 its top-k, reading their re-rank vectors, which are stored in list order:
@@ -41,6 +42,9 @@ from dask_hashcodes.kernels.l2 import l2_topk
 from dask_hashcodes.kernels.residual_codes import (
     encode_residuals,
     residual_rotation,
+    rotate,
+    rotation_matrix,
+    scalar_decode,
     scalar_quantise,
     scalar_quantiser,
     search_residual_lists,
@@ -53,6 +57,7 @@ LISTS_PER_ROOT_N = 2.0
 DEFAULT_NPROBE = 24
 DEFAULT_EPS = 1.0
 DEFAULT_ROTATION = "random"  # the learned one did as well, not better, on the validation queries
+ROTATIONS = ("random", "structured", "learned")
 ROTATION_SAMPLE = 20_000  # residuals the learned rotation is fitted on (each iteration costs sample x D^2)
 ROTATION_ITERATIONS = 10
 TUNE_NPROBES = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -87,8 +92,10 @@ class ResidualIVF(Index):
 
     def __init__(self, *, centroids, rotation, list_words, list_factors, error_ratio, offsets, list_ids, rerank_vectors,
                  rerank_offset, rerank_step, nprobe=DEFAULT_NPROBE, eps=DEFAULT_EPS, rerank_path=None):  # fmt: skip
-        self.centroids = np.ascontiguousarray(centroids, np.float32)
-        self.rotation = np.ascontiguousarray(rotation, np.float32)
+        # centroids in the re-rank vectors' representation (one byte per dimension), rotation
+        # dense float32 or (int8) a structured one's signs: see build
+        self.centroids = np.ascontiguousarray(centroids)
+        self.rotation = np.ascontiguousarray(rotation, None if np.asarray(rotation).dtype == np.int8 else np.float32)
         self.list_words, self.list_factors, self.error_ratio = list_words, list_factors, float(error_ratio)
         self.offsets, self.list_ids = offsets, list_ids
         self.rerank_vectors, self.rerank_path = rerank_vectors, rerank_path
@@ -100,8 +107,13 @@ class ResidualIVF(Index):
     def build(cls, vectors, *, n_lists: int | None = None, rotation: str = DEFAULT_ROTATION, seed: int = 0,
               rerank_path=None, nprobe: int = DEFAULT_NPROBE, eps: float = DEFAULT_EPS) -> ResidualIVF:  # fmt: skip
         """Build from ``vectors`` (n, d) in memory or memory-mapped, d a multiple of 8.
-        ``rotation``: "random" (a random orthogonal matrix, under which the error scale holds) or
+        ``rotation``: "random" (a random orthogonal matrix, under which the error scale holds),
+        "structured" (random sign flips and Hadamard transforms: a stand-in for the random matrix
+        that stores D bytes per round instead of D^2 floats, for high-dimensional data) or
         "learned" (ITQ on a sample of the residuals).
+        The centroids are stored as the re-rank vectors are (the data's own bytes, or the 8-bit
+        scalar quantiser's codes): each row's residual is to its decoded centroid, so the
+        codes stay exact, and the centroids cost a byte per dimension.
         ``rerank_path``: a new ``.npy`` file on local disk for the re-rank vectors (refused if it
         exists), memory-mapped instead of held in RAM."""
         vectors = np.asarray(vectors) if not isinstance(vectors, np.memmap) else vectors
@@ -110,8 +122,8 @@ class ResidualIVF(Index):
         n, d = vectors.shape
         if d % 8:
             raise InputError(f"residual codes need a feature count that is a multiple of 8; got {d}: pad with zeros")
-        if rotation not in ("learned", "random"):
-            raise InputError(f"rotation must be 'learned' or 'random'; got {rotation!r}")
+        if rotation not in ROTATIONS:
+            raise InputError(f"rotation must be one of {', '.join(map(repr, ROTATIONS))}; got {rotation!r}")
         if rerank_path is not None:
             rerank_path = Path(rerank_path).absolute()
             if rerank_path.suffix != ".npy":
@@ -129,21 +141,28 @@ class ResidualIVF(Index):
             raise InputError(f"n_lists must lie in [1, {n}] (the rows); got {n_lists}")
         rng = np.random.default_rng(seed)
         centroids, assignment = cell_partition(vectors, n_lists, rng)
-        sample = np.sort(rng.choice(n, min(n, ROTATION_SAMPLE), replace=False)) if rotation == "learned" else None
-        residuals = None if sample is None else np.asarray(vectors[sample], np.float64) - centroids[assignment[sample]]
-        matrix = residual_rotation(rotation, residuals, d, ROTATION_ITERATIONS, rng, seed)
-        codes, factors, error_ratio = encode_residuals(vectors, centroids, assignment, matrix)
-        order, offsets = list_layout(assignment, n_lists)
         if np.issubdtype(vectors.dtype, np.integer) and vectors.dtype.itemsize == 1:
             rerank_offset, rerank_step = None, None  # bytes already: re-ranked exactly
-            rerank = vectors[order]
+            limits = np.iinfo(vectors.dtype)
+            centroid_codes = np.clip(np.rint(centroids), limits.min, limits.max).astype(vectors.dtype)
+            centroids = centroid_codes.astype(np.float64)
         else:
             rerank_offset, rerank_step = scalar_quantiser(vectors)
+            centroid_codes = scalar_quantise(centroids, rerank_offset, rerank_step)
+            centroids = scalar_decode(centroid_codes, rerank_offset, rerank_step)
+        sample = np.sort(rng.choice(n, min(n, ROTATION_SAMPLE), replace=False)) if rotation == "learned" else None
+        residuals = None if sample is None else np.asarray(vectors[sample], np.float64) - centroids[assignment[sample]]
+        kept_rotation = residual_rotation(rotation, residuals, d, ROTATION_ITERATIONS, rng, seed)
+        codes, factors, error_ratio = encode_residuals(vectors, centroids, assignment, rotation_matrix(kept_rotation))
+        order, offsets = list_layout(assignment, n_lists)
+        if rerank_step is None:
+            rerank = vectors[order]
+        else:
             rerank = _quantised_rows(vectors, order, rerank_offset, rerank_step)
         if rerank_path is not None:
             rerank = _write_npy(rerank_path, rerank)
         ids = order.astype(np.int32 if n < 2**31 else np.int64)
-        return cls(centroids=centroids, rotation=matrix, list_words=word_major(codes[order]),
+        return cls(centroids=centroid_codes, rotation=kept_rotation, list_words=word_major(codes[order]),
                    list_factors=np.ascontiguousarray(factors[order].T), error_ratio=error_ratio, offsets=offsets, list_ids=ids,
                    rerank_vectors=rerank, rerank_offset=rerank_offset, rerank_step=rerank_step, nprobe=nprobe,
                    eps=eps, rerank_path=rerank_path)  # fmt: skip
@@ -168,7 +187,8 @@ class ResidualIVF(Index):
     def settings(self) -> dict:
         return {"n_lists": self.n_lists, "nprobe": self.nprobe, "eps": self.eps,
                 "rerank": "exact" if self.rerank_step is None else "8-bit scalar quantised",
-                "rerank_vectors": "disk" if self.rerank_path else "memory"}  # fmt: skip
+                "rerank_vectors": "disk" if self.rerank_path else "memory",
+                "rotation": "structured" if self.rotation.dtype == np.int8 else "dense"}  # fmt: skip
 
     def ram_bytes(self) -> dict:
         """Bytes a search reads from RAM, by part (the re-rank vectors count only when they are
@@ -197,11 +217,13 @@ class ResidualIVF(Index):
         queries = queries.astype(np.float32, copy=False)
         if not np.isfinite(queries).all():
             raise InputError("the queries hold NaN or infinite values; remove or fill them")
-        probes, centroid_distances = probe_distances(queries, self.centroids, min(self.nprobe, self.n_lists))
         rerank_queries, scale = queries, 1.0
         if self.rerank_step is not None:
             rerank_queries, scale = (queries - self.rerank_offset) / np.float32(self.rerank_step), self.rerank_step**2
-        distances, ids, _ = search_residual_lists(queries @ self.rotation, rerank_queries, probes, centroid_distances,
+        # the centroids are stored as the re-rank vectors are: probed in that space, distances scaled back
+        probes, centroid_distances = probe_distances(rerank_queries, self.centroids, min(self.nprobe, self.n_lists))
+        centroid_distances *= np.float32(scale)
+        distances, ids, _ = search_residual_lists(rotate(queries, self.rotation), rerank_queries, probes, centroid_distances,
                                         self.list_words, self.list_factors, self.error_ratio, self.offsets,
                                         self.rerank_vectors,
                                         self.list_ids, k, self.eps, scale)  # fmt: skip

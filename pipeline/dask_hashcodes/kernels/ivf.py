@@ -48,18 +48,27 @@ def probed_lists(query_vectors: np.ndarray, centroids: np.ndarray, nprobe: int) 
     return probe_distances(query_vectors, centroids, nprobe)[0]
 
 
+# centroids scored per block: stored in bytes, each block is converted to float32 while it is
+# in cache, so a probe reads the bytes from memory, not a float32 copy of every centroid
+PROBE_BLOCK = 256
+
+
 def probe_distances(query_vectors, centroids, nprobe) -> tuple[np.ndarray, np.ndarray]:
     """(probes (nq, nprobe) int64, their squared distances (nq, nprobe) float32): each query's
     nprobe nearest centroids, nearest first (ties: the lower list number).
 
     Scored in float32 as |c|^2 - 2 q.c, FAISS's choice for its coarse quantiser: half the
     cost of float64 per query, and a probe only decides which lists are scanned (a near tie
-    between two centroids may go either way; the answer over the probed lists stays exact)."""
-    centroids = np.asarray(centroids, dtype=np.float32)
+    between two centroids may go either way; the answer over the probed lists stays exact).
+    ``centroids`` may be of any numeric dtype (an index may keep them in bytes)."""
+    centroids = np.asarray(centroids)
     if not 1 <= nprobe <= len(centroids):
         raise ValueError(f"nprobe must lie in [1, {len(centroids)}] (the number of lists); got {nprobe}")
     queries = np.asarray(query_vectors, np.float32)
-    scores = (centroids * centroids).sum(axis=1)[None, :] - 2 * (queries @ centroids.T)
+    scores = np.empty((len(queries), len(centroids)), np.float32)
+    for start in range(0, len(centroids), PROBE_BLOCK):
+        block = centroids[start : start + PROBE_BLOCK].astype(np.float32, copy=False)
+        scores[:, start : start + PROBE_BLOCK] = (block * block).sum(axis=1)[None, :] - 2 * (queries @ block.T)
     probes = smallest_scores(scores, nprobe).astype(np.int64)
     squared = np.take_along_axis(scores, probes, axis=1) + (queries * queries).sum(axis=1)[:, None]
     return probes, np.maximum(squared, 0).astype(np.float32)

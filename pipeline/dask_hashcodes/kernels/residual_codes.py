@@ -4,7 +4,7 @@ numba, no Dask.
 
 Every database row ``x`` lies in the list of its nearest centroid ``c``; its residual
 ``r = x - c`` is rotated by an orthogonal ``D x D`` matrix ``P`` (learned or random) and
-kept as one sign bit per dimension, ``b = [P^T r > 0]``, plus three float32 factors. With
+kept as one sign bit per dimension, ``b = [P^T r > 0]``, plus two float32 factors. With
 ``x_pm = 2b - 1`` and ``z = P^T r``, the unit vector ``x_pm / sqrt(D)`` is the code's
 reconstruction of the direction of ``z``; for a query ``q``:
 
@@ -67,11 +67,91 @@ def learned_rotation(residuals: np.ndarray, n_iter: int, seed: int) -> np.ndarra
 
 
 def residual_rotation(kind: str, residuals, d: int, n_iter: int, rng: np.random.Generator, seed: int):
-    """The index's ``D x D`` rotation: "random" (uniform, the error scale's assumption; drawn
-    from ``rng``) or "learned" (``learned_rotation`` of a sample of ``residuals``, from ``seed``)."""
+    """The index's rotation: "random" (a uniform ``D x D`` matrix, the error scale's assumption;
+    drawn from ``rng``), "learned" (``learned_rotation`` of a sample of ``residuals``, from
+    ``seed``) or "structured" (``structured_signs``, drawn from ``rng``: ``D`` bytes per round
+    where the others hold ``D^2`` floats). ``rotate`` applies any of them."""
     if kind == "random":
         return random_rotation(d, rng)
+    if kind == "structured":
+        return structured_signs(d, rng)
     return learned_rotation(residuals, n_iter, seed)
+
+
+# sign flips + Hadamard transforms: with fewer, the entries of the rotation spread less
+# evenly than a uniform random rotation's when D is not a power of two
+STRUCTURED_STEPS = 8
+
+
+def structured_signs(d: int, rng: np.random.Generator, steps: int = STRUCTURED_STEPS) -> np.ndarray:
+    """(steps, d) int8 of +-1: all a structured rotation stores (see ``rotate``)."""
+    return np.where(rng.random((steps, d)) < 0.5, -1, 1).astype(np.int8)
+
+
+def rotate(rows, rotation) -> np.ndarray:
+    """``rows @ P`` for the index's rotation ``P``: a dense matrix, or (int8) the signs of a
+    structured one. float32 rows stay float32, others become float64.
+
+    The structured rotation (the fast Johnson-Lindenstrauss transform, as RaBitQ's own
+    library rotates) is a sequence of steps, each a random flip of the dimensions' signs and
+    then the normalised Walsh-Hadamard transform of 2^m dimensions (2^m the largest power of
+    two <= D), the leading ones and the trailing ones in turn: when D is not a power of two
+    they overlap, so every dimension mixes with every other, and the flips between them keep
+    the result's entries spread as a uniform random rotation's are. Each step is orthogonal; a
+    row costs O(D log D) and nothing of size D^2 is stored or read."""
+    rows = np.asarray(rows)
+    dtype = np.float32 if rows.dtype == np.float32 else np.float64
+    if rotation.dtype != np.int8:
+        return rows.astype(dtype, copy=False) @ np.asarray(rotation, dtype)
+    # transposed, each butterfly adds and subtracts two contiguous rows of values: it vectorises
+    columns = np.array(rows.T, dtype=dtype, order="C")
+    _structured_rotate_columns(columns, rotation)
+    return np.ascontiguousarray(columns.T)
+
+
+def rotation_matrix(rotation) -> np.ndarray:
+    """The dense float64 ``D x D`` matrix of any rotation ``rotate`` accepts (for encoding
+    many rows with one matrix product)."""
+    if rotation.dtype != np.int8:
+        return np.asarray(rotation, np.float64)
+    return rotate(np.eye(rotation.shape[1]), rotation)
+
+
+@njit(nogil=True, cache=True)
+def _hadamard(columns, first, n):
+    """In place: the Walsh-Hadamard transform, divided by sqrt(n), of the n rows of
+    ``columns`` from ``first`` (n a power of two), applied to every column."""
+    m = columns.shape[1]
+    half = 1
+    while half < n:
+        for start in range(first, first + n, 2 * half):
+            for j in range(start, start + half):
+                a, b = columns[j], columns[j + half]
+                for t in range(m):
+                    x, y = a[t], b[t]
+                    a[t], b[t] = x + y, x - y
+        half *= 2
+    scale = 1.0 / np.sqrt(n)
+    for j in range(first, first + n):
+        row = columns[j]
+        for t in range(m):
+            row[t] *= scale
+
+
+@njit(nogil=True, cache=True)
+def _structured_rotate_columns(columns, signs):
+    """``columns`` (D, m): m vectors, rotated in place (see ``rotate``)."""
+    d = columns.shape[0]
+    span = 1
+    while span * 2 <= d:
+        span *= 2
+    for step in range(signs.shape[0]):
+        for j in range(d):
+            if signs[step, j] < 0:
+                row = columns[j]
+                for t in range(row.shape[0]):
+                    row[t] = -row[t]
+        _hadamard(columns, 0 if step % 2 == 0 else d - span, span)
 
 
 def scalar_quantiser(X) -> tuple[np.ndarray, float]:
@@ -90,6 +170,11 @@ def scalar_quantiser(X) -> tuple[np.ndarray, float]:
 def scalar_quantise(X, offset: np.ndarray, step: float) -> np.ndarray:
     """uint8 codes of rows, nearest level, clipped to [0, 255]."""
     return np.clip(np.rint((np.asarray(X, np.float32) - offset) / np.float32(step)), 0, 255).astype(np.uint8)
+
+
+def scalar_decode(codes, offset: np.ndarray, step: float) -> np.ndarray:
+    """float64 rows of uint8 codes: ``offset + step * code``."""
+    return np.asarray(offset, np.float64) + step * np.asarray(codes, np.float64)
 
 
 def encode_residuals(X, centroids, assignment, rotation):
