@@ -60,7 +60,9 @@ import argparse
 import ctypes
 import gc
 import json
+import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -841,6 +843,47 @@ def plot(rows, path, title):
     fig.savefig(path, dpi=110)
 
 
+RESULT_SUFFIXES = (".json", ".md", ".png")
+
+
+def is_result(result) -> bool:
+    return isinstance(result, dict) and str(result.get("command", "")).startswith("benchmarks/bench_recall.py")
+
+
+def refuse_out(out: Path) -> str | None:
+    """Why ``out`` (a path without suffix) may not receive a result, or None: a result replaces
+    only the .json/.md/.png files of an earlier result of this script, never a link, a
+    folder, or a file beside no such .json (checked before any work starts)."""
+    paths = [out.with_suffix(suffix) for suffix in RESULT_SUFFIXES]
+    for path in paths:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            return f"{path} is a symbolic link or a folder; name a new --out"
+    json_path = paths[0]
+    if json_path.exists():
+        try:
+            ours = is_result(json.loads(json_path.read_text()))
+        except (ValueError, UnicodeDecodeError):
+            ours = False
+        if not ours:
+            return f"{json_path} is not a result of benchmarks/bench_recall.py; name a new --out"
+    elif any(path.exists() for path in paths[1:]):
+        return f"{out}.md or .png exists without the result's .json; name a new --out"
+    return None
+
+
+def replace_file(path: Path, write) -> None:
+    """``write(temporary_path)`` to a fresh name beside ``path``, then renamed over it: the
+    file is whole or absent, and no file of that fresh name was anyone's."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="debian-sift", help="sift-synth, debian-sift, debian-minilm or a path")
@@ -869,7 +912,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--render", action="store_true", help="only rewrite --out.md/.png from --out.json")
     args = parser.parse_args(argv)
+    refused = refuse_out(Path(args.out))
+    if refused:
+        parser.error(refused)
     if args.render:
+        if not Path(args.out).with_suffix(".json").exists():
+            parser.error(f"--render: {Path(args.out).with_suffix('.json')} does not exist")
         write_report(json.loads(Path(args.out).with_suffix(".json").read_text()), Path(args.out))
         return 0
     if not 10 <= args.k <= TRUE_K:
@@ -932,7 +980,10 @@ def main(argv=None) -> int:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    refused = refuse_out(out)  # again: the run took long, and the folder may have changed meanwhile
+    if refused:
+        raise SystemExit(f"nothing written: {refused}")
+    replace_file(out.with_suffix(".json"), lambda path: Path(path).write_text(json.dumps(result, indent=1) + "\n"))
     write_report(result, out)
     return 0
 
@@ -947,7 +998,7 @@ def write_report(result: dict, out: Path):
     k = result.get("k", TRUE_K)
     depths = [at for at in RECALL_AT if at <= k]  # a search of the top k measures recall@K for K <= k only
     if rows:
-        plot(rows, out.with_suffix(".png"), f"{what}, {queries} queries, top-{k}")
+        replace_file(out.with_suffix(".png"), lambda path: plot(rows, path, f"{what}, {queries} queries, top-{k}"))
     lines = [
         f"# Recall against queries per second: {what}",
         "",
@@ -1007,7 +1058,7 @@ def write_report(result: dict, out: Path):
                   "| bits | method | recall | train s | iterations |", "|---|---|---|---|---|"]  # fmt: skip
         lines += [f"| {q['bits']} | {q['method']} | {q[f'recall@{at}_of_top100']:.4f} | {q['train_seconds']:.1f} | "
                   f"{q['iterations']} |" for q in quality]  # fmt: skip
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    replace_file(out.with_suffix(".md"), lambda path: Path(path).write_text("\n".join(lines) + "\n"))
     print("\n".join(lines))
 
 

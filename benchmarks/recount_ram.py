@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_recall import write_report  # noqa: E402
+from benchmarks.bench_recall import is_result, refuse_out, replace_file, write_report  # noqa: E402
 
 
 def reads_vectors(row: dict) -> bool:
@@ -63,21 +61,16 @@ def main(argv=None) -> int:
     parser.add_argument("--itemsize", type=int, default=1, help="bytes per feature (1: uint8)")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    refused = refuse_out(out) or (None if out.with_suffix(".json").exists() else f"{out}.json does not exist")
+    if refused:
+        parser.error(f"{refused}; nothing was changed")
     result = json.loads(out.with_suffix(".json").read_text())
-    if not str(result.get("command", "")).startswith("benchmarks/bench_recall.py") or "rows" not in result:
+    if not is_result(result) or "rows" not in result:
         parser.error(f"{out.with_suffix('.json')} is not a result of benchmarks/bench_recall.py; nothing was changed")
     if "ram_recount" in result or all("ram_bytes_per_vector" in row for row in result["rows"]):
         parser.error(f"{out.with_suffix('.json')} already counts its RAM; nothing was changed")
-    linked = [str(p) for p in (out.with_suffix(s) for s in (".json", ".md", ".png")) if p.is_symlink()]
-    if linked:
-        parser.error(f"{', '.join(linked)} is a symbolic link; recount only the files bench_recall wrote")
     result = recount(result, args.d, args.itemsize)
-    fd, temporary = tempfile.mkstemp(
-        prefix=f".{out.name}.", suffix=".tmp", dir=out.parent
-    )  # a new name: never a user's
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(result, indent=1) + "\n")
-    os.replace(temporary, out.with_suffix(".json"))  # whole or not at all
+    replace_file(out.with_suffix(".json"), lambda path: Path(path).write_text(json.dumps(result, indent=1) + "\n"))
     write_report(result, out)
     return 0
 

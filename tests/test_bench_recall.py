@@ -1,6 +1,8 @@
 """The recall benchmark's accounting: every row says how many bytes its timed search reads
 from memory, a re-ranking row counts the vectors it reads, ``--families`` runs only what it
-names, older results still render, and the page-cache helper really drops a file."""
+names, older results still render, a result replaces only an earlier result of the script
+(never a link, a folder or a user's file, and whole or not at all), and the page-cache helper
+really drops a file."""
 
 from __future__ import annotations
 
@@ -108,3 +110,35 @@ def test_page_cache_eviction_drops_a_file_and_reports_its_method(tmp_path):
     assert page_cache.resident_fraction(tmp_path) > 0.9
     with pytest.raises(FileNotFoundError, match="need existing paths"):
         page_cache.evict([tmp_path / "missing"])
+
+
+def test_a_result_replaces_only_an_earlier_result_of_the_script(tmp_path):
+    from benchmarks.bench_recall import refuse_out, replace_file
+
+    out = tmp_path / "run"
+    assert refuse_out(out) is None  # a new name
+    (tmp_path / "run.json").write_text('{"command": "benchmarks/bench_recall.py --out run", "rows": []}')
+    (tmp_path / "run.md").write_text("old table")
+    assert refuse_out(out) is None  # an earlier result of this script
+    (tmp_path / "notes.json").write_text('{"mine": 1}')
+    assert "not a result of benchmarks/bench_recall.py" in refuse_out(tmp_path / "notes")
+    (tmp_path / "plot.png").write_bytes(b"a user's picture")
+    assert "without the result's .json" in refuse_out(tmp_path / "plot")
+    (tmp_path / "home.json").mkdir()
+    assert "symbolic link or a folder" in refuse_out(tmp_path / "home")
+    (tmp_path / "link.md").symlink_to(tmp_path / "run.md")
+    (tmp_path / "link.json").write_text('{"command": "benchmarks/bench_recall.py"}')
+    assert "symbolic link or a folder" in refuse_out(tmp_path / "link")
+    # a write that fails leaves the old file whole and no temporary behind
+    before = sorted(p.name for p in tmp_path.iterdir())
+
+    def failing(path):
+        open(path, "w").write("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        replace_file(tmp_path / "run.md", failing)
+    assert (tmp_path / "run.md").read_text() == "old table"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    replace_file(tmp_path / "run.md", lambda path: open(path, "w").write("new table"))
+    assert (tmp_path / "run.md").read_text() == "new table" and sorted(p.name for p in tmp_path.iterdir()) == before
