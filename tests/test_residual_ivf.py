@@ -308,3 +308,52 @@ def test_bad_input_is_refused_with_one_line():
         index.search_codes(np.zeros((2, 4), np.uint8), 5)
     with pytest.raises(InputError, match="database="):
         index.tune(X[:5])
+
+
+@pytest.mark.parametrize("data", ["bytes", "floats"])
+def test_a_saved_index_opens_to_the_same_answers_in_memory_and_from_disk(tmp_path, data):
+    X = _clustered(2000, 32)
+    if data == "floats":
+        X = X.astype(np.float32) / 255
+    Q = X[:20] + (3 if data == "bytes" else 0.01)
+    index = ResidualIVF.build(X, n_lists=10, nprobe=4, rotation="structured" if data == "bytes" else "random")
+    index.eps = 1.5
+    want = index.search(Q, 10)
+    index.save(tmp_path / "index")
+    opened = ResidualIVF.open(tmp_path / "index")
+    assert (opened.nprobe, opened.eps, opened.settings()) == (4, 1.5, index.settings())
+    assert opened.ram_bytes() == index.ram_bytes()
+    for a, b in zip(want, opened.search(Q, 10)):
+        assert np.array_equal(a, b)
+    on_disk = ResidualIVF.open(tmp_path / "index", rerank_path=tmp_path / "serve" / "rerank.npy")
+    assert isinstance(on_disk.rerank_vectors, np.memmap) and on_disk.ram_bytes()["rerank_vectors"] == 0
+    for a, b in zip(want, on_disk.search(Q, 10)):
+        assert np.array_equal(a, b)
+    assert sorted(p.name for p in (tmp_path / "serve").iterdir()) == ["rerank.npy"]
+    with pytest.raises(InputError, match="exists; give a new file name"):
+        ResidualIVF.open(tmp_path / "index", rerank_path=tmp_path / "serve" / "rerank.npy")
+
+
+def test_a_saved_index_is_replaced_only_when_dhash_wrote_it_and_damage_is_an_error(tmp_path):
+    X = _clustered(1500, 32)
+    index = ResidualIVF.build(X, n_lists=8)
+    index.save(tmp_path / "index")
+    with pytest.raises(InputError, match="overwrite"):
+        index.save(tmp_path / "index")
+    index.save(tmp_path / "index", overwrite=True)  # its own earlier output
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.tex").write_text("a user's file")
+    with pytest.raises(InputError):
+        index.save(home, overwrite=True)  # a folder dhash did not write: refused before any work
+    assert sorted(p.name for p in home.iterdir()) == ["thesis.tex"]
+    with pytest.raises(InputError):
+        ResidualIVF.open(home)  # not an index
+    chunk = next((tmp_path / "index" / "codes").rglob("c/*"))
+    while chunk.is_dir():
+        chunk = next(chunk.iterdir())
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(raw))
+    with pytest.raises(InputError, match="damaged"):
+        ResidualIVF.open(tmp_path / "index")

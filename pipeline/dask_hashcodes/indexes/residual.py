@@ -17,6 +17,8 @@ its top-k, reading their re-rank vectors, which are stored in list order:
 * ``rerank_path`` puts the re-rank vectors in a file on local disk, memory-mapped: only the
   codes, factors, ids and centroids stay in RAM, and each query reads the rows it re-ranks.
 
+``save`` commits the index as an artifact (storage.residual_index) and ``open`` serves it,
+its re-rank vectors in memory or unpacked to a local .npy and memory-mapped.
 ``ram_bytes`` counts everything a search reads from memory, re-rank vectors included
 when they are in RAM. The answer is the exact top-k (by the re-rank distance, ties by the
 smaller id) of the rows examined; ``tune`` chooses ``nprobe`` and ``eps`` on validation
@@ -124,12 +126,7 @@ class ResidualIVF(Index):
             raise InputError(f"residual codes need a feature count that is a multiple of 8; got {d}: pad with zeros")
         if rotation not in ROTATIONS:
             raise InputError(f"rotation must be one of {', '.join(map(repr, ROTATIONS))}; got {rotation!r}")
-        if rerank_path is not None:
-            rerank_path = Path(rerank_path).absolute()
-            if rerank_path.suffix != ".npy":
-                raise InputError(f"rerank_path must name a .npy file; got {rerank_path}")
-            if rerank_path.exists() or rerank_path.is_symlink():
-                raise InputError(f"{rerank_path} exists; give a new file name (an index never replaces a file)")
+        rerank_path = _new_npy_path(rerank_path)
         if not np.issubdtype(vectors.dtype, np.number):
             raise InputError(f"the vectors must be numbers; got dtype {vectors.dtype}")
         if np.issubdtype(vectors.dtype, np.floating) and not all(
@@ -160,7 +157,7 @@ class ResidualIVF(Index):
         else:
             rerank = _quantised_rows(vectors, order, rerank_offset, rerank_step)
         if rerank_path is not None:
-            rerank = _write_npy(rerank_path, rerank)
+            rerank = _write_npy(rerank_path, rerank.shape, rerank.dtype, [rerank])
         ids = order.astype(np.int32 if n < 2**31 else np.int64)
         return cls(centroids=centroid_codes, rotation=kept_rotation, list_words=word_major(codes[order]),
                    list_factors=np.ascontiguousarray(factors[order].T), error_ratio=error_ratio, offsets=offsets, list_ids=ids,
@@ -189,6 +186,44 @@ class ResidualIVF(Index):
                 "rerank": "exact" if self.rerank_step is None else "8-bit scalar quantised",
                 "rerank_vectors": "disk" if self.rerank_path else "memory",
                 "rotation": "structured" if self.rotation.dtype == np.int8 else "dense"}  # fmt: skip
+
+    # -- stored: a committed artifact that a server opens without the data --------------------
+    def save(self, path, *, overwrite: bool = False, storage=None):
+        """Commit everything a search reads to ``path`` (a folder or an object-store URL, see
+        storage.residual_index); an existing output is replaced only with ``overwrite`` and
+        only when dhash wrote it as a residual index. Returns its Location."""
+        from dask_hashcodes.storage.residual_index import write_residual_index
+
+        arrays = {"centroids": self.centroids, "rotation": self.rotation, "codes": self.list_words.T,
+                  "factors": self.list_factors.T, "ids": self.list_ids, "offsets": np.asarray(self.offsets, np.int64),
+                  "rerank_vectors": self.rerank_vectors, "rerank_offset": self.rerank_offset}  # fmt: skip
+        attrs = {"error_ratio": self.error_ratio, "rerank_step": self.rerank_step, "nprobe": self.nprobe,
+                 "eps": self.eps if np.isfinite(self.eps) else None}  # fmt: skip
+        return write_residual_index(path, arrays, attrs, overwrite=overwrite, storage=storage)
+
+    @classmethod
+    def open(cls, path, *, rerank_path=None, storage=None) -> ResidualIVF:
+        """The index saved at ``path``, every chunk verified against its checksum. Its re-rank
+        vectors are read into memory, or, with ``rerank_path`` (a new .npy file on local
+        disk), written there chunk by chunk and memory-mapped: the disk mode of ``build``."""
+        from dask_hashcodes.storage.residual_index import open_residual_index
+
+        rerank_path = _new_npy_path(rerank_path)
+        _, attrs, readers = open_residual_index(path, storage=storage)
+        vectors = readers["rerank_vectors"]
+        if rerank_path is None:
+            rerank = vectors.read_all()
+        else:
+            chunks = (vectors(i) for i in range(vectors.n_chunks))
+            rerank = _write_npy(rerank_path, vectors.shape, vectors.dtype, chunks)
+        offset = readers["rerank_offset"].read_all() if "rerank_offset" in readers else None
+        return cls(centroids=readers["centroids"].read_all(), rotation=readers["rotation"].read_all(),
+                   list_words=np.ascontiguousarray(readers["codes"].read_all().T),
+                   list_factors=np.ascontiguousarray(readers["factors"].read_all().T),
+                   error_ratio=attrs["error_ratio"], offsets=readers["offsets"].read_all(),
+                   list_ids=readers["ids"].read_all(), rerank_vectors=rerank, rerank_offset=offset,
+                   rerank_step=attrs["rerank_step"], nprobe=attrs["nprobe"],
+                   eps=np.inf if attrs["eps"] is None else attrs["eps"], rerank_path=rerank_path)  # fmt: skip
 
     def ram_bytes(self) -> dict:
         """Bytes a search reads from RAM, by part (the re-rank vectors count only when they are
@@ -284,14 +319,35 @@ def _quantised_rows(vectors, order, offset, step):
     return out
 
 
-def _write_npy(path: Path, rows: np.ndarray) -> np.memmap:
-    """``rows`` to a new .npy at ``path`` (a temporary name in the same folder, then renamed,
-    so a failure leaves nothing), opened memory-mapped."""
+def _new_npy_path(rerank_path) -> Path | None:
+    """``rerank_path`` made absolute, refused unless it names a new .npy file."""
+    if rerank_path is None:
+        return None
+    rerank_path = Path(rerank_path).absolute()
+    if rerank_path.suffix != ".npy":
+        raise InputError(f"rerank_path must name a .npy file; got {rerank_path}")
+    if rerank_path.exists() or rerank_path.is_symlink():
+        raise InputError(f"{rerank_path} exists; give a new file name (an index never replaces a file)")
+    return rerank_path
+
+
+def _write_npy(path: Path, shape: tuple, dtype, blocks) -> np.memmap:
+    """The consecutive row ``blocks`` (arrays, or a generator of them: a stored index's
+    chunks) to a new .npy at ``path`` (a temporary name in the same folder, then linked, so a
+    failure leaves nothing), opened memory-mapped."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.lib.format.write_array(f, np.ascontiguousarray(rows), allow_pickle=False)
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+                      "shape": tuple(int(s) for s in shape)}  # fmt: skip
+            np.lib.format.write_array_header_1_0(f, header)
+            written = 0
+            for block in blocks:
+                f.write(np.ascontiguousarray(block, dtype=dtype).tobytes())
+                written += len(block)
+            if written != shape[0]:
+                raise InputError(f"{written} re-rank rows were read for an index of {shape[0]}; save the index again")
             f.flush()
             os.fsync(f.fileno())
         try:  # a hard link never replaces: a file that appeared meanwhile is refused, not overwritten
