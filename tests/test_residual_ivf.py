@@ -65,9 +65,10 @@ def _true_distances(X, q):
 def test_estimates_match_the_reference_within_the_query_quantisation(built):
     b, q = built, _clustered(5, seed=9)[0].astype(np.float32)
     rotated = q @ b["rotation"].astype(np.float32)
-    planes, low, step, _ = query_planes(rotated[None, :], b["words"].shape[0])
-    levels = np.round((rotated - low[0]) / step[0])
-    quantisation = np.abs(rotated - (low[0] + step[0] * levels)).sum()  # bounds |<b, q' - q_hat>|
+    planes, step, _ = query_planes(rotated[None, :], b["words"].shape[0])
+    levels = np.round(rotated / step[0])
+    assert np.abs(levels).max() == 7  # signed 4-bit levels, the largest coordinate at the end of the range
+    quantisation = np.abs(rotated - step[0] * levels).sum()  # bounds |<b, q' - q_hat>|
     for cell in range(16):
         start, stop = b["offsets"][cell], b["offsets"][cell + 1]
         centroid_distance = float(((q - b["centroids"][cell]) ** 2).sum())

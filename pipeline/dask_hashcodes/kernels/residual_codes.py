@@ -220,24 +220,26 @@ def estimated_distances(rotated_query, codes, factors, error_ratio, centroid_dis
 
 
 QUERY_BITS = 4  # the rotated query is kept as 4-bit integers: bit planes ANDed with the codes
+QUERY_LEVEL = 2 ** (QUERY_BITS - 1) - 1  # signed levels -7..7, symmetric about zero
 
 
 def query_planes(rotated_queries: np.ndarray, n_words: int):
-    """(planes (nq, QUERY_BITS, n_words) uint64, low (nq,), step (nq,), sums (nq,)): each
-    rotated query as ``low + step * u`` with ``u`` 4-bit integers (nearest rounding), ``u``'s
-    bit j of every dimension packed like the codes, so that ``<b, q'> ~= low * |b| + step *
-    sum_j 2^j popcount(b & plane_j)``: a handful of popcounts per row instead of D
-    multiplications. ``sums`` is the exact sum of the rotated query."""
+    """(planes (nq, QUERY_BITS, n_words) uint64, step (nq,), sums (nq,)): each rotated query
+    as ``step * u`` with ``u`` signed 4-bit integers in [-7, 7] (nearest rounding), the two's
+    complement bit j of every dimension packed like the codes, so that ``<b, q'> ~= step *
+    (p0 + 2 p1 + 4 p2 - 8 p3)`` with ``p_j = popcount(b & plane_j)``: four popcounts per code
+    word instead of D multiplications. Levels symmetric about zero need no term in the
+    code's own bit count, which a range [min, max] would (``min * popcount(b)``): one
+    popcount less per word. ``sums`` is the exact sum of the rotated query."""
     rotated_queries = np.asarray(rotated_queries, np.float32)
-    low = rotated_queries.min(axis=1)
-    step = (rotated_queries.max(axis=1) - low) / (2**QUERY_BITS - 1)
+    step = np.abs(rotated_queries).max(axis=1) / QUERY_LEVEL
     step = np.where(step > 0, step, 1.0).astype(np.float32)
-    levels = np.rint((rotated_queries - low[:, None]) / step[:, None]).astype(np.uint8)
+    levels = np.rint(rotated_queries / step[:, None]).astype(np.int8).view(np.uint8)  # two's complement
     nq, d = levels.shape
     planes = np.zeros((nq, QUERY_BITS, n_words * 8), np.uint8)
     for j in range(QUERY_BITS):
         planes[:, j, : d // 8] = np.packbits((levels >> j) & 1, axis=1, bitorder="little")
-    return planes.view(np.uint64), low, step, rotated_queries.sum(axis=1)
+    return planes.view(np.uint64), step, rotated_queries.sum(axis=1)
 
 
 def word_major(codes: np.ndarray) -> np.ndarray:
@@ -253,14 +255,14 @@ def list_lower_bounds(rotated_query, list_words, list_factors, error_ratio, star
     """(estimates, lower bounds) float32 of the rows [start, stop) of one list for one query,
     as the search computes them (the query quantised to QUERY_BITS): what decides whether a
     row is re-ranked."""
-    planes, low, step, sums = query_planes(np.asarray(rotated_query, np.float32)[None, :], list_words.shape[0])
+    planes, step, sums = query_planes(np.asarray(rotated_query, np.float32)[None, :], list_words.shape[0])
     size = stop - start
-    ones, weighted = np.zeros(size, np.int32), np.zeros(size, np.int32)
+    weighted = np.zeros(size, np.int32)
     for w in range(list_words.shape[0]):
-        _bit_sums(list_words[w, start:stop], *planes[0, :, w], ones, weighted)
+        _bit_sums(list_words[w, start:stop], *planes[0, :, w], weighted)
     out = np.empty((2, size), np.float32)
     for row, width in ((0, 0.0), (1, min(eps, WIDEST_EPS) * error_ratio * np.sqrt(centroid_distance))):
-        _lower_bounds(list_factors[0, start:stop], list_factors[1, start:stop], ones, weighted, low[0], step[0],
+        _lower_bounds(list_factors[0, start:stop], list_factors[1, start:stop], weighted, step[0],
                       sums[0], np.float32(centroid_distance), np.float32(width), out[row])  # fmt: skip
     return out[0], out[1]
 
@@ -274,12 +276,12 @@ def search_residual_lists(rotated_queries, query_vectors, probes, centroid_dista
     space, their squared distances times ``vector_scale`` in the original units: a scalar
     quantiser's step squared) and ``list_ids``; -1 / inf padding when fewer than k rows were
     examined."""
-    planes, low, step, sums = query_planes(rotated_queries, list_words.shape[0])
+    planes, step, sums = query_planes(rotated_queries, list_words.shape[0])
     nq = len(probes)
     out_d = np.full((nq, k), np.inf)
     out_i = np.full((nq, k), -1, np.int64)
     exact = np.zeros(nq, np.int64)
-    _search(planes, low, step, sums, np.ascontiguousarray(query_vectors, np.float32),
+    _search(planes, step, sums, np.ascontiguousarray(query_vectors, np.float32),
             np.ascontiguousarray(probes, np.int64), np.ascontiguousarray(centroid_distances, np.float32), list_words,
             list_factors, offsets, list_vectors, np.float32(vector_scale), list_ids,
             np.float32(min(eps, WIDEST_EPS) * error_ratio), out_d, out_i, exact)  # fmt: skip
@@ -298,25 +300,24 @@ def _squared_l2_f32(query, row):
 # The two per-list loops below run over slices from index 0: written with an offset into the
 # whole arrays instead, LLVM does not vectorise them and they cost several times more per row.
 @njit(nogil=True, cache=True)
-def _bit_sums(words, p0, p1, p2, p3, ones, weighted):
-    """Per row of one list and one code word: add its set bits to ``ones`` and
-    sum_j 2^j popcount(word & plane_j) to ``weighted``."""
+def _bit_sums(words, p0, p1, p2, p3, weighted):
+    """Per row of one list and one code word: add <word's bits, the query's signed 4-bit
+    levels> (plane 3 is the two's complement sign: weight -8) to ``weighted``."""
     for i in range(words.shape[0]):
         x = words[i]
-        ones[i] += np.int32(popcount(x))
-        weighted[i] += np.int32(popcount(x & p0) + 2 * popcount(x & p1) + 4 * popcount(x & p2) + 8 * popcount(x & p3))
+        weighted[i] += np.int32(popcount(x & p0) + 2 * popcount(x & p1) + 4 * popcount(x & p2) - 8 * popcount(x & p3))
 
 
 @njit(nogil=True, cache=True, fastmath=True)
-def _lower_bounds(add, mul, ones, weighted, low, step, query_sum, centroid_distance, reach, out):
+def _lower_bounds(add, mul, weighted, step, query_sum, centroid_distance, reach, out):
     """estimate - reach * |mul| per row (mul <= 0): ``reach`` is eps * ratio * |q - c|."""
     for i in range(out.shape[0]):
-        dot = low * np.float32(ones[i]) + step * np.float32(weighted[i])
+        dot = step * np.float32(weighted[i])
         out[i] = add[i] + centroid_distance + mul[i] * (np.float32(2) * dot - query_sum + reach)
 
 
 @njit(nogil=True, cache=True)
-def _search(planes, low, step, sums, query_vectors, probes, centroid_distances, list_words, list_factors, offsets,
+def _search(planes, step, sums, query_vectors, probes, centroid_distances, list_words, list_factors, offsets,
             list_vectors, vector_scale, list_ids, width, out_d, out_i, exact):  # fmt: skip
     """``width`` is eps times the error ratio: a row's bound is its estimate minus width *
     |mul| * |q - c|."""
@@ -324,7 +325,6 @@ def _search(planes, low, step, sums, query_vectors, probes, centroid_distances, 
     longest = 1
     for cell in range(len(offsets) - 1):
         longest = max(longest, offsets[cell + 1] - offsets[cell])
-    ones = np.empty(longest, np.int32)
     weighted = np.empty(longest, np.int32)
     bounds = np.empty(longest, np.float32)
     chosen = np.empty(longest, np.int64)
@@ -340,13 +340,12 @@ def _search(planes, low, step, sums, query_vectors, probes, centroid_distances, 
             start, stop = offsets[cell], offsets[cell + 1]
             centroid_distance = centroid_distances[q, p]
             size = stop - start
-            ones[:size] = 0
             weighted[:size] = 0
             for w in range(list_words.shape[0]):
                 _bit_sums(list_words[w, start:stop], planes[q, 0, w], planes[q, 1, w], planes[q, 2, w], planes[q, 3, w],
-                          ones[:size], weighted[:size])  # fmt: skip
+                          weighted[:size])  # fmt: skip
             reach = width * np.float32(np.sqrt(centroid_distance))
-            _lower_bounds(list_factors[0, start:stop], list_factors[1, start:stop], ones[:size], weighted[:size], low[q], step[q], sums[q], centroid_distance, reach,
+            _lower_bounds(list_factors[0, start:stop], list_factors[1, start:stop], weighted[:size], step[q], sums[q], centroid_distance, reach,
                           bounds[:size])  # fmt: skip
             # the rows this list lets through, against the k-th distance as it stands now: their
             # distances are then computed back to back, so the reads of their vectors overlap
