@@ -129,6 +129,9 @@ def test_a_result_replaces_only_an_earlier_result_of_the_script(tmp_path):
     (tmp_path / "link.md").symlink_to(tmp_path / "run.md")
     (tmp_path / "link.json").write_text('{"command": "benchmarks/bench_recall.py"}')
     assert "symbolic link or a folder" in refuse_out(tmp_path / "link")
+    (tmp_path / "dangling.png").symlink_to(tmp_path / "nowhere.png")  # a link to nothing is still a link
+    (tmp_path / "dangling.json").write_text('{"command": "benchmarks/bench_recall.py"}')
+    assert "symbolic link or a folder" in refuse_out(tmp_path / "dangling")
     # a write that fails leaves the old file whole and no temporary behind
     before = sorted(p.name for p in tmp_path.iterdir())
 

@@ -358,3 +358,16 @@ def test_a_saved_index_is_replaced_only_when_dhash_wrote_it_and_damage_is_an_err
     chunk.write_bytes(bytes(raw))
     with pytest.raises(InputError, match="damaged"):
         ResidualIVF.open(tmp_path / "index")
+    # damage found while serving from disk leaves no re-rank file behind
+    serve = tmp_path / "serve"
+    with pytest.raises(InputError, match="damaged"):
+        ResidualIVF.open(tmp_path / "index", rerank_path=serve / "rerank.npy")
+    assert not serve.exists() or not any(serve.iterdir())
+    index.save(tmp_path / "other")
+    chunk = next(p for p in (tmp_path / "other" / "rerank_vectors").rglob("*") if p.is_file() and "c" in p.parts)
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(raw))
+    with pytest.raises(InputError, match="damaged"):
+        ResidualIVF.open(tmp_path / "other", rerank_path=serve / "rerank.npy")
+    assert not serve.exists() or not any(serve.iterdir())  # the temporary of the half-written file is gone

@@ -210,19 +210,19 @@ class ResidualIVF(Index):
 
         rerank_path = _new_npy_path(rerank_path)
         _, attrs, readers = open_residual_index(path, storage=storage)
+        # every other array first: a damaged one then fails before any file is written
+        small = {name: reader.read_all() for name, reader in readers.items() if name != "rerank_vectors"}
         vectors = readers["rerank_vectors"]
         if rerank_path is None:
             rerank = vectors.read_all()
         else:
             chunks = (vectors(i) for i in range(vectors.n_chunks))
             rerank = _write_npy(rerank_path, vectors.shape, vectors.dtype, chunks)
-        offset = readers["rerank_offset"].read_all() if "rerank_offset" in readers else None
-        return cls(centroids=readers["centroids"].read_all(), rotation=readers["rotation"].read_all(),
-                   list_words=np.ascontiguousarray(readers["codes"].read_all().T),
-                   list_factors=np.ascontiguousarray(readers["factors"].read_all().T),
-                   error_ratio=attrs["error_ratio"], offsets=readers["offsets"].read_all(),
-                   list_ids=readers["ids"].read_all(), rerank_vectors=rerank, rerank_offset=offset,
-                   rerank_step=attrs["rerank_step"], nprobe=attrs["nprobe"],
+        return cls(centroids=small["centroids"], rotation=small["rotation"],
+                   list_words=np.ascontiguousarray(small["codes"].T),
+                   list_factors=np.ascontiguousarray(small["factors"].T), error_ratio=attrs["error_ratio"],
+                   offsets=small["offsets"], list_ids=small["ids"], rerank_vectors=rerank,
+                   rerank_offset=small.get("rerank_offset"), rerank_step=attrs["rerank_step"], nprobe=attrs["nprobe"],
                    eps=np.inf if attrs["eps"] is None else attrs["eps"], rerank_path=rerank_path)  # fmt: skip
 
     def ram_bytes(self) -> dict:

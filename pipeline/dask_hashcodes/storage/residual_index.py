@@ -29,6 +29,7 @@ RESIDUAL_SCHEMA = "dhash.residual-index/1"
 RESIDUAL_KIND = "residual-index"
 RESIDUAL_ARRAYS = ("centroids", "rotation", "codes", "factors", "ids", "offsets", "rerank_vectors", "rerank_offset")
 OPTIONAL_ARRAYS = ("rerank_offset",)  # float data only
+RESIDUAL_ATTRS = ("error_ratio", "rerank_step", "nprobe", "eps")
 CHUNK_BYTES = 16 << 20  # rows per chunk: about this many bytes, so a reader holds one chunk at a time
 
 
@@ -65,6 +66,9 @@ def open_residual_index(path, *, storage=None) -> tuple[Location, dict, dict]:
     attrs = read_attrs(loc, f"residual index {loc}", remedy)
     if attrs.get("schema") != RESIDUAL_SCHEMA:
         raise InputError(f"{loc} is not a dhash residual index (schema {attrs.get('schema')!r}); {remedy}")
+    missing = [key for key in RESIDUAL_ATTRS if key not in attrs]
+    if missing:
+        raise InputError(f"the residual index at {loc} lacks its attributes {', '.join(missing)}; {remedy}")
     manifest = record["manifest"].get("arrays", {})
     readers = {
         name: open_verified(loc.child(name), manifest.get(name), f"residual index {loc} ({name})", remedy, record)
