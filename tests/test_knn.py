@@ -53,6 +53,26 @@ def test_nearest_centres_lists_them_nearest_first():
     np.testing.assert_array_equal(nearest_centres(X, centres, 20), np.argsort(d2, axis=1, kind="stable"))
 
 
+def test_nearest_centres_in_float32_gives_float64s_answer_where_float32_cannot_tell_centres_apart():
+    rng = np.random.default_rng(9)
+    # large offsets and centres a float32 unit apart: float32 scores of these rows tie or swap
+    offset = 1e4
+    base = offset + rng.standard_normal((40, 16))
+    centres = np.concatenate([base, base + 1e-3, base[:5]])  # near twins, and exact twins (ties: lower index)
+    X = np.concatenate([offset + rng.standard_normal((3000, 16)), centres + 5e-4])
+    d2 = ((X[:, None, :] - centres[None]) ** 2).sum(-1)
+    expected = np.argsort(d2, axis=1, kind="stable")
+    np.testing.assert_array_equal(nearest_centres(X, centres), expected[:, 0])
+    np.testing.assert_array_equal(nearest_centres(X, centres, 3), expected[:, :3])
+    twins = nearest_centres(centres[:5], centres, 2)
+    np.testing.assert_array_equal(twins[:, 0], np.arange(5))  # an exact twin goes to the lower index
+    # uint8 rows (the SIFT case) are scored without converting the array to float64
+    codes = rng.integers(0, 256, (2000, 32), dtype=np.uint8)
+    byte_centres = codes[rng.choice(2000, 64, replace=False)].astype(np.float64) + 0.5
+    d2 = ((codes[:, None, :].astype(np.float64) - byte_centres[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(nearest_centres(codes, byte_centres, 4), np.argsort(d2, axis=1, kind="stable")[:, :4])
+
+
 def test_cells_partition_the_points_and_a_seed_fixes_them():
     X = np.random.default_rng(7).standard_normal((1000, 4))
     centres, cell = cell_partition(X, 30, np.random.default_rng(8))
