@@ -548,7 +548,7 @@ def faiss_float_rows(X, ids, query_sets, wants, build_threads=2, hnsw_m=(16, 32)
         memory = memory_fields(factory, n, index_bytes(index, growth), growth)
         settings = [(f"{factory} efSearch={ef}", lambda ef=ef, index=index: set_ef(index, ef)) for ef in EF_SEARCH]
         sweep(index, family, settings, build_s, memory)
-        index = None
+        index = settings = None  # the settings hold the index too: freed before the next build
 
     def set_nprobe(index, nprobe):
         faiss.extract_index_ivf(index).nprobe = nprobe
@@ -583,6 +583,7 @@ def faiss_float_rows(X, ids, query_sets, wants, build_threads=2, hnsw_m=(16, 32)
             settings = [(f"{name} nprobe={p}", lambda p=p, base=base: set_nprobe(base, p))
                         for p in IVF_NPROBES if p <= nlist]  # fmt: skip
             sweep(base, family, settings, base_s, memory_fields(factory, n, base_bytes, base_growth))
+            settings = None  # the settings hold the base index: freed with it
         exact_refine = (f"{factory},RFlat", lambda base=base: faiss.IndexRefineFlat(base, faiss.swig_ptr(Xf)))
 
         def sq8_refine(base=base):
@@ -600,7 +601,7 @@ def faiss_float_rows(X, ids, query_sets, wants, build_threads=2, hnsw_m=(16, 32)
             sweep(refine, refine_family, refine_settings(f"{structure} qb={RABITQ_QUERY_BITS}", refine, base),
                   base_s + refine_s, memory)  # fmt: skip
             refine = None
-        base = None
+        base = exact_refine = sq8_refine = None  # the refine makers hold the base: freed before the next build
     return rows
 
 
