@@ -155,7 +155,7 @@ def test_search_through_a_residual_index_answers_the_euclidean_top_k(pipeline_ru
     assert run("split", "--dataset", ds_path, "--name", "other", "--queries", 20, "--seed", 9, *sched) == 0
     capsys.readouterr()
     assert run(*through, "--split", "other") == 2
-    assert "holds the database rows of split 'default'" in _one_line_error(capsys)
+    assert "holds the database rows of split 'default', and a search of split 'other'" in _one_line_error(capsys)
     assert not bad.exists() and not (tmp_path / "r2").exists() and not (tmp_path / "m2").exists()
 
 

@@ -79,6 +79,7 @@ from dask_hashcodes.views import database_view
 
 __all__ = [
     "Encoded",
+    "ResidualIndexed",
     "Searched",
     "demo",
     "encode",
@@ -488,16 +489,24 @@ def search_vectors(
     if out is not None:
         check_file_output(out, kind=RESULTS_KIND, overwrite=overwrite)
     searcher = ResidualIVF.open(_at(index, storage), storage=storage)
-    expected = split_identity(ds, split_)
-    if searcher.about != expected:
-        built_for = searcher.about.get("split", "rows given to the library")
+    about, expected = searcher.about, split_identity(ds, split_)
+    if about != expected:
+        if "split" not in about:
+            held = "rows the library was given (no dataset or split recorded)"
+        elif about.get("dataset_id") != expected["dataset_id"]:
+            held = f"the database rows of split {about['split']!r} of another dataset"
+        elif about["split"] == split_.name:
+            held = f"the database rows of an earlier draw of split {split_.name!r}"
+        else:
+            held = f"the database rows of split {about['split']!r}"
         raise InputError(
-            f"the residual index at {index} holds the database rows of split {built_for!r} of another dataset or "
-            f"draw, not of split {split_.name!r} of {ds.path}; build it with `dhash index --kind residual "
-            f"--dataset {ds.path} --split {split_.name}`"
+            f"the residual index at {index} holds {held}, and a search of split {split_.name!r} of {ds.path} needs "
+            f"its own rows; build it with `dhash index --kind residual --dataset {ds.path} --split {split_.name}`"
         )
     if nprobe is not None:
-        searcher.nprobe = nprobe
+        if isinstance(nprobe, bool) or not isinstance(nprobe, (int, np.integer)) or nprobe < 1:
+            raise InputError(f"nprobe must be a positive int (lists probed per query); got {nprobe!r}")
+        searcher.nprobe = int(nprobe)
     vectors = query_rows(ds, split_)
     started = time.perf_counter()
     distances, nn = searcher.search(vectors, k)
