@@ -12,6 +12,7 @@ from dask_hashcodes.data.texmex import write_vecs
 from dask_hashcodes.storage.codes import open_codes
 from dask_hashcodes.storage.datasets import open_dataset
 from tests import reference as ref
+from tests.schemas import validate
 
 
 def run(*argv):
@@ -101,6 +102,61 @@ def test_search_through_a_multi_index_gives_the_linear_scans_results(pipeline_ru
     chunk.write_bytes(chunk.read_bytes()[:-8] + bytes(8))
     assert run(*search, "--k", 10, "--index", damaged, "--out", bad, *sched) == 2
     assert "damaged" in _one_line_error(capsys) and not bad.exists()
+
+
+def test_search_through_a_residual_index_answers_the_euclidean_top_k(pipeline_run, cluster, tmp_path, capsys):
+    _, ds_path, model, codes, _ = pipeline_run
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    index, out = tmp_path / "sift.residual", tmp_path / "residual.parquet"
+    assert run("index", "--kind", "residual", "--dataset", ds_path, "--out", index, *sched) == 0
+    capsys.readouterr()
+    assert run("search", "--dataset", ds_path, "--index", index, "--k", 10, "--recall", "--out", out, *sched) == 0
+    printed = capsys.readouterr().out
+    table = pq.read_table(out)
+    for row in table.slice(0, 3).to_pylist():
+        validate(row, "search-results.schema.json")
+    ds = open_dataset(ds_path)
+    split = ds.get_split("default")
+    X = ds.features[...].astype(np.float64)
+    ids = table.column("id").to_numpy().reshape(50, 10)
+    l2 = table.column("l2").to_numpy().reshape(50, 10)
+    assert "hamming" not in table.column_names
+    np.testing.assert_array_equal(table.column("query_id").to_numpy().reshape(50, 10)[:, 0], split.query)
+    assert not np.isin(ids, split.query).any()  # the split's queries are not in the index
+    # uint8 rows are re-ranked exactly: each distance is the true one, in ascending order
+    np.testing.assert_array_equal(l2, ((X[ids] - X[split.query][:, None]) ** 2).sum(-1))
+    assert (np.diff(l2, axis=1) >= 0).all()
+    db_rows = np.setdiff1d(np.arange(ds.n), split.query)
+    _, truth = ref.l2_topk_bruteforce(X[split.query], X[db_rows], db_rows, 10)
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids, truth)])
+    assert f"recall@10 of the exact Euclidean top-10: {recall:.4f}" in printed and recall >= 0.9, printed
+
+    # what does not apply is refused before any work, and leaves no output
+    bad = tmp_path / "bad.parquet"
+    through = ["search", "--dataset", ds_path, "--index", index, "--out", bad, *sched]
+    assert run(*through, "--model", model, "--codes", codes) == 2
+    assert "--model, --codes do not apply to a search through the residual index" in _one_line_error(capsys)
+    assert run("search", "--dataset", ds_path, "--out", bad, *sched) == 2
+    assert "--model and --codes are required for a Hamming search" in _one_line_error(capsys)
+    assert (
+        run("index", "--kind", "residual", "--dataset", ds_path, "--codes", codes, "--out", tmp_path / "r2", *sched)
+        == 2
+    )
+    assert "--codes does not apply with --kind residual" in _one_line_error(capsys)
+    assert run("index", "--out", tmp_path / "m2", *sched) == 2
+    assert "add --codes" in _one_line_error(capsys)
+    user_folder = tmp_path / "mine"
+    user_folder.mkdir()
+    (user_folder / "notes.txt").write_text("keep")
+    assert run("index", "--kind", "residual", "--dataset", ds_path, "--out", user_folder, "--overwrite", *sched) == 2
+    assert (user_folder / "notes.txt").read_text() == "keep"
+    capsys.readouterr()
+    # a search of another split than the one the index holds
+    assert run("split", "--dataset", ds_path, "--name", "other", "--queries", 20, "--seed", 9, *sched) == 0
+    capsys.readouterr()
+    assert run(*through, "--split", "other") == 2
+    assert "holds the database rows of split 'default', and a search of split 'other'" in _one_line_error(capsys)
+    assert not bad.exists() and not (tmp_path / "r2").exists() and not (tmp_path / "m2").exists()
 
 
 def _one_line_error(capsys):
@@ -218,8 +274,6 @@ def test_bad_bits_from_cli(pipeline_run, cluster, tmp_path, capsys):
 
 
 def test_artifacts_match_their_schemas(pipeline_run):
-    from tests.schemas import validate
-
     _, ds_path, model, codes, res = pipeline_run
     ds = open_dataset(ds_path)
     validate(dict(ds.attrs), "dataset.schema.json")
@@ -262,8 +316,6 @@ def test_cli_rejects_disconnected_topology(pipeline_run, cluster, tmp_path, caps
 def test_cli_sgh_and_usplh_options_reach_the_models(pipeline_run, cluster, tmp_path, capsys):
     """`dhash train --method sgh` with its flags, then encode + search; `evaluate` passes
     --sgh-rho-scale to SGH only (DisH keeps its own --rho-scale) and USPLH options through."""
-    from tests.schemas import validate
-
     _, ds, _, _, _ = pipeline_run
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
     model, codes, res = tmp_path / "sgh", tmp_path / "codes.zarr", tmp_path / "res.parquet"

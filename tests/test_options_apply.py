@@ -72,6 +72,18 @@ CASES = [
     ([*_INDEX, "--dataset", "d.zarr"], [*_INDEX, "--kind", "ivf", "--dataset", "d.zarr"]),
     ([*_INDEX, "--seed", "3"], [*_INDEX, "--kind", "ivf", "--seed", "3"]),
     ([*_INDEX, "--kind", "ivf", "--substrings", "4"], [*_INDEX, "--substrings", "4"]),
+    (
+        [*_INDEX, "--kind", "ivf", "--split", "s"],
+        ["index", "--kind", "residual", "--dataset", "d.zarr", "--out", "i", "--split", "s"],
+    ),  # fmt: skip
+    (
+        [*_INDEX, "--kind", "residual", "--dataset", "d.zarr"],
+        ["index", "--kind", "residual", "--dataset", "d.zarr", "--out", "i"],
+    ),  # fmt: skip
+    (
+        [*_INDEX, "--rotation", "learned"],
+        ["index", "--kind", "residual", "--dataset", "d.zarr", "--out", "i", "--rotation", "learned"],
+    ),  # fmt: skip
     # search
     ([*_SEARCH, "--nprobe", "2"], [*_SEARCH, "--index", "i.zarr", "--nprobe", "2"]),
     ([*_SEARCH, "--candidates", "50"], [*_SEARCH, "--rerank", "exact", "--candidates", "50"]),

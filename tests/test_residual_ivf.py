@@ -309,6 +309,24 @@ def test_bad_input_is_refused_with_one_line():
         index.search_codes(np.zeros((2, 4), np.uint8), 5)
     with pytest.raises(InputError, match="database="):
         index.tune(X[:5])
+    with pytest.raises(InputError, match="ids must be 500 non-negative integers"):
+        ResidualIVF.build(X, ids=np.arange(499))
+
+
+def test_ids_are_what_a_search_returns_and_what_the_rows_are_travels_with_the_index(tmp_path):
+    X = _clustered(1500, 32)
+    Q = X[:15] + 2
+    ids = 7 + 3 * np.arange(len(X), dtype=np.int64)  # e.g. the rows' numbers in a dataset with queries left out
+    plain = ResidualIVF.build(X, n_lists=8, seed=0)
+    named = ResidualIVF.build(X, n_lists=8, seed=0, ids=ids, about={"split": "default", "dataset_id": "x"})
+    want_d, want_i = plain.search(Q, 10)
+    got_d, got_i = named.search(Q, 10)
+    np.testing.assert_array_equal(got_i, ids[want_i])
+    np.testing.assert_array_equal(got_d, want_d)
+    named.save(tmp_path / "index")
+    opened = ResidualIVF.open(tmp_path / "index")
+    assert opened.about == {"split": "default", "dataset_id": "x"} and plain.about == {}
+    np.testing.assert_array_equal(opened.search(Q, 10)[1], got_i)
 
 
 @pytest.mark.parametrize("data", ["bytes", "floats"])

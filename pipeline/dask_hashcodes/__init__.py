@@ -11,7 +11,8 @@ Public API (everything a notebook needs; ``__all__`` lists it)::
     found = dask_hashcodes.search(ds, model, "codes/itq32.zarr", k=10)   # found.results: (D, I)
 
 * the jobs as functions (dask_hashcodes.workflows): ingest, synth, head, split, groundtruth, train,
-  encode, index, search, evaluate, demo; and load_dataset, which opens what their ``dataset``
+  encode, index, search, evaluate, demo, residual_index and search_vectors (the residual index of
+  a split's rows, and the Euclidean search through it); and load_dataset, which opens what their ``dataset``
   argument takes (a handle, a path or URL, a built-in source's name);
 * the estimators (LSH, ITQ, ...), which follow the scikit-learn contract;
 * handles, each a location opened and verified once and passed down instead of the
@@ -43,7 +44,7 @@ _ESTIMATORS = (
 )  # fmt: skip
 _WORKFLOWS = (
     "load_dataset", "ingest", "synth", "head", "split", "groundtruth", "train", "encode", "index", "evaluate", "demo",
-    "search", "Encoded", "Indexed", "Searched",
+    "search", "residual_index", "search_vectors", "Encoded", "Indexed", "ResidualIndexed", "Searched",
 )  # fmt: skip
 
 _EXPORTS = {

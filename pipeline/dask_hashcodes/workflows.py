@@ -25,6 +25,7 @@ nothing is set for the whole process.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -67,16 +68,18 @@ from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, build_ivf
 from dask_hashcodes.indexes.mih import build_index
 from dask_hashcodes.indexes.rerank import check_rerank
 from dask_hashcodes.kernels.knn import neighbour_recall
-from dask_hashcodes.storage.atomic import DiskFull, remove_artifact
+from dask_hashcodes.storage.atomic import DiskFull, check_file_output, check_output, read_commit, remove_artifact
 from dask_hashcodes.storage.codes import Codes, open_codes
 from dask_hashcodes.storage.datasets import Dataset, Split, dataset_summary, open_dataset, write_dataset_like
 from dask_hashcodes.storage.ivf_index import StoredLists, open_stored_index
 from dask_hashcodes.storage.location import Location, resolve
-from dask_hashcodes.storage.results import write_knn_results, write_radius_results
+from dask_hashcodes.storage.residual_index import RESIDUAL_KIND
+from dask_hashcodes.storage.results import RESULTS_KIND, write_knn_results, write_radius_results, write_vector_results
 from dask_hashcodes.views import database_view
 
 __all__ = [
     "Encoded",
+    "ResidualIndexed",
     "Searched",
     "demo",
     "encode",
@@ -86,7 +89,9 @@ __all__ = [
     "index",
     "ingest",
     "load_dataset",
+    "residual_index",
     "search",
+    "search_vectors",
     "split",
     "synth",
     "train",
@@ -389,6 +394,132 @@ def index(
         progress=_show(progress), storage=storage,
     )  # fmt: skip
     return Indexed(str(loc), kind, codes.n, time.perf_counter() - started, n_lists=n_lists)
+
+
+@dataclass(frozen=True)
+class ResidualIndexed:
+    """A residual-code inverted file written by ``residual_index``: the ``n`` database rows it
+    holds (the split's queries left out), its lists and the RAM a search reads per row."""
+
+    path: str
+    n: int
+    n_lists: int
+    ram_bytes_per_vector: float
+    seconds: float
+
+
+def split_identity(ds: Dataset, split: Split) -> dict:
+    """What a residual index records of the rows it holds, and a search checks: the dataset's
+    content id and the split (name, and a digest of its query rows: a split drawn again under
+    the same name is another split)."""
+    digest = hashlib.sha256(np.ascontiguousarray(split.query, np.int64).tobytes()).hexdigest()[:16]
+    return {"dataset_id": ds.content_id, "split": split.name, "queries_digest": digest}
+
+
+@resolves_progress
+def residual_index(
+    dataset,
+    out,
+    *,
+    split: str | Split = "default",
+    lists: int | None = None,
+    rotation: str | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    storage=None,
+) -> ResidualIndexed:
+    """A residual-code inverted file (indexes.residual.ResidualIVF) of the database rows of
+    ``split`` (its queries left out, so ``search_vectors`` answers them as the Hamming search
+    does), written to ``out``. The rows are read on the cluster and gathered here: the index
+    is built and searched in one process, and needs the rows in its memory (n x d bytes for
+    byte data, 4 n d for float32) while it is built. ``lists`` default 2 sqrt(n); ``rotation``
+    random (default), structured or learned; ``seed`` fixes the lists and the rotation."""
+    from dask_hashcodes.indexes.residual import DEFAULT_ROTATION, ResidualIVF
+
+    started = time.perf_counter()
+    ds = load_dataset(dataset, storage=storage)
+    split_ = split if isinstance(split, Split) else ds.get_split(split)
+    out = _at(out, storage)
+    # refused before the rows are read: an output dhash did not write is never replaced
+    check_output(out, kind=RESIDUAL_KIND, overwrite=overwrite)
+    view = database_view(ds, split_)
+    vectors, ids = compute_with_progress([view.features, view.ids], show=progress)
+    index = ResidualIVF.build(
+        vectors, n_lists=lists, rotation=rotation or DEFAULT_ROTATION, seed=seed, ids=ids,
+        about=split_identity(ds, split_),
+    )  # fmt: skip
+    loc = index.save(out, overwrite=overwrite)
+    return ResidualIndexed(str(loc), index.ntotal, index.n_lists, index.ram_bytes_per_vector,
+                           time.perf_counter() - started)  # fmt: skip
+
+
+def is_residual_index(index, storage=None) -> bool:
+    """Whether ``index`` (a location) is a committed residual-code inverted file."""
+    if index is None or not isinstance(index, (str, os.PathLike, Location)):
+        return False
+    record = read_commit(index if isinstance(index, Location) else resolve(index, storage=storage))
+    return record is not None and record.get("kind") == RESIDUAL_KIND
+
+
+def search_vectors(
+    dataset,
+    index,
+    out=None,
+    *,
+    split: str | Split = "default",
+    k: int | None = None,
+    nprobe: int | None = None,
+    recall: bool = False,
+    overwrite: bool = False,
+    storage=None,
+) -> Searched:
+    """Top-``k`` (default 100) Euclidean search of the split's query vectors through the
+    residual index at ``index`` (made by ``residual_index`` for this dataset and split), on
+    this process; results to a parquet file at ``out`` (squared distances in its ``l2``
+    column) and in ``Searched.results``. ``nprobe``: lists probed per query (default: the
+    index's own, chosen on validation queries). ``recall``: as in ``search``."""
+    from dask_hashcodes.indexes.residual import ResidualIVF
+    from dask_hashcodes.validation import check_k
+
+    k = 100 if k is None else check_k(k)
+    ds = load_dataset(dataset, storage=storage)
+    split_ = split if isinstance(split, Split) else ds.get_split(split)
+    out = _at(out, storage)
+    if out is not None:
+        check_file_output(out, kind=RESULTS_KIND, overwrite=overwrite)
+    searcher = ResidualIVF.open(_at(index, storage), storage=storage)
+    about, expected = searcher.about, split_identity(ds, split_)
+    if about != expected:
+        if "split" not in about:
+            held = "rows the library was given (no dataset or split recorded)"
+        elif about.get("dataset_id") != expected["dataset_id"]:
+            held = f"the database rows of split {about['split']!r} of another dataset"
+        elif about["split"] == split_.name:
+            held = f"the database rows of an earlier draw of split {split_.name!r}"
+        else:
+            held = f"the database rows of split {about['split']!r}"
+        raise InputError(
+            f"the residual index at {index} holds {held}, and a search of split {split_.name!r} of {ds.path} needs "
+            f"its own rows; build it with `dhash index --kind residual --dataset {ds.path} --split {split_.name}`"
+        )
+    if nprobe is not None:
+        if isinstance(nprobe, bool) or not isinstance(nprobe, (int, np.integer)) or nprobe < 1:
+            raise InputError(f"nprobe must be a positive int (lists probed per query); got {nprobe!r}")
+        searcher.nprobe = int(nprobe)
+    vectors = query_rows(ds, split_)
+    started = time.perf_counter()
+    distances, nn = searcher.search(vectors, k)
+    seconds = time.perf_counter() - started
+    measured = None
+    if recall:  # before the results are written: a failure here leaves no output
+        truth, _, _ = euclidean_groundtruth(ds, split_, top_k=k)
+        measured = neighbour_recall(nn, truth)
+    if out is not None:
+        write_vector_results(out, split_.query, distances, nn, overwrite=overwrite)
+    path = None if out is None else str(out)
+    return Searched(path, len(vectors), searcher.ntotal, int((nn >= 0).sum()), seconds, (distances, nn), k=k,
+                    recall=measured, searched_by=searcher.searched_by)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from dask_hashcodes.storage.atomic import (
     read_commit,
 )
 from dask_hashcodes.storage.location import resolve
+from dask_hashcodes.storage.residual_index import RESIDUAL_KIND
 
 EXIT_BAD_INPUT = 2
 # what each command writes at its ``out``: an existing path is replaced only if it is this kind
@@ -51,7 +52,7 @@ OUTPUT_KINDS = {
     "synth": "dataset",
     "train": "model",
     "encode": "codes",
-    "index": lambda values: "ivf-index" if values.get("kind") == "ivf" else "mih-index",
+    "index": lambda values: {"ivf": "ivf-index", "residual": RESIDUAL_KIND}.get(values.get("kind"), "mih-index"),
     "evaluate": "report",
 }  # demo: one report per dataset below out
 # commands whose ``out`` is a single file: file path -> kind
@@ -196,9 +197,14 @@ def check_before_work(command: str, values: dict) -> None:
         method_params(command, values)  # a method option for methods this command does not run is refused
     values = {**values, **{key: _located(values, key) for key in ("out", "codes") if values.get(key)}}
     if command == "search":
+        check_search_inputs(values, given)
         check_rerank(values["rerank"], values["candidates"], values["k"], values["radius"])
         if values["nprobe"] is not None and values["index"]:
             check_inverted_file(_located(values, "index"))
+    if command == "index" and values["kind"] != "residual" and not values.get("codes"):
+        raise InputError(
+            f"dhash index --kind {values['kind']} indexes a codes store: add --codes (made by dhash encode)"
+        )
     kind = OUTPUT_KINDS.get(command)
     kind = kind(values) if callable(kind) else kind
     flag = OVERWRITE if "overwrite" in values else None
@@ -218,6 +224,27 @@ def check_before_work(command: str, values: dict) -> None:
     if values.get("performance_report"):
         check_file_output(
             values["performance_report"], kind=REPORT_KIND, overwrite=bool(values.get("overwrite")), flag=flag
+        )
+
+
+def check_search_inputs(values: dict, given) -> None:
+    """A Hamming search needs --model and --codes; a search through a residual index needs
+    neither (it searches the vectors) and answers top-k without re-ranking options."""
+    if values["index"] and workflows.is_residual_index(_located(values, "index")):
+        flags = options_of("search")
+        extra = [flags[dest].flag for dest in ("model", "codes", "rerank", "candidates", "radius") if dest in given]
+        if extra:
+            raise InputError(
+                f"{', '.join(extra)} {'does' if len(extra) == 1 else 'do'} not apply to a search through the residual "
+                f"index {values['index']} (it searches the vectors and re-ranks them itself); drop "
+                f"{' and '.join(extra)}"
+            )
+        return
+    missing = [options_of("search")[dest].flag for dest in ("model", "codes") if not values.get(dest)]
+    if missing:
+        raise InputError(
+            f"dhash search: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required for a Hamming "
+            "search (or give --index of a residual index made by dhash index --kind residual)"
         )
 
 
@@ -373,6 +400,16 @@ def encode(values):
 
 
 def index(values):
+    if values["kind"] == "residual":
+        built = workflows.residual_index(
+            _dataset(values), values["out"], split=values["split"], lists=values["lists"], rotation=values["rotation"],
+            seed=values["seed"], overwrite=values["overwrite"], progress=_progress(values), storage=_storage(values),
+        )  # fmt: skip
+        print(
+            f"index: {built.path} ({built.n:,} rows, {built.n_lists:,} lists, {built.ram_bytes_per_vector:.1f} bytes "
+            f"of RAM per row when searched) in {built.seconds:.1f}s"
+        )
+        return
     done = workflows.index(
         values["codes"], values["out"], kind=values["kind"], substrings=values["substrings"],
         dataset=values.get("dataset"), lists=values["lists"], kmeans_rows=values["kmeans_rows"], seed=values["seed"], overwrite=values["overwrite"],
@@ -383,6 +420,17 @@ def index(values):
 
 
 def search(values):
+    if values["index"] and workflows.is_residual_index(_located(values, "index")):
+        options = pick(values, "split", "k", "nprobe", "recall", "overwrite")
+        done = workflows.search_vectors(_dataset(values), values["index"], values["out"], storage=_storage(values),
+                                        **options)  # fmt: skip
+        print(
+            f"results: {done.path} ({done.n_queries} queries x {done.n_database:,} vectors, {done.rows} rows) in "
+            f"{done.seconds:.2f}s ({done.n_queries / done.seconds:,.0f} queries/s on one thread) by {done.searched_by}"
+        )
+        if done.recall is not None:
+            print(f"recall@{done.k} of the exact Euclidean top-{done.k}: {done.recall:.4f}")
+        return
     where = (values["model"], values["codes"], values["out"])
     options = pick(values, "split", "k", "radius", "index", "nprobe", "rerank", "candidates", "recall", "overwrite")
     done = workflows.search(_dataset(values), *where, progress=_progress(values), storage=_storage(values), **options)

@@ -41,6 +41,7 @@ from dask_hashcodes.errors import InputError
 from dask_hashcodes.evaluation.evaluate import DEFAULT_KS
 from dask_hashcodes.hashing.registry import BASELINE_METHODS, DEMO_METHODS, METHOD_NAMES, method_class
 from dask_hashcodes.indexes.rerank import K_FACTOR
+from dask_hashcodes.indexes.residual import ROTATIONS
 
 
 class OptionParser(argparse.ArgumentParser):
@@ -73,8 +74,9 @@ COMMANDS = {
     "train": "Learn hash functions on a dataset's database rows and save a model directory",
     "encode": "Encode every row of a dataset into packed binary codes (zarr)",
     "index": "An index of a codes store for Hamming search that compares few codes: multi-index hashing tables "
-    "(exact) or an inverted file (approximate)",
-    "search": "Hamming top-k (or radius) search of a split's queries; results to parquet",
+    "(exact) or an inverted file (approximate); or a residual index of a split's database rows for Euclidean search",
+    "search": "Hamming top-k (or radius) search of a split's queries, or Euclidean top-k through a residual index; "
+    "results to parquet",
     "evaluate": "Train, encode, search and score methods x bit lengths; write a report directory",
     "demo": "End-to-end demo: sift-synth (and Fashion-MNIST when installed) with "
     + ", ".join(method_class(name).__name__ for name in DEMO_METHODS),
@@ -301,12 +303,15 @@ OPTIONS: tuple[Option, ...] = (
     _opt("dataset", ["split", "groundtruth", "train", "encode", "search", "evaluate", "index"],
          "dataset location (path or URL), or a built-in source (fashion-mnist, sift-synth, debian-minilm, debian-sift)",
          required=("split", "groundtruth", "train", "encode", "search", "evaluate"),
-         applies=(With("kind", ("ivf",), "an inverted file clusters the dataset's features", ("index",)),)),
+         applies=(With("kind", ("ivf", "residual"), "the features an inverted file clusters", ("index",)),)),
     _opt("queries", ["split", *_EVAL], "query rows drawn with the seed", type=positive_int, default=1000),
     _opt("name", ["split"], "name of the split", default="default"),
     _opt("split", ["groundtruth", "search"], "split whose queries are used (database = the other rows)",
          default="default"),
     _opt("split", ["train"], "train on the database rows of this split (default: all rows)"),
+    _opt("split", ["index"], "residual: index the database rows of this split (its queries are left out: they are "
+         "what `dhash search --split` asks)", default="default",
+         applies=(With("kind", ("residual",), "the rows a residual index holds"),)),
     _opt("top-k", ["groundtruth", *_EVAL], "euclidean ground truth: K nearest neighbours", type=positive_int,
          applies=(Without("ground_truth", ("labels",), "it sets the Euclidean ground truth", ("evaluate",)),)),
     _opt("top-percent", ["groundtruth", *_EVAL], "euclidean ground truth: top P percent of the database",
@@ -322,24 +327,36 @@ OPTIONS: tuple[Option, ...] = (
          default={"evaluate": list(BASELINE_METHODS), "demo": list(DEMO_METHODS)}),
     _opt("seed", ["synth", "split", "train", "index", *_EVAL], "random seed: fixes every result",
          type=non_negative_int, default=0,
-         applies=(With("kind", ("ivf",), "it draws the rows k-means learns from", ("index",)),)),
-    _opt("model", ["encode", "search"], "model directory made by `dhash train`", required=("encode", "search")),
-    _opt("codes", ["search"], "codes made by `dhash encode` with this model", required=("search",)),
-    _opt("codes", ["index"], "codes store to index (made by `dhash encode`)", required=("index",)),
-    _opt("kind", ["index"], "mih: multi-index hashing tables (exact search); ivf: an inverted file (k-means lists "
-         "of the dataset's features; a search ranks the codes of the lists nearest each query)",
-         choices=("mih", "ivf"), default="mih"),
+         applies=(With("kind", ("ivf", "residual"), "it draws the rows k-means learns from", ("index",)),)),
+    _opt("model", ["encode"], "model directory made by `dhash train`", required=("encode",)),
+    _opt("model", ["search"], "model directory made by `dhash train` (a Hamming search; not with a residual --index)"),
+    _opt("codes", ["search"], "codes made by `dhash encode` with this model (a Hamming search; not with a residual "
+         "--index)"),
+    _opt("codes", ["index"], "codes store to index (made by `dhash encode`; mih and ivf)",
+         applies=(Without("kind", ("residual",), "a residual index codes the dataset's rows itself"),)),
+    _opt("kind", ["index"], "mih: multi-index hashing tables of --codes (exact Hamming search); ivf: an inverted "
+         "file of --codes (k-means lists of the dataset's features; a search ranks the codes of the lists nearest "
+         "each query); residual: an inverted file of the --dataset's own rows, coded as binary residuals to their "
+         "list and re-ranked by the Euclidean distance (search answers the Euclidean top-k in one process)",
+         choices=("mih", "ivf", "residual"), default="mih"),
+    _opt("rotation", ["index"], "residual: the orthogonal rotation of the residuals before their signs are kept: "
+         "random (default), structured (sign flips and Hadamard transforms: stores no D x D matrix, for "
+         "high-dimensional data) or learned (ITQ on a sample of the residuals)",
+         choices=ROTATIONS,
+         applies=(With("kind", ("residual",), "how a residual index codes its rows"),)),
     _opt("substrings", ["index"], "mih: substrings m of each code, one table each (default: bits / log2(rows per "
          "codes chunk), the multi-index hashing paper's rule)", type=positive_int,
          applies=(With("kind", ("mih",), "the tables of a multi-index"),)),
-    _opt("lists", ["index"], "ivf: lists, k-means centroids of the dataset's features (default 4 sqrt(n))",
-         type=positive_int, applies=(With("kind", ("ivf",), "the k-means lists of an inverted file"),)),
+    _opt("lists", ["index"], "ivf, residual: lists, k-means centroids of the dataset's features (default: ivf "
+         "4 sqrt(n), residual 2 sqrt(n))",
+         type=positive_int, applies=(With("kind", ("ivf", "residual"), "the k-means lists of an inverted file"),)),
     _opt("kmeans-rows", ["index"], "ivf: rows k-means learns the centroids from, drawn with the seed (default 256 "
          "per list); every row is then assigned to its nearest centroid", type=positive_int,
          applies=(With("kind", ("ivf",), "the k-means of an inverted file"),)),
     _opt("index", ["search"], "search through this index (made by `dhash index` from these codes): a multi-index "
          "gives the linear scan's results, an inverted file the top-k of the --nprobe lists nearest each query"),
-    _opt("nprobe", ["search"], "lists of an inverted file --index searched per query (default 4)", type=positive_int,
+    _opt("nprobe", ["search"], "lists of an inverted file --index searched per query (default: 4; a residual index's "
+         "own, chosen on validation queries)", type=positive_int,
          applies=(With("index", (), "the lists of an inverted file probed per query"),)),
     _opt("rerank", ["search"], "re-rank the Hamming top --candidates: exact (squared L2 to the original vectors, "
          "read from the dataset chunk by chunk) or asymmetric (the queries' real projections against the codes)",

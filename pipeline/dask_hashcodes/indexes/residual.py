@@ -93,7 +93,8 @@ class ResidualIVF(Index):
     needs_query_vectors = True
 
     def __init__(self, *, centroids, rotation, list_words, list_factors, error_ratio, offsets, list_ids, rerank_vectors,
-                 rerank_offset, rerank_step, nprobe=DEFAULT_NPROBE, eps=DEFAULT_EPS, rerank_path=None):  # fmt: skip
+                 rerank_offset, rerank_step, nprobe=DEFAULT_NPROBE, eps=DEFAULT_EPS, rerank_path=None,
+                 about=None):  # fmt: skip
         # centroids in the re-rank vectors' representation (one byte per dimension), rotation
         # dense float32 or (int8) a structured one's signs: see build
         self.centroids = np.ascontiguousarray(centroids)
@@ -104,10 +105,14 @@ class ResidualIVF(Index):
         # re-rank space: (x - offset) / step; step is None when the vectors are the data's own
         self.rerank_offset, self.rerank_step = rerank_offset, rerank_step
         self.nprobe, self.eps = int(nprobe), float(eps)
+        # what the rows are (JSON-able; saved and opened with the index): the command line's
+        # dataset and split, so a search of that split is refused against another's rows
+        self.about = dict(about or {})
 
     @classmethod
     def build(cls, vectors, *, n_lists: int | None = None, rotation: str = DEFAULT_ROTATION, seed: int = 0,
-              rerank_path=None, nprobe: int = DEFAULT_NPROBE, eps: float = DEFAULT_EPS) -> ResidualIVF:  # fmt: skip
+              rerank_path=None, nprobe: int = DEFAULT_NPROBE, eps: float = DEFAULT_EPS, ids=None,
+              about: dict | None = None) -> ResidualIVF:  # fmt: skip
         """Build from ``vectors`` (n, d) in memory or memory-mapped, d a multiple of 8.
         ``rotation``: "random" (a random orthogonal matrix, under which the error scale holds),
         "structured" (random sign flips and Hadamard transforms: a stand-in for the random matrix
@@ -117,7 +122,8 @@ class ResidualIVF(Index):
         scalar quantiser's codes): each row's residual is to its decoded centroid, so the
         codes stay exact, and the centroids cost a byte per dimension.
         ``rerank_path``: a new ``.npy`` file on local disk for the re-rank vectors (refused if it
-        exists), memory-mapped instead of held in RAM."""
+        exists), memory-mapped instead of held in RAM. ``ids``: what a search returns for each
+        row (default: its row number), e.g. the rows' numbers in a larger dataset."""
         vectors = np.asarray(vectors) if not isinstance(vectors, np.memmap) else vectors
         if vectors.ndim != 2 or len(vectors) == 0:
             raise InputError(f"an index needs (rows, features) vectors; got {shape_words(vectors.shape)}")
@@ -136,6 +142,10 @@ class ResidualIVF(Index):
         n_lists = default_residual_lists(n) if n_lists is None else int(n_lists)
         if not 1 <= n_lists <= n:
             raise InputError(f"n_lists must lie in [1, {n}] (the rows); got {n_lists}")
+        if ids is not None:
+            ids = np.asarray(ids)
+            if ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer) or (n and ids.min() < 0):
+                raise InputError(f"ids must be {n} non-negative integers, one per row; got {shape_words(ids.shape)}")
         rng = np.random.default_rng(seed)
         centroids, assignment = cell_partition(vectors, n_lists, rng)
         if np.issubdtype(vectors.dtype, np.integer) and vectors.dtype.itemsize == 1:
@@ -158,11 +168,12 @@ class ResidualIVF(Index):
             rerank = _quantised_rows(vectors, order, rerank_offset, rerank_step)
         if rerank_path is not None:
             rerank = _write_npy(rerank_path, rerank.shape, rerank.dtype, [rerank])
-        ids = order.astype(np.int32 if n < 2**31 else np.int64)
+        ids = order if ids is None else ids[order]
+        ids = ids.astype(np.int32 if ids.max() < 2**31 else np.int64)
         return cls(centroids=centroid_codes, rotation=kept_rotation, list_words=word_major(codes[order]),
                    list_factors=np.ascontiguousarray(factors[order].T), error_ratio=error_ratio, offsets=offsets, list_ids=ids,
                    rerank_vectors=rerank, rerank_offset=rerank_offset, rerank_step=rerank_step, nprobe=nprobe,
-                   eps=eps, rerank_path=rerank_path)  # fmt: skip
+                   eps=eps, rerank_path=rerank_path, about=about)  # fmt: skip
 
     # -- the Index members -------------------------------------------------------------------
     @property
@@ -198,7 +209,7 @@ class ResidualIVF(Index):
                   "factors": self.list_factors.T, "ids": self.list_ids, "offsets": np.asarray(self.offsets, np.int64),
                   "rerank_vectors": self.rerank_vectors, "rerank_offset": self.rerank_offset}  # fmt: skip
         attrs = {"error_ratio": self.error_ratio, "rerank_step": self.rerank_step, "nprobe": self.nprobe,
-                 "eps": self.eps if np.isfinite(self.eps) else None}  # fmt: skip
+                 "eps": self.eps if np.isfinite(self.eps) else None, "about": self.about}  # fmt: skip
         return write_residual_index(path, arrays, attrs, overwrite=overwrite, storage=storage)
 
     @classmethod
@@ -223,7 +234,8 @@ class ResidualIVF(Index):
                    list_factors=np.ascontiguousarray(small["factors"].T), error_ratio=attrs["error_ratio"],
                    offsets=small["offsets"], list_ids=small["ids"], rerank_vectors=rerank,
                    rerank_offset=small.get("rerank_offset"), rerank_step=attrs["rerank_step"], nprobe=attrs["nprobe"],
-                   eps=np.inf if attrs["eps"] is None else attrs["eps"], rerank_path=rerank_path)  # fmt: skip
+                   eps=np.inf if attrs["eps"] is None else attrs["eps"], rerank_path=rerank_path,
+                   about=attrs.get("about"))  # fmt: skip
 
     def ram_bytes(self) -> dict:
         """Bytes a search reads from RAM, by part (the re-rank vectors count only when they are

@@ -8,12 +8,13 @@ Arrays:
 * ``rotation``: the (D, D) float32 matrix, or the (steps, D) int8 signs of a structured one;
 * ``codes`` (n, W) uint64 and ``factors`` (n, 2) float32: each row's residual code and its
   two factors (the index keeps the codes word-major in memory: they are transposed on open);
-* ``ids`` (n,) int32 or int64: the row number of each position;
+* ``ids`` (n,) int32 or int64: what a search returns for each position (a row number);
 * ``offsets`` (n_lists + 1,) int64: where each list starts;
 * ``rerank_vectors`` (n, d) one byte per dimension, and, for float data, ``rerank_offset``
   (d,) float32 with the attribute ``rerank_step``: the 8-bit scalar quantiser.
 
-attrs: schema, error_ratio, rerank_step (null for byte data), nprobe, eps.
+attrs: schema, error_ratio, rerank_step (null for byte data), nprobe, eps, and ``about``: what
+the rows are (the dataset and split `dhash index` built it from; empty from the library).
 """
 
 from __future__ import annotations

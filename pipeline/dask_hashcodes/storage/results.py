@@ -42,20 +42,33 @@ def write_knn_results(
     """Top-k results; rows with id -1 (fewer than k codes) are left out. ``rerank`` =
     (kind, candidates R, (m, k) distances): the rows are ranked by that distance, which gets
     its own column ("l2": squared Euclidean; "asymmetric") beside the Hamming distance."""
-    m, k = ids.shape
-    valid = ids >= 0
-    columns = {
-        "query_id": np.repeat(np.asarray(query_ids, np.int64), k)[valid.ravel()],
-        "rank": np.tile(np.arange(k, dtype=np.int32), m)[valid.ravel()],
-        "id": ids[valid].astype(np.int64),
-        "hamming": distances[valid].astype(np.int32),
-    }
-    meta = {"kind": "knn", "k": int(k)}
+    valid, columns = _topk_columns(query_ids, ids)
+    columns["hamming"] = distances[valid].astype(np.int32)
+    meta = {"kind": "knn", "k": int(ids.shape[1])}
     if rerank is not None:
         kind, candidates, reranked = rerank
         columns[RERANK_COLUMNS[kind]] = reranked[valid].astype(np.float64)
         meta.update({"rerank": kind, "candidates": int(candidates)})
     _write(path, pa.table(columns), meta, overwrite)
+
+
+def write_vector_results(path, query_ids: np.ndarray, distances: np.ndarray, ids: np.ndarray, *, overwrite=False):
+    """Top-k results of a search over the vectors themselves (a residual index): ranked by
+    the squared Euclidean distance in the ``l2`` column; there is no Hamming distance."""
+    valid, columns = _topk_columns(query_ids, ids)
+    columns["l2"] = distances[valid].astype(np.float64)
+    _write(path, pa.table(columns), {"kind": "knn", "k": int(ids.shape[1]), "distance": "l2"}, overwrite)
+
+
+def _topk_columns(query_ids, ids: np.ndarray) -> tuple[np.ndarray, dict]:
+    """(which (query, rank) cells hold a result, the query_id, rank and id columns of those)."""
+    m, k = ids.shape
+    valid = ids >= 0
+    return valid, {
+        "query_id": np.repeat(np.asarray(query_ids, np.int64), k)[valid.ravel()],
+        "rank": np.tile(np.arange(k, dtype=np.int32), m)[valid.ravel()],
+        "id": ids[valid].astype(np.int64),
+    }
 
 
 def write_radius_results(path, query_ids, query_index, ids, distances, *, overwrite=False):
