@@ -107,6 +107,22 @@ def held_blocks(name: str, content_id: str, *, client=None) -> ResidentBlocks | 
     return held
 
 
+def report() -> dict[str, dict]:
+    """What each worker of the current client's cluster holds: worker address -> {"blocks",
+    "bytes"} summed over every registered set of blocks (the dashboard's memory view shows
+    them under their names: ivf-lists-...)."""
+    client = active_client()
+    held: dict[str, dict] = {}
+    for key, blocks in list(_HELD.items()):
+        if client is None or key[0] != client.scheduler.address:
+            continue
+        for worker, entry in blocks.by_worker().items():
+            total = held.setdefault(worker, {"blocks": 0, "bytes": 0})
+            total["blocks"] += entry["blocks"]
+            total["bytes"] += entry["bytes"]
+    return held
+
+
 def release_all() -> None:
     """Drop every block this process holds on any cluster."""
     for held in list(_HELD.values()):
