@@ -14,7 +14,11 @@ Steps (each a library call on a local cluster of 2 worker processes x 1 thread):
 3. `index(kind="ivf")`: --lists lists, k-means on 256 rows per list, every row assigned;
 4. `search`: the split's queries, top-k, by the linear scan and through the inverted file at
    each --nprobes, on warm workers (a first search of a few queries loads the kernels); each
-   worker's peak RSS is reset before each search, so the peak reported is that search's.
+   worker's peak RSS is reset before each search, so the peak reported is that search's;
+5. the same searches with `warm=True`: the first reads and merges the lists into blocks the
+   workers keep (reported as "first warm batch", with what each worker holds), and each
+   nprobe is then searched against those blocks, as repeated batches of a long-lived job
+   are.
 
 FAISS, in a child process per index (its peak RSS is its own), on the same database codes
 (every row but the queries) with 2 OpenMP threads: `IndexBinaryFlat` (exhaustive) and
@@ -163,6 +167,18 @@ def build(args, client) -> dict:
     return built
 
 
+def held_by_worker(data, codes, ivf) -> dict:
+    """What each worker keeps for the warm batches: {worker: {"blocks", "bytes"}}."""
+    from dask_hashcodes import workflows
+    from dask_hashcodes.indexes.ivf import resident_lists
+    from dask_hashcodes.storage.codes import open_codes
+    from dask_hashcodes.storage.ivf_index import open_ivf
+
+    query = workflows.load_dataset(data).get_split("default").query
+    held = resident_lists(open_ivf(ivf, open_codes(codes)), query, create=False)
+    return {} if held is None else held.by_worker()
+
+
 def write_faiss_input(data, codes, work: Path) -> None:
     """The database codes (every row but the split's queries) and the query codes as .npy,
     with the database's row numbers, for the FAISS children."""
@@ -225,6 +241,14 @@ def main(argv=None) -> int:
     for nprobe in args.nprobes:
         found = our_search(client, data, model, codes, args.k, index=ivf, nprobe=nprobe)
         rows.append(our_row(f"dhash IVF{args.lists}, nprobe {nprobe}", found, true_d, nprobe))
+    first_warm = our_search(client, data, model, codes, args.k, index=ivf, nprobe=args.nprobes[0], warm=True)
+    rows.append(our_row(f"dhash IVF{args.lists}, nprobe {args.nprobes[0]}, first warm batch (reads and keeps the lists)",
+                        first_warm, true_d, args.nprobes[0]))  # fmt: skip
+    held = held_by_worker(data, codes, ivf)
+    for nprobe in args.nprobes:
+        found = our_search(client, data, model, codes, args.k, index=ivf, nprobe=nprobe, warm=True)
+        rows.append(our_row(f"dhash IVF{args.lists}, nprobe {nprobe}, warm (lists kept on the workers)", found,
+                            true_d, nprobe))  # fmt: skip
     client.close()
 
     flat = run_faiss("flat", args)
@@ -247,6 +271,7 @@ def main(argv=None) -> int:
         "ours_ivf_build_seconds": steps.get("ivf_build"),
         "faiss_build_seconds": {"flat": flat["build_seconds"], "ivf": ivf_faiss["build_seconds"]},
         "scan_equals_faiss_flat": {"identical_distances": identical, "same_id_fraction": same_ids},
+        "resident_lists_by_worker": held,
         "rows": rows,
     }
     out = Path(args.out)
@@ -295,6 +320,7 @@ def render(result: dict) -> str:
         f" FAISS IndexBinaryFlat {result['faiss_build_seconds']['flat']:.1f},"
         f" IndexBinaryIVF (train on the codes + add) {result['faiss_build_seconds']['ivf']:.1f}",
         f"- linear scan vs IndexBinaryFlat: {result['scan_equals_faiss_flat']}",
+        f"- lists kept on the workers for the warm batches: {result.get('resident_lists_by_worker')}",
         "",
         "| search | seconds | queries/s | peak RSS MB (per worker / process) | recall of the Hamming top-k |",
         "|---|---|---|---|---|",

@@ -7,7 +7,13 @@ import pytest
 
 from dask_hashcodes.kernels.codes import pack_signs
 from dask_hashcodes.kernels.hamming import hamming_distances, hamming_topk
-from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists, search_lists_exact
+from dask_hashcodes.kernels.ivf import (
+    list_layout,
+    probed_lists,
+    search_lists,
+    search_lists_by_list,
+    search_lists_exact,
+)
 from dask_hashcodes.kernels.knn import cell_partition
 
 
@@ -41,6 +47,25 @@ def test_ivf_search_equals_brute_force_over_the_probed_lists(nprobe, k, bits):
         np.testing.assert_array_equal(ids[q, : len(want_i)], want_i)
         np.testing.assert_array_equal(dist[q, : len(want_d)], want_d)
         assert (ids[q, len(want_i) :] == -1).all()
+
+
+@pytest.mark.parametrize("nprobe, k, bits", [(1, 25, 64), (3, 25, 64), (7, 10, 128), (1, 500, 64), (4, 40, 24)])
+def test_the_batch_schedule_gives_the_per_query_scans_answer(nprobe, k, bits):
+    """Grouping queries by list (each list read once per batch) answers exactly as the
+    per-query scan, which equals brute force over the probed lists (above): ties by id
+    (24-bit codes tie often), -1 beyond the rows there are; the ids may be any numbers."""
+    codes, assignment, centroids, order, offsets, queries, query_codes = _problem(bits=bits)
+    probes = probed_lists(queries, centroids, nprobe)
+    ids = (order * 7 + 3).astype(np.int32)  # not positions: ids in list order
+    want = search_lists(query_codes, probes, codes[order], ids, offsets, k=k)
+    got = search_lists_by_list(query_codes, probes, codes[order], ids, offsets, k=k)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    # repeated queries and a list nobody probes change nothing
+    twice = search_lists_by_list(np.concatenate([query_codes, query_codes]), np.concatenate([probes, probes]),
+                                 codes[order], ids, offsets, k=k)  # fmt: skip
+    np.testing.assert_array_equal(twice[1][: len(queries)], want[1])
+    np.testing.assert_array_equal(twice[1][len(queries) :], want[1])
 
 
 @pytest.mark.parametrize("nprobe, candidates, k, bits", [(2, 60, 10, 64), (5, 200, 50, 128), (1, 400, 300, 24)])
@@ -145,14 +170,67 @@ def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, 
                     **({} if rows_per_task is None else {"rows_per_task": rows_per_task}),
                 )  # fmt: skip
             )[0]
-    assignment = np.argmin(((features[:, None, :] - lists.centroids[None]) ** 2).sum(-1), axis=1)
-    probes = probed_lists(features[queries], lists.centroids, 4)
+    _assert_probed_brute_force(features, all_codes, lists.centroids, queries, dist, ids)
+
+
+def _assert_probed_brute_force(features, all_codes, centroids, queries, dist, ids, nprobe=4, k=20):
+    """(dist, ids) are each query's Hamming top-k over the database rows (the queries left
+    out) of its nprobe nearest lists."""
+    assignment = np.argmin(((features[:, None, :] - centroids[None]) ** 2).sum(-1), axis=1)
+    probes = probed_lists(features[queries], centroids, nprobe)
     database = np.setdiff1d(np.arange(len(all_codes)), queries)
     for q in range(len(queries)):
         rows = database[np.isin(assignment[database], probes[q])]
-        want_d, want_i = _brute_force(all_codes[queries[q]], all_codes, rows, 20)
+        want_d, want_i = _brute_force(all_codes[queries[q]], all_codes, rows, k)
         np.testing.assert_array_equal(ids[q], want_i)
         np.testing.assert_array_equal(dist[q], want_d)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_warm_batches_search_the_lists_held_on_the_workers_without_reading_storage(stored_ivf, tmp_path, workers):
+    """The first warm batch reads and merges the lists into blocks the workers keep; the next
+    answers the same with the codes store gone (nothing is read); once released, the blocks
+    are read again, and a store that is gone is then an error, not an empty answer."""
+    import shutil
+
+    import dask
+    from distributed import Client, LocalCluster
+
+    from dask_hashcodes.errors import InputError
+    from dask_hashcodes.indexes.ivf import ivf_knn_lazy, resident_lists
+    from dask_hashcodes.storage.codes import open_codes
+    from dask_hashcodes.storage.ivf_index import open_ivf
+
+    d, ds, split = stored_ivf
+    shutil.copytree(d / "c.zarr", tmp_path / "c.zarr")
+    shutil.copytree(d / "i.zarr", tmp_path / "i.zarr")
+    codes = open_codes(tmp_path / "c.zarr")
+    lists = open_ivf(tmp_path / "i.zarr", codes)
+    all_codes = codes.reader[...]
+    features = np.asarray(ds.features_dask().compute(), dtype=np.float64)
+    queries = split.query
+
+    def batch(**how):
+        return dask.compute(ivf_knn_lazy(all_codes[queries], features[queries], lists, 20, 4, excluded_rows=queries,
+                                         rows_per_task=1400, **how))[0]  # fmt: skip
+
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
+        with Client(lc):
+            cold = batch()
+            first = batch(warm=True)
+            held = resident_lists(lists, queries, 1400)  # the blocks the warm batch registered
+            report = held.by_worker()
+            assert sum(w["blocks"] for w in report.values()) == len(held.futures) == 4  # 5000 rows, 1400 per block
+            assert sum(w["bytes"] for w in report.values()) >= (len(all_codes) - len(queries)) * (8 + 4)
+            shutil.move(tmp_path / "c.zarr", tmp_path / "moved.zarr")
+            second = batch(warm=True)
+            with pytest.raises(InputError):
+                batch()  # the cold path reads the store
+            held.release()
+            with pytest.raises(InputError):
+                batch(warm=True)
+    for answer in (cold, first, second):
+        _assert_probed_brute_force(features, all_codes, lists.centroids, queries, *answer)
 
 
 def test_a_stored_ivf_refuses_other_codes_damage_and_bad_nprobe(stored_ivf, tmp_path):

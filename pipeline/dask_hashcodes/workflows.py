@@ -548,11 +548,13 @@ def search_index(
     nprobe: int | None = None,
     rerank=None,
     candidates=None,
+    warm: bool = False,
 ):
     """The index a search of ``split``'s queries goes through: the linear scan of the
     codes, or the stored index ``index`` (a multi-index, or an inverted file probing
-    ``nprobe`` lists, default DEFAULT_NPROBE), minus the split's query rows; wrapped in a
-    Rerank step when ``rerank`` is given (``candidates``: its R, None: k_factor x k)."""
+    ``nprobe`` lists, default DEFAULT_NPROBE, its lists kept on the workers when ``warm``),
+    minus the split's query rows; wrapped in a Rerank step when ``rerank`` is given
+    (``candidates``: its R, None: k_factor x k)."""
     stored = None if index is None else open_stored_index(index, codes)
     if nprobe is not None and not isinstance(stored, StoredLists):
         raise InputError("nprobe sets the lists an inverted file probes; give an index built with `kind='ivf'`")
@@ -560,7 +562,7 @@ def search_index(
         base = FlatIndex(codes, exclude=split.query, model=model)
     elif isinstance(stored, StoredLists):
         probes = DEFAULT_NPROBE if nprobe is None else nprobe
-        base = IVFIndex(stored, probes, exclude=split.query, model=model)
+        base = IVFIndex(stored, probes, exclude=split.query, model=model, warm=warm)
     else:
         base = MIHIndex(stored, exclude=split.query, model=model)
     if rerank is None:
@@ -584,6 +586,7 @@ def search(
     rerank: str | None = None,
     candidates: int | None = None,
     recall: bool = False,
+    warm: bool = False,
     overwrite: bool = False,
     progress: bool | None = None,
     storage=None,
@@ -597,6 +600,10 @@ def search(
     to the original vectors; "asymmetric": the queries' real projections against the
     codes) the Hamming top-``candidates`` (default ``indexes.rerank.K_FACTOR`` x k) are
     re-ranked and the top k kept.
+    With ``warm`` and an inverted file ``index`` on a distributed cluster, the first search
+    leaves the lists on the workers (read and merged once) and later searches of this process
+    against the same index and split use them without reading storage
+    (``dask_hashcodes.distributed.resident.release_all()`` frees them).
     With ``recall``, ``Searched.recall`` is the mean fraction of each query's exact Euclidean
     top-k found in its k results (the exact neighbours computed once and stored in the
     dataset, as ``groundtruth(top_k=k)``), for the searcher actually used (Hamming order,
@@ -617,7 +624,9 @@ def search(
     split_ = ds.get_split(split)
     out = _at(out, storage)
     index = _at(index, storage)
-    searcher = search_index(ds, model, codes_, split_, index=index, nprobe=nprobe, rerank=rerank, candidates=candidates)
+    searcher = search_index(
+        ds, model, codes_, split_, index=index, nprobe=nprobe, rerank=rerank, candidates=candidates, warm=warm
+    )
     if radius is not None and not searcher.range_searchable:
         raise InputError(
             "an inverted file answers top-k searches only; give `k` instead of `radius`, or an `index` built with "

@@ -29,7 +29,7 @@ from dask_hashcodes.distributed.progress import compute_with_progress
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.indexes.base import HammingIndex, Index
 from dask_hashcodes.indexes.hamming import knn_search_lazy, radius_search
-from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, InvertedLists, ivf_knn_lazy
+from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, InvertedLists, ivf_knn_lazy, resident_lists
 from dask_hashcodes.indexes.mih import index_knn_lazy, index_radius
 from dask_hashcodes.indexes.plan import MIH, SCAN, faster_exact_search
 from dask_hashcodes.indexes.queries import Queries, checked_codes, checked_vectors, with_vectors
@@ -129,13 +129,16 @@ class IVFIndex(Index):
     ``exclude`` left out, or InvertedLists in this process's memory (``exclude`` applied
     when they were loaded), searched on the calling thread. The lists are found from the
     query vectors: ``search(vectors, k)`` encodes them with ``model``; ``search_codes``
-    takes ``Queries`` holding the codes and the vectors."""
+    takes ``Queries`` holding the codes and the vectors. ``warm`` (stored lists): the first
+    search reads and merges the lists into blocks the workers keep, and every later search of
+    the same index in this process uses them without reading storage (``resident()``
+    reports what each worker holds, ``release()`` frees them)."""
 
     searched_by = IVF
     needs_query_vectors = True
 
-    def __init__(self, lists, nprobe: int = DEFAULT_NPROBE, *, exclude=None, model=None):
-        self.lists, self.nprobe, self.model = lists, nprobe, model
+    def __init__(self, lists, nprobe: int = DEFAULT_NPROBE, *, exclude=None, model=None, warm: bool = False):
+        self.lists, self.nprobe, self.model, self.warm = lists, nprobe, model, warm
         if isinstance(lists, InvertedLists) and exclude is not None:
             raise InputError("lists in memory leave rows out when loaded: InvertedLists.load(lists, exclude=...)")
         self._exclude = _excluded(exclude)
@@ -170,7 +173,18 @@ class IVFIndex(Index):
         codes, vectors, k = self._checked(queries, k)
         if self.in_memory:
             return delayed(self.lists.search, pure=True)(codes, vectors, k, self.nprobe)
-        return ivf_knn_lazy(codes, vectors, self.lists, k, self.nprobe, excluded_rows=self._exclude)
+        return ivf_knn_lazy(codes, vectors, self.lists, k, self.nprobe, excluded_rows=self._exclude, warm=self.warm)
+
+    def resident(self):
+        """The blocks of the stored lists held on the workers for warm searches (a
+        ResidentBlocks: ``by_worker()`` says what each worker holds), or None when none are."""
+        return None if self.in_memory else resident_lists(self.lists, self._exclude, create=False)
+
+    def release(self) -> None:
+        """Free the blocks the workers hold for this index's warm searches."""
+        held = self.resident()
+        if held is not None:
+            held.release()
 
     def reranked_exact(self, queries: Queries, source, candidates: int, k: int):
         if not (self.in_memory and isinstance(source, np.ndarray)):

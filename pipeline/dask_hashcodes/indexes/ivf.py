@@ -13,12 +13,14 @@ probed lists, ties by id, whatever the chunking and the number of workers.
 from __future__ import annotations
 
 import numpy as np
+from dask.base import tokenize
 
 from dask_hashcodes.distributed.graph import map_chunks, select_rows, tree_reduce, write_shards
 from dask_hashcodes.distributed.kmeans import kmeans
+from dask_hashcodes.distributed.resident import held_blocks, resident
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.indexes.hamming import check_query_codes
-from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists, search_lists_exact
+from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists_batch, search_lists_exact
 from dask_hashcodes.kernels.kmeans import nearest_centres
 from dask_hashcodes.kernels.topk import topk_merger
 from dask_hashcodes.storage.chunkread import write_rows
@@ -157,7 +159,40 @@ def _stored_topk(shards, excluded, *, readers, n_lists, queries, probes, k):
     """One task: the top-k of the probed lists of a run of shards, merged into one layout
     first so that each query visits each probed list once per task, not once per shard."""
     list_codes, list_ids, offsets = merged_lists(readers, n_lists, shards, excluded)
-    return search_lists(queries, probes, list_codes, list_ids, offsets, k)
+    return search_lists_batch(queries, probes, list_codes, list_ids, offsets, k)
+
+
+def _merged_block(shards, excluded, *, readers, n_lists):
+    """One task: a run of shards' lists in one layout, ids in 32 bits where they fit: the
+    block a worker keeps between batches (resident_lists)."""
+    list_codes, list_ids, offsets = merged_lists(readers, n_lists, shards, excluded)
+    narrow = len(list_ids) == 0 or list_ids.max() < 2**31
+    return list_codes, list_ids.astype(np.int32 if narrow else np.int64), offsets
+
+
+def _resident_topk(block, *, queries, probes, k):
+    """One task, on the worker holding ``block``: the top-k of its probed lists."""
+    return search_lists_batch(queries, probes, *block, k)
+
+
+def resident_lists(lists, excluded_rows=(), rows_per_task: int = SEARCH_TASK_ROWS, *, create: bool = True):
+    """The lists of a stored inverted file (StoredLists), ``excluded_rows`` left out, read and
+    merged once into blocks of about ``rows_per_task`` rows held on the workers
+    (distributed.resident), keyed by the index's content: every later batch against the same
+    index and exclusion searches them without reading storage. None without a distributed
+    client, or when they would not fit the workers' memory budget; with ``create=False``,
+    None unless they are held already."""
+    codes_reader = lists.codes.reader
+    excluded_rows = np.unique(np.asarray(excluded_rows, dtype=np.int64))
+    content = tokenize(lists.location.url, lists.order.opened, lists.codes.content_id, excluded_rows, rows_per_task)
+    if not create:
+        return held_blocks("ivf-lists", content)
+    runs = shard_runs(codes_reader, excluded_rows, rows_per_task)
+    blocks = map_chunks("ivf-lists", _merged_block, runs, readers=(codes_reader, lists.order, lists.offsets),
+                        n_lists=lists.n_lists, salt=content)  # fmt: skip
+    rows = codes_reader.shape[0] - len(excluded_rows)
+    nbytes = rows * (codes_reader.shape[1] + 4) + len(runs) * 8 * (lists.n_lists + 1)
+    return resident("ivf-lists", content, blocks, nbytes)
 
 
 def shard_runs(codes_reader, excluded_rows, rows_per_task: int) -> list[tuple]:
@@ -201,12 +236,22 @@ def check_query_vectors(query_vectors, d: int, location) -> np.ndarray:
 
 
 def ivf_knn_lazy(
-    query_codes, query_vectors, lists, k: int, nprobe: int, excluded_rows=(), rows_per_task: int = SEARCH_TASK_ROWS
+    query_codes,
+    query_vectors,
+    lists,
+    k: int,
+    nprobe: int,
+    excluded_rows=(),
+    rows_per_task: int = SEARCH_TASK_ROWS,
+    *,
+    warm: bool = False,
 ):
     """Delayed (distances, ids = row numbers) of the Hamming top-k of ``query_codes`` among the
     rows of each query's ``nprobe`` nearest lists (found from ``query_vectors``) of a stored
     inverted file (the StoredLists of storage.ivf_index.open_ivf), ``excluded_rows`` left out.
-    One ``ivf-topk`` task per run of shards holding about ``rows_per_task`` rows."""
+    One ``ivf-topk`` task per run of shards holding about ``rows_per_task`` rows. ``warm``:
+    search the lists held on the workers (``resident_lists``: read and merged by the first
+    warm batch, reused by the next), where they fit."""
     k = check_k(k)
     nprobe = check_nprobe(nprobe, lists.n_lists, lists.location)
     query_vectors = check_query_vectors(query_vectors, lists.centroids.shape[1], lists.location)
@@ -214,13 +259,18 @@ def ivf_knn_lazy(
         raise InputError(f"{len(query_vectors)} query vectors for {len(query_codes)} query codes")
     codes_reader = lists.codes.reader
     probes = probed_lists(query_vectors, lists.centroids, nprobe)
+    queries = check_query_codes(query_codes, codes_reader[:0])
+    held = resident_lists(lists, excluded_rows, rows_per_task) if warm else None
+    if held is not None:
+        parts = map_chunks("ivf-warm-topk", _resident_topk, held.futures, queries=queries, probes=probes, k=k)
+        return tree_reduce("ivf-topk-merge", parts, topk_merger(k))
     parts = map_chunks(
         "ivf-topk",
         _stored_topk,
         shard_runs(codes_reader, excluded_rows, rows_per_task),
         readers=(codes_reader, lists.order, lists.offsets),
         n_lists=lists.n_lists,
-        queries=check_query_codes(query_codes, codes_reader[:0]),
+        queries=queries,
         probes=probes,
         k=k,
     )
@@ -284,7 +334,7 @@ class InvertedLists:
     def search(self, query_codes, query_vectors, k: int, nprobe: int):
         """(D int32, I int64) of the Hamming top ``k`` among each query's ``nprobe`` lists."""
         probes = self.probes(query_vectors, nprobe)
-        return search_lists(query_codes, probes, self.list_codes, self.list_ids, self.offsets, int(k))
+        return search_lists_batch(query_codes, probes, self.list_codes, self.list_ids, self.offsets, int(k))
 
     def search_exact(self, query_codes, query_vectors, vectors, k: int, nprobe: int, candidates: int):
         """(D float64, I int64): the Hamming top ``candidates`` of each query's ``nprobe`` lists

@@ -8,7 +8,11 @@ near the query's, and how many those are depends on how the codes spread (and on
 candidate source for re-ranking asks for a deep top-R and needs a wide search radius). So
 the choice is measured on the search itself: a sample of its queries runs both ways on one
 shard of the index (every shard does the same work in a search), on the calling process,
-and the faster one runs the whole search.
+and the faster one runs the whole search. The tables are not free: each shard's task reads
+them from storage (4 bytes per code, more than a 32-bit code itself) before it can use them.
+So the trial also times reading one shard's tables, and the tables win only when the time
+they save on the whole batch (the sample's saving scaled to every query) exceeds that read:
+a small batch, or codes the scan covers quickly, never pays for tables it cannot recoup.
 """
 
 from __future__ import annotations
@@ -52,7 +56,10 @@ def faster_exact_search(tables, query_codes: np.ndarray, *, k: int | None = None
     reader, attrs = tables.codes.reader, tables.attrs
     codes = reader(0)
     ids = np.arange(len(codes), dtype=np.int64)
-    substrings = tables_from_arrays(np.asarray(attrs["starts"], np.int64), tables.order(0), tables.offsets(0)[0])
+    started = time.perf_counter()
+    order, offsets = tables.order(0), tables.offsets(0)[0]
+    tables_s = time.perf_counter() - started  # what every shard's task pays before using its tables
+    substrings = tables_from_arrays(np.asarray(attrs["starts"], np.int64), order, offsets)
     n_bits, sample = int(attrs["n_bits"]), trial_queries(query_codes)
     if k is not None:
         scan = lambda: hamming_topk(codes, ids, queries=sample, k=k)  # noqa: E731
@@ -61,9 +68,11 @@ def faster_exact_search(tables, query_codes: np.ndarray, *, k: int | None = None
         scan = lambda: hamming_radius(sample, codes, ids, radius)  # noqa: E731
         mih = lambda: mih_radius(codes, ids, substrings, queries=sample, radius=radius, n_bits=n_bits)  # noqa: E731
     scan_s, mih_s = _fastest_seconds(scan), _fastest_seconds(mih)
-    choice = MIH if mih_s < scan_s else SCAN
+    scale = len(query_codes) / max(1, len(sample))
+    choice = MIH if mih_s * scale + tables_s < scan_s * scale else SCAN
     log.info(
-        "%s chosen: on one shard of %d codes, %d queries took %.3g s by multi-index hashing and %.3g s by the linear scan",
-        choice, len(codes), len(sample), mih_s, scan_s,
+        "%s chosen: on one shard of %d codes, %d queries took %.3g s by multi-index hashing (after %.3g s reading its "
+        "tables) and %.3g s by the linear scan; the batch has %d queries",
+        choice, len(codes), len(sample), mih_s, tables_s, scan_s, len(query_codes),
     )  # fmt: skip
     return choice

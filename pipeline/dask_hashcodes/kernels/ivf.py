@@ -102,6 +102,139 @@ def search_lists(
     return out_d, out_i
 
 
+# The batch schedule (search_lists_by_list) pays off when each probed list is compared with
+# several queries at once and the kept top-k is short; the per-query scan's histogram
+# selection wins for a few queries per list or a deep top-k (re-ranking candidates).
+BATCH_QUERIES_PER_LIST = 4
+BATCH_MAX_K = 256
+
+
+def search_lists_batch(query_codes, probes, list_codes, list_ids, offsets, k: int):
+    """``search_lists``'s answer by whichever schedule suits the batch: the queries grouped
+    by list when the batch probes each list several times over, else query by query."""
+    n_lists = max(1, len(offsets) - 1)
+    if k <= BATCH_MAX_K and np.asarray(probes).size >= BATCH_QUERIES_PER_LIST * n_lists:
+        return search_lists_by_list(query_codes, probes, list_codes, list_ids, offsets, k)
+    return search_lists(query_codes, probes, list_codes, list_ids, offsets, k)
+
+
+def search_lists_by_list(
+    query_codes: np.ndarray,
+    probes: np.ndarray,
+    list_codes: np.ndarray,
+    list_ids: np.ndarray,
+    offsets: np.ndarray,
+    k: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``search_lists``'s answer (the same arrays, exactly) by the batch schedule: the queries
+    are grouped by the lists they probe, and each list's codes are read once and compared
+    with every query probing it while they are in cache, where the per-query scan reads a
+    list again for each of its queries. The schedule for large batches: a 10,000-query
+    batch becomes one pass over the probed lists."""
+    out_d, out_i = empty_topk(len(query_codes), k)
+    if len(query_codes) == 0 or len(list_codes) == 0:
+        return out_d, out_i
+    words, probes, list_words, list_ids, offsets = _checked(query_codes, probes, list_codes, list_ids, offsets)
+    if probes.size and (probes.min() < 0 or probes.max() >= len(offsets) - 1):
+        raise ValueError(f"probed list numbers must lie in [0, {len(offsets) - 1})")
+    keys = np.full((len(words), k), _NO_KEY, np.int64)
+    _list_major_topk(words, probes, list_words, list_ids, offsets, keys)
+    _decode_keys(keys, out_d, out_i)
+    return out_d, out_i
+
+
+_NO_KEY = np.iinfo(np.int64).max  # an empty heap slot: worse than any (distance, id) key
+
+
+@njit(nogil=True, cache=True)
+def _queries_by_list(probes, n_lists):
+    """(starts (n_lists + 1), queries): the queries probing each list, ascending."""
+    starts = np.zeros(n_lists + 1, np.int64)
+    for q in range(probes.shape[0]):
+        for p in probes[q]:
+            starts[p + 1] += 1
+    for p in range(n_lists):
+        starts[p + 1] += starts[p]
+    filled = starts[:-1].copy()
+    queries = np.empty(starts[-1], np.int64)
+    for q in range(probes.shape[0]):
+        for p in probes[q]:
+            queries[filled[p]] = q
+            filled[p] += 1
+    return starts, queries
+
+
+@njit(nogil=True, cache=True)
+def _list_major_topk(query_words, probes, list_words, list_ids, offsets, keys):
+    """Per list: its queries' codes gathered into a small block, then every row of the list
+    against every one of them; a (distance, id) key below a query's worst kept key replaces
+    it in that query's max-heap ``keys[q]`` (root at column 0)."""
+    n_lists, n_words = len(offsets) - 1, list_words.shape[1]
+    starts, members = _queries_by_list(probes, n_lists)
+    most = 0
+    for p in range(n_lists):
+        most = max(most, starts[p + 1] - starts[p])
+    block = np.empty((n_words, most), np.uint64)  # word-major: the distance loop vectorises over queries
+    worst = np.empty(most, np.int64)
+    worst_distance = np.empty(most, np.int64)  # worst >> ID_BITS: most rows fail this test alone
+    dist = np.empty(most, np.int64)
+    for p in range(n_lists):
+        first, count = starts[p], starts[p + 1] - starts[p]
+        if count == 0 or offsets[p] == offsets[p + 1]:
+            continue
+        for j in range(count):
+            q = members[first + j]
+            for w in range(n_words):
+                block[w, j] = query_words[q, w]
+            worst[j] = keys[q, 0]
+            worst_distance[j] = worst[j] >> ID_BITS
+        for r in range(offsets[p], offsets[p + 1]):
+            dist[:count] = 0
+            for w in range(n_words):
+                word = list_words[r, w]
+                for j in range(count):
+                    dist[j] += popcount(block[w, j] ^ word)
+            row_id = np.int64(list_ids[r])
+            for j in range(count):
+                if dist[j] > worst_distance[j]:
+                    continue
+                key = (dist[j] << ID_BITS) | row_id
+                if key < worst[j]:
+                    heap = keys[members[first + j]]
+                    _replace_root(heap, key)
+                    worst[j] = heap[0]
+                    worst_distance[j] = worst[j] >> ID_BITS
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _replace_root(heap, key):
+    """Put ``key`` in place of the max-heap's root and sift it down."""
+    size, at = heap.shape[0], 0
+    while True:
+        child = 2 * at + 1
+        if child >= size:
+            break
+        if child + 1 < size and heap[child + 1] > heap[child]:
+            child += 1
+        if heap[child] <= key:
+            break
+        heap[at] = heap[child]
+        at = child
+    heap[at] = key
+
+
+@njit(nogil=True, cache=True)
+def _decode_keys(keys, out_d, out_i):
+    """Each query's kept keys in (distance, id) order, split into distances and ids."""
+    for q in range(keys.shape[0]):
+        row = np.sort(keys[q])
+        for j in range(row.shape[0]):
+            if row[j] == _NO_KEY:
+                break
+            out_d[q, j] = row[j] >> ID_BITS
+            out_i[q, j] = row[j] & ((1 << ID_BITS) - 1)
+
+
 def search_lists_exact(
     query_codes: np.ndarray,
     query_vectors: np.ndarray,
