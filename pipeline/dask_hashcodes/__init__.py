@@ -27,7 +27,8 @@ Public API (everything a notebook needs; ``__all__`` lists it)::
   whose lists are in memory, searched on the calling thread), and ResidualIVF (built from the
   vectors: binary codes of residuals, re-ranked, in memory or with its vectors on disk);
 * Storage, the fsspec options URLs are opened with (the workflows' ``storage=``);
-* cluster helpers (``connect``, ``disconnect``) and InputError, the one error of bad input.
+* cluster helpers (``connect``, ``disconnect``; ``resident_report`` and ``release_resident``: what
+  the workers keep between warm searches, and freeing it) and InputError, the one error of bad input.
 
 Names are imported lazily so that ``import dask_hashcodes.kernels`` (plain numpy) never pulls in
 Dask. The index objects live in the package ``dask_hashcodes.indexes``; ``dask_hashcodes.search``
@@ -77,6 +78,8 @@ _EXPORTS = {
     "MultiIndex": "dask_hashcodes.indexes.mih",
     "database_view": "dask_hashcodes.views",
     "connect": "dask_hashcodes.distributed.cluster",
+    "resident_report": "dask_hashcodes.distributed.resident",
+    "release_resident": "dask_hashcodes.distributed.resident",
     "disconnect": "dask_hashcodes.distributed.cluster",
     "knn_search": "dask_hashcodes.indexes.hamming",
     "radius_search": "dask_hashcodes.indexes.hamming",

@@ -603,7 +603,7 @@ def search(
     With ``warm`` and an inverted file ``index`` on a distributed cluster, the first search
     leaves the lists on the workers (read and merged once) and later searches of this process
     against the same index and split use them without reading storage
-    (``dask_hashcodes.distributed.resident.release_all()`` frees them).
+    (``dask_hashcodes.release_resident()`` frees them).
     With ``recall``, ``Searched.recall`` is the mean fraction of each query's exact Euclidean
     top-k found in its k results (the exact neighbours computed once and stored in the
     dataset, as ``groundtruth(top_k=k)``), for the searcher actually used (Hamming order,

@@ -11,7 +11,7 @@ already held, and another content (a rebuilt index) never meets the old one's bl
 A worker lost meanwhile loses its blocks; the scheduler recomputes them from their graph
 (the storage reads) the next time a task needs them, as it recovers any lost result. Under
 memory pressure the workers spill them to their local disk as they spill any data, and
-``release`` drops them on request. When the blocks would take more than a budget of the
+``release`` (or ``release_resident`` for all of them) drops them on request. When the blocks would take more than a budget of the
 workers' memory (the dask setting ``dhash.resident-memory-fraction`` of their summed
 memory limits), nothing is kept: the caller streams from storage as before, and one log
 line says so.
@@ -107,7 +107,7 @@ def held_blocks(name: str, content_id: str, *, client=None) -> ResidentBlocks | 
     return held
 
 
-def report() -> dict[str, dict]:
+def resident_report() -> dict[str, dict]:
     """What each worker of the current client's cluster holds: worker address -> {"blocks",
     "bytes"} summed over every registered set of blocks (the dashboard's memory view shows
     them under their names: ivf-lists-...)."""
@@ -123,7 +123,7 @@ def report() -> dict[str, dict]:
     return held
 
 
-def release_all() -> None:
+def release_resident() -> None:
     """Drop every block this process holds on any cluster."""
     for held in list(_HELD.values()):
         held.release()
