@@ -1,7 +1,8 @@
 """Lloyd's k-means over a chunked array on the cluster (Dask wiring; the math is
 ``kernels.kmeans``).
 
-Each step is one pass over the chunks: every chunk sends its counts, m x d sums and inertia
+The rows are read once and kept on the workers when they fit (distributed.resident), so each
+step is one pass over memory, not storage: every chunk sends its counts, m x d sums and inertia
 (``kernels.kmeans.lloyd_sums``), which are added by a tree and turned into the next centres on
 the client. The anchors of the anchor graph and the inverted file's coarse quantiser are
 learned this way.
@@ -16,6 +17,7 @@ import numpy as np
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_reduce, select_rows
 from dask_hashcodes.distributed.progress import steps
+from dask_hashcodes.distributed.resident import kept_on_workers
 from dask_hashcodes.kernels.kmeans import lloyd_sums, updated_centres
 from dask_hashcodes.kernels.stats import add_partials
 
@@ -27,6 +29,8 @@ def kmeans(X, n_clusters: int, n_iter: int, rng: np.random.Generator, name: str)
     ``rng``: (centres, inertia per iteration). Each step is one pass; only counts, m x d sums
     and the inertia travel."""
     n = X.shape[0]
+    # every step passes over the rows: read (and selected from storage) once, kept on the workers
+    X = kept_on_workers(X, f"{name} k-means")
     rows = np.sort(rng.choice(n, n_clusters, replace=False))
     centres = np.asarray(select_rows(X, rows, keep=True).compute(), dtype=np.float64)
     reads, inertia = chunk_reads(X), []

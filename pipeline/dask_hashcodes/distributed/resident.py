@@ -1,5 +1,6 @@
-"""Blocks kept in the workers' memory between computations: a stored index's lists, which a
-batch would otherwise read and regroup again for every batch.
+"""Data kept in the workers' memory between computations: a stored index's lists, which a
+batch would otherwise read and regroup again for every batch, and the rows an iterative fit
+passes over again and again (``kept_on_workers``).
 
 ``resident(name, content_id, blocks)`` computes the Delayed ``blocks`` once on the cluster
 and keeps their results on the workers that computed them, as futures this process holds:
@@ -93,6 +94,27 @@ def resident(name: str, content_id: str, blocks: list, nbytes: int, *, client=No
     futures = client.compute(blocks)
     held = _HELD[key] = ResidentBlocks(key, futures, nbytes)
     return held
+
+
+def kept_on_workers(X, name: str, *, client=None):
+    """The dask array ``X`` computed once and held on the workers (``client.persist``), so that
+    an iterative computation's passes read memory, not storage; ``X`` itself, streamed from
+    storage by every pass, when there is no distributed client or it would not fit the
+    budget (one log line says so). The persisted array is freed when the caller drops it."""
+    client = client or active_client()
+    if client is None:
+        return X
+    budget = resident_budget(client)
+    if X.nbytes > budget:
+        log.info(
+            "%s: %.1f GB of rows would exceed %.1f GB of worker memory (dhash.resident-memory-fraction): every pass "
+            "reads them from storage",
+            name,
+            X.nbytes / 1e9,
+            budget / 1e9,
+        )
+        return X
+    return client.persist(X)
 
 
 def held_blocks(name: str, content_id: str, *, client=None) -> ResidentBlocks | None:

@@ -1,0 +1,58 @@
+"""Rows kept on the workers for an iterative fit (distributed.resident.kept_on_workers): k-means
+reads each stored chunk once, not once per step, gives the same centres as streaming, and
+streams (saying so) when the rows would not fit the memory budget."""
+
+from __future__ import annotations
+
+import logging
+
+import dask
+import numpy as np
+import pytest
+
+from dask_hashcodes import workflows
+from dask_hashcodes.distributed.kmeans import kmeans
+
+
+def _count_chunk_reads():
+    """Installed in a worker: count every stored chunk it reads (ChunkReader._raw)."""
+    from dask_hashcodes.storage import chunkread
+
+    if not hasattr(chunkread.ChunkReader, "_uncounted_raw"):
+        chunkread.ChunkReader._uncounted_raw = chunkread.ChunkReader._raw
+        chunkread.reads = 0
+
+        def counted(self, i, path):
+            chunkread.reads += 1
+            return self._uncounted_raw(i, path)
+
+        chunkread.ChunkReader._raw = counted
+    chunkread.reads = 0
+
+
+def _chunk_reads():
+    from dask_hashcodes.storage import chunkread
+
+    return chunkread.reads
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    with dask.config.set(scheduler="synchronous"):
+        ds = workflows.synth("sift", tmp_path_factory.mktemp("kmeans") / "s.zarr", n=6000, chunk_rows=1000)
+    return ds
+
+
+def test_kmeans_reads_each_chunk_once_and_finds_the_streamed_centres(stored, client, caplog):
+    features = stored.features_dask()
+    client.run(_count_chunk_reads)
+    kept, kept_inertia = kmeans(features, 8, 6, np.random.default_rng(0), "test")
+    reads = sum(client.run(_chunk_reads).values())
+    assert reads == features.numblocks[0]  # 6 chunks, read once for 6 steps and the start
+    client.run(_count_chunk_reads)
+    with dask.config.set({"dhash.resident-memory-fraction": 0.0}), caplog.at_level(logging.INFO):
+        streamed, streamed_inertia = kmeans(features, 8, 6, np.random.default_rng(0), "test")
+    assert sum(client.run(_chunk_reads).values()) >= 6 * features.numblocks[0]  # every step reads every chunk
+    assert "every pass reads them from storage" in caplog.text
+    np.testing.assert_array_equal(kept, streamed)
+    assert kept_inertia == streamed_inertia
