@@ -501,7 +501,7 @@ def search_vectors(
             held = f"the database rows of split {about['split']!r}"
         raise InputError(
             f"the residual index at {index} holds {held}, and a search of split {split_.name!r} of {ds.path} needs "
-            f"its own rows; build it with `dhash index --kind residual --dataset {ds.path} --split {split_.name}`"
+            f"its own rows; build a residual index of them with `split={split_.name!r}`"
         )
     if nprobe is not None:
         if isinstance(nprobe, bool) or not isinstance(nprobe, (int, np.integer)) or nprobe < 1:
