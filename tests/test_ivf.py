@@ -11,7 +11,6 @@ from dask_hashcodes.kernels.ivf import (
     list_layout,
     probed_lists,
     search_lists,
-    search_lists_by_list,
     search_lists_exact,
 )
 from dask_hashcodes.kernels.knn import cell_partition
@@ -34,13 +33,15 @@ def _brute_force(query_codes, codes, rows, k):
     return dist[ranked], rows[ranked]
 
 
+@pytest.mark.parametrize("schedule", [None, "by-query", "by-list"])
 @pytest.mark.parametrize("nprobe, k, bits", [(1, 25, 64), (3, 25, 64), (7, 25, 64), (1, 500, 64), (3, 40, 24)])
-def test_ivf_search_equals_brute_force_over_the_probed_lists(nprobe, k, bits):
+def test_ivf_search_equals_brute_force_over_the_probed_lists(nprobe, k, bits, schedule):
     """Ties at the cut-off distance go to the smaller ids (24-bit codes tie often); a query
-    whose lists hold fewer than k rows gets them all, then -1."""
+    whose lists hold fewer than k rows gets them all, then -1; both schedules, and the one
+    the batch's shape picks."""
     codes, assignment, centroids, order, offsets, queries, query_codes = _problem(bits=bits)
     probes = probed_lists(queries, centroids, nprobe)
-    dist, ids = search_lists(query_codes, probes, codes[order], order, offsets, k=k)
+    dist, ids = search_lists(query_codes, probes, codes[order], order, offsets, k=k, schedule=schedule)
     for q in range(len(queries)):
         rows = np.flatnonzero(np.isin(assignment, probes[q]))
         want_d, want_i = _brute_force(query_codes[q], codes, rows, k)
@@ -57,13 +58,13 @@ def test_the_batch_schedule_gives_the_per_query_scans_answer(nprobe, k, bits):
     codes, assignment, centroids, order, offsets, queries, query_codes = _problem(bits=bits)
     probes = probed_lists(queries, centroids, nprobe)
     ids = (order * 7 + 3).astype(np.int32)  # not positions: ids in list order
-    want = search_lists(query_codes, probes, codes[order], ids, offsets, k=k)
-    got = search_lists_by_list(query_codes, probes, codes[order], ids, offsets, k=k)
+    want = search_lists(query_codes, probes, codes[order], ids, offsets, k=k, schedule="by-query")
+    got = search_lists(query_codes, probes, codes[order], ids, offsets, k=k, schedule="by-list")
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
     # repeated queries and a list nobody probes change nothing
-    twice = search_lists_by_list(np.concatenate([query_codes, query_codes]), np.concatenate([probes, probes]),
-                                 codes[order], ids, offsets, k=k)  # fmt: skip
+    twice = search_lists(np.concatenate([query_codes, query_codes]), np.concatenate([probes, probes]),
+                         codes[order], ids, offsets, k=k, schedule="by-list")  # fmt: skip
     np.testing.assert_array_equal(twice[1][: len(queries)], want[1])
     np.testing.assert_array_equal(twice[1][len(queries) :], want[1])
 
@@ -120,6 +121,9 @@ def test_nprobe_out_of_range_and_bad_list_numbers_are_errors():
             probed_lists(np.zeros((1, 2)), centroids, nprobe)
     with pytest.raises(ValueError, match=r"list numbers must lie in \[0, 4\)"):
         list_layout(np.array([0, 4]), 4)
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        search_lists(np.zeros((1, 8), np.uint8), np.zeros((1, 1)), np.zeros((3, 8), np.uint8), np.arange(3),
+                     np.array([0, 3]), 2, schedule="sideways")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -50,8 +50,15 @@ def test_kmeans_reads_each_chunk_once_and_finds_the_streamed_centres(stored, cli
     reads = sum(client.run(_chunk_reads).values())
     assert reads == features.numblocks[0]  # 6 chunks, read once for 6 steps and the start
     client.run(_count_chunk_reads)
-    with dask.config.set({"dhash.resident-memory-fraction": 0.0}), caplog.at_level(logging.INFO):
-        streamed, streamed_inertia = kmeans(features, 8, 6, np.random.default_rng(0), "test")
+    # the handler on the module's own logger: a command run earlier in the session may have
+    # stopped dhash's records from reaching the root logger, where caplog listens
+    logger = logging.getLogger("dask_hashcodes.distributed.resident")
+    logger.addHandler(caplog.handler)
+    try:
+        with dask.config.set({"dhash.resident-memory-fraction": 0.0}), caplog.at_level(logging.INFO, logger.name):
+            streamed, streamed_inertia = kmeans(features, 8, 6, np.random.default_rng(0), "test")
+    finally:
+        logger.removeHandler(caplog.handler)
     assert sum(client.run(_chunk_reads).values()) >= 6 * features.numblocks[0]  # every step reads every chunk
     assert "every pass reads them from storage" in caplog.text
     np.testing.assert_array_equal(kept, streamed)

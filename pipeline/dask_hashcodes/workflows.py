@@ -64,7 +64,7 @@ from dask_hashcodes.hashing.checkpoint import (
 )
 from dask_hashcodes.indexes.hamming import flat_hits
 from dask_hashcodes.indexes.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
-from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, build_ivf
+from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, build_ivf, check_nprobe
 from dask_hashcodes.indexes.mih import build_index
 from dask_hashcodes.indexes.rerank import check_rerank
 from dask_hashcodes.kernels.knn import neighbour_recall
@@ -504,9 +504,7 @@ def search_vectors(
             f"its own rows; build a residual index of them with `split={split_.name!r}`"
         )
     if nprobe is not None:
-        if isinstance(nprobe, bool) or not isinstance(nprobe, (int, np.integer)) or nprobe < 1:
-            raise InputError(f"nprobe must be a positive int (lists probed per query); got {nprobe!r}")
-        searcher.nprobe = int(nprobe)
+        searcher.nprobe = check_nprobe(nprobe, searcher.n_lists, index)
     vectors = query_rows(ds, split_)
     started = time.perf_counter()
     distances, nn = searcher.search(vectors, k)

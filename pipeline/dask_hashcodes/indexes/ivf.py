@@ -20,7 +20,7 @@ from dask_hashcodes.distributed.kmeans import kmeans
 from dask_hashcodes.distributed.resident import held_blocks, resident
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.indexes.hamming import check_query_codes
-from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists_batch, search_lists_exact
+from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists, search_lists_exact
 from dask_hashcodes.kernels.kmeans import nearest_centres
 from dask_hashcodes.kernels.topk import topk_merger
 from dask_hashcodes.storage.chunkread import write_rows
@@ -159,7 +159,7 @@ def _stored_topk(shards, excluded, *, readers, n_lists, queries, probes, k):
     """One task: the top-k of the probed lists of a run of shards, merged into one layout
     first so that each query visits each probed list once per task, not once per shard."""
     list_codes, list_ids, offsets = merged_lists(readers, n_lists, shards, excluded)
-    return search_lists_batch(queries, probes, list_codes, list_ids, offsets, k)
+    return search_lists(queries, probes, list_codes, list_ids, offsets, k)
 
 
 def _merged_block(shards, excluded, *, readers, n_lists):
@@ -172,7 +172,7 @@ def _merged_block(shards, excluded, *, readers, n_lists):
 
 def _resident_topk(block, *, queries, probes, k):
     """One task, on the worker holding ``block``: the top-k of its probed lists."""
-    return search_lists_batch(queries, probes, *block, k)
+    return search_lists(queries, probes, *block, k)
 
 
 def resident_lists(lists, excluded_rows=(), rows_per_task: int = SEARCH_TASK_ROWS, *, create: bool = True):
@@ -334,7 +334,7 @@ class InvertedLists:
     def search(self, query_codes, query_vectors, k: int, nprobe: int):
         """(D int32, I int64) of the Hamming top ``k`` among each query's ``nprobe`` lists."""
         probes = self.probes(query_vectors, nprobe)
-        return search_lists_batch(query_codes, probes, self.list_codes, self.list_ids, self.offsets, int(k))
+        return search_lists(query_codes, probes, self.list_codes, self.list_ids, self.offsets, int(k))
 
     def search_exact(self, query_codes, query_vectors, vectors, k: int, nprobe: int, candidates: int):
         """(D float64, I int64): the Hamming top ``candidates`` of each query's ``nprobe`` lists

@@ -83,6 +83,14 @@ def _checked(query_codes, probes, list_codes, list_ids, offsets):
     )  # fmt: skip
 
 
+# The batch schedule pays off when each probed list is compared with several queries at once
+# and the kept top-k is short; the per-query scan's histogram selection wins for a few queries
+# per list or a deep top-k (re-ranking candidates).
+BATCH_QUERIES_PER_LIST = 4
+BATCH_MAX_K = 256
+SCHEDULES = ("by-list", "by-query")
+
+
 def search_lists(
     query_codes: np.ndarray,
     probes: np.ndarray,
@@ -90,51 +98,32 @@ def search_lists(
     list_ids: np.ndarray,
     offsets: np.ndarray,
     k: int,
+    *,
+    schedule: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(D int32 (nq, k), I int64 (nq, k)): each query's Hamming top-k among the rows of its
     probed lists (``probes``, (nq, nprobe)), ties by the smaller id; -1 where those lists
     hold fewer than k rows. ``list_codes``/``list_ids``: the codes and ids in list order,
-    ``offsets`` the lists' starts (``list_layout``)."""
-    out_d, out_i = empty_topk(len(query_codes), k)
-    if len(query_codes) == 0 or len(list_codes) == 0:
-        return out_d, out_i
-    _probed_topk(*_checked(query_codes, probes, list_codes, list_ids, offsets), k, out_d, out_i)
-    return out_d, out_i
+    ``offsets`` the lists' starts (``list_layout``).
 
-
-# The batch schedule (search_lists_by_list) pays off when each probed list is compared with
-# several queries at once and the kept top-k is short; the per-query scan's histogram
-# selection wins for a few queries per list or a deep top-k (re-ranking candidates).
-BATCH_QUERIES_PER_LIST = 4
-BATCH_MAX_K = 256
-
-
-def search_lists_batch(query_codes, probes, list_codes, list_ids, offsets, k: int):
-    """``search_lists``'s answer by whichever schedule suits the batch: the queries grouped
-    by list when the batch probes each list several times over, else query by query."""
-    n_lists = max(1, len(offsets) - 1)
-    if k <= BATCH_MAX_K and np.asarray(probes).size >= BATCH_QUERIES_PER_LIST * n_lists:
-        return search_lists_by_list(query_codes, probes, list_codes, list_ids, offsets, k)
-    return search_lists(query_codes, probes, list_codes, list_ids, offsets, k)
-
-
-def search_lists_by_list(
-    query_codes: np.ndarray,
-    probes: np.ndarray,
-    list_codes: np.ndarray,
-    list_ids: np.ndarray,
-    offsets: np.ndarray,
-    k: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``search_lists``'s answer (the same arrays, exactly) by the batch schedule: the queries
-    are grouped by the lists they probe, and each list's codes are read once and compared
-    with every query probing it while they are in cache, where the per-query scan reads a
-    list again for each of its queries. The schedule for large batches: a 10,000-query
-    batch becomes one pass over the probed lists."""
+    Two schedules give exactly the same arrays. "by-query" scans each query's lists in turn
+    and selects its top-k from a histogram of the distances. "by-list" groups the queries by
+    the lists they probe and reads each list once, comparing it with every query probing it
+    while it is in cache (a per-query max-heap keeps each top-k): a 10,000-query batch
+    becomes one pass over the probed lists. ``schedule=None`` takes by-list when the batch
+    probes each list BATCH_QUERIES_PER_LIST times on average and k <= BATCH_MAX_K."""
     out_d, out_i = empty_topk(len(query_codes), k)
     if len(query_codes) == 0 or len(list_codes) == 0:
         return out_d, out_i
     words, probes, list_words, list_ids, offsets = _checked(query_codes, probes, list_codes, list_ids, offsets)
+    if schedule is None:
+        many = probes.size >= BATCH_QUERIES_PER_LIST * max(1, len(offsets) - 1)
+        schedule = "by-list" if k <= BATCH_MAX_K and many else "by-query"
+    if schedule == "by-query":
+        _probed_topk(words, probes, list_words, list_ids, offsets, k, out_d, out_i)
+        return out_d, out_i
+    if schedule != "by-list":
+        raise ValueError(f"schedule must be one of {SCHEDULES} or None; got {schedule!r}")
     if probes.size and (probes.min() < 0 or probes.max() >= len(offsets) - 1):
         raise ValueError(f"probed list numbers must lie in [0, {len(offsets) - 1})")
     keys = np.full((len(words), k), _NO_KEY, np.int64)
