@@ -207,7 +207,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bits", type=int, default=64)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--lists", type=int, default=4096)
-    ap.add_argument("--nprobes", default="1,4,16,64")
+    ap.add_argument("--nprobes", default="1,4,8,16,64")
     ap.add_argument("--train-rows", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", required=True, help="the sift-synth dataset (made when missing)")

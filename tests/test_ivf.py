@@ -144,6 +144,20 @@ def stored_ivf(tmp_path_factory):
     return d, ds, split
 
 
+def _opened(root, ds):
+    """(codes handle, stored lists, every code, the features in float64) of the index at root."""
+    from dask_hashcodes.storage.codes import open_codes
+    from dask_hashcodes.storage.ivf_index import open_ivf
+
+    codes = open_codes(root / "c.zarr")
+    return (
+        codes,
+        open_ivf(root / "i.zarr", codes),
+        codes.reader[...],
+        np.asarray(ds.features_dask().compute(), np.float64),
+    )
+
+
 @pytest.mark.parametrize("workers, rows_per_task", [(1, None), (2, 700), (2, 2100)])
 def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, workers, rows_per_task):
     """One task per codes chunk (700 rows), per 3 chunks (the last run holds 2 chunks, one of
@@ -152,14 +166,9 @@ def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, 
     from distributed import Client, LocalCluster
 
     from dask_hashcodes.indexes.ivf import ivf_knn_lazy
-    from dask_hashcodes.storage.codes import open_codes
-    from dask_hashcodes.storage.ivf_index import open_ivf
 
     d, ds, split = stored_ivf
-    codes = open_codes(d / "c.zarr")
-    lists = open_ivf(d / "i.zarr", codes)
-    all_codes = codes.reader[...]
-    features = np.asarray(ds.features_dask().compute(), dtype=np.float64)
+    _, lists, all_codes, features = _opened(d, ds)
     queries = split.query
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
         with Client(lc):
@@ -202,16 +211,11 @@ def test_warm_batches_search_the_lists_held_on_the_workers_without_reading_stora
 
     from dask_hashcodes.errors import InputError
     from dask_hashcodes.indexes.ivf import ivf_knn_lazy, resident_lists
-    from dask_hashcodes.storage.codes import open_codes
-    from dask_hashcodes.storage.ivf_index import open_ivf
 
     d, ds, split = stored_ivf
     shutil.copytree(d / "c.zarr", tmp_path / "c.zarr")
     shutil.copytree(d / "i.zarr", tmp_path / "i.zarr")
-    codes = open_codes(tmp_path / "c.zarr")
-    lists = open_ivf(tmp_path / "i.zarr", codes)
-    all_codes = codes.reader[...]
-    features = np.asarray(ds.features_dask().compute(), dtype=np.float64)
+    codes, lists, all_codes, features = _opened(tmp_path, ds)
     queries = split.query
 
     def batch(**how):
@@ -235,6 +239,40 @@ def test_warm_batches_search_the_lists_held_on_the_workers_without_reading_stora
                 batch(warm=True)
     for answer in (cold, first, second):
         _assert_probed_brute_force(features, all_codes, lists.centroids, queries, *answer)
+
+
+def test_default_warm_blocks_are_one_per_worker_thread_placed_one_per_thread(stored_ivf):
+    """Without a block size, the warm lists form one block per worker thread (here 2 workers
+    x 1 thread over 8 chunks of 700 rows: 2 blocks of 4 chunks), one on each worker, and the
+    answer is still brute force over the probed lists."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    from dask_hashcodes.indexes.ivf import ivf_knn_lazy, resident_lists
+
+    d, ds, split = stored_ivf
+    codes, lists, all_codes, features = _opened(d, ds)
+    queries = split.query
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
+        with Client(lc):
+            lazy = ivf_knn_lazy(all_codes[queries], features[queries], lists, 20, 4, excluded_rows=queries, warm=True)
+            dist, ids = dask.compute(lazy)[0]
+            report = resident_lists(lists, queries, create=False).by_worker()
+    assert codes.reader.n_chunks == 8
+    assert sorted(w["blocks"] for w in report.values()) == [1, 1]
+    _assert_probed_brute_force(features, all_codes, lists.centroids, queries, dist, ids)
+
+
+def test_resident_block_chunks_give_each_thread_equal_blocks_under_the_row_cap():
+    from dask_hashcodes.indexes.ivf import RESIDENT_BLOCK_MAX_ROWS, resident_block_chunks
+
+    assert resident_block_chunks(8, 700, 2) == 4  # 2 blocks
+    assert resident_block_chunks(8, 700, 16) == 1  # fewer chunks than threads: a chunk each
+    assert resident_block_chunks(9, 700, 2) == 5  # 2 blocks, the last one shorter
+    chunk = RESIDENT_BLOCK_MAX_ROWS // 8
+    per_block = resident_block_chunks(96, chunk, 2)  # 96 chunks: 2 x 6 blocks of 8 chunks
+    assert per_block == 8 and per_block * chunk <= RESIDENT_BLOCK_MAX_ROWS
+    assert resident_block_chunks(100, chunk, 2) == 8  # 13 blocks of at most 8 chunks: 7 and 6 per thread
 
 
 def test_a_stored_ivf_refuses_other_codes_damage_and_bad_nprobe(stored_ivf, tmp_path):

@@ -408,7 +408,9 @@ def test_worker_killed_during_training_and_encoding_changes_no_output(process_cl
     assert run(*encode, "--out", tmp_path / "reference-codes.zarr") == 0
 
     with Client(process_cluster, timeout="30s") as client:
-        client.register_plugin(plugin_type("dish-gram", 25, tmp_path / "killed-training"), name="kill-train")
+        # nodes hold their rows, so a worker runs one dish-gram task per node per iteration
+        # (2 nodes of 3 on one of 2 workers): its 4th falls in the second iteration
+        client.register_plugin(plugin_type("dish-gram", 4, tmp_path / "killed-training"), name="kill-train")
         assert run(*train, "--out", tmp_path / "disturbed") == 0
         client.unregister_worker_plugin("kill-train")
         client.wait_for_workers(2, timeout=60)

@@ -63,3 +63,34 @@ def test_kmeans_reads_each_chunk_once_and_finds_the_streamed_centres(stored, cli
     assert "every pass reads them from storage" in caplog.text
     np.testing.assert_array_equal(kept, streamed)
     assert kept_inertia == streamed_inertia
+
+
+@pytest.mark.parametrize("partition", ["contiguous", "by-label"])
+def test_dish_nodes_hold_their_rows_read_once_and_learn_the_streamed_model(stored, client, caplog, partition):
+    """Each node reads its rows of each chunk once for a whole DisH fit (its start and every
+    iteration), on its own worker, then passes over them in memory; streaming (the budget set
+    to nothing) reads them every iteration and learns exactly the same model."""
+    from dask_hashcodes.hashing import DisH
+    from dask_hashcodes.hashing.dish_nodes import node_chunk_rows, partition_rows
+
+    features = stored.features_dask()
+    labels = np.arange(features.shape[0]) % 5  # by-label: every chunk holds rows of every node
+    fit = dict(nodes=5, partition=partition, max_iter=4, tol=0, consensus_tol=0, random_state=0)
+    pieces = sum(map(len, node_chunk_rows(features, partition_rows(features, 5, partition, 0, labels))))
+    assert pieces == {"contiguous": 6 + 4, "by-label": 5 * 6}[partition]  # 4 chunks hold rows of 2 nodes
+    client.run(_count_chunk_reads)
+    held = DisH(16, **fit).fit(features, labels)
+    assert sum(client.run(_chunk_reads).values()) == pieces
+    assert held.training_stats_["iterations"] == 4
+    client.run(_count_chunk_reads)
+    logger = logging.getLogger("dask_hashcodes.hashing.dish_nodes")
+    logger.addHandler(caplog.handler)
+    try:
+        with dask.config.set({"dhash.resident-memory-fraction": 0.0}), caplog.at_level(logging.INFO, logger.name):
+            streamed = DisH(16, **fit).fit(features, labels)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert sum(client.run(_chunk_reads).values()) == 5 * pieces  # the mean pass and 4 iterations
+    assert "every iteration reads them from storage" in caplog.text
+    np.testing.assert_array_equal(held.components_, streamed.components_)
+    assert held.training_stats_["objective"] == streamed.training_stats_["objective"]

@@ -163,14 +163,21 @@ def _combine_all(combine, *parts):
     return functools.reduce(combine, parts)
 
 
+def reduction_fan_in() -> int:
+    """Partial results one combine task takes (the dask setting dhash.fan-in): few levels,
+    small messages."""
+    fan_in = int(config.get("fan-in"))
+    if fan_in < 2:  # one part per task would never reduce
+        raise InputError(f"dask setting dhash.fan-in must be at least 2, got {fan_in}")
+    return fan_in
+
+
 def tree_reduce(name: str, parts: list, combine):
-    """Combine partial results with a tree of ``combine`` (binary, associative) tasks."""
+    """Combine partial results with a tree of ``combine`` (binary, associative) tasks: level
+    by level, each run of ``reduction_fan_in()`` consecutive parts reduced left to right."""
     if not parts:
         raise ValueError("tree_reduce needs at least one part")
-
-    fan_in = int(config.get("fan-in"))  # partial results per task: few levels, small messages
-    if fan_in < 2:  # one part per task would never reduce: the loop below would not end
-        raise InputError(f"dask setting dhash.fan-in must be at least 2, got {fan_in}")
+    fan_in = reduction_fan_in()
     level = 0
     # fan-in is in the token: another fan-in groups other parts (and sums floats in another
     # order) under what would otherwise be the same task keys
@@ -183,6 +190,17 @@ def tree_reduce(name: str, parts: list, combine):
             for i in range(0, len(parts), fan_in)
         ]
         level += 1
+    return parts[0]
+
+
+def combine_in_tree(parts: list, combine, fan_in: int):
+    """The values ``tree_reduce`` computes, combined in this process in the same groups and
+    order, so that floating-point sums come out bit for bit the same: a task holding every
+    part (a node's resident rows) gives the answer the streamed graph gives."""
+    if not parts:
+        raise ValueError("combine_in_tree needs at least one part")
+    while len(parts) > 1:
+        parts = [_combine_all(combine, *parts[i : i + fan_in]) for i in range(0, len(parts), fan_in)]
     return parts[0]
 
 

@@ -24,6 +24,7 @@ import logging
 from dataclasses import dataclass, field
 
 from dask_hashcodes import config
+from dask_hashcodes.distributed.cluster import worker_info
 from dask_hashcodes.distributed.progress import active_client
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def resident_budget(client) -> int:
     """Bytes of worker memory resident blocks may take: the setting's fraction of the summed
     memory limits (a worker without a limit counts as none)."""
     fraction = float(config.get("resident-memory-fraction"))
-    limits = [info.get("memory_limit") or 0 for info in client.scheduler_info()["workers"].values()]
+    limits = [info.get("memory_limit") or 0 for info in worker_info(client).values()]
     return int(fraction * sum(limits))
 
 
@@ -91,9 +92,23 @@ def resident(name: str, content_id: str, blocks: list, nbytes: int, *, client=No
             budget / 1e9,
         )
         return None
-    futures = client.compute(blocks)
+    # block i goes to the i-th worker thread in turn, so that equal blocks make equal work per
+    # thread (the scheduler would put them wherever a thread was free first); another worker
+    # may take a block over when its own is lost or busy
+    slots = worker_slots(client)
+    futures = [
+        client.compute(block, workers=[slots[i % len(slots)]], allow_other_workers=True) if slots
+        else client.compute(block)  # the scheduler did not answer: it places them itself
+        for i, block in enumerate(blocks)
+    ]  # fmt: skip
     held = _HELD[key] = ResidentBlocks(key, futures, nbytes)
     return held
+
+
+def worker_slots(client) -> list[str]:
+    """The workers' addresses, each repeated once per thread, in address order."""
+    workers = worker_info(client)
+    return [address for address in sorted(workers) for _ in range(max(1, int(workers[address].get("nthreads", 1))))]
 
 
 def kept_on_workers(X, name: str, *, client=None):

@@ -46,6 +46,8 @@ class AnchorGraphHasher(Hasher):
     layer when ``_second_layer`` gives thresholds. Subclasses take ``n_anchors``,
     ``n_nearest`` and ``kmeans_iter``."""
 
+    passes_over_rows_repeatedly = True
+
     def _graph_sizes(self, n: int, functions: int) -> tuple[int, int]:
         """(m, s), checked, for ``functions`` eigenfunctions of the graph."""
         owner = type(self).__name__

@@ -29,6 +29,7 @@ from sklearn.utils.validation import validate_data
 
 from dask_hashcodes import __version__
 from dask_hashcodes.distributed.graph import as_dask, is_dask_array
+from dask_hashcodes.distributed.resident import kept_on_workers
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.checkpoint import Checkpoint, CheckpointTarget, data_fingerprint
 from dask_hashcodes.hashing.constraints import Interval, validate_params
@@ -169,6 +170,10 @@ class Hasher(TransformerMixin, BaseEstimator):
     linear_pca_based = False  # n_bits <= n_features for PCA-based methods
     uses_labels = False  # semi-supervised: fit(X, y) with one label per training row
     supports_checkpoint = False  # iterative fits that save their state after every iteration
+    # fits that pass over the training rows again and again (an iteration, a bit, a step at a
+    # time): ``fit`` first keeps the rows on the workers (distributed.resident), so that every
+    # pass after the first reads memory, not storage
+    passes_over_rows_repeatedly = False
     learns_database_codes = False  # asymmetric: the training rows' codes are learned (database_codes_)
     _parameter_constraints: dict = {"n_bits": BITS}
 
@@ -202,6 +207,8 @@ class Hasher(TransformerMixin, BaseEstimator):
         learner.dataset_ = {}
         if y is not None and not is_dask_array(y):
             y = np.asarray(y)
+        if learner.passes_over_rows_repeatedly:
+            X = kept_on_workers(X, f"{learner.method} training")
         learner._fit(X, learner.labels_for_fit(y), checkpoint)
         learner.training_stats_["train_seconds"] = round(time.perf_counter() - started, 4)
         self._take_learned_state(learner)

@@ -40,7 +40,7 @@ from dask_hashcodes.distributed.row_sums import finite_row_sums
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.hashing.base import BITS, SEED, Scored, TrainingPlot, draw_objective, label_panel, report_row_label
 from dask_hashcodes.hashing.constraints import Interval, Options
-from dask_hashcodes.hashing.dish_nodes import PARTITIONS, NodeRunner, node_groups, node_pieces, partition_rows
+from dask_hashcodes.hashing.dish_nodes import PARTITIONS, NodeData, NodeRunner, node_groups, partition_rows
 from dask_hashcodes.hashing.dish_topology import TOPOLOGIES, build_topology, edges
 from dask_hashcodes.hashing.linear import LinearHasher, training_covariance
 from dask_hashcodes.kernels.codes import encode_linear_grouped
@@ -166,6 +166,12 @@ class DisH(LinearHasher):
         self.dictionary = dictionary
         self.random_state = random_state
 
+    @property
+    def passes_over_rows_repeatedly(self) -> bool:
+        """The all-reduce variant passes over every chunk each iteration, so ``fit`` keeps the
+        rows on the workers; ADMM nodes keep their own rows on their own workers (NodeData)."""
+        return self.consensus == "allreduce"
+
     def labels_for_fit(self, y):
         """Single labels feed the by-label partition; multi-label rows are not used."""
         return y if y is not None and np.ndim(y) == 1 else None
@@ -184,19 +190,14 @@ class DisH(LinearHasher):
         neighbours = build_topology(self.topology, P, seed=self.seed_)
         node_rows = partition_rows(X, P, self.partition, self.seed_, y)
         runner = NodeRunner(P)
-        chunks = node_pieces(X, node_rows)
+        data = NodeData(runner, X, node_rows, "dish")
+
+        def node_sums():
+            data.refresh()
+            return runner.gather([data.reduce(i, "dish-mean", finite_row_sums, add_partials) for i in range(P)])
 
         # global mean by one O(d) reduction of per-node sums (each computed on its node)
-        sums = runner.retrying(
-            lambda: runner.gather(
-                [
-                    runner.compute(
-                        i, map_reduce("dish-mean", finite_row_sums, add_partials, chunks[i], salt=runner.attempt)
-                    )
-                    for i in range(P)
-                ]
-            )
-        )
+        sums = runner.retrying(node_sums)
         n_total = sum(s[0] for s in sums)
         self.mean_ = sum(s[1] for s in sums) / n_total
         node_sq = [centred_sq_norm(*s, self.mean_) for s in sums]  # ||X_i - mean||^2, for objective (3)
@@ -227,7 +228,7 @@ class DisH(LinearHasher):
         for it in steps(range(start, self.max_iter), f"DisH {r} bits: ADMM iterations", initial=start):
             # a whole iteration is redone from (C, Lam) if a node's worker dies during it
             objective, C, Lam, pass_seconds, admm_seconds = runner.retrying(
-                self._admm_iteration, runner, chunks, node_sq, sums, C, Lam, neighbours, rho
+                self._admm_iteration, runner, data, node_sq, sums, C, Lam, neighbours, rho
             )
             C_now = C
             history["pass_seconds"].append(round(pass_seconds, 4))
@@ -280,21 +281,18 @@ class DisH(LinearHasher):
             }
         )
 
-    def _admm_iteration(self, runner, chunks, node_sq, sums, C, Lam, neighbours, rho):
+    def _admm_iteration(self, runner, data, node_sq, sums, C, Lam, neighbours, rho):
         """One outer iteration from the client's (C, Lam): one pass over each node's data
         (B_i = sgn(X_i C_i) fused with B_i^T X_i), then the ADMM steps. The new state comes
         back to the client (2 P d x r matrices), so a lost worker costs at most this
         iteration. Returns (objective, C, Lam, pass seconds, ADMM seconds)."""
-        P = len(chunks)
+        P = len(C)
         started = time.perf_counter()
-        grams, objectives = zip(
-            *[
-                runner.compute(
-                    i, _gram_and_objective(chunks[i], self.mean_, C[i], node_sq[i], sums[i][0], salt=runner.attempt)
-                )
-                for i in range(P)
-            ]
-        )
+        data.refresh()
+        grams = [data.reduce(i, "dish-gram", gram_chunk, add, self.mean_, C[i]) for i in range(P)]
+        objectives = [
+            runner.submit(i, "dish-objective", node_objective, node_sq[i], grams[i], C[i], sums[i][0]) for i in range(P)
+        ]
         objective = float(sum(runner.gather(list(objectives))))
         passed = time.perf_counter()
         for _ in range(self.inner_steps):
@@ -459,11 +457,3 @@ def _draw_training(rows: list, axes: list) -> None:
 
 
 DISH_PLOT = TrainingPlot(2, _draw_training)
-
-
-def _gram_and_objective(pieces, mean, C, sq_norm, n, salt=None):
-    """Delayed (Gram term, objective (3)) of one node: one pass over its rows."""
-    from dask import delayed
-
-    gram = map_reduce("dish-gram", gram_chunk, add, pieces, mean, C, salt=salt)
-    return [gram, delayed(node_objective, pure=True)(sq_norm, gram, C, n)]

@@ -17,7 +17,17 @@ import numpy as np
 from dask.base import tokenize
 
 from dask_hashcodes.distributed import cluster
-from dask_hashcodes.distributed.graph import InlineRead, chunk_reads, compact_rows, row_bounds, take_rows
+from dask_hashcodes.distributed.graph import (
+    InlineRead,
+    chunk_reads,
+    combine_in_tree,
+    compact_rows,
+    map_reduce,
+    reduction_fan_in,
+    row_bounds,
+    take_rows,
+)
+from dask_hashcodes.distributed.resident import resident_budget
 from dask_hashcodes.errors import InputError, shape_words
 
 log = logging.getLogger(__name__)
@@ -99,6 +109,24 @@ def node_groups(node_rows: list[np.ndarray], row_chunks: tuple):
     return positions.map_blocks(_groups_from_runs, run_starts=starts[order], run_nodes=nodes[order], dtype=np.int64)
 
 
+def node_chunk_rows(X, node_rows: list[np.ndarray]) -> list[list[tuple]]:
+    """Per node, (chunk number, the node's rows of that chunk) for every chunk holding some:
+    None for the whole chunk, else positions inside it or their compact_rows runs."""
+    bounds = row_bounds(X)
+    out = []
+    for node, rows in enumerate(node_rows):
+        if len(rows) == 0:
+            raise InputError(f"node {node} holds no rows; use fewer nodes")
+        cut = np.searchsorted(rows, bounds)
+        entries = []
+        for c in range(len(bounds) - 1):
+            local = rows[cut[c] : cut[c + 1]] - bounds[c]
+            if len(local):
+                entries.append((c, None if len(local) == bounds[c + 1] - bounds[c] else compact_rows(local)))
+        out.append(entries)
+    return out
+
+
 def node_pieces(X, node_rows: list[np.ndarray]) -> list[list]:
     """Per node, the chunk inputs of its row blocks for ``map_chunks``.
 
@@ -109,32 +137,109 @@ def node_pieces(X, node_rows: list[np.ndarray]) -> list[list]:
     """
     from dask import delayed
 
-    bounds = row_bounds(X)
     reads = chunk_reads(X)
     token = tokenize(X)
-    out = []
-    for node, rows in enumerate(node_rows):
-        if len(rows) == 0:
-            raise InputError(f"node {node} holds no rows; use fewer nodes")
-        pieces = []
-        cut = np.searchsorted(rows, bounds)
-        for c in range(len(bounds) - 1):
-            local = rows[cut[c] : cut[c + 1]] - bounds[c]
-            if len(local) == 0:
-                continue
-            local = None if len(local) == bounds[c + 1] - bounds[c] else compact_rows(local)
-            if isinstance(reads[c], InlineRead):
-                pieces.append(reads[c].with_rows(local))
-            else:
-                pieces.append(
-                    delayed(_select, pure=True)(reads[c], local, dask_key_name=f"dish-rows-{token}-{node}-{c}")
-                )
-        out.append(pieces)
-    return out
+    return [
+        [
+            reads[c].with_rows(local) if isinstance(reads[c], InlineRead)
+            else delayed(_select, pure=True)(reads[c], local, dask_key_name=f"dish-rows-{token}-{node}-{c}")
+            for c, local in entries
+        ]
+        for node, entries in enumerate(node_chunk_rows(X, node_rows))
+    ]  # fmt: skip
 
 
 def _select(block, local_rows):
     return take_rows(block, local_rows)
+
+
+def _loaded(pieces: list) -> tuple:
+    """One task on a node's worker: its pieces read from storage (each chunk's rows of the node)."""
+    return tuple(piece.load() if isinstance(piece, InlineRead) else piece for piece in pieces)
+
+
+def _reduced_block(pieces, fn, combine, fan_in, *args):
+    """One task on a node's worker: ``fn`` over each held piece, combined as ``tree_reduce``
+    combines the streamed pieces' results (so both give the same bytes)."""
+    return combine_in_tree([fn(piece, *args) for piece in pieces], combine, fan_in)
+
+
+class NodeData:
+    """The rows of every node of an iterative fit, held on the node's worker when they fit
+    the workers' memory budget (distributed.resident: the dask setting
+    ``dhash.resident-memory-fraction``), as the paper's machines hold their local data.
+
+    Held: each node reads its pieces (its rows of each chunk) once, on its own worker, and
+    keeps them there in the stored dtype; every later pass (``reduce``) is one task per node
+    over the pieces in its memory, and reads no storage. A chunk is read once by each node
+    holding rows of it (once in all when the partition is contiguous, save the chunks two
+    nodes share); no row ever travels between workers. Streamed (no distributed client, or
+    over the budget, said in one log line): every pass reads the node's pieces from storage,
+    in its own tasks on its worker.
+
+    Both give the same bytes: the same pieces, the same kernels, combined in the same tree
+    (``combine_in_tree``). After a worker loss the runner re-places the nodes, and
+    ``refresh`` reads again only the pieces of nodes whose worker changed."""
+
+    def __init__(self, runner: NodeRunner, X, node_rows: list[np.ndarray], name: str):
+        self.runner, self.name = runner, name
+        self.pieces = node_pieces(X, node_rows)
+        self.fan_in = reduction_fan_in()
+        self.token = tokenize(X, [len(rows) for rows in node_rows], [tokenize(r) for r in node_rows])
+        self.blocks: list = [None] * len(node_rows)
+        self.held_on: list = [None] * len(node_rows)
+        self.generation = 0
+        nbytes = sum(map(len, node_rows)) * X.shape[1] * X.dtype.itemsize
+        self.held = self._fits(nbytes)
+
+    def _fits(self, nbytes: int) -> bool:
+        client = self.runner.client
+        if client is None:
+            return False
+        budget = resident_budget(client)
+        if nbytes > budget:
+            log.info(
+                "%s: %.2f GB of node rows would exceed %.2f GB of worker memory (dhash.resident-memory-fraction): "
+                "every iteration reads them from storage",
+                self.name,
+                nbytes / 1e9,
+                budget / 1e9,
+            )
+            return False
+        log.info("%s: %.2f GB of node rows held on the nodes' workers, read from storage once", self.name, nbytes / 1e9)
+        return True
+
+    def refresh(self) -> None:
+        """Read the pieces of the nodes that hold none on their worker now: at the start, or
+        after a worker loss moved them."""
+        if not self.held:
+            return
+        from dask import delayed
+
+        runner = self.runner
+        # a block not finished by now was being read when a worker died: it is read again,
+        # like a moved one
+        stale = [
+            i for i in range(len(self.blocks))
+            if self.blocks[i] is None or self.held_on[i] != runner.placement[i] or self.blocks[i].status != "finished"
+        ]  # fmt: skip
+        if stale:
+            self.generation += 1
+        for i in stale:
+            block = delayed(_loaded, pure=True)(
+                self.pieces[i], dask_key_name=f"{self.name}-node-rows-{self.token}-{self.generation}-{i}"
+            )
+            self.blocks[i] = runner.compute(i, block)
+            self.held_on[i] = runner.placement[i]
+
+    def reduce(self, node: int, name: str, fn, combine, *args):
+        """``fn(piece, *args)`` over node ``node``'s rows, combined with ``combine``: a future
+        on the node's worker (the value itself without a client)."""
+        if self.held:
+            return self.runner.submit(node, name, _reduced_block, self.blocks[node], fn, combine, self.fan_in, *args)
+        return self.runner.compute(
+            node, map_reduce(name, fn, combine, self.pieces[node], *args, salt=self.runner.attempt)
+        )
 
 
 class WorkerLost(RuntimeError):

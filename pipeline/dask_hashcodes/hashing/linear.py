@@ -163,6 +163,8 @@ class ITQ(LinearHasher):
         None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
     """
 
+    passes_over_rows_repeatedly = True
+
     method = "itq"
     linear_pca_based = True
     supports_checkpoint = True

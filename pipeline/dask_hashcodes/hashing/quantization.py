@@ -96,6 +96,8 @@ class KMH(Hasher):
         against the quantisation error; 0 is plain product quantisation.
     """
 
+    passes_over_rows_repeatedly = True
+
     method = "kmh"
     _parameter_constraints = {
         "n_bits": BITS,

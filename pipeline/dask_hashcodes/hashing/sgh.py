@@ -117,6 +117,8 @@ class SGH(Hasher):
         None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
     """
 
+    passes_over_rows_repeatedly = True
+
     method = "sgh"
     _parameter_constraints = {
         "n_bits": BITS,

@@ -87,6 +87,8 @@ class SPLH(LinearHasher):
         None draws fresh entropy (recorded as ``seed_``, so the fit can still be repeated).
     """
 
+    passes_over_rows_repeatedly = True
+
     method = "splh"
     linear_pca_based = False
     uses_labels = True
@@ -216,6 +218,8 @@ class USPLH(LinearHasher):
         Decay lambda of earlier bits' pseudo-labels: 1 keeps them all at full weight, small
         values let each bit follow mostly its predecessor's errors.
     """
+
+    passes_over_rows_repeatedly = True
 
     method = "usplh"
     _parameter_constraints = {

@@ -17,7 +17,8 @@ from dask.base import tokenize
 
 from dask_hashcodes.distributed.graph import map_chunks, select_rows, tree_reduce, write_shards
 from dask_hashcodes.distributed.kmeans import kmeans
-from dask_hashcodes.distributed.resident import held_blocks, resident
+from dask_hashcodes.distributed.progress import active_client
+from dask_hashcodes.distributed.resident import held_blocks, resident, worker_slots
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.indexes.hamming import check_query_codes
 from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists, search_lists_exact
@@ -44,6 +45,9 @@ DEFAULT_NPROBE = 4
 # a query's cost per task (finding its probed lists, its top-k buffers) is paid once per
 # about a million rows rather than once per codes chunk (a chunk is often 128k rows)
 SEARCH_TASK_ROWS = 1 << 20
+# The most rows one resident block holds: merging a block's shards into one layout takes about
+# 40 bytes per row of a worker's memory while it runs
+RESIDENT_BLOCK_MAX_ROWS = 1 << 24
 
 
 def default_lists(n: int) -> int:
@@ -175,24 +179,48 @@ def _resident_topk(block, *, queries, probes, k):
     return search_lists(queries, probes, *block, k)
 
 
-def resident_lists(lists, excluded_rows=(), rows_per_task: int = SEARCH_TASK_ROWS, *, create: bool = True):
+def resident_lists(lists, excluded_rows=(), rows_per_task: int | None = None, *, create: bool = True):
     """The lists of a stored inverted file (StoredLists), ``excluded_rows`` left out, read and
-    merged once into blocks of about ``rows_per_task`` rows held on the workers
-    (distributed.resident), keyed by the index's content: every later batch against the same
-    index and exclusion searches them without reading storage. None without a distributed
-    client, or when they would not fit the workers' memory budget; with ``create=False``,
-    None unless they are held already."""
+    merged once into blocks held on the workers (distributed.resident), keyed by the index's
+    content: every later batch against the same index and exclusion searches them without
+    reading storage. The blocks hold about ``rows_per_task`` rows each; by default one block
+    per worker thread (``resident_block_chunks``), placed one per thread. None without a
+    distributed client, or when they would not fit the workers' memory budget; with
+    ``create=False``, None unless they are held already."""
     codes_reader = lists.codes.reader
     excluded_rows = np.unique(np.asarray(excluded_rows, dtype=np.int64))
-    content = tokenize(lists.location.url, lists.order.opened, lists.codes.content_id, excluded_rows, rows_per_task)
+    # the default layout is keyed as such, not by the block size it resolved to: a cluster
+    # that grows later finds the blocks it holds instead of reading a second copy
+    layout = "per-thread" if rows_per_task is None else rows_per_task
+    content = tokenize(lists.location.url, lists.order.opened, lists.codes.content_id, excluded_rows, layout)
     if not create:
         return held_blocks("ivf-lists", content)
+    client = active_client()
+    if client is None:
+        return None
+    if rows_per_task is None:
+        threads = len(worker_slots(client))
+        rows_per_task = codes_reader.chunk_rows * resident_block_chunks(
+            codes_reader.n_chunks, codes_reader.chunk_rows, threads
+        )
     runs = shard_runs(codes_reader, excluded_rows, rows_per_task)
     blocks = map_chunks("ivf-lists", _merged_block, runs, readers=(codes_reader, lists.order, lists.offsets),
                         n_lists=lists.n_lists, salt=content)  # fmt: skip
     rows = codes_reader.shape[0] - len(excluded_rows)
     nbytes = rows * (codes_reader.shape[1] + 4) + len(runs) * 8 * (lists.n_lists + 1)
-    return resident("ivf-lists", content, blocks, nbytes)
+    return resident("ivf-lists", content, blocks, nbytes, client=client)
+
+
+def resident_block_chunks(n_chunks: int, chunk_rows: int, threads: int) -> int:
+    """Codes chunks per resident block: the fewest blocks that give every worker thread the
+    same number of blocks, each of at most RESIDENT_BLOCK_MAX_ROWS rows. A batch pays a fixed
+    cost per block (grouping its queries by list, sorting and sending its top-k), so fewer,
+    larger blocks answer faster than the million-row runs a cold batch reads; the cap bounds
+    the memory a worker needs to merge one block's shards."""
+    threads = max(1, int(threads))
+    most = max(1, RESIDENT_BLOCK_MAX_ROWS // max(1, chunk_rows))
+    blocks = threads * -(-n_chunks // (threads * most))
+    return max(1, -(-n_chunks // blocks))
 
 
 def shard_runs(codes_reader, excluded_rows, rows_per_task: int) -> list[tuple]:
@@ -242,16 +270,17 @@ def ivf_knn_lazy(
     k: int,
     nprobe: int,
     excluded_rows=(),
-    rows_per_task: int = SEARCH_TASK_ROWS,
+    rows_per_task: int | None = None,
     *,
     warm: bool = False,
 ):
     """Delayed (distances, ids = row numbers) of the Hamming top-k of ``query_codes`` among the
     rows of each query's ``nprobe`` nearest lists (found from ``query_vectors``) of a stored
     inverted file (the StoredLists of storage.ivf_index.open_ivf), ``excluded_rows`` left out.
-    One ``ivf-topk`` task per run of shards holding about ``rows_per_task`` rows. ``warm``:
-    search the lists held on the workers (``resident_lists``: read and merged by the first
-    warm batch, reused by the next), where they fit."""
+    One ``ivf-topk`` task per run of shards holding about ``rows_per_task`` rows (default
+    SEARCH_TASK_ROWS). ``warm``: search the lists held on the workers (``resident_lists``:
+    read and merged by the first warm batch, reused by the next; by default one block per
+    worker thread), where they fit."""
     k = check_k(k)
     nprobe = check_nprobe(nprobe, lists.n_lists, lists.location)
     query_vectors = check_query_vectors(query_vectors, lists.centroids.shape[1], lists.location)
@@ -267,7 +296,7 @@ def ivf_knn_lazy(
     parts = map_chunks(
         "ivf-topk",
         _stored_topk,
-        shard_runs(codes_reader, excluded_rows, rows_per_task),
+        shard_runs(codes_reader, excluded_rows, SEARCH_TASK_ROWS if rows_per_task is None else rows_per_task),
         readers=(codes_reader, lists.order, lists.offsets),
         n_lists=lists.n_lists,
         queries=queries,

@@ -1,0 +1,244 @@
+"""DisH with nodes holding their rows, against streaming them, per iteration, beside the floors.
+
+DisH (ADMM, --nodes nodes, random topology, --bits bits, tol 0) on Fashion-MNIST (all 70,000
+rows, 784 uint8 features, stored in chunks), for each partition in --partitions, on one local
+cluster of 2 worker processes x 1 thread:
+
+* held: this checkout's default, each node's rows read once and kept on its worker;
+* streamed: the same code with the dask setting ``dhash.resident-memory-fraction`` at 0, so
+  that every iteration reads the nodes' rows from storage (what every fit did before);
+* --baseline-tree DIR: another checkout (e.g. an older commit) run the same way in a child
+  process, for the ratio against it.
+
+Seconds per iteration = (fit with --iters-long iterations - fit with --iters-short) divided
+by the difference: start-up and the mean pass cancel, and the ADMM steps are included. Every
+run's model id is recorded: held, streamed and the baseline must learn the same model.
+
+Floors of one iteration's data pass, measured in the same run:
+
+* compute floor: its FLOPs, 4 n d r (the projection X C and the Gram B^T X, counted as
+  GEMMs), divided by the float32 GEMM rate of one thread on this machine (measured here on
+  the same shapes) times the worker threads;
+* plain-pass floor: one pass of the cluster that reads every stored chunk and computes
+  X C, nothing else.
+
+    .venv/bin/python benchmarks/bench_dish_nodes.py --baseline-tree /tmp/a6e40e2 \\
+        --out benchmarks/results/dish_nodes_fmnist.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sys.path entry above
+
+
+def _package():
+    """The library under its current name, or under the name older checkouts used."""
+    try:
+        import dask_hashcodes
+
+        return dask_hashcodes
+    except ImportError:  # a checkout from before the rename
+        import dhash
+
+        return dhash
+
+
+def _fashion_mnist(lib):
+    load = getattr(lib.workflows, "load_dataset", None) or lib.workflows.dataset  # the older name
+    return load("fashion-mnist")
+
+
+def fit_seconds(lib, partition: str, iters: int, args, *, streamed: bool) -> tuple[float, str]:
+    """(seconds, model id) of one DisH fit on the cluster the process is connected to."""
+    import dask
+
+    ds = _fashion_mnist(lib)
+    X, y = ds.features_dask(), np.asarray(ds.labels)
+    model = lib.DisH(args.bits, nodes=args.nodes, partition=partition, max_iter=iters, tol=0.0,
+                     consensus_tol=0.0, random_state=0)  # fmt: skip
+    settings = {"dhash.resident-memory-fraction": 0.0} if streamed else {}
+    with dask.config.set(settings):
+        started = time.perf_counter()
+        model.fit(X, y)
+        seconds = time.perf_counter() - started
+    return seconds, model.model_id
+
+
+def per_iteration(lib, partition: str, args, *, streamed: bool) -> dict:
+    short, _ = fit_seconds(lib, partition, args.iters_short, args, streamed=streamed)
+    long, model_id = fit_seconds(lib, partition, args.iters_long, args, streamed=streamed)
+    return {
+        "seconds_per_iteration": (long - short) / (args.iters_long - args.iters_short),
+        "fit_seconds": {str(args.iters_short): short, str(args.iters_long): long},
+        "model_id": model_id,
+    }
+
+
+def plain_pass_seconds(lib, r: int) -> float:
+    """One cluster pass that reads every stored chunk and computes X C."""
+    import dask
+
+    X = _fashion_mnist(lib).features_dask()
+    C = np.random.default_rng(0).standard_normal((X.shape[1], r)).astype(np.float32)
+    total = X.map_blocks(lambda b: np.asarray(b, np.float32) @ C, chunks=(X.chunks[0], (r,)), dtype=np.float32).sum()
+    started = time.perf_counter()
+    dask.compute(total)
+    return time.perf_counter() - started
+
+
+def gemm_rate(d: int, r: int) -> float:
+    """FLOP/s of one thread's float32 (rows x d) @ (d x r), the projection's shape."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((8192, d)).astype(np.float32)
+    B = rng.standard_normal((d, r)).astype(np.float32)
+    with threadpool_limits(1):
+        A @ B
+        best = min(_timed(lambda: A @ B) for _ in range(20))
+    return 2 * A.shape[0] * d * r / best
+
+
+def _timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def measure(args, *, baseline: bool) -> dict:
+    """Every partition's runs on a fresh local cluster (2 x 1)."""
+    lib = _package()
+    client = lib.connect(workers=2, threads=1, quiet=True)
+    try:
+        out = {"plain_pass_seconds": plain_pass_seconds(lib, args.bits), "runs": {}}
+        for partition in args.partitions.split(","):
+            modes = {"baseline": per_iteration(lib, partition, args, streamed=False)} if baseline else {
+                "held": per_iteration(lib, partition, args, streamed=False),
+                "streamed": per_iteration(lib, partition, args, streamed=True),
+            }  # fmt: skip
+            out["runs"][partition] = modes
+            print(partition, json.dumps(modes), flush=True)
+    finally:
+        lib.disconnect(client)
+    return out
+
+
+def baseline_child(args) -> dict:
+    """The same measurement in another checkout, in a child process that imports it."""
+    tree = Path(args.baseline_tree).resolve()
+    shim = Path(args.out).with_suffix(".baseline-path")
+    shim.mkdir(parents=True, exist_ok=True)
+    if (tree / "pipeline" / "dask_hashcodes").is_dir():
+        path = tree / "pipeline"
+    else:  # before the rename the package directory was pipeline/, imported as dhash
+        link = shim / "dhash"
+        if not link.exists():
+            link.symlink_to(tree / "pipeline")
+        path = shim
+    data = shim / "data"  # the checkout builds its own copy of the data set, in its own format
+    env = {**os.environ, "PYTHONPATH": f"{path}{os.pathsep}{REPO}", "DHASH_DATA_DIR": str(data),
+           "DASK_DHASH__DATA_DIR": str(data)}  # fmt: skip
+    cmd = [sys.executable, __file__, "--child", *sys.argv[1:]]
+    done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def markdown(result: dict) -> str:
+    p, floors = result["params"], result["floors"]
+    lines = [
+        f"# DisH nodes holding their rows: Fashion-MNIST, {p['nodes']} nodes, {p['bits']} bits",
+        "",
+        f"- command: `{result['command']}`",
+        f"- machine: {result['machine']['cpu_model']}, {result['machine']['cores']} cores; local cluster of 2 worker "
+        "processes x 1 thread",
+        f"- seconds per iteration: (fit of {p['iters_long']} iterations - fit of {p['iters_short']}) / "
+        f"{p['iters_long'] - p['iters_short']}, the ADMM steps included",
+        f"- compute floor of one data pass: 4 n d r = {floors['pass_flops'] / 1e9:.2f} GFLOP at "
+        f"{floors['gemm_flops_per_thread'] / 1e9:.1f} GFLOP/s per thread x 2 threads = "
+        f"{floors['compute_floor_seconds']:.3f} s; plain pass (read every chunk, X C): "
+        f"{floors['plain_pass_seconds']:.3f} s",
+        "",
+        "| partition | run | s per iteration | / compute floor | / plain pass | model id |",
+        "|---|---|---|---|---|---|",
+    ]
+    for partition, modes in result["runs"].items():
+        for mode, run in modes.items():
+            s = run["seconds_per_iteration"]
+            lines.append(
+                f"| {partition} | {mode} | {s:.3f} | {s / floors['compute_floor_seconds']:.1f} | "
+                f"{s / floors['plain_pass_seconds']:.2f} | `{run['model_id']}` |"
+            )
+    for partition, ratio in result.get("held_speedup", {}).items():
+        lines.append("")
+        lines.append(f"- {partition}: held is {ratio['vs_streamed']:.1f}x faster per iteration than streamed"
+                     + (f", {ratio['vs_baseline']:.1f}x than the baseline" if "vs_baseline" in ratio else "")
+                     + f"; same model: {ratio['same_model']}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=10)
+    parser.add_argument("--bits", type=int, default=32)
+    parser.add_argument("--partitions", default="contiguous,by-label")
+    parser.add_argument("--iters-short", type=int, default=2)
+    parser.add_argument("--iters-long", type=int, default=12)
+    parser.add_argument("--baseline-tree", help="another checkout to run the same way (a child process)")
+    parser.add_argument("--out", default="benchmarks/results/dish_nodes_fmnist.json")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args, baseline=True)))
+        return
+    measured = measure(args, baseline=False)
+    runs = measured["runs"]
+    if args.baseline_tree:
+        base = baseline_child(args)
+        for partition, modes in base["runs"].items():
+            runs[partition]["baseline"] = modes["baseline"]
+    d, n = 784, 70000
+    flops = 4 * n * d * args.bits
+    rate = gemm_rate(d, args.bits)
+    speedup = {}
+    for partition, modes in runs.items():
+        held = modes["held"]["seconds_per_iteration"]
+        entry = {"vs_streamed": modes["streamed"]["seconds_per_iteration"] / held}
+        if "baseline" in modes:
+            entry["vs_baseline"] = modes["baseline"]["seconds_per_iteration"] / held
+        entry["same_model"] = len({m["model_id"] for m in modes.values()}) == 1
+        speedup[partition] = entry
+    result = {
+        "command": " ".join(["benchmarks/bench_dish_nodes.py", *sys.argv[1:]]),
+        "machine": machine_info(),
+        "params": {k: getattr(args, k) for k in ("nodes", "bits", "partitions", "iters_short", "iters_long")},
+        "floors": {
+            "pass_flops": flops,
+            "gemm_flops_per_thread": rate,
+            "compute_floor_seconds": flops / (2 * rate),
+            "plain_pass_seconds": measured["plain_pass_seconds"],
+        },
+        "runs": runs,
+        "held_speedup": speedup,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
