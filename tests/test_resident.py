@@ -94,3 +94,18 @@ def test_dish_nodes_hold_their_rows_read_once_and_learn_the_streamed_model(store
     assert "every iteration reads them from storage" in caplog.text
     np.testing.assert_array_equal(held.components_, streamed.components_)
     assert held.training_stats_["objective"] == streamed.training_stats_["objective"]
+
+
+@pytest.mark.parametrize("method", ["itq", "sgh", "kmh", "usplh", "dish-allreduce"])
+def test_iterative_fits_read_each_chunk_once_and_learn_the_streamed_model(stored, client, method):
+    """A fit that passes over its rows again and again keeps them on the workers: each stored
+    chunk is read once, and the model is the one streaming learns."""
+    from dask_hashcodes.hashing.registry import make_hasher
+
+    features = stored.features_dask()
+    client.run(_count_chunk_reads)
+    kept = make_hasher(method, 16).fit(features)
+    assert sum(client.run(_chunk_reads).values()) == features.numblocks[0]
+    with dask.config.set({"dhash.resident-memory-fraction": 0.0}):
+        streamed = make_hasher(method, 16).fit(features)
+    assert kept.model_id == streamed.model_id
