@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -138,21 +139,23 @@ def measure(args, *, baseline: bool) -> dict:
 
 def baseline_child(args) -> dict:
     """The same measurement in another checkout, in a child process that imports it."""
+    import tempfile
+
     tree = Path(args.baseline_tree).resolve()
-    shim = Path(args.out).with_suffix(".baseline-path")
-    shim.mkdir(parents=True, exist_ok=True)
+    shim = Path(tempfile.mkdtemp(prefix="dhash-baseline-"))  # outside the results: it holds a data set
     if (tree / "pipeline" / "dask_hashcodes").is_dir():
         path = tree / "pipeline"
     else:  # before the rename the package directory was pipeline/, imported as dhash
-        link = shim / "dhash"
-        if not link.exists():
-            link.symlink_to(tree / "pipeline")
+        (shim / "dhash").symlink_to(tree / "pipeline")
         path = shim
     data = shim / "data"  # the checkout builds its own copy of the data set, in its own format
     env = {**os.environ, "PYTHONPATH": f"{path}{os.pathsep}{REPO}", "DHASH_DATA_DIR": str(data),
            "DASK_DHASH__DATA_DIR": str(data)}  # fmt: skip
     cmd = [sys.executable, __file__, "--child", *sys.argv[1:]]
-    done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+    try:
+        done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+    finally:
+        shutil.rmtree(shim, ignore_errors=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
