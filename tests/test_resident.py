@@ -83,7 +83,7 @@ def test_dish_nodes_hold_their_rows_read_once_and_learn_the_streamed_model(store
     assert sum(client.run(_chunk_reads).values()) == pieces
     assert held.training_stats_["iterations"] == 4
     client.run(_count_chunk_reads)
-    logger = logging.getLogger("dask_hashcodes.hashing.dish_nodes")
+    logger = logging.getLogger("dask_hashcodes.distributed.resident")
     logger.addHandler(caplog.handler)
     try:
         with dask.config.set({"dhash.resident-memory-fraction": 0.0}), caplog.at_level(logging.INFO, logger.name):

@@ -70,6 +70,19 @@ def resident_budget(client) -> int:
     return int(fraction * sum(limits))
 
 
+def fits_budget(client, nbytes: int, name: str, what: str, otherwise: str) -> bool:
+    """Whether ``nbytes`` of ``what`` fit the workers' budget (``resident_budget``); when they
+    do not, one log line says so and what happens ``otherwise``."""
+    budget = resident_budget(client)
+    if nbytes <= budget:
+        return True
+    log.info(
+        "%s: %.2f GB of %s would exceed %.2f GB of worker memory (dhash.resident-memory-fraction): %s",
+        name, nbytes / 1e9, what, budget / 1e9, otherwise,
+    )  # fmt: skip
+    return False
+
+
 def resident(name: str, content_id: str, blocks: list, nbytes: int, *, client=None) -> ResidentBlocks | None:
     """The Delayed ``blocks`` (about ``nbytes`` in all) computed once and held on the workers,
     registered under (the client's scheduler, ``name``, ``content_id``); the blocks held
@@ -82,15 +95,7 @@ def resident(name: str, content_id: str, blocks: list, nbytes: int, *, client=No
     if held is not None:
         return held
     key = (client.scheduler.address, name, content_id)
-    budget = resident_budget(client)
-    if nbytes > budget:
-        log.info(
-            "%s: %.1f GB of blocks would exceed %.1f GB of worker memory (dhash.resident-memory-fraction): "
-            "streamed from storage for every batch",
-            name,
-            nbytes / 1e9,
-            budget / 1e9,
-        )
+    if not fits_budget(client, nbytes, name, "blocks", "streamed from storage for every batch"):
         return None
     # block i goes to the i-th worker thread in turn, so that equal blocks make equal work per
     # thread (the scheduler would put them wherever a thread was free first); another worker
@@ -119,15 +124,7 @@ def kept_on_workers(X, name: str, *, client=None):
     client = client or active_client()
     if client is None:
         return X
-    budget = resident_budget(client)
-    if X.nbytes > budget:
-        log.info(
-            "%s: %.1f GB of rows would exceed %.1f GB of worker memory (dhash.resident-memory-fraction): every pass "
-            "reads them from storage",
-            name,
-            X.nbytes / 1e9,
-            budget / 1e9,
-        )
+    if not fits_budget(client, X.nbytes, name, "rows", "every pass reads them from storage"):
         return X
     return client.persist(X)
 

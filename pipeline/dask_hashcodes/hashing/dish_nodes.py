@@ -27,7 +27,7 @@ from dask_hashcodes.distributed.graph import (
     row_bounds,
     take_rows,
 )
-from dask_hashcodes.distributed.resident import resident_budget
+from dask_hashcodes.distributed.resident import fits_budget
 from dask_hashcodes.errors import InputError, shape_words
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ class NodeData:
         self.runner, self.name = runner, name
         self.pieces = node_pieces(X, node_rows)
         self.fan_in = reduction_fan_in()
-        self.token = tokenize(X, [len(rows) for rows in node_rows], [tokenize(r) for r in node_rows])
+        self.token = tokenize(X, node_rows)
         self.blocks: list = [None] * len(node_rows)
         self.held_on: list = [None] * len(node_rows)
         self.generation = 0
@@ -196,15 +196,7 @@ class NodeData:
         client = self.runner.client
         if client is None:
             return False
-        budget = resident_budget(client)
-        if nbytes > budget:
-            log.info(
-                "%s: %.2f GB of node rows would exceed %.2f GB of worker memory (dhash.resident-memory-fraction): "
-                "every iteration reads them from storage",
-                self.name,
-                nbytes / 1e9,
-                budget / 1e9,
-            )
+        if not fits_budget(client, nbytes, self.name, "node rows", "every iteration reads them from storage"):
             return False
         log.info("%s: %.2f GB of node rows held on the nodes' workers, read from storage once", self.name, nbytes / 1e9)
         return True
