@@ -168,6 +168,45 @@ def test_search_through_a_residual_index_answers_the_euclidean_top_k(pipeline_ru
     assert not bad.exists() and not (tmp_path / "r2").exists() and not (tmp_path / "m2").exists()
 
 
+def test_residual_index_tunes_on_leave_one_out_rows_of_the_data(pipeline_run, cluster, tmp_path, capsys):
+    """--tune-rows chooses nprobe and eps on indexed rows drawn with the seed, each searched
+    for its 10 nearest among the others: the recall it reports is that of brute force with
+    the row itself left out, and the index keeps the setting and says how it was chosen."""
+    _, ds_path, _, _, _ = pipeline_run
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    index = tmp_path / "tuned.residual"
+    assert run("index", "--kind", "residual", "--dataset", ds_path, "--tune-rows", 200, "--target-recall", 0.95,
+               "--seed", 4, "--out", index, *sched) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    served = ResidualIVF.open(index)
+    assert served.tuned["validation"] == "leave-one-out rows" and served.tuned["queries"] == 200
+    assert served.tuned["target"] == 0.95 and served.tuned["k"] == 10
+    assert f"nprobe {served.nprobe}, eps {served.eps}, recall@10 {served.tuned['recall']:.3f}" in printed, printed
+    ds = open_dataset(ds_path)
+    split = ds.get_split("default")
+    db_rows = np.setdiff1d(np.arange(ds.n), split.query)
+    X = ds.features[...]
+    drawn = db_rows[np.sort(np.random.default_rng(4).choice(len(db_rows), 200, replace=False))]
+    assert not np.isin(drawn, split.query).any()  # the split's test queries never choose a setting
+    Q, D = X[drawn].astype(np.float64), X[db_rows].astype(np.float64)
+    squared = (Q**2).sum(1)[:, None] + (D**2).sum(1)[None] - 2 * Q @ D.T  # byte data: exact in float64
+    truth = np.array([db_rows[np.lexsort((db_rows, row))[:11]] for row in squared])
+    _, found = served.search(X[drawn], 11)
+    hits = [len(set(f[f != own][:10]) & set(t[t != own][:10])) for f, t, own in zip(found, truth, drawn)]
+    assert served.tuned["recall"] == pytest.approx(np.mean(hits) / 10)
+    assert served.tuned["reached"] == (served.tuned["recall"] >= 0.95)
+    # the options belong to a residual index, and the target to a tuning
+    assert run("index", "--codes", "c.zarr", "--tune-rows", 10, "--out", tmp_path / "m", *sched) == 2
+    assert "--tune-rows applies only with --kind residual" in _one_line_error(capsys)
+    assert run("index", "--kind", "residual", "--dataset", ds_path, "--target-recall", 0.9,
+               "--out", tmp_path / "r", *sched) == 2  # fmt: skip
+    assert "--target-recall applies only with --tune-rows" in _one_line_error(capsys)
+    assert run("index", "--kind", "residual", "--dataset", ds_path, "--tune-rows", 10, "--target-recall", 1.5,
+               "--out", tmp_path / "r", *sched) == 2  # fmt: skip
+    assert "--target-recall 1.5" in _one_line_error(capsys)
+    assert not (tmp_path / "m").exists() and not (tmp_path / "r").exists()
+
+
 def _one_line_error(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err and err[-1].startswith("error: ")

@@ -403,8 +403,17 @@ def index(values):
     if values["kind"] == "residual":
         built = workflows.residual_index(
             _dataset(values), values["out"], split=values["split"], lists=values["lists"], rotation=values["rotation"],
-            seed=values["seed"], overwrite=values["overwrite"], progress=_progress(values), storage=_storage(values),
+            seed=values["seed"], tune_rows=values["tune_rows"] or 0,
+            target_recall=values["target_recall"] or 0.9,
+            overwrite=values["overwrite"], progress=_progress(values), storage=_storage(values),
         )  # fmt: skip
+        tuning = built.tuning
+        if tuning is not None:
+            print(
+                f"tuned on {values['tune_rows']:,} validation rows (leave-one-out): nprobe {tuning.nprobe}, eps "
+                f"{tuning.eps}, recall@10 {tuning.recall:.3f} at {tuning.queries_per_second:,.0f} queries/s"
+                + ("" if tuning.reached else f" (target {tuning.target} not reached)")
+            )
         print(
             f"index: {built.path} ({built.n:,} rows, {built.n_lists:,} lists, {built.ram_bytes_per_vector:.1f} bytes "
             f"of RAM per row when searched) in {built.seconds:.1f}s"

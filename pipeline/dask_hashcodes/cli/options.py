@@ -344,6 +344,13 @@ OPTIONS: tuple[Option, ...] = (
          "high-dimensional data) or learned (ITQ on a sample of the residuals)",
          choices=ROTATIONS,
          applies=(With("kind", ("residual",), "how a residual index codes its rows"),)),
+    _opt("tune-rows", ["index"], "residual: choose the lists probed per query and eps on this many indexed rows drawn with the seed, "
+         "each searched for its 10 nearest among the others (validation from the data; the split's queries are "
+         "never used; default: the library's defaults are kept)", type=positive_int,
+         applies=(With("kind", ("residual",), "a residual index's search settings"),)),
+    _opt("target-recall", ["index"], "residual with --tune-rows: the recall@10 the fastest kept setting reaches "
+         "(default 0.9)", type=positive_float,
+         applies=(With("tune_rows", (), "the target of the tuning"),)),
     _opt("substrings", ["index"], "mih: substrings m of each code, one table each (default: bits / log2(rows per "
          "codes chunk), the multi-index hashing paper's rule)", type=positive_int,
          applies=(With("kind", ("mih",), "the tables of a multi-index"),)),

@@ -94,7 +94,7 @@ class ResidualIVF(Index):
 
     def __init__(self, *, centroids, rotation, list_words, list_factors, error_ratio, offsets, list_ids, rerank_vectors,
                  rerank_offset, rerank_step, nprobe=DEFAULT_NPROBE, eps=DEFAULT_EPS, rerank_path=None,
-                 about=None):  # fmt: skip
+                 about=None, tuned=None):  # fmt: skip
         # centroids in the re-rank vectors' representation (one byte per dimension), rotation
         # dense float32 or (int8) a structured one's signs: see build
         self.centroids = np.ascontiguousarray(centroids)
@@ -108,6 +108,8 @@ class ResidualIVF(Index):
         # what the rows are (JSON-able; saved and opened with the index): the command line's
         # dataset and split, so a search of that split is refused against another's rows
         self.about = dict(about or {})
+        # how nprobe and eps were chosen (JSON-able; empty: the library's defaults), set by tune
+        self.tuned = dict(tuned or {})
 
     @classmethod
     def build(cls, vectors, *, n_lists: int | None = None, rotation: str = DEFAULT_ROTATION, seed: int = 0,
@@ -209,7 +211,8 @@ class ResidualIVF(Index):
                   "factors": self.list_factors.T, "ids": self.list_ids, "offsets": np.asarray(self.offsets, np.int64),
                   "rerank_vectors": self.rerank_vectors, "rerank_offset": self.rerank_offset}  # fmt: skip
         attrs = {"error_ratio": self.error_ratio, "rerank_step": self.rerank_step, "nprobe": self.nprobe,
-                 "eps": self.eps if np.isfinite(self.eps) else None, "about": self.about}  # fmt: skip
+                 "eps": self.eps if np.isfinite(self.eps) else None, "about": self.about,
+                 "tuned": self.tuned}  # fmt: skip
         return write_residual_index(path, arrays, attrs, overwrite=overwrite, storage=storage)
 
     @classmethod
@@ -235,7 +238,7 @@ class ResidualIVF(Index):
                    offsets=small["offsets"], list_ids=small["ids"], rerank_vectors=rerank,
                    rerank_offset=small.get("rerank_offset"), rerank_step=attrs["rerank_step"], nprobe=attrs["nprobe"],
                    eps=np.inf if attrs["eps"] is None else attrs["eps"], rerank_path=rerank_path,
-                   about=attrs.get("about"))  # fmt: skip
+                   about=attrs.get("about"), tuned=attrs.get("tuned"))  # fmt: skip
 
     def ram_bytes(self) -> dict:
         """Bytes a search reads from RAM, by part (the re-rank vectors count only when they are
@@ -292,12 +295,15 @@ class ResidualIVF(Index):
         )
 
     def tune(self, vectors, k: int = 10, target: float = 0.9, *, nprobes=TUNE_NPROBES, epsilons=TUNE_EPS,
-             database=None) -> ResidualTuning:  # fmt: skip
+             database=None, database_ids=None, held_out=None) -> ResidualTuning:  # fmt: skip
         """Choose ``nprobe`` and ``eps`` on validation queries ``vectors`` (never test
-        queries): their exact top-k over ``database`` (the indexed vectors, row i the index's
-        row i) is computed here, every setting is timed on this thread, and the fastest whose
-        recall@k reaches ``target`` is kept; when none does, the one of highest recall is
-        kept and ``reached`` says so."""
+        queries): their exact top-k over ``database`` (the indexed vectors; ``database_ids``
+        their ids, default the row numbers) is computed here, every setting is timed on this
+        thread, and the fastest whose recall@k reaches ``target`` is kept; when none does, the
+        one of highest recall is kept and ``reached`` says so. ``held_out``: the ids of the
+        queries when they are indexed rows themselves (leave-one-out validation, for data
+        without a query set of its own): each query's own row is left out of its exact
+        neighbours and of its answer."""
         if database is None:
             raise InputError("tuning measures recall against the exact neighbours; pass database=the indexed vectors")
         if not 0 < target <= 1:
@@ -306,20 +312,40 @@ class ResidualIVF(Index):
         database = np.asarray(database)
         if len(database) != self.ntotal:
             raise InputError(f"database has {len(database)} rows; the index holds {self.ntotal}: give the indexed rows")
-        _, truth = l2_topk(database, np.arange(len(database), dtype=np.int64), queries=queries, k=int(k))
+        ids = np.arange(len(database), dtype=np.int64) if database_ids is None else np.asarray(database_ids, np.int64)
+        if len(ids) != len(database):
+            raise InputError(f"database_ids has {len(ids)} ids for {len(database)} rows: give one id per indexed row")
+        own = None if held_out is None else np.asarray(held_out, np.int64)
+        if own is not None and own.shape != (len(queries),):
+            raise InputError(f"held_out has {own.size} ids for {len(queries)} queries: give each query's own id")
+        asked = int(k) + (own is not None)  # one more, so k remain once a query's own row is left out
+        _, truth = l2_topk(database, ids, queries=queries, k=asked)
+        truth = _without_own_rows(truth, own, int(k))
         trials = []
         for nprobe in [p for p in nprobes if p <= self.n_lists]:
             for eps in epsilons:
                 self.nprobe, self.eps = nprobe, eps
                 started = time.perf_counter()
-                _, found = self.search(queries, int(k))
+                _, found = self.search(queries, asked)
                 seconds = time.perf_counter() - started
-                trials.append({"nprobe": nprobe, "eps": eps, "recall": neighbour_recall(found, truth),
+                trials.append({"nprobe": nprobe, "eps": eps,
+                               "recall": neighbour_recall(_without_own_rows(found, own, int(k)), truth),
                                "queries_per_second": len(queries) / seconds})  # fmt: skip
         best, reached = kept_setting(trials, k, target, ("nprobe", "eps"), "ResidualTuning",
                                      "build with fewer, larger lists or lower the target")  # fmt: skip
         self.nprobe, self.eps = best["nprobe"], best["eps"]
+        self.tuned = {"queries": len(queries), "validation": "caller's queries" if own is None else "leave-one-out rows",
+                      "k": int(k), "target": float(target), "recall": best["recall"], "reached": reached}  # fmt: skip
         return ResidualTuning(**best, reached=reached, target=float(target), trials=trials)
+
+
+def _without_own_rows(found: np.ndarray, own: np.ndarray | None, k: int) -> np.ndarray:
+    """The first ``k`` ids of each row of ``found`` other than the row's ``own`` id (all of
+    them when ``own`` is None); the order of the others is kept."""
+    if own is None:
+        return found[:, :k]
+    others_first = np.argsort(found == own[:, None], axis=1, kind="stable")
+    return np.take_along_axis(found, others_first, axis=1)[:, :k]
 
 
 def _quantised_rows(vectors, order, offset, step):

@@ -14,7 +14,9 @@ Arrays:
   (d,) float32 with the attribute ``rerank_step``: the 8-bit scalar quantiser.
 
 attrs: schema, error_ratio, rerank_step (null for byte data), nprobe, eps, and ``about``: what
-the rows are (the dataset and split `dhash index` built it from; empty from the library).
+the rows are (the dataset and split `dhash index` built it from; empty from the library), and
+``tuned``: how nprobe and eps were chosen (the validation queries, k, target and the recall
+reached; empty when they are the library's defaults; absent in indexes written before it).
 """
 
 from __future__ import annotations
