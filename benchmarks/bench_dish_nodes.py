@@ -79,13 +79,41 @@ def fit_seconds(lib, partition: str, iters: int, args, *, streamed: bool) -> tup
 
 
 def per_iteration(lib, partition: str, args, *, streamed: bool) -> dict:
-    short, _ = fit_seconds(lib, partition, args.iters_short, args, streamed=streamed)
-    long, model_id = fit_seconds(lib, partition, args.iters_long, args, streamed=streamed)
+    """Seconds per iteration, the median of --repeats (long - short) pairs. A warm-up fit
+    comes first (the workers import, compile and cache what every fit needs, which would
+    otherwise inflate the first short fit and flatter the difference), and after every fit
+    the cluster is left holding nothing of it (a later fit must not find the rows an earlier
+    one read still in memory)."""
+    fit_seconds(lib, partition, args.iters_short, args, streamed=streamed)
+    settle()
+    pairs, model_id = [], None
+    for _ in range(args.repeats):
+        short, _ = fit_seconds(lib, partition, args.iters_short, args, streamed=streamed)
+        settle()
+        long, model_id = fit_seconds(lib, partition, args.iters_long, args, streamed=streamed)
+        settle()
+        pairs.append((short, long))
+    per = sorted((long - short) / (args.iters_long - args.iters_short) for short, long in pairs)
     return {
-        "seconds_per_iteration": (long - short) / (args.iters_long - args.iters_short),
-        "fit_seconds": {str(args.iters_short): short, str(args.iters_long): long},
+        "seconds_per_iteration": per[len(per) // 2],
+        "fit_seconds": [{str(args.iters_short): short, str(args.iters_long): long} for short, long in pairs],
         "model_id": model_id,
     }
+
+
+def settle(timeout: float = 30.0) -> None:
+    """Until the cluster holds no result of the fits before: they are released once collected."""
+    import gc
+
+    from distributed import get_client
+
+    client = get_client()
+    deadline = time.monotonic() + timeout
+    while True:
+        gc.collect()
+        if not client.who_has() or time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
 
 
 def plain_pass_seconds(lib, r: int) -> float:
@@ -98,6 +126,31 @@ def plain_pass_seconds(lib, r: int) -> float:
     started = time.perf_counter()
     dask.compute(total)
     return time.perf_counter() - started
+
+
+def _passed_on(state, states):
+    return state
+
+
+def task_round_seconds(rounds: int, d: int, r: int, nodes: int) -> float:
+    """Seconds of ``rounds`` dependent rounds of one empty task per worker, each reading the
+    other workers' previous results (the nodes' d x r dictionaries and multipliers): what the
+    ADMM exchanges of one iteration cost in Dask alone, without their math. Best of 5."""
+    from distributed import get_client
+
+    client = get_client()
+    workers = sorted(client.scheduler_info()["workers"])
+    per_worker = [np.zeros((d, r)) for _ in range(2 * nodes // len(workers))]
+    best = float("inf")
+    for _ in range(5):
+        states = [client.scatter(per_worker, workers=[w]) for w in workers]
+        started = time.perf_counter()
+        for _ in range(rounds):
+            states = [client.submit(_passed_on, states[g], states, workers=[w], allow_other_workers=False, pure=False)
+                      for g, w in enumerate(workers)]  # fmt: skip
+        client.gather(states)
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def gemm_rate(d: int, r: int) -> float:
@@ -125,6 +178,8 @@ def measure(args, *, baseline: bool) -> dict:
     client = lib.connect(workers=2, threads=1, quiet=True)
     try:
         out = {"plain_pass_seconds": plain_pass_seconds(lib, args.bits), "runs": {}}
+        if not baseline:  # the default inner steps (5): 6 rounds of exchanges, and the pass's own round
+            out["task_rounds_seconds"] = task_round_seconds(7, 784, args.bits, args.nodes)
         for partition in args.partitions.split(","):
             modes = {"baseline": per_iteration(lib, partition, args, streamed=False)} if baseline else {
                 "held": per_iteration(lib, partition, args, streamed=False),
@@ -168,11 +223,15 @@ def markdown(result: dict) -> str:
         f"- machine: {result['machine']['cpu_model']}, {result['machine']['cores']} cores; local cluster of 2 worker "
         "processes x 1 thread",
         f"- seconds per iteration: (fit of {p['iters_long']} iterations - fit of {p['iters_short']}) / "
-        f"{p['iters_long'] - p['iters_short']}, the ADMM steps included",
+        f"{p['iters_long'] - p['iters_short']}, the ADMM steps included; the median of {p.get('repeats', 1)} pairs, "
+        "after a warm-up fit, the cluster emptied between fits",
         f"- compute floor of one data pass: 4 n d r = {floors['pass_flops'] / 1e9:.2f} GFLOP at "
         f"{floors['gemm_flops_per_thread'] / 1e9:.1f} GFLOP/s per thread x 2 threads = "
         f"{floors['compute_floor_seconds']:.3f} s; plain pass (read every chunk, X C): "
         f"{floors['plain_pass_seconds']:.3f} s",
+        f"- Dask floor of one iteration's task rounds (7 dependent rounds of one empty task per worker, each "
+        f"reading the other worker's dictionaries and multipliers: the pass's round and the 6 ADMM exchanges of 5 "
+        f"inner steps, without their math): {floors['task_rounds_seconds']:.3f} s",
         "",
         "| partition | run | s per iteration | / compute floor | / plain pass | model id |",
         "|---|---|---|---|---|---|",
@@ -199,6 +258,7 @@ def main(argv=None):
     parser.add_argument("--partitions", default="contiguous,by-label")
     parser.add_argument("--iters-short", type=int, default=2)
     parser.add_argument("--iters-long", type=int, default=12)
+    parser.add_argument("--repeats", type=int, default=3, help="(short, long) pairs; the median is reported")
     parser.add_argument("--baseline-tree", help="another checkout to run the same way (a child process)")
     parser.add_argument("--out", default="benchmarks/results/dish_nodes_fmnist.json")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -226,12 +286,15 @@ def main(argv=None):
     result = {
         "command": " ".join(["benchmarks/bench_dish_nodes.py", *sys.argv[1:]]),
         "machine": machine_info(),
-        "params": {k: getattr(args, k) for k in ("nodes", "bits", "partitions", "iters_short", "iters_long")},
+        "params": {
+            k: getattr(args, k) for k in ("nodes", "bits", "partitions", "iters_short", "iters_long", "repeats")
+        },
         "floors": {
             "pass_flops": flops,
             "gemm_flops_per_thread": rate,
             "compute_floor_seconds": flops / (2 * rate),
             "plain_pass_seconds": measured["plain_pass_seconds"],
+            "task_rounds_seconds": measured["task_rounds_seconds"],
         },
         "runs": runs,
         "held_speedup": speedup,

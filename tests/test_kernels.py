@@ -212,6 +212,24 @@ def test_gram_of_integer_features_is_exact_at_the_dtype_extremes(dtype, low, hig
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("rows", [1, 300, 4095])
+def test_small_uint8_blocks_give_the_byte_table_gram_bit_for_bit(rows, monkeypatch):
+    """Below SMALL_BLOCK_ROWS a uint8 block's Gram comes from a float32 GEMM: the same bits as
+    the byte-value tables (so a model does not depend on how small its node pieces are), at
+    the largest value in every cell (the GEMM's partial sums are largest then)."""
+    from dask_hashcodes.kernels import gram
+
+    rng = np.random.default_rng(rows)
+    X = rng.integers(0, 256, (rows, 40), dtype=np.uint8)
+    X[: rows // 3] = 255
+    mean = X.astype(np.float64).mean(axis=0) + 0.25
+    C = np.linalg.qr(rng.standard_normal((40, 24)))[0]
+    assert rows < gram.SMALL_BLOCK_ROWS
+    small = gram.gram_chunk(X, mean, C)
+    monkeypatch.setattr(gram, "SMALL_BLOCK_ROWS", 0)
+    np.testing.assert_array_equal(small, gram.gram_chunk(X, mean, C))
+
+
 def test_itq_codes_of_int64_features_equal_those_of_the_float64_copy():
     from dask_hashcodes.hashing import ITQ
 

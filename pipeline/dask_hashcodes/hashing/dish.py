@@ -45,8 +45,7 @@ from dask_hashcodes.hashing.dish_topology import TOPOLOGIES, build_topology, edg
 from dask_hashcodes.hashing.linear import LinearHasher, training_covariance
 from dask_hashcodes.kernels.codes import encode_linear_grouped
 from dask_hashcodes.kernels.dish import (
-    admm_dictionary_step,
-    multiplier_step,
+    admm_round,
     node_objective,
     orthonormal_maximiser,
     random_orthonormal,
@@ -283,34 +282,44 @@ class DisH(LinearHasher):
 
     def _admm_iteration(self, runner, data, node_sq, sums, C, Lam, neighbours, rho):
         """One outer iteration from the client's (C, Lam): one pass over each node's data
-        (B_i = sgn(X_i C_i) fused with B_i^T X_i), then the ADMM steps. The new state comes
-        back to the client (2 P d x r matrices), so a lost worker costs at most this
-        iteration. Returns (objective, C, Lam, pass seconds, ADMM seconds)."""
+        (B_i = sgn(X_i C_i) fused with B_i^T X_i), then the ADMM steps. The nodes a worker
+        holds step together, in one task per worker per exchange of dictionaries (the math is
+        each node's own, kernels.dish.admm_round), so an iteration costs a few task round
+        trips, not several per node. The new state comes back to the client (2 P d x r
+        matrices), so a lost worker costs at most this iteration. Returns (objective, C, Lam,
+        pass seconds, ADMM seconds)."""
         P = len(C)
         started = time.perf_counter()
         data.refresh()
         grams = [data.reduce(i, "dish-gram", gram_chunk, add, self.mean_, C[i]) for i in range(P)]
+        groups = runner.groups()
         objectives = [
-            runner.submit(i, "dish-objective", node_objective, node_sq[i], grams[i], C[i], sums[i][0]) for i in range(P)
-        ]
-        objective = float(sum(runner.gather(list(objectives))))
+            runner.submit(nodes[0], "dish-objective", _group_objectives, nodes, [node_sq[i] for i in nodes],
+                          [grams[i] for i in nodes], [C[i] for i in nodes], [sums[i][0] for i in nodes])
+            for nodes in groups
+        ]  # fmt: skip
+        states = [(nodes, [Lam[i] for i in nodes], [C[i] for i in nodes]) for nodes in groups]
+        group_of = {i: g for g, nodes in enumerate(groups) for i in nodes}
+        # each group reads the states of the groups holding its nodes' neighbours, no others
+        reads = [sorted({g} | {group_of[j] for i in nodes for j in neighbours[i]}) for g, nodes in enumerate(groups)]
+        rounds = self.inner_steps + 1  # the first round steps the dictionaries only, the last the multipliers only
+        for step in range(rounds):
+            flags = {"update_multiplier": step > 0, "update_dictionary": step < rounds - 1}
+            states = [
+                runner.submit(nodes[0], "dish-admm", _group_admm_round, states[g], [grams[i] for i in nodes],
+                              [states[h] for h in reads[g]], [neighbours[i] for i in nodes], rho, flags)
+                for g, nodes in enumerate(groups)
+            ]  # fmt: skip
+        # every round is queued on the workers already: the client waits once, not per round
+        runner.wait(grams)
         passed = time.perf_counter()
-        for _ in range(self.inner_steps):
-            new_C = [
-                runner.submit(
-                    i, "dish-admm", admm_dictionary_step, grams[i], Lam[i], C[i], [C[j] for j in neighbours[i]], rho
-                )
-                for i in range(P)
-            ]
-            Lam = [
-                runner.submit(
-                    i, "dish-multiplier", multiplier_step, Lam[i], new_C[i], [new_C[j] for j in neighbours[i]], rho
-                )
-                for i in range(P)
-            ]
-            C = new_C
-        C, Lam = runner.gather([C, Lam])
-        return objective, list(C), list(Lam), passed - started, time.perf_counter() - passed
+        objectives, states = runner.gather([objectives, states])
+        objective = float(sum(dict(pair for group in objectives for pair in group)[i] for i in range(P)))
+        C, Lam = list(C), list(Lam)
+        for nodes, multipliers, dictionaries in states:
+            for i, multiplier, dictionary in zip(nodes, multipliers, dictionaries):
+                C[i], Lam[i] = dictionary, multiplier
+        return objective, C, Lam, passed - started, time.perf_counter() - passed
 
     def _initial_dictionary(self, X, d, r, rng):
         if self.init == "pca":
@@ -457,3 +466,21 @@ def _draw_training(rows: list, axes: list) -> None:
 
 
 DISH_PLOT = TrainingPlot(2, _draw_training)
+
+
+def _group_objectives(nodes, sq_norms, grams, dictionaries, row_counts):
+    """One task on a worker: (node, objective term) of each node it holds."""
+    return [(i, node_objective(*terms)) for i, *terms in zip(nodes, sq_norms, grams, dictionaries, row_counts)]
+
+
+def _group_admm_round(state, grams, states, neighbours, rho, flags):
+    """One task on a worker: an ADMM round (kernels.dish.admm_round) of each node it holds,
+    reading the dictionaries of the previous round of its own group and of the groups holding
+    its nodes' neighbours (``states``)."""
+    nodes, multipliers, dictionaries = state
+    current = {i: C for group_nodes, _, Cs in states for i, C in zip(group_nodes, Cs)}
+    stepped = [
+        admm_round(gram, multiplier, current[i], [current[j] for j in node_neighbours], rho, **flags)
+        for i, gram, multiplier, node_neighbours in zip(nodes, grams, multipliers, neighbours)
+    ]
+    return nodes, [m for m, _ in stepped], [C for _, C in stepped]

@@ -315,6 +315,17 @@ class NodeRunner:
         self.placement = [workers[i % len(workers)] for i in range(self.n_nodes)]
         self._missing.clear()
 
+    def groups(self) -> list[list[int]]:
+        """The nodes that run together, in node order: those placed on one worker (a task on a
+        worker steps all of its nodes), every node alone while no worker is known for it, and
+        all nodes in one group without a client (they run in this process anyway)."""
+        if self.client is None:
+            return [list(range(self.n_nodes))]
+        by_worker: dict = {}
+        for i, worker in enumerate(self.placement):
+            by_worker.setdefault(worker if worker is not None else ("anywhere", i), []).append(i)
+        return list(by_worker.values())
+
     def _gone(self) -> set[str]:
         """Workers of the placement that the scheduler has left out of every answer for
         ``LOSS_GRACE_SECONDS`` (and at least two answers); see the class docstring."""
@@ -372,6 +383,14 @@ class NodeRunner:
         """The values of (nested lists of) futures; WorkerLost if a node's worker dies first."""
         if self.client is None:
             return values
+        self.wait(values)
+        return self.client.gather(values)
+
+    def wait(self, values) -> None:
+        """Until (nested lists of) futures are done, leaving their values on the workers;
+        WorkerLost if a node's worker dies first."""
+        if self.client is None:
+            return
         from distributed import futures_of, wait
 
         futures = futures_of(values)
@@ -387,4 +406,3 @@ class NodeRunner:
                     raise WorkerLost(
                         f"worker(s) {', '.join(sorted(gone))} left the cluster during a DisH step"
                     ) from None
-        return self.client.gather(values)

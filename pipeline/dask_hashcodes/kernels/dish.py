@@ -45,6 +45,21 @@ def multiplier_step(multiplier, C, neighbour_Cs, rho: float) -> np.ndarray:
     return out
 
 
+def admm_round(gram, multiplier, C, neighbour_Cs, rho: float, *, update_multiplier: bool, update_dictionary: bool):
+    """One node's share of one exchange of dictionaries: (multiplier, C) after the multiplier
+    step for the neighbours' current dictionaries, then the dictionary step with it.
+
+    The steps of ADMM alternate C^{k+1} = dictionary(Lambda^k, C^k, C_N^k) and Lambda^{k+1} =
+    multiplier(Lambda^k, C^{k+1}, C_N^{k+1}); both steps of a node read the same neighbour
+    dictionaries, so the multiplier step of one exchange and the dictionary step of the next
+    share a round: the first round only steps the dictionary, the last only the multiplier."""
+    if update_multiplier:
+        multiplier = multiplier_step(multiplier, C, neighbour_Cs, rho)
+    if update_dictionary:
+        C = admm_dictionary_step(gram, multiplier, C, neighbour_Cs, rho)
+    return multiplier, C
+
+
 def node_objective(sq_norm: float, gram: np.ndarray, C: np.ndarray, n: int) -> float:
     """||X_i - B_i C_i^T||_F^2 from the node's statistics (B_i = sgn(X_i C_i))."""
     return float(sq_norm - 2.0 * np.einsum("rd,dr->", gram, C) + n * C.shape[1])

@@ -72,9 +72,19 @@ def gram_from_byte_sums(sums: np.ndarray, counts: np.ndarray, n: int, n_bits: in
     is 1 are those whose byte j // 8 has bit j % 8 set: 256-bin sums give every bit."""
     sums = sums.astype(np.float64, copy=False)
     col_sum = sums[0].sum(axis=0)
-    plus = np.einsum("vt,bvd->btd", BIT_OF_BYTE, sums).reshape(-1, sums.shape[2])[:n_bits]
+    # (bit of byte)^T x (byte value sums) as one batched BLAS product: every term and partial
+    # sum is an integer below 2^53, so the result is exact, the same bits as any other order
+    plus = np.matmul(BIT_OF_BYTE.T, sums).reshape(-1, sums.shape[2])[:n_bits]
     plus_rows = (counts @ BIT_OF_BYTE).reshape(-1)[:n_bits]
     return (2.0 * plus - col_sum) - np.outer(2.0 * plus_rows - n, mean)
+
+
+# Below this many rows a uint8 block's B^T X comes from one float32 GEMM instead of the
+# byte-value tables: zeroing and converting 256 bins per code byte costs more than the GEMM's
+# extra work per row there (node pieces of a by-label partition are this small). Both give
+# the same integers, so the same bits: float32 holds every partial sum exactly while rows x
+# 255 < 2^24, i.e. up to 65,793 rows.
+SMALL_BLOCK_ROWS = 4096
 
 
 def gram_chunk(X: np.ndarray, mean: np.ndarray, C: np.ndarray) -> np.ndarray:
@@ -82,10 +92,12 @@ def gram_chunk(X: np.ndarray, mean: np.ndarray, C: np.ndarray) -> np.ndarray:
 
     B comes from the float32 projection of the encoder (so training and encoding agree);
     B^T X from byte-grouped row sums instead of a second GEMM: r/8 vector adds of a row per
-    row instead of r multiply-adds."""
+    row instead of r multiply-adds (small uint8 blocks: one exact float32 GEMM)."""
     X = np.asarray(X)
     n, d = X.shape
     r = C.shape[1]
+    if X.dtype == np.uint8 and n < SMALL_BLOCK_ROWS:
+        return _small_block_gram(X, mean, C)
     counts = np.zeros((code_size(r), 256), np.int64)
     if X.dtype == np.uint8:
         total = np.zeros((code_size(r), 256, d), np.int64)
@@ -104,6 +116,20 @@ def gram_chunk(X: np.ndarray, mean: np.ndarray, C: np.ndarray) -> np.ndarray:
         _byte_group_sums(pack_signs(projected), X[rows], sums, counts, NO_FLUSH, 0)
     total += sums
     return gram_from_byte_sums(total, counts, n, r, np.asarray(mean, dtype=np.float64))
+
+
+def _small_block_gram(X: np.ndarray, mean: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """gram_chunk of a uint8 block of fewer than SMALL_BLOCK_ROWS rows: the row sums of each
+    bit's set rows by one float32 GEMM (exact integers), then gram_from_byte_sums' formula."""
+    n, r = X.shape[0], C.shape[1]
+    bits = np.empty((n, r + 1), np.float32)
+    bits[:, r] = 1.0  # a column of ones: the same product gives the column sums
+    for rows, projected in project_slabs(X, mean, C):
+        bits[rows, :r] = projected >= 0
+    sums = (bits.T @ X.astype(np.float32)).astype(np.float64)
+    plus, col_sum = sums[:r], sums[r]
+    plus_rows = bits[:, :r].sum(axis=0, dtype=np.float64)
+    return (2.0 * plus - col_sum) - np.outer(2.0 * plus_rows - n, np.asarray(mean, dtype=np.float64))
 
 
 @njit(nogil=True, cache=True)
