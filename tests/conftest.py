@@ -8,6 +8,8 @@ import pytest
 
 from dask_hashcodes.data.sources import fashion_mnist_available
 
+pytest_plugins = ["tests.cpu_times"]  # --cpu-times FILE: each test's process-tree CPU seconds
+
 
 @pytest.fixture(scope="session")
 def cluster():
