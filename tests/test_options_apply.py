@@ -84,6 +84,26 @@ CASES = [
         [*_INDEX, "--rotation", "learned"],
         ["index", "--kind", "residual", "--dataset", "d.zarr", "--out", "i", "--rotation", "learned"],
     ),  # fmt: skip
+    (
+        [*_INDEX, "--tune-rows", "100"],
+        ["index", "--kind", "residual", "--dataset", "d.zarr", "--out", "i", "--tune-rows", "100"],
+    ),  # fmt: skip
+    (
+        ["index", "--kind", "residual", "--dataset", "d.zarr", "--out", "i", "--target-recall", "0.95"],
+        [
+            "index",
+            "--kind",
+            "residual",
+            "--dataset",
+            "d.zarr",
+            "--out",
+            "i",
+            "--tune-rows",
+            "100",
+            "--target-recall",
+            "0.95",
+        ],
+    ),  # fmt: skip
     # search
     ([*_SEARCH, "--nprobe", "2"], [*_SEARCH, "--index", "i.zarr", "--nprobe", "2"]),
     ([*_SEARCH, "--candidates", "50"], [*_SEARCH, "--rerank", "exact", "--candidates", "50"]),

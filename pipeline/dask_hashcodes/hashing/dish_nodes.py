@@ -391,6 +391,8 @@ class NodeRunner:
         WorkerLost if a node's worker dies first."""
         if self.client is None:
             return
+        from concurrent.futures import CancelledError
+
         from distributed import futures_of, wait
 
         futures = futures_of(values)
@@ -398,11 +400,24 @@ class NodeRunner:
         while True:
             try:
                 wait(futures, timeout=WATCH_SECONDS)
-                break
             except TimeoutError:
-                gone = self._gone()
-                if gone:
-                    self.client.cancel(futures)
-                    raise WorkerLost(
-                        f"worker(s) {', '.join(sorted(gone))} left the cluster during a DisH step"
-                    ) from None
+                self._raise_if_lost(futures)
+                continue
+            except CancelledError:
+                pass
+            if not any(future.cancelled() for future in futures):
+                return
+            # the scheduler cancels what depended on rows a dead worker held, sometimes before
+            # it stops listing the worker: the step is redone on the workers alive then
+            deadline = time.monotonic() + 3 * LOSS_GRACE_SECONDS
+            while time.monotonic() < deadline:
+                self._raise_if_lost(futures)
+                time.sleep(WATCH_SECONDS)
+            self.client.cancel(futures)
+            raise WorkerLost("tasks of a DisH step were cancelled (their inputs were lost)")
+
+    def _raise_if_lost(self, futures) -> None:
+        gone = self._gone()
+        if gone:
+            self.client.cancel(futures)
+            raise WorkerLost(f"worker(s) {', '.join(sorted(gone))} left the cluster during a DisH step")
