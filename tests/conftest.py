@@ -10,6 +10,29 @@ from dask_hashcodes.data.sources import fashion_mnist_available
 
 pytest_plugins = ["tests.cpu_times"]  # --cpu-times FILE: each test's process-tree CPU seconds
 
+# The fast tier (`pytest -m "not slow"`, for the edit-test loop) leaves out, besides the
+# tests marked slow where they are defined: whole modules of integration tests (real data
+# sets, other processes, the documentation's examples, the scikit-learn contract matrix of
+# every estimator) and every test that needs a fixture building real data or processes. CI
+# and the README's test command run both tiers.
+SLOW_MODULES = {
+    "test_adsh", "test_bench_batch_search", "test_bench_recall", "test_debian_text", "test_doc_examples",
+    "test_dpsh", "test_estimators", "test_fashion_mnist", "test_interrupt", "test_load", "test_mac",
+    "test_operations", "test_packaging", "test_progress", "test_reference_outputs", "test_run_resume",
+    "test_sgh_splh_quality",
+}  # fmt: skip
+SLOW_FIXTURES = {
+    "data_dir", "fmnist_paths", "pipeline_run", "process_cluster", "fresh_cluster", "one_worker_cluster", "cpu_hogs",
+    "s3_server",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def cluster():

@@ -296,6 +296,7 @@ def _worker_peak_rss_mb():
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
+@pytest.mark.slow
 def test_200k_point_fits_never_build_an_n_by_n_array(tmp_path):
     """SGH (kernel features recomputed per pass) and USPLH on 200k points: an n x n float
     matrix would be 320 GB; every worker process stays under 1 GB (chunk-sized work only)."""
