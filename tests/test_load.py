@@ -94,7 +94,14 @@ def _pending(monkeypatch, seconds):
 
     monkeypatch.setattr(distributed, "wait", wait)
     monkeypatch.setattr(nodes, "WATCH_SECONDS", 0.05, raising=False)
-    monkeypatch.setattr(distributed, "futures_of", lambda values: list(values))
+    monkeypatch.setattr(distributed, "futures_of", lambda values: [_StillRunning() for _ in values])
+
+
+class _StillRunning:
+    """A future of the fake steps: never cancelled (a lost worker is the scheduler's answer here)."""
+
+    def cancelled(self) -> bool:
+        return False
 
 
 def test_scheduler_answer_without_workers_is_not_workers_leaving(monkeypatch):
