@@ -210,6 +210,8 @@ def baseline_child(args) -> dict:
     try:
         done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
     finally:
+        # the folder mkdtemp made for this run, holding only the symlink and the data set the
+        # child wrote; rmtree removes a symlink itself, never what it points to
         shutil.rmtree(shim, ignore_errors=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

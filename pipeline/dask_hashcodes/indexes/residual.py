@@ -39,7 +39,7 @@ from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.indexes.base import Index
 from dask_hashcodes.indexes.serving import kept_setting
 from dask_hashcodes.kernels.ivf import list_layout, probe_distances
-from dask_hashcodes.kernels.knn import cell_partition, neighbour_recall
+from dask_hashcodes.kernels.knn import cell_partition, neighbour_recall, without_self
 from dask_hashcodes.kernels.l2 import l2_topk
 from dask_hashcodes.kernels.residual_codes import (
     encode_residuals,
@@ -319,8 +319,12 @@ class ResidualIVF(Index):
         if own is not None and own.shape != (len(queries),):
             raise InputError(f"held_out has {own.size} ids for {len(queries)} queries: give each query's own id")
         asked = int(k) + (own is not None)  # one more, so k remain once a query's own row is left out
+
+        def others(nearest):
+            return nearest if own is None else without_self(nearest, own, int(k))
+
         _, truth = l2_topk(database, ids, queries=queries, k=asked)
-        truth = _without_own_rows(truth, own, int(k))
+        truth = others(truth)
         trials = []
         for nprobe in [p for p in nprobes if p <= self.n_lists]:
             for eps in epsilons:
@@ -329,7 +333,7 @@ class ResidualIVF(Index):
                 _, found = self.search(queries, asked)
                 seconds = time.perf_counter() - started
                 trials.append({"nprobe": nprobe, "eps": eps,
-                               "recall": neighbour_recall(_without_own_rows(found, own, int(k)), truth),
+                               "recall": neighbour_recall(others(found), truth),
                                "queries_per_second": len(queries) / seconds})  # fmt: skip
         best, reached = kept_setting(trials, k, target, ("nprobe", "eps"), "ResidualTuning",
                                      "build with fewer, larger lists or lower the target")  # fmt: skip
@@ -337,15 +341,6 @@ class ResidualIVF(Index):
         self.tuned = {"queries": len(queries), "validation": "caller's queries" if own is None else "leave-one-out rows",
                       "k": int(k), "target": float(target), "recall": best["recall"], "reached": reached}  # fmt: skip
         return ResidualTuning(**best, reached=reached, target=float(target), trials=trials)
-
-
-def _without_own_rows(found: np.ndarray, own: np.ndarray | None, k: int) -> np.ndarray:
-    """The first ``k`` ids of each row of ``found`` other than the row's ``own`` id (all of
-    them when ``own`` is None); the order of the others is kept."""
-    if own is None:
-        return found[:, :k]
-    others_first = np.argsort(found == own[:, None], axis=1, kind="stable")
-    return np.take_along_axis(found, others_first, axis=1)[:, :k]
 
 
 def _quantised_rows(vectors, order, offset, step):

@@ -37,11 +37,11 @@ def nearest_others(X: np.ndarray, k: int, rng: np.random.Generator, search: str 
     if n <= k:
         raise ValueError(f"{n} points have no {k} nearest others")
     if search == "exact":
-        return _without_self(l2_topk(X, np.arange(n, dtype=np.int64), queries=X, k=k + 1)[1], np.arange(n), k)
+        return without_self(l2_topk(X, np.arange(n, dtype=np.int64), queries=X, k=k + 1)[1], np.arange(n), k)
     return _cell_search(X, k, rng, probes)
 
 
-def _without_self(nearest: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+def without_self(nearest: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
     """Drop each row's own index from its k + 1 nearest (a duplicate point may rank before
     it, so the row itself is removed wherever it stands, else the farthest)."""
     own = nearest == rows[:, None]
@@ -89,13 +89,13 @@ def _cell_search(X: np.ndarray, k: int, rng: np.random.Generator, probes: int) -
     if short.any():
         rows = np.flatnonzero(short)
         nearest[rows] = l2_topk(X, np.arange(n, dtype=np.int64), queries=X[rows], k=k + 1)[1]
-    return _without_self(nearest, np.arange(n), k)
+    return without_self(nearest, np.arange(n), k)
 
 
 def knn_recall(X: np.ndarray, rows: np.ndarray, found: np.ndarray) -> float:
     """Share of the exact k nearest others of ``rows`` that ``found`` (len(rows), k) holds."""
     k = found.shape[1]
-    exact = _without_self(l2_topk(X, np.arange(len(X), dtype=np.int64), queries=X[rows], k=k + 1)[1], rows, k)
+    exact = without_self(l2_topk(X, np.arange(len(X), dtype=np.int64), queries=X[rows], k=k + 1)[1], rows, k)
     return neighbour_recall(found, exact)
 
 
