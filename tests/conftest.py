@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import os
 
-import pytest
+# Dask checks every process's event loop ("tick") every 20 ms, in the scheduler, each worker
+# and each nanny: an idle cluster spends a sizeable share of a core on it, the whole session
+# long. The tests never rely on its warnings, so the session's processes, and every process a
+# test starts (through the environment), check once a second.
+os.environ.setdefault("DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL", "1s")
 
-from dask_hashcodes.data.sources import fashion_mnist_available
+import dask  # noqa: E402 - after the setting above, which dask reads from the environment
+import pytest  # noqa: E402
+
+from dask_hashcodes.data.sources import fashion_mnist_available  # noqa: E402
+
+dask.config.refresh()  # in case a plugin imported dask before this file set the variable
 
 pytest_plugins = ["tests.cpu_times"]  # --cpu-times FILE: each test's process-tree CPU seconds
 
@@ -22,8 +31,8 @@ SLOW_MODULES = {
     "test_sgh_splh_quality",
 }  # fmt: skip
 SLOW_FIXTURES = {
-    "data_dir", "fmnist_paths", "pipeline_run", "process_cluster", "fresh_cluster", "one_worker_cluster", "cpu_hogs",
-    "s3_server",
+    "data_dir", "fmnist_paths", "pipeline_run", "process_cluster", "fresh_cluster", "one_worker_cluster", "clusters",
+    "cpu_hogs", "s3_server",
 }  # fmt: skip
 
 
@@ -41,6 +50,23 @@ def cluster():
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def one_worker_cluster():
+    """LocalCluster of 1 worker process x 1 thread. With ``cluster`` it gives the two shapes
+    that the "same result whatever the worker count" tests compare, each started once per
+    session rather than once per test (a worker process costs seconds of CPU to start)."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40) as c:
+        yield c
+
+
+@pytest.fixture
+def clusters(cluster, one_worker_cluster):
+    """The session's clusters by worker count: {1: one worker, 2: two workers}."""
+    return {1: one_worker_cluster, 2: cluster}
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from dask_hashcodes import InputError
 from dask_hashcodes.distributed.graph import as_dask
@@ -65,15 +65,14 @@ def fmnist(fmnist_paths):
     return np.asarray(ds.features[:2400], dtype=np.float32), np.asarray(ds.labels[:2400])
 
 
-def test_codes_are_identical_for_one_and_two_workers_and_two_chunk_sizes(fmnist):
+def test_codes_are_identical_for_one_and_two_workers_and_two_chunk_sizes(fmnist, clusters):
     X, y = fmnist
     params = {"outer_iter": 2, "inner_iter": 2, "n_samples": 300, "network": SMALL_NET, "threads": 1}
     results = []
     for workers, chunk_rows in ((1, 800), (2, 800), (2, 600)):
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
-            with Client(lc):
-                model = ADSH(16, **params).fit(as_dask(X, chunk_rows=chunk_rows), y)
-                results.append((model.database_codes_.compute(), model.encode(X[:200])))
+        with Client(clusters[workers]):
+            model = ADSH(16, **params).fit(as_dask(X, chunk_rows=chunk_rows), y)
+            results.append((model.database_codes_.compute(), model.encode(X[:200])))
     for codes, queries in results[1:]:
         np.testing.assert_array_equal(codes, results[0][0])
         np.testing.assert_array_equal(queries, results[0][1])

@@ -6,7 +6,12 @@ order, in one fresh temporary directory, the Python blocks in one Python process
 namespace (``__name__ == "__main__"``, as in a script run by the user), the shell blocks with
 ``bash -e`` in that directory and this virtualenv's ``bin`` first on PATH. Each page runs
 twice, the second time in another fresh directory, so nothing depends on what a previous run
-left behind and every example can be run again.
+left behind and every example can be run again. What one run can leave behind for the next,
+outside its own fresh directory, is the shared state: the files of the session's data directory
+(``DHASH_DATA_DIR``), the datasets published on the session's cluster, the Dask variables on its
+scheduler and the keys its scheduler and workers hold. When the first run left all of that as it
+found it, the second would start from the very state the first did, and repeat it: it is then
+skipped (the test says so), and it runs whenever the first run changed any of it.
 
 A block that only illustrates (it needs an S3 bucket, a SLURM cluster, the repository's
 set-up script) is marked on the line right before its fence::
@@ -218,18 +223,53 @@ def test_block_parser_and_the_runner_can_fail(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", RUN_PAGES, ids=[p.relative_to(ROOT).as_posix() for p in RUN_PAGES])
-def test_page_examples_run_twice(page, tmp_path, cluster):
-    """The page's blocks run in order in a fresh directory, then again in another one."""
+def test_page_examples_run_twice(page, tmp_path, cluster, client, data_dir):
+    """The page's blocks run in order in a fresh directory, then again in another one when the
+    first run changed the shared state the second would start from."""
     if "fashion-mnist" in page.read_text():
         from tests.conftest import require_fashion_mnist
 
         require_fashion_mnist()
     times = []
     for attempt in (1, 2):
+        before = shared_state(client, data_dir)
         workdir, scratch = tmp_path / f"run{attempt}", tmp_path / f"scratch{attempt}"
         workdir.mkdir(), scratch.mkdir()
         run = run_page(page, workdir, scratch, scheduler=cluster.scheduler_address)
         if run["proc"].returncode != 0 or run["result"].get("failed") is not None:
             pytest.fail(failure(page, run, attempt), pytrace=False)
         times.append(f"run {attempt}: {run['wall']:.0f} s wall, {run['cpu']:.0f} s CPU")
+        changed = [name for name, value in shared_state(client, data_dir).items() if value != before[name]]
+        if not changed:
+            times.append("shared state unchanged, so a second run would repeat the first: not run")
+            break
+        times.append(f"changed: {', '.join(changed)}")
     print(f"{page.relative_to(ROOT)}: " + "; ".join(times))
+
+
+def shared_state(client, data_dir: Path) -> dict:
+    """Everything a page's run can leave for a later run outside its own directory: the data
+    directory's files (name, size, modification time), the cluster's published datasets, the
+    scheduler's variables, and the keys the scheduler and each worker hold."""
+
+    def scheduler_state(dask_scheduler):
+        variables = dask_scheduler.extensions.get("variables")
+        return {
+            "tasks": sorted(map(str, dask_scheduler.tasks)),
+            "variables": sorted(map(str, variables.variables)) if variables else [],
+        }
+
+    def worker_keys(dask_worker):
+        return sorted(map(str, dask_worker.data))
+
+    files = sorted(
+        (p.relative_to(data_dir).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in data_dir.rglob("*")
+        if p.is_file()
+    )
+    return {
+        "data directory": files,
+        "published datasets": sorted(map(str, client.list_datasets())),
+        "scheduler": client.run_on_scheduler(scheduler_state),
+        "worker keys": sorted(client.run(worker_keys).values()),
+    }

@@ -4,7 +4,7 @@ cluster shape and to the chunking."""
 import json
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from dask_hashcodes import workflows
 from dask_hashcodes.cli.main import main
@@ -63,21 +63,15 @@ def _metric_rows(report):
     return out
 
 
-def _evaluate_on(path, n_workers):
-    with (
-        LocalCluster(
-            n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
-        ) as cluster,
-        Client(cluster),
-    ):
-        return workflows.evaluate(open_dataset(path), methods=["lsh", "pcah", "itq"], bits=[32], queries=1000, seed=0)
-
-
-def test_same_numbers_whatever_workers_and_chunking(cli_report, fmnist_paths):
+def test_same_numbers_whatever_workers_and_chunking(cli_report, fmnist_paths, one_worker_cluster):
     """The CLI's run (2 workers, 20000-row chunks) against one on 1 worker and 5000-row
     chunks: both changed in one run, which would show a dependence on either."""
     reference = _metric_rows(json.loads((cli_report / "report.json").read_text()))
-    got = _metric_rows(_evaluate_on(fmnist_paths[5000], 1))
+    with Client(one_worker_cluster):
+        report = workflows.evaluate(
+            open_dataset(fmnist_paths[5000]), methods=["lsh", "pcah", "itq"], bits=[32], queries=1000, seed=0
+        )
+    got = _metric_rows(report)
     assert got.keys() == reference.keys()
     for key in reference:
         for name, value in reference[key].items():

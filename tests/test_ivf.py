@@ -159,30 +159,29 @@ def _opened(root, ds):
 
 
 @pytest.mark.parametrize("workers, rows_per_task", [(1, None), (2, 700), (2, 2100)])
-def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, workers, rows_per_task):
+def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, clusters, workers, rows_per_task):
     """One task per codes chunk (700 rows), per 3 chunks (the last run holds 2 chunks, one of
     them partial) or per every chunk: the same answer."""
     import dask
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     from dask_hashcodes.indexes.ivf import ivf_knn_lazy
 
     d, ds, split = stored_ivf
     _, lists, all_codes, features = _opened(d, ds)
     queries = split.query
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
-        with Client(lc):
-            dist, ids = dask.compute(
-                ivf_knn_lazy(
-                    all_codes[queries],
-                    features[queries],
-                    lists,
-                    20,
-                    4,
-                    excluded_rows=queries,
-                    **({} if rows_per_task is None else {"rows_per_task": rows_per_task}),
-                )  # fmt: skip
-            )[0]
+    with Client(clusters[workers]):
+        dist, ids = dask.compute(
+            ivf_knn_lazy(
+                all_codes[queries],
+                features[queries],
+                lists,
+                20,
+                4,
+                excluded_rows=queries,
+                **({} if rows_per_task is None else {"rows_per_task": rows_per_task}),
+            )  # fmt: skip
+        )[0]
     _assert_probed_brute_force(features, all_codes, lists.centroids, queries, dist, ids)
 
 

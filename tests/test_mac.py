@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 from scipy import sparse
 
 from dask_hashcodes import InputError
@@ -64,15 +64,14 @@ def test_validation_precision_equals_a_brute_force_ranking():
     assert signs_precision_at_k(queries, base, relevant, k) == pytest.approx(np.mean(hits))
 
 
-def test_codes_are_identical_for_one_and_two_workers(fmnist_rows):
+def test_codes_are_identical_for_one_and_two_workers(fmnist_rows, clusters):
     X, y = fmnist_rows[0][:1500], fmnist_rows[1][:1500]
     params = {"n_labeled": 600, "n_similar": 20, "n_dissimilar": 60, "validation_size": 100, "max_iter": 4}
     codes = []
     for workers in (1, 2):
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
-            with Client(lc):
-                model = make_hasher("maccut", 8, mu_start=5.0, **params).fit(X, y)
-                codes.append(model.encode(X))
+        with Client(clusters[workers]):
+            model = make_hasher("maccut", 8, mu_start=5.0, **params).fit(X, y)
+            codes.append(model.encode(X))
     np.testing.assert_array_equal(codes[0], codes[1])
     # the SVMs' C was chosen on the validation rows: the first C of the best precision
     tried = model.training_stats_["svm_c_validation_precision"]

@@ -8,7 +8,7 @@ import itertools
 
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from dask_hashcodes import InputError
 from dask_hashcodes.distributed.graph import as_dask
@@ -123,13 +123,12 @@ def fmnist(fmnist_paths):
     [lambda: SDH(16, n_labeled=1200, n_anchors=200), lambda: COSDISH(16, n_labeled=1200, max_iter=3)],
     ids=["sdh", "cosdish"],
 )
-def test_codes_are_identical_for_one_and_two_workers_and_two_chunk_sizes(fmnist, make):
+def test_codes_are_identical_for_one_and_two_workers_and_two_chunk_sizes(fmnist, make, clusters):
     X, y = fmnist
     results = []
     for workers, chunk_rows in ((1, 1000), (2, 1000), (2, 700)):
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
-            with Client(lc):
-                results.append(make().fit(as_dask(X, chunk_rows=chunk_rows), y).encode(X))
+        with Client(clusters[workers]):
+            results.append(make().fit(as_dask(X, chunk_rows=chunk_rows), y).encode(X))
     for codes in results[1:]:
         np.testing.assert_array_equal(codes, results[0])
 

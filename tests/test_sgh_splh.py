@@ -256,16 +256,6 @@ def _fit_codes(ds, method, chunk_rows, y=None):
     return np.asarray(model.encode(X).compute())
 
 
-@pytest.fixture(scope="module")
-def one_worker_cluster():
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
-    ) as one:
-        yield one
-
-
 @pytest.mark.parametrize(
     "method", ["sgh", "usplh", "splh", "sh", "sikh", "isohash", "klsh", "bre", "agh", "agh2", "dgh", "kmh"]
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from dask_hashcodes.distributed.row_blocks import ScatteredBlocks
 from dask_hashcodes.hashing import make_hasher
@@ -79,7 +79,7 @@ def test_row_blocks_depend_on_the_number_of_rows_only():
     assert all(b - a <= 65536 for a, b in row_blocks(3_000_000))
 
 
-def test_scattered_blocks_give_the_same_weights_for_one_and_two_workers(svm_problem):
+def test_scattered_blocks_give_the_same_weights_for_one_and_two_workers(svm_problem, clusters):
     """The distributed solve sums the same blocks in the same order whatever the workers: the
     weights are bit-identical for one and two workers (numpy takes the same product routines
     on every worker: blocks received unaligned are copied first), and equal to the in-memory
@@ -88,11 +88,10 @@ def test_scattered_blocks_give_the_same_weights_for_one_and_two_workers(svm_prob
     local, _ = newton_svm(LocalBlocks(F, 10.0, block_rows=256).with_targets(T), F.shape[1], T.shape[1])
     weights = []
     for workers in (1, 2):
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
-            with Client(lc):
-                sums = ScatteredBlocks("test-svm", F, 10.0, row_blocks(len(F), 256))
-                weights.append(newton_svm(sums.with_targets(T), F.shape[1], T.shape[1])[0])
-                sums.release()
+        with Client(clusters[workers]):
+            sums = ScatteredBlocks("test-svm", F, 10.0, row_blocks(len(F), 256))
+            weights.append(newton_svm(sums.with_targets(T), F.shape[1], T.shape[1])[0])
+            sums.release()
     np.testing.assert_array_equal(weights[0], weights[1])
     # this process's BLAS may round differently from the workers' (OpenBLAS started with two
     # threads takes other product routines on AVX-512 cores than the workers' one-thread
@@ -100,7 +99,7 @@ def test_scattered_blocks_give_the_same_weights_for_one_and_two_workers(svm_prob
     np.testing.assert_allclose(weights[0], local, rtol=1e-10, atol=1e-13)
 
 
-def test_mac_codes_are_identical_for_two_storage_chunkings(fmnist_paths):
+def test_mac_codes_are_identical_for_two_storage_chunkings(fmnist_paths, cluster):
     """MAC gathers its training rows and cuts its own blocks: the stored chunking changes no
     bit (the one- and two-worker case is in test_mac.py)."""
     from dask_hashcodes.storage.datasets import open_dataset
@@ -117,11 +116,8 @@ def test_mac_codes_are_identical_for_two_storage_chunkings(fmnist_paths):
         "svm_c": 1.0,
     }
     codes = []
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
-        with Client(lc):
-            for chunk_rows in (1500, 400):
-                model = make_hasher("maccut", 8, mu_start=5.0, **params).fit(
-                    da.from_array(X, chunks=(chunk_rows, -1)), y
-                )
-                codes.append(model.encode(X))
+    with Client(cluster):
+        for chunk_rows in (1500, 400):
+            model = make_hasher("maccut", 8, mu_start=5.0, **params).fit(da.from_array(X, chunks=(chunk_rows, -1)), y)
+            codes.append(model.encode(X))
     np.testing.assert_array_equal(codes[0], codes[1])

@@ -92,17 +92,12 @@ def test_progress_runner_computes_the_tasks(tmp_path):
 
 
 @pytest.mark.slow
-def test_write_does_not_depend_on_worker_count(tmp_path):
-    from distributed import Client, LocalCluster
+def test_write_does_not_depend_on_worker_count(tmp_path, clusters):
+    from distributed import Client
 
     written = {}
     for workers in (2, 1):
-        with (
-            LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=40
-            ) as cluster,
-            Client(cluster),
-        ):
+        with Client(clusters[workers]):
             ds = write_sift_synth(tmp_path / f"w{workers}.zarr", N_WRITE, seed=7, chunk_rows=50_000)
             written[workers] = features(ds)
     np.testing.assert_array_equal(written[2], written[1])

@@ -1,0 +1,225 @@
+"""What the test suite costs a contributor on a fresh clone: wall and CPU seconds of each
+checkout's set-up and of its README's test command, the checkouts run one after the other.
+
+For each --commit, in the order given: clone this repository into a temporary folder, check
+the commit out, run its set-up script as its ``.ci/run`` does (``bash deploy/setup.sh test``;
+checkouts whose script takes no mode get ``bash deploy/setup.sh``), then the test command
+``.venv/bin/python -m pytest -q -p no:cacheprovider`` with ``CI=true``. Set-up and tests are
+timed apart because pip's cache makes the first set-up on a machine slower than the next ones;
+the suite's figure is the test command's.
+
+CPU seconds are user + system of the whole process tree: this process becomes the sub-reaper
+of what it starts (Linux ``PR_SET_CHILD_SUBREAPER``), so worker processes that outlive their
+parents are reaped here too, and the resource usage of every reaped descendant is counted (what
+``/usr/bin/time`` reports, plus any orphans). Processes still alive when a stage ends are
+listed in the result and killed.
+
+    .venv/bin/python benchmarks/bench_suite_cost.py --commit a6e40e2 --commit HEAD \\
+        --out benchmarks/results/suite_cost.json
+
+--profile adds the suite's ``--cpu-times`` plugin (checkouts that have it) to the test command
+and records the heaviest tests and modules by CPU; its own cost (a few psutil calls per test)
+is then part of the measured figure.
+
+--baseline-result FILE puts the runs of an earlier result (e.g. an older commit measured just
+before on the same machine) in the table, first, with the ratio of the last run to its first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sys.path entry above
+from benchmarks.harness.runs import check_result_out, result_paths  # noqa: E402
+
+PR_SET_CHILD_SUBREAPER = 36
+TEST_COMMAND = [".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+SUMMARY = re.compile(r"=+ (.*\d+ (passed|failed).*) in [\d.]+s")
+
+
+def become_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime, usage.ru_utime, usage.ru_stime
+
+
+def reap_leftovers() -> list[str]:
+    """Kill and reap descendants still alive after a stage (orphans re-parented to us); their
+    CPU then joins the children figures. Returns their command lines."""
+    left = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            left.append(" ".join(proc.cmdline())[:200])
+            proc.kill()
+        except psutil.Error:
+            continue
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            time.sleep(0.1)
+    return left
+
+
+def timed(cmd: list[str], cwd: Path, log: Path) -> dict:
+    """Run ``cmd`` in ``cwd`` (output to ``log``); its wall seconds and its tree's CPU seconds."""
+    total0, user0, sys0 = children_cpu()
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        status = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "CI": "true"}).returncode  # fmt: skip
+    wall = time.perf_counter() - started
+    leftovers = reap_leftovers()
+    total1, user1, sys1 = children_cpu()
+    return {
+        "command": " ".join(cmd),
+        "status": status,
+        "wall_seconds": round(wall, 1),
+        "cpu_seconds": round(total1 - total0, 1),
+        "user_seconds": round(user1 - user0, 1),
+        "system_seconds": round(sys1 - sys0, 1),
+        "leftover_processes": leftovers,
+    }
+
+
+def setup_command(tree: Path) -> list[str]:
+    script = (tree / "deploy" / "setup.sh").read_text()
+    return ["bash", "deploy/setup.sh", "test"] if "usage: bash deploy/setup.sh run|test" in script else [
+        "bash", "deploy/setup.sh"]  # fmt: skip
+
+
+def heaviest(profile: Path, count: int = 40) -> dict:
+    """The tests and test modules of a ``--cpu-times`` file with the most CPU seconds."""
+    tests = [json.loads(line) for line in profile.read_text().splitlines() if line.strip()]
+    modules: dict[str, float] = {}
+    for test in tests:
+        module = test["test"].split("::")[0]
+        modules[module] = modules.get(module, 0.0) + test["cpu"]
+    top = sorted(tests, key=lambda t: -t["cpu"])[:count]
+    return {
+        "sum_cpu_seconds": round(sum(t["cpu"] for t in tests), 1),
+        "tests": [{"test": t["test"], "cpu": round(t["cpu"], 1), "wall": round(t["wall"], 1)} for t in top],
+        "modules": {m: round(c, 1) for m, c in sorted(modules.items(), key=lambda mc: -mc[1])[:count]},
+    }
+
+
+def measure(commit: str, workdir: Path, profile: bool = False) -> dict:
+    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", commit], capture_output=True, text=True,
+                         check=True).stdout.strip()  # fmt: skip
+    tree = workdir / sha[:12]
+    subprocess.run(["git", "clone", "-q", str(REPO), str(tree)], check=True)
+    subprocess.run(["git", "-C", str(tree), "checkout", "-q", "--detach", sha], check=True)
+    setup = timed(setup_command(tree), tree, workdir / f"{sha[:12]}-setup.log")
+    if setup["status"]:
+        raise SystemExit(f"set-up of {commit} failed; see {workdir / (sha[:12] + '-setup.log')}")
+    log = workdir / f"{sha[:12]}-tests.log"
+    cpu_file = workdir / f"{sha[:12]}-cpu-times.jsonl"
+    profiled = profile and (tree / "tests" / "cpu_times.py").exists()
+    tests = timed(TEST_COMMAND + (["--cpu-times", str(cpu_file)] if profiled else []), tree, log)
+    lines = log.read_text().splitlines()
+    summary = next((m.group(1) for line in reversed(lines) if (m := SUMMARY.search(line))), lines[-1] if lines else "")
+    tests["summary"] = summary
+    run = {"commit": commit, "sha": sha, "setup": setup, "tests": tests}
+    if profiled and cpu_file.exists():
+        run["profile"] = heaviest(cpu_file)
+    return run
+
+
+def markdown(result: dict) -> str:
+    m = result["machine"]
+    lines = [
+        "# Test suite cost on a fresh clone, checkouts run one after the other",
+        "",
+        f"- command: `{result['command']}`",
+        f"- machine: {m['cpu_model']}, {m['cores']} cores, {m['ram_total_gb']} GB RAM; {m['platform']}",
+        "- CPU: user + system seconds of the whole process tree (every reaped descendant, orphans included)",
+        "",
+        "| commit | set-up wall s | set-up CPU s | tests wall min | tests CPU s (user + sys) | tests CPU min | result |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in result["runs"]:
+        s, t = run["setup"], run["tests"]
+        where = f", in {run['from']}" if "from" in run else ""
+        lines.append(
+            f"| `{run['sha'][:7]}` ({run['commit']}{where}) | {s['wall_seconds']:.0f} | {s['cpu_seconds']:.0f} | "
+            f"{t['wall_seconds'] / 60:.1f} | {t['cpu_seconds']:.0f} ({t['user_seconds']:.0f} + "
+            f"{t['system_seconds']:.0f}) | {t['cpu_seconds'] / 60:.1f} | {t['summary']} |"
+        )
+    if len(result["runs"]) > 1:
+        first, last = result["runs"][0]["tests"], result["runs"][-1]["tests"]
+        lines += ["", f"- tests CPU of the last over the first: {last['cpu_seconds'] / first['cpu_seconds']:.2f}; "
+                  f"wall: {last['wall_seconds'] / first['wall_seconds']:.2f}"]  # fmt: skip
+    for run in result["runs"]:
+        if "profile" in run:
+            prof = run["profile"]
+            lines += ["", f"## Heaviest test modules of `{run['sha'][:7]}` by CPU seconds (`--cpu-times`; "
+                      f"sum over tests {prof['sum_cpu_seconds']:.0f} s)", "", "| module | CPU s |", "|---|---|"]  # fmt: skip
+            lines += [f"| {m} | {c:.0f} |" for m, c in list(prof["modules"].items())[:20]]
+            lines += [
+                "",
+                "| test (a session fixture's cost lands on its first test) | CPU s | wall s |",
+                "|---|---|---|",
+            ]
+            lines += [f"| `{t['test']}` | {t['cpu']:.0f} | {t['wall']:.0f} |" for t in prof["tests"][:25]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--commit", action="append", help="a commit to measure (repeat; default HEAD)")
+    parser.add_argument("--out", default="benchmarks/results/suite_cost.json")
+    parser.add_argument("--baseline-result", help="an earlier result of this script whose runs come first in the table")
+    parser.add_argument("--profile", action="store_true", help="run the tests with --cpu-times; record the heaviest")
+    parser.add_argument("--overwrite", action="store_true", help="replace a suite-cost result written before")
+    args = parser.parse_args(argv)
+    check_result_out(args.out, overwrite=args.overwrite)
+    become_subreaper()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    runs = []
+    if args.baseline_result:
+        earlier = json.loads(Path(args.baseline_result).read_text())
+        runs += [{**run, "from": args.baseline_result} for run in earlier["runs"]]
+    with tempfile.TemporaryDirectory(prefix="dhash-suite-cost-") as work:
+        for commit in args.commit or ["HEAD"]:
+            runs.append(measure(commit, Path(work), profile=args.profile))
+            print(runs[-1], flush=True)
+    result = {
+        "command": " ".join(["benchmarks/bench_suite_cost.py", *sys.argv[1:]]),
+        "machine": machine_info(),
+        "runs": runs,
+    }
+    from dask_hashcodes.storage.atomic import FILE_MARK, write_file_output
+    from dask_hashcodes.storage.jsonio import dumps
+
+    json_path, md_path = result_paths(args.out)
+    write_file_output(json_path, (dumps(result) + "\n").encode(), kind="bench", overwrite=args.overwrite)
+    text = markdown(result) + "\n" + FILE_MARK.format(kind="bench") + "\n"
+    write_file_output(md_path, text.encode(), kind="bench", overwrite=args.overwrite)
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
