@@ -28,8 +28,18 @@ SLOW_MODULES = {
     "test_adsh", "test_bench_batch_search", "test_bench_recall", "test_debian_text", "test_doc_examples",
     "test_dpsh", "test_estimators", "test_fashion_mnist", "test_interrupt", "test_load", "test_mac",
     "test_operations", "test_packaging", "test_progress", "test_reference_outputs", "test_run_resume",
-    "test_sgh_splh_quality",
+    "test_sgh_splh_quality", "test_resident", "test_benchmark_command",
 }  # fmt: skip
+# single tests that start processes or clusters of their own (module::function)
+SLOW_TESTS = {
+    "test_architecture::test_storage_runs_no_dask_computation",
+    "test_dish::test_training_moves_no_feature_chunk_between_workers",
+    "test_ivf::test_warm_batches_search_the_lists_held_on_the_workers_without_reading_storage",
+    "test_storage::test_sigterm_removes_the_temporary_and_exits_143",
+    "test_storage::test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced",
+    "test_storage::test_a_successful_job_prints_no_error_lines",
+    "test_truth::test_stored_neighbour_lists_stay_out_of_the_evaluation_graphs",
+}
 SLOW_FIXTURES = {
     "data_dir", "fmnist_paths", "pipeline_run", "process_cluster", "fresh_cluster", "one_worker_cluster", "clusters",
     "cpu_hogs", "s3_server",
@@ -39,7 +49,8 @@ SLOW_FIXTURES = {
 def pytest_collection_modifyitems(config, items):
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        test = f"{module}::{getattr(item, 'originalname', item.name)}"
+        if module in SLOW_MODULES or test in SLOW_TESTS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
 
 
