@@ -59,7 +59,8 @@ def become_subreaper() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
 
 
-def children_cpu() -> float:
+def children_cpu() -> tuple[float, float, float]:
+    """(user + system, user, system) seconds of every descendant reaped so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime, usage.ru_utime, usage.ru_stime
 
