@@ -84,7 +84,20 @@ def test_the_wheel_holds_the_library_its_command_line_and_data(wheel):
 def test_the_dhash_command_is_the_cli(wheel):
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
-    assert "[console_scripts]" in text and "dhash = dask_hashcodes.cli.main:main" in text
+    assert "[console_scripts]" in text and "dhash = dask_hashcodes.cli:console_main" in text
+
+
+def test_the_command_script_imports_no_command_module_when_a_worker_re_runs_it():
+    """A local cluster's worker processes re-run the installed ``dhash`` script as
+    ``__mp_main__`` (multiprocessing's spawn): the script's own imports must not pull in the
+    CLI (numpy, Dask, scikit-learn: seconds of CPU in every worker of every command)."""
+    script = Path(sys.executable).parent / "dhash"
+    probe = (
+        "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__mp_main__'); "
+        "print(sorted(m for m in ('dask_hashcodes.cli.main', 'numpy', 'dask', 'sklearn') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, str(script)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def _closure(requirements: list[str]) -> dict[str, set[str]]:

@@ -17,6 +17,16 @@ import sys
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a process ended by Ctrl-C
 
 
+def console_main() -> int:
+    """The ``dhash`` console script's entry point. The command's modules are imported here,
+    not when the script is: a local cluster's worker processes re-run the script as their
+    main module (multiprocessing's spawn) and would otherwise each import the whole CLI
+    (seconds of CPU per worker) for tasks that need only the kernels."""
+    from dask_hashcodes.cli.main import main
+
+    return main()
+
+
 def _interrupted_at_start_up(signum, frame):
     os.write(2, b"error: interrupted\n")
     os._exit(EXIT_INTERRUPTED)
