@@ -21,6 +21,9 @@ listed in the result and killed.
 and records the heaviest tests and modules by CPU; its own cost (a few psutil calls per test)
 is then part of the measured figure.
 
+--fast-tier runs the edit-test loop's tier instead (the test command with ``-m "not slow"``),
+which the README promises in a few minutes on 2 cores.
+
 --baseline-result FILE puts the runs of an earlier result (e.g. an older commit measured just
 before on the same machine) in the table, first, with the ratio of the last run to its first.
 """
@@ -50,6 +53,7 @@ from benchmarks.harness.runs import check_result_out, result_paths  # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
 TEST_COMMAND = [".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+FAST_TIER = ["-m", "not slow"]  # the fast tier's selection (tests/conftest.py marks the rest slow)
 SUMMARY = re.compile(r"=+ (.*\d+ (passed|failed).*) in [\d.]+s")
 
 
@@ -127,7 +131,7 @@ def heaviest(profile: Path, count: int = 40) -> dict:
     }
 
 
-def measure(commit: str, workdir: Path, profile: bool = False) -> dict:
+def measure(commit: str, workdir: Path, profile: bool = False, fast_tier: bool = False) -> dict:
     sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", commit], capture_output=True, text=True,
                          check=True).stdout.strip()  # fmt: skip
     tree = workdir / sha[:12]
@@ -139,11 +143,12 @@ def measure(commit: str, workdir: Path, profile: bool = False) -> dict:
     log = workdir / f"{sha[:12]}-tests.log"
     cpu_file = workdir / f"{sha[:12]}-cpu-times.jsonl"
     profiled = profile and (tree / "tests" / "cpu_times.py").exists()
-    tests = timed(TEST_COMMAND + (["--cpu-times", str(cpu_file)] if profiled else []), tree, log)
+    command = TEST_COMMAND + (FAST_TIER if fast_tier else [])
+    tests = timed(command + (["--cpu-times", str(cpu_file)] if profiled else []), tree, log)
     lines = log.read_text().splitlines()
     summary = next((m.group(1) for line in reversed(lines) if (m := SUMMARY.search(line))), lines[-1] if lines else "")
     tests["summary"] = summary
-    run = {"commit": commit, "sha": sha, "setup": setup, "tests": tests}
+    run = {"commit": commit, "sha": sha, "setup": setup, "tests": tests, "test_command": " ".join(command)}
     if profiled and cpu_file.exists():
         run["profile"] = heaviest(cpu_file)
     return run
@@ -152,9 +157,11 @@ def measure(commit: str, workdir: Path, profile: bool = False) -> dict:
 def markdown(result: dict) -> str:
     m = result["machine"]
     lines = [
-        "# Test suite cost on a fresh clone, checkouts run one after the other",
+        "# Test suite cost on a fresh clone, checkouts run one after the other"
+        + (" (the fast tier)" if result.get("fast_tier") else ""),
         "",
         f"- command: `{result['command']}`",
+        f"- test command: `{result['runs'][-1].get('test_command', ' '.join(TEST_COMMAND))}` (with CI=true)",
         f"- machine: {m['cpu_model']}, {m['cores']} cores, {m['ram_total_gb']} GB RAM; {m['platform']}",
         "- CPU: user + system seconds of the whole process tree (every reaped descendant, orphans included)",
         "",
@@ -194,6 +201,7 @@ def main(argv=None):
     parser.add_argument("--out", default="benchmarks/results/suite_cost.json")
     parser.add_argument("--baseline-result", help="an earlier result of this script whose runs come first in the table")
     parser.add_argument("--profile", action="store_true", help="run the tests with --cpu-times; record the heaviest")
+    parser.add_argument("--fast-tier", action="store_true", help='run the fast tier only (-m "not slow")')
     parser.add_argument("--overwrite", action="store_true", help="replace a suite-cost result written before")
     args = parser.parse_args(argv)
     check_result_out(args.out, overwrite=args.overwrite)
@@ -205,11 +213,12 @@ def main(argv=None):
         runs += [{**run, "from": args.baseline_result} for run in earlier["runs"]]
     with tempfile.TemporaryDirectory(prefix="dhash-suite-cost-") as work:
         for commit in args.commit or ["HEAD"]:
-            runs.append(measure(commit, Path(work), profile=args.profile))
+            runs.append(measure(commit, Path(work), profile=args.profile, fast_tier=args.fast_tier))
             print(runs[-1], flush=True)
     result = {
         "command": " ".join(["benchmarks/bench_suite_cost.py", *sys.argv[1:]]),
         "machine": machine_info(),
+        "fast_tier": args.fast_tier,
         "runs": runs,
     }
     from dask_hashcodes.storage.atomic import FILE_MARK, write_file_output
