@@ -35,7 +35,8 @@ def test_jobs_show_readable_task_names_and_save_a_performance_report(fresh_clust
     sched = ["--scheduler", fresh_cluster.scheduler_address, "--quiet"]
     ds, model, codes = tmp_path / "sift.zarr", tmp_path / "itq", tmp_path / "codes.zarr"
     report = tmp_path / "reports" / "train.html"
-    assert run("synth", "sift", "--n", 20000, "--out", ds, "--chunk-rows", 5000, *sched) == 0
+    # small, in several chunks: the names are those of any size (the merge of per-chunk top-k too)
+    assert run("synth", "sift", "--n", 6000, "--out", ds, "--chunk-rows", 1500, *sched) == 0
     assert run("split", "--dataset", ds, "--queries", 20, *sched) == 0
     assert (
         run(
@@ -236,13 +237,15 @@ def _metrics(report_dir):
     }
 
 
-def test_pipeline_on_separate_scheduler_and_worker_processes_equals_local_cluster(process_cluster, tmp_path):
+def test_pipeline_on_separate_scheduler_and_worker_processes_equals_local_cluster(
+    process_cluster, fresh_cluster, tmp_path
+):
     """The whole evaluate job against `--scheduler tcp://...` (two `dask worker` processes)
-    gives the same models (content ids) and every metric identical to the embedded
-    LocalCluster run."""
+    gives the same models (content ids) and every metric identical to the run on a
+    LocalCluster of the CLI's default shape (this module's, already running)."""
     from dask_hashcodes.data.synth import write_sift_synth
 
-    ds = write_sift_synth(tmp_path / "sift.zarr", 20000, seed=4, chunk_rows=5000).path
+    ds = write_sift_synth(tmp_path / "sift.zarr", 10000, seed=4, chunk_rows=2500).path
     job = [
         "evaluate",
         "--dataset",
@@ -267,7 +270,7 @@ def test_pipeline_on_separate_scheduler_and_worker_processes_equals_local_cluste
     ]
     assert process_cluster.startswith("tcp://127.0.0.1:")
     assert run(*job, "--scheduler", process_cluster, "--out", tmp_path / "hosts") == 0
-    assert run(*job, "--workers", 2, "--out", tmp_path / "local") == 0
+    assert run(*job, "--scheduler", fresh_cluster.scheduler_address, "--out", tmp_path / "local") == 0
     hosts, local = _metrics(tmp_path / "hosts"), _metrics(tmp_path / "local")
     assert hosts.keys() == local.keys() and len(hosts) == 4  # dish gives DisH2 and DisH1 rows
     for key in local:
@@ -275,34 +278,22 @@ def test_pipeline_on_separate_scheduler_and_worker_processes_equals_local_cluste
         assert hosts[key][1] == pytest.approx(local[key][1], abs=1e-12), key
 
 
-def test_relative_paths_reach_workers_started_in_another_directory(process_cluster, tmp_path, monkeypatch):
+def test_relative_paths_reach_workers_started_in_another_directory(
+    process_cluster, fresh_cluster, tmp_path, monkeypatch
+):
     """`dhash synth --out data/s.zarr` then `dhash train --dataset data/s.zarr` against workers
     started in `/`: paths are resolved on the client before anything is sent, so the model
     is the one a local cluster learns (never one trained on zeros from unfound chunks)."""
     monkeypatch.chdir(tmp_path)
+    n = 6000
     hosts = ["--scheduler", process_cluster, "--quiet"]
-    assert run("synth", "sift", "--n", 20000, "--chunk-rows", 5000, "--out", "data/s.zarr", *hosts) == 0
+    assert run("synth", "sift", "--n", n, "--chunk-rows", 1500, "--out", "data/s.zarr", *hosts) == 0
     assert run("train", "--dataset", "data/s.zarr", "--method", "itq", "--bits", 32, "--out", "m", *hosts) == 0
-    assert (
-        run(
-            "train",
-            "--dataset",
-            "data/s.zarr",
-            "--method",
-            "itq",
-            "--bits",
-            32,
-            "--out",
-            "m-local",
-            "--workers",
-            2,
-            "--quiet",
-        )
-        == 0
-    )
+    local = ["--scheduler", fresh_cluster.scheduler_address, "--quiet"]
+    assert run("train", "--dataset", "data/s.zarr", "--method", "itq", "--bits", 32, "--out", "m-local", *local) == 0
     remote, local = (json.loads((tmp_path / name / "model.json").read_text()) for name in ("m", "m-local"))
     assert remote["model_id"] == local["model_id"]
-    assert remote["training"]["quantization_loss"][-1] != 20000 * 32  # n x r: every projection zero
+    assert remote["training"]["quantization_loss"][-1] != n * 32  # n x r: every projection zero
     assert remote["dataset"]["path"] == str(tmp_path / "data" / "s.zarr")
 
 
@@ -310,40 +301,30 @@ def test_relative_paths_reach_workers_started_in_another_directory(process_clust
 
 
 @pytest.mark.parametrize("method, extra", [("dish", ["--nodes", 3, "--max-iter", 12])])  # itq: same code path
-def test_train_killed_mid_run_resumes_to_the_same_model(tmp_path, capsys, method, extra):
-    """`dhash train` is killed (SIGKILL to the client with its scheduler and workers) once
-    its checkpoint holds iteration 3 or later; the model is not there, a plain rerun refuses
-    to overwrite the state, `--resume` finishes the run and gives the model (content id)
-    an uninterrupted run gives."""
+def test_train_killed_mid_run_resumes_to_the_same_model(fresh_cluster, tmp_path, capsys, method, extra):
+    """`dhash train` on its own local cluster is killed (SIGKILL to the client with its
+    scheduler and workers) once its checkpoint holds iteration 3 or later; the model is not
+    there, a plain rerun refuses to overwrite the state, `--resume` finishes the run and gives
+    the model (content id) an uninterrupted run gives. The uninterrupted run and the reruns
+    use this module's running cluster of the same shape."""
     import json
 
     from dask_hashcodes.data.synth import write_sift_synth
     from tests.killing import kill_after_checkpoint
 
-    ds = write_sift_synth(tmp_path / "sift.zarr", 60000, seed=5, chunk_rows=8192).path
-    job = [
-        "train",
-        "--dataset",
-        str(ds),
-        "--method",
-        method,
-        "--bits",
-        "16",
-        "--workers",
-        "2",
-        "--quiet",
-        *map(str, extra),
-    ]
-    assert run(*job, "--out", tmp_path / "reference") == 0
+    ds = write_sift_synth(tmp_path / "sift.zarr", 30000, seed=5, chunk_rows=8192).path
+    job = ["train", "--dataset", str(ds), "--method", method, "--bits", "16", "--quiet", *map(str, extra)]
+    here = ["--scheduler", fresh_cluster.scheduler_address]
+    assert run(*job, *here, "--out", tmp_path / "reference") == 0
     out = tmp_path / "model"
     state = tmp_path / "model.checkpoint" / "state.json"
-    kill_after_checkpoint([*job, "--out", out], state)
+    kill_after_checkpoint([*job, "--workers", "2", "--out", out], state)
     assert not out.exists()
     assert 3 <= json.loads(state.read_text())["iteration"] < (12 if method == "dish" else 30)
 
-    assert run(*job, "--out", out) == 2
+    assert run(*job, *here, "--out", out) == 2
     assert "pass --resume" in capsys.readouterr().err
-    assert run(*job, "--out", out, "--resume") == 0
+    assert run(*job, *here, "--out", out, "--resume") == 0
     reference = json.loads((tmp_path / "reference" / "model.json").read_text())
     resumed = json.loads((out / "model.json").read_text())
     assert resumed["model_id"] == reference["model_id"]
@@ -466,7 +447,7 @@ def test_scheduled_pipelines_run_skip_and_never_overlap(fresh_cluster, tmp_path,
     from dask_hashcodes.storage.codes import open_codes
     from dask_hashcodes.storage.datasets import open_dataset
 
-    rows = open_dataset(write_sift_synth(tmp_path / "src.zarr", 12000, seed=7, chunk_rows=4096).path).features_dask()
+    rows = open_dataset(write_sift_synth(tmp_path / "src.zarr", 6000, seed=7, chunk_rows=2000).path).features_dask()
     work = tmp_path / "work"
     (work / "inbox").mkdir(parents=True)
     write_vecs(work / "inbox" / "base.bvecs", np.asarray(rows.compute()))
