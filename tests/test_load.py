@@ -1,8 +1,8 @@
 """Correct under load: a busy shared node must not turn finished jobs into failures.
 
-The slow test runs the real CLI (synth -> split -> train dish -> encode -> search) as
-subprocesses while CPU hogs keep every core busy, and checks that each step exits 0 and
-that the model equals the one trained without load. The unit tests pin down the three ways
+The slow test runs the real CLI (synth -> split -> train dish -> encode -> search, as one
+`dhash run` job on its own local cluster) while CPU hogs keep every core busy, and checks that
+each step succeeds and that the model equals the one trained without load. The unit tests pin down the three ways
 load used to cause false failures: a scheduler answer without its per-worker entries read
 as "every worker left", a timeout while closing the cluster after the job finished, and
 tracebacks instead of one-line errors.
@@ -230,50 +230,89 @@ def cpu_hogs():
             hog.wait()
 
 
+PIPELINE = """
+[pipeline]
+name = "load"
+workdir = "work"
+
+[[steps]]
+command = "synth"
+kind = "sift"
+n = 20000
+seed = 4
+chunk-rows = 5000
+out = "sift.zarr"
+
+[[steps]]
+command = "split"
+dataset = "sift.zarr"
+queries = 50
+seed = 1
+
+[[steps]]
+command = "train"
+dataset = "sift.zarr"
+split = "default"
+method = "dish"
+bits = 16
+nodes = 4
+max-iter = 6
+inner-steps = 2
+out = "dish"
+
+[[steps]]
+command = "encode"
+dataset = "sift.zarr"
+model = "dish"
+out = "codes.zarr"
+
+[[steps]]
+command = "search"
+dataset = "sift.zarr"
+model = "dish"
+codes = "codes.zarr"
+k = 10
+out = "res.parquet"
+"""
+
+
 def _pipeline(tmp) -> dict:
-    """synth -> split -> train dish -> encode -> search as separate `dhash` processes, each on
-    its own local cluster as a user runs them; returns the model.json."""
-    ds, model, codes, res = tmp / "sift.zarr", tmp / "dish", tmp / "codes.zarr", tmp / "res.parquet"
-    job = ["--quiet", "--workers", 2, "--threads", 1]
-    steps = [
-        ["synth", "sift", "--n", 20000, "--seed", 4, "--chunk-rows", 5000, "--out", ds],
-        ["split", "--dataset", ds, "--queries", 50, "--seed", 1],
-        ["train", "--dataset", ds, "--split", "default", "--method", "dish", "--bits", 16]
-        + ["--nodes", 4, "--max-iter", 6, "--inner-steps", 2, "--out", model],
-        ["encode", "--dataset", ds, "--model", model, "--out", codes],
-        ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10, "--out", res],
-    ]
-    for step in steps:
-        proc = _cli(*step, *job, env=RACY_CLIENT)
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"dhash {step[0]} exited {proc.returncode}:\n{err}"
-        assert "Traceback" not in err, err
-    assert res.exists()
-    return json.loads((model / "model.json").read_text())
+    """synth -> split -> train dish -> encode -> search as one `dhash run` process on its own
+    local cluster (started and closed under the load, as each of the steps' jobs runs under
+    it); returns the model.json."""
+    (tmp / "load.toml").write_text(PIPELINE)
+    proc = _cli("run", tmp / "load.toml", "--quiet", "--workers", 2, "--threads", 1, env=RACY_CLIENT)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, f"dhash run exited {proc.returncode}:\n{err}"
+    assert "Traceback" not in err, err
+    work = tmp / "work"
+    (log,) = (work / "logs").glob("load-*.json")
+    steps = json.loads(log.read_text())["steps"]
+    assert [(s["command"], s["status"]) for s in steps] == [
+        (command, "ok") for command in ("synth", "split", "train", "encode", "search")
+    ], steps
+    assert (work / "res.parquet").exists()
+    return json.loads((work / "dish" / "model.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def reference_model(tmp_path_factory):
-    """The model of the same pipeline on an idle machine (trained in this process)."""
-    from distributed import LocalCluster
-
+def reference_model(tmp_path_factory, cluster):
+    """The model of the same steps on an idle machine (trained in this process, on the
+    session's cluster of the same shape)."""
     tmp = tmp_path_factory.mktemp("idle")
     ds, model = tmp / "sift.zarr", tmp / "dish"
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
-    ) as cluster:
-        sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
-        assert run("synth", "sift", "--n", 20000, "--seed", 4, "--chunk-rows", 5000, "--out", ds, *sched) == 0
-        assert run("split", "--dataset", ds, "--queries", 50, "--seed", 1, *sched) == 0
-        train = ["train", "--dataset", ds, "--split", "default", "--method", "dish", "--bits", 16]
-        train += ["--nodes", 4, "--max-iter", 6, "--inner-steps", 2, "--out", model, *sched]
-        assert run(*train) == 0
+    sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
+    assert run("synth", "sift", "--n", 20000, "--seed", 4, "--chunk-rows", 5000, "--out", ds, *sched) == 0
+    assert run("split", "--dataset", ds, "--queries", 50, "--seed", 1, *sched) == 0
+    train = ["train", "--dataset", ds, "--split", "default", "--method", "dish", "--bits", 16]
+    train += ["--nodes", 4, "--max-iter", 6, "--inner-steps", 2, "--out", model, *sched]
+    assert run(*train) == 0
     return json.loads((model / "model.json").read_text())
 
 
 @pytest.mark.slow
 def test_pipeline_under_load_succeeds_with_the_same_model(reference_model, cpu_hogs, tmp_path):
-    """Every step exits 0 with the cores oversubscribed by the hogs, the model is the one
+    """Every step succeeds and the job exits 0 with the cores oversubscribed by the hogs, the model is the one
     trained on an idle machine, and no step was redone (no worker left)."""
     loaded = _pipeline(tmp_path)
     assert loaded["model_id"] == reference_model["model_id"]
