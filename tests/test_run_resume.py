@@ -20,7 +20,7 @@ workdir = "work"
 [[steps]]
 command = "synth"
 kind = "sift"
-n = 60000
+n = 30000
 chunk-rows = 8192
 seed = 5
 out = "data/sift.zarr"
@@ -43,23 +43,27 @@ def _pipeline(tmp_path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def reference_model_id(tmp_path_factory):
-    """The model of an uninterrupted run of the same pipeline."""
+def reference_model_id(tmp_path_factory, cluster):
+    """The model of an uninterrupted run of the same pipeline (on the session's cluster of
+    the shape the killed run starts)."""
     tmp = tmp_path_factory.mktemp("reference")
-    assert main(["run", str(_pipeline(tmp)), "--workers", "2", "--quiet"]) == 0
+    assert main(["run", str(_pipeline(tmp)), "--scheduler", cluster.scheduler_address, "--quiet"]) == 0
     return json.loads((tmp / "work" / "models" / "dish16" / "model.json").read_text())["model_id"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("force", [False, True])
-def test_killed_run_then_rerun_gives_the_uninterrupted_model(reference_model_id, tmp_path, capsys, force):
+def test_killed_run_then_rerun_gives_the_uninterrupted_model(reference_model_id, cluster, tmp_path, capsys, force):
+    """The killed run starts its own local cluster (killed with it); the next run joins the
+    session's cluster of the same shape."""
     pipeline = _pipeline(tmp_path)
     work = tmp_path / "work"
     state = work / "models" / "dish16.checkpoint" / "state.json"
     stopped_at = kill_after_checkpoint(["run", pipeline, "--workers", 2, "--quiet"], state)
     assert 3 <= stopped_at < 12 and not (work / "models" / "dish16").exists()
     capsys.readouterr()
-    assert main(["run", str(pipeline), "--workers", "2", "--quiet", *(["--force"] if force else [])]) == 0
+    rerun = ["run", str(pipeline), "--scheduler", cluster.scheduler_address, "--quiet"]
+    assert main([*rerun, *(["--force"] if force else [])]) == 0
     err = capsys.readouterr().err
     if force:
         assert "removed the checkpoint" in err and "training starts over" in err
