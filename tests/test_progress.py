@@ -69,9 +69,45 @@ def dhash_on_terminal(args, cwd) -> tuple[int, bytes, bytes]:
         os.close(main)
 
 
-def dhash_in_pipe(args, cwd) -> tuple[int, bytes, bytes]:
-    done = subprocess.run([*DHASH, *args], capture_output=True, cwd=cwd, env=_environment(), timeout=300)
-    return done.returncode, done.stdout, done.stderr
+def dhash_here(args, monkeypatch, terminal: bool) -> tuple[int, bytes]:
+    """(status, stderr) of ``dhash ARGS`` run in this process (``main``) with sys.stderr on a
+    pseudo-terminal or on a pipe: the same CLI code on a real terminal or pipe, without
+    starting another Python (each costs seconds of imports)."""
+    import threading
+
+    from dask_hashcodes.cli.main import main
+
+    monkeypatch.delenv("CI", raising=False)  # CI would hide the bars on the terminal too
+    if terminal:
+        read_end, write_end = os.openpty()
+        fcntl.ioctl(write_end, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    else:
+        read_end, write_end = os.pipe()
+    out = bytearray()
+
+    def drain():  # read while the command runs: a full buffer would block it
+        while True:
+            try:
+                chunk = os.read(read_end, 65536)
+            except OSError:  # EIO: the terminal's other end closed
+                return
+            if not chunk:
+                return
+            out.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    stream = open(write_end, "w", buffering=1)  # noqa: SIM115 - closed below, after the command
+    try:
+        assert stream.isatty() == terminal
+        monkeypatch.setattr(sys, "stderr", stream)
+        status = main([str(a) for a in args])
+    finally:
+        monkeypatch.setattr(sys, "stderr", sys.__stderr__)
+        stream.close()
+        reader.join(timeout=30)
+        os.close(read_end)
+    return status, bytes(out)
 
 
 def _has_bar(stderr: bytes) -> bool:
@@ -107,9 +143,11 @@ def _command(command: str, path: str, where: Path, run: int) -> list:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["train", "groundtruth", "evaluate"])
-def test_long_commands_show_progress_on_a_terminal_only(small_dataset, cluster, command):
-    """On a terminal: a bar. With --quiet on the terminal, or stderr to a pipe (a log, CI,
-    cron): none. The shared test cluster (--scheduler) keeps each run cheap."""
+def test_long_commands_show_progress_on_a_terminal_only(small_dataset, cluster, command, monkeypatch):
+    """On a terminal: a bar (the command started as a user starts it). With --quiet on the
+    terminal, or stderr to a pipe (a log, CI, cron): none (the command's code run in this
+    process, its stderr on a real terminal or pipe). The shared test cluster (--scheduler)
+    keeps each run cheap."""
     where, path = small_dataset
     scheduler = ["--scheduler", cluster.scheduler_address]
 
@@ -118,11 +156,12 @@ def test_long_commands_show_progress_on_a_terminal_only(small_dataset, cluster, 
     assert _has_bar(stderr), stderr.decode(errors="replace")
     assert OWN_BAR[command] in stderr, stderr.decode(errors="replace")
 
-    status, _, stderr = dhash_on_terminal([*_command(command, path, where, 1), *scheduler, "--quiet"], where)
+    monkeypatch.chdir(where)
+    status, stderr = dhash_here([*_command(command, path, where, 1), *scheduler, "--quiet"], monkeypatch, True)
     assert status == 0, stderr.decode(errors="replace")
     assert not _has_bar(stderr), stderr.decode(errors="replace")
 
-    status, _, stderr = dhash_in_pipe([*_command(command, path, where, 2), *scheduler], where)
+    status, stderr = dhash_here([*_command(command, path, where, 2), *scheduler], monkeypatch, False)
     assert status == 0, stderr.decode(errors="replace")
     assert not _has_bar(stderr), stderr.decode(errors="replace")
     assert b"iteration" in stderr or command == "groundtruth"  # the log lines stay; only the bars go
