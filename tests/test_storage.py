@@ -67,7 +67,7 @@ def _pipeline(cluster, src: str, base: str, labels: str | None = None, extra=())
     sched = ["--scheduler", cluster.scheduler_address, "--quiet", *extra]
     ds, model, codes = f"{base}/ds.zarr", f"{base}/itq16", f"{base}/codes.zarr"
     steps = [
-        ["ingest", src, "--out", ds, "--chunk-rows", 700],
+        ["ingest", src, "--out", ds, "--chunk-rows", 1000],
         ["split", "--dataset", ds, "--queries", 40, "--seed", 3],
         ["groundtruth", "--dataset", ds, "--top-k", 25],
         ["train", "--dataset", ds, "--split", "default", "--method", "itq", "--bits", 16, "--out", model],
@@ -182,13 +182,14 @@ def _s3_open(options, path):
     return s3fs.S3FileSystem(**options).open(path, "rb")
 
 
-def test_uncommitted_prefix_on_s3_is_refused(s3_server, monkeypatch, capsys):
+def test_uncommitted_prefix_on_s3_is_refused(s3_server, cluster, monkeypatch, capsys):
     import s3fs
 
     fs = s3fs.S3FileSystem(**s3_server)
     fs.pipe_file("dhash-test/half/ds.zarr/zarr.json", b'{"zarr_format": 3, "node_type": "group"}')
     monkeypatch.setenv("DHASH_STORAGE_OPTIONS", json.dumps(s3_server))
-    assert run("split", "--dataset", "s3://dhash-test/half/ds.zarr", "--workers", 1, "--quiet") == 2
+    half = "s3://dhash-test/half/ds.zarr"
+    assert run("split", "--dataset", half, "--scheduler", cluster.scheduler_address, "--quiet") == 2
     err = capsys.readouterr().err
     assert "is not a complete dhash dataset" in err and err.count("\n") == 1
 
@@ -362,7 +363,7 @@ def test_damaged_chunk_makes_the_reader_exit_2_naming_it(pristine, cluster, tmp_
         ),
     ],
 )
-def test_damaged_metadata_is_a_one_line_error(pristine, tmp_path, capsys, target, damage, command, message):
+def test_damaged_metadata_is_a_one_line_error(pristine, cluster, tmp_path, capsys, target, damage, command, message):
     work = tmp_path / "work"
     shutil.copytree(pristine, work)
     path = work / target
@@ -372,7 +373,7 @@ def test_damaged_metadata_is_a_one_line_error(pristine, tmp_path, capsys, target
         path.write_bytes(path.read_bytes()[: max(1, path.stat().st_size // 3)])
     argv = [str(a).format(ds=work / "ds.zarr", work=work) for a in command]
     capsys.readouterr()
-    assert run(*argv, "--workers", 1, "--quiet") == 2
+    assert run(*argv, "--scheduler", cluster.scheduler_address, "--quiet") == 2
     err = capsys.readouterr().err.strip()
     assert message in err and err.count("\n") == 0, err
     assert not (work / "c2.zarr").exists() and not (work / "m2").exists() and not (work / "r.parquet").exists()
@@ -623,7 +624,9 @@ def test_overwrite_on_s3_removes_exactly_what_dhash_wrote(s3_server, monkeypatch
     assert fs.cat_file("dhash-test/own/killed.zarr/results.csv") == b"mine"
 
 
-def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine, tmp_path, capsys, monkeypatch):
+def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(
+    pristine, cluster, tmp_path, capsys, monkeypatch
+):
     """Two `dhash train --out X` at once: the second is refused while the first runs; the
     checkpoint a killed run left is discarded by --overwrite (or continued by --resume)."""
     from dask_hashcodes.hashing.checkpoint import Checkpoint
@@ -640,8 +643,8 @@ def test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced(pristine
         16,
         "--out",
         tmp_path / "m",
-        "--workers",
-        1,
+        "--scheduler",
+        cluster.scheduler_address,
         "--quiet",
     ]
     try:
