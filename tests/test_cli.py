@@ -2,6 +2,7 @@
 and their bad-input behaviour: exit status 2, one line naming problem and fix, no output."""
 
 import json
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -88,17 +89,16 @@ def test_search_through_a_multi_index_gives_the_linear_scans_results(pipeline_ru
     too_long = tmp_path / "too-long.mih"
     assert run("index", "--codes", codes, "--substrings", 1, "--out", too_long, *sched) == 2
     assert "at least 2 substrings" in _one_line_error(capsys) and not too_long.exists()
-    other_model, other_codes, bad = tmp_path / "itq-seed5", tmp_path / "other.zarr", tmp_path / "bad.parquet"
-    assert (
-        run("train", "--dataset", ds, "--method", "itq", "--bits", 32, "--seed", 5, "--out", other_model, *sched) == 0
-    )
+    other_model, other_codes, bad = tmp_path / "lsh", tmp_path / "other.zarr", tmp_path / "bad.parquet"
+    # any other model's codes of the same rows (LSH: no training passes)
+    assert run("train", "--dataset", ds, "--method", "lsh", "--bits", 32, "--out", other_model, *sched) == 0
     assert run("encode", "--dataset", ds, "--model", other_model, "--out", other_codes, *sched) == 0
     capsys.readouterr()
     other = ["search", "--dataset", ds, "--model", other_model, "--codes", other_codes, "--index", index]
     assert run(*other, "--out", bad, *sched) == 2
     assert "was built from other codes" in _one_line_error(capsys) and not bad.exists()
     damaged = tmp_path / "damaged.mih"
-    assert run("index", "--codes", codes, "--out", damaged, *sched) == 0
+    shutil.copytree(index, damaged)  # the good index, then one chunk of it damaged
     chunk = sorted(p for p in (damaged / "order" / "c").rglob("*") if p.is_file())[0]
     chunk.write_bytes(chunk.read_bytes()[:-8] + bytes(8))
     assert run(*search, "--k", 10, "--index", damaged, "--out", bad, *sched) == 2
@@ -483,14 +483,27 @@ def test_cli_sgh_and_usplh_options_reach_the_models(pipeline_run, cluster, tmp_p
     assert "re-ranking candidates must lie in [k=10" in _one_line_error(capsys) and not (tmp_path / "r3").exists()
 
 
+IVF_OPTIONS = ["--kind", "ivf", "--lists", 16, "--kmeans-rows", 300]
+
+
+@pytest.fixture(scope="module")
+def ivf_index(pipeline_run, cluster, tmp_path_factory):
+    """`dhash index --kind ivf` of the pipeline's codes (16 lists), built once for the tests
+    that search through it."""
+    _, ds, _, codes, _ = pipeline_run
+    index = tmp_path_factory.mktemp("ivf") / "codes.ivf"
+    argv = ["index", "--codes", codes, "--dataset", ds, *IVF_OPTIONS, "--out", index]
+    assert run(*argv, "--scheduler", cluster.scheduler_address, "--quiet") == 0
+    return index
+
+
 def test_search_through_an_inverted_file_probing_every_list_gives_the_linear_scans_results(
-    pipeline_run, cluster, tmp_path, capsys
+    pipeline_run, ivf_index, cluster, tmp_path, capsys
 ):
     _, ds, model, codes, res = pipeline_run
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
-    index = tmp_path / "codes.ivf"
-    ivf = ["index", "--kind", "ivf", "--codes", codes, "--dataset", ds, "--lists", 16, "--kmeans-rows", 300]
-    assert run(*ivf, "--out", index, *sched) == 0
+    index = ivf_index
+    ivf = ["index", "--codes", codes, "--dataset", ds, *IVF_OPTIONS]
     search = ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10, "--index", index]
     every_list, one_list = tmp_path / "ivf-16.parquet", tmp_path / "ivf-1.parquet"
     assert run(*search, "--nprobe", 16, "--out", every_list, *sched) == 0
@@ -516,15 +529,13 @@ def test_search_through_an_inverted_file_probing_every_list_gives_the_linear_sca
     assert "inverted file" in _one_line_error(capsys) and not bad.exists()
 
 
-def test_search_reports_recall_of_the_exact_neighbours(pipeline_run, cluster, tmp_path, capsys):
+def test_search_reports_recall_of_the_exact_neighbours(pipeline_run, ivf_index, cluster, tmp_path, capsys):
     """--recall: recall@k of the exact Euclidean top-k, for the searcher used (here an
     inverted file re-ranked by L2), equal to the measure recomputed from the written
     results and a brute-force truth over the split's database rows."""
     _, ds, model, codes, _ = pipeline_run
     sched = ["--scheduler", cluster.scheduler_address, "--quiet"]
-    index = tmp_path / "codes.ivf"
-    ivf = ["index", "--kind", "ivf", "--codes", codes, "--dataset", ds, "--lists", 16, "--kmeans-rows", 300]
-    assert run(*ivf, "--out", index, *sched) == 0
+    index = ivf_index
     out = tmp_path / "reranked.parquet"
     search = ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10, "--index", index]
     capsys.readouterr()
