@@ -64,7 +64,16 @@ def test_bad_requests_are_one_line_errors_before_any_work(monkeypatch, tmp_path)
 def embedded(data_dir):
     if shutil.which("apt-cache") is None:
         pytest.skip("debian-minilm is built from apt's package lists (Debian/Ubuntu)")
-    return workflows.load_dataset("debian-minilm", n=6000)
+    import torch
+
+    # The encoder on one thread gives the same embeddings for much less CPU: with more, its
+    # OpenMP threads spin waiting for each other whenever the machine is busy
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return workflows.load_dataset("debian-minilm", n=6000)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.slow
