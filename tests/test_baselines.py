@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dask_hashcodes import AGH, BRE, DGH, KLSH, KMH, SH, SIKH, IsoHash, load_model
+from tests.shared_runs import EUCLIDEAN_TOP2, evaluated
 
 
 def _spectral_hashing_reference(X, n_bits):
@@ -279,16 +280,12 @@ def test_bre_codes_equal_the_dense_kernel_sums(client, tmp_path):
 
 
 @pytest.mark.slow
-def test_bre_map_above_lsh_on_fashion_mnist(fmnist_small, client):
+def test_bre_map_above_lsh_on_fashion_mnist(fmnist_small, cluster):
     """The paper's claim on real data: BRE above LSH at 32 bits, Euclidean top-2% ground truth,
-    on the first 20000 Fashion-MNIST rows."""
-    from dask_hashcodes import workflows
-    from dask_hashcodes.storage.datasets import open_dataset
-
-    protocol = {"queries": 1000, "seed": 0, "ground_truth": "euclidean", "top_percent": 2.0, "ks": [1000]}
-    report = workflows.evaluate(open_dataset(fmnist_small), methods=["lsh", "bre"], bits=[32], **protocol)
-    got = {r["method"]: r["metrics"]["map"] for r in report["results"]}
-    assert got["bre"] > got["lsh"] + 0.05
+    on the first 20000 Fashion-MNIST rows (LSH's run shared with the other tests of this
+    protocol: tests/shared_runs.py)."""
+    got = evaluated(fmnist_small, cluster, ["lsh", "bre"], [32], **EUCLIDEAN_TOP2)
+    assert got["bre", 32]["metrics"]["map"] > got["lsh", 32]["metrics"]["map"] + 0.05
 
 
 def _kmh_energy(c, j, C, Ym, idx, w, dh, lam):
@@ -492,29 +489,21 @@ def test_dgh_y_step_completes_a_rank_deficient_jb_whatever_the_chunking():
 
 
 @pytest.mark.slow
-def test_dgh_above_lsh_and_agh_on_fashion_mnist(client, fmnist_small):
+def test_dgh_above_lsh_and_agh_on_fashion_mnist(cluster, fmnist_small):
     """DGH on its paper's (and the SGH table's) protocol, the top 2% Euclidean neighbours as
     ground truth, on the first 20000 Fashion-MNIST rows: precision at the number of true
     neighbours (2% of the 19000 database rows) well above LSH at 32 bits, and above AGH (the
     same kind of graph) at 128 bits, where the DGH paper's gain over AGH is largest (at 32
-    bits AGH is level with DGH). precision@1000 on the whole set:
-    benchmarks/results/tables/sgh.md."""
-    from dask_hashcodes import workflows
-    from dask_hashcodes.storage.datasets import open_dataset
-
+    bits AGH is level with DGH). Only these four runs are trained (LSH's at 32 bits shared
+    with the other tests of this protocol: tests/shared_runs.py). precision@1000 on the
+    whole set: benchmarks/results/tables/sgh.md."""
     true_neighbours = 380  # 2% of 19000
-    report = workflows.evaluate(
-        open_dataset(fmnist_small),
-        methods=["lsh", "agh", "dgh"],
-        bits=[32, 128],
-        queries=1000,
-        seed=0,
-        ground_truth="euclidean",
-        top_percent=2.0,
-        ks=[true_neighbours],
-    )
-    assert report["ground_truth"]["k"] == true_neighbours
+    runs = {
+        **evaluated(fmnist_small, cluster, ["lsh", "dgh"], [32], **EUCLIDEAN_TOP2),
+        **evaluated(fmnist_small, cluster, ["agh", "dgh"], [128], **EUCLIDEAN_TOP2),
+    }
+    assert {row["ground_truth"]["k"] for row in runs.values()} == {true_neighbours}
     key = f"precision@{true_neighbours}"
-    by = {(r["method"], r["n_bits"]): r["metrics"][key] for r in report["results"]}
+    by = {run: row["metrics"][key] for run, row in runs.items()}
     assert by["dgh", 32] > by["lsh", 32] + 0.05
     assert by["dgh", 128] > by["agh", 128] + 0.01

@@ -8,6 +8,7 @@ from distributed import Client
 
 from dask_hashcodes import workflows
 from dask_hashcodes.storage.datasets import open_dataset
+from tests.shared_runs import EUCLIDEAN_TOP2, evaluated
 
 
 def _by_method(report):
@@ -17,14 +18,13 @@ def _by_method(report):
 @pytest.fixture(scope="module")
 def sgh_euclidean(fmnist_small, cluster):
     """The SGH paper's protocol (ground truth = exact top 2% neighbours, 1000 queries) on the
-    first 20000 rows; the whole set: benchmarks/results/quality.md."""
-    ds = open_dataset(fmnist_small)
-    protocol = {"queries": 1000, "seed": 0, "ground_truth": "euclidean", "top_percent": 2.0, "ks": [1000]}
-    with Client(cluster):
-        return {
-            **_by_method(workflows.evaluate(ds, methods=["lsh", "pcah", "sgh"], bits=[32, 64], **protocol)),
-            **_by_method(workflows.evaluate(ds, methods=["pcah", "usplh"], bits=[32, 48], **protocol)),
-        }
+    first 20000 rows; the whole set: benchmarks/results/quality.md. PCAH at 32 bits serves
+    both SGH's and USPLH's tests, LSH at 32 bits also the baselines' (tests/shared_runs.py)."""
+    runs = {
+        **evaluated(fmnist_small, cluster, ["lsh", "pcah", "sgh"], [32, 64], **EUCLIDEAN_TOP2),
+        **evaluated(fmnist_small, cluster, ["pcah", "usplh"], [32, 48], **EUCLIDEAN_TOP2),
+    }
+    return {run: row["metrics"] for run, row in runs.items()}
 
 
 @pytest.mark.parametrize("bits", [32, 64])  # 128 bits: benchmarks/results/quality.md (suite time)
