@@ -64,15 +64,24 @@ def test_validation_precision_equals_a_brute_force_ranking():
     assert signs_precision_at_k(queries, base, relevant, k) == pytest.approx(np.mean(hits))
 
 
+def _path_without_timings(model):
+    return [{k: v for k, v in e.items() if not k.endswith("_seconds")} for e in model.training_stats_["mac_path"]]
+
+
 def test_codes_are_identical_for_one_and_two_workers(fmnist_rows, clusters):
+    """The codes and every step of the MAC path (losses, mismatches, validation precisions,
+    which steps were kept): the two-step start with the choice of C, then two iterations,
+    each a Z-step and a warm-started h-step."""
     X, y = fmnist_rows[0][:1500], fmnist_rows[1][:1500]
-    params = {"n_labeled": 600, "n_similar": 20, "n_dissimilar": 60, "validation_size": 100, "max_iter": 4}
-    codes = []
+    params = {"n_labeled": 600, "n_similar": 20, "n_dissimilar": 60, "validation_size": 100, "max_iter": 2}
+    codes, paths = [], []
     for workers in (1, 2):
         with Client(clusters[workers]):
             model = make_hasher("maccut", 8, mu_start=5.0, **params).fit(X, y)
             codes.append(model.encode(X))
+            paths.append(_path_without_timings(model))
     np.testing.assert_array_equal(codes[0], codes[1])
+    assert len(paths[0]) == 3 and paths[0] == paths[1]
     # the SVMs' C was chosen on the validation rows: the first C of the best precision
     tried = model.training_stats_["svm_c_validation_precision"]
     assert list(tried) == ["1", "10", "100", "1000"]
