@@ -35,6 +35,8 @@ SLOW_TESTS = {
     "test_architecture::test_storage_runs_no_dask_computation",
     "test_dish::test_training_moves_no_feature_chunk_between_workers",
     "test_ivf::test_warm_batches_search_the_lists_held_on_the_workers_without_reading_storage",
+    "test_ivf::test_default_warm_blocks_are_one_per_worker_thread_placed_one_per_thread",
+    "test_ivf::test_serving_from_memory_answers_as_the_cluster_path",
     "test_storage::test_sigterm_removes_the_temporary_and_exits_143",
     "test_storage::test_checkpoint_of_a_live_run_is_refused_and_of_a_dead_one_replaced",
     "test_storage::test_a_successful_job_prints_no_error_lines",
@@ -42,7 +44,7 @@ SLOW_TESTS = {
 }
 SLOW_FIXTURES = {
     "data_dir", "fmnist_paths", "pipeline_run", "process_cluster", "fresh_cluster", "one_worker_cluster", "clusters",
-    "cpu_hogs", "s3_server",
+    "cpu_hogs", "s3_server", "site",
 }  # fmt: skip
 
 

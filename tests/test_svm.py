@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from distributed import Client
 
-from dask_hashcodes.distributed.row_blocks import ScatteredBlocks
+from dask_hashcodes.distributed import row_blocks as distributed_blocks
+from dask_hashcodes.distributed.row_blocks import BlocksOnOneWorker, ScatteredBlocks, svm_blocks
 from dask_hashcodes.hashing import make_hasher
 from dask_hashcodes.kernels.hash_functions import linear_features, linear_scaling
 from dask_hashcodes.kernels.svm import LocalBlocks, newton_svm, row_blocks, svm_objective
@@ -97,6 +98,45 @@ def test_scattered_blocks_give_the_same_weights_for_one_and_two_workers(svm_prob
     # threads takes other product routines on AVX-512 cores than the workers' one-thread
     # start): the in-memory solve agrees to the last few bits, not bit for bit
     np.testing.assert_allclose(weights[0], local, rtol=1e-10, atol=1e-13)
+
+
+def test_a_solve_on_one_worker_gives_the_scattered_blocks_weights(svm_problem, clusters, monkeypatch):
+    """Rows small enough for one worker solve whole in one task: the same blocks, added in the
+    same tree order (here a tree of several levels: fan-in 2 over 5 blocks). Cold and
+    warm-started, its weights are bit-identical on one and two workers, and equal the
+    scattered solve's up to the rounding of the solver's own steps, which run on a worker
+    there and in this process for the scattered blocks."""
+    import dask
+
+    F, T = svm_problem
+    bounds = row_blocks(len(F), 256)
+    flipped = T.copy()
+    flipped[::7, 0] *= -1
+    solved = []
+    with dask.config.set({"dhash.fan-in": 2}):
+        for workers in (1, 2):
+            with Client(clusters[workers]):
+                for kind in (ScatteredBlocks, BlocksOnOneWorker):
+                    blocks = kind("test-svm", F, 10.0, bounds)
+                    cold, _ = blocks.solve(T)
+                    warm, stats = blocks.solve(flipped, start=cold)
+                    blocks.release()
+                    solved.append((kind.__name__, workers, cold, warm))
+    assert stats["passes"] > 2  # the warm start still took Newton steps
+    by_kind = {(name, workers): (cold, warm) for name, workers, cold, warm in solved}
+    for name in ("ScatteredBlocks", "BlocksOnOneWorker"):
+        for one, two in zip(by_kind[name, 1], by_kind[name, 2]):
+            np.testing.assert_array_equal(one, two, err_msg=name)
+    for scattered, in_task in zip(by_kind["ScatteredBlocks", 2], by_kind["BlocksOnOneWorker", 2]):
+        # atol: the weights of pixels that are 0 in every row are rounding noise around 0 (~1e-13)
+        np.testing.assert_allclose(in_task, scattered, rtol=1e-10, atol=1e-12)
+    with Client(clusters[1]):
+        for expected in (BlocksOnOneWorker, ScatteredBlocks):
+            made = svm_blocks("test-svm", F, 1.0)
+            made.release()
+            assert isinstance(made, expected)
+            monkeypatch.setattr(distributed_blocks, "ONE_WORKER_MAX_BYTES", F.nbytes // 2)
+    assert isinstance(svm_blocks("test-svm", F, 1.0), LocalBlocks)  # no client
 
 
 def test_mac_codes_are_identical_for_two_storage_chunkings(fmnist_paths, cluster):

@@ -31,7 +31,9 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT
 def _add_option(parser, groups: dict, opt) -> None:
     """One argparse argument from a table entry. Defaults are applied after the config is
     merged (None here means "not given on the command line")."""
-    target = groups.setdefault(opt.group, parser.add_argument_group(opt.group))
+    target = groups.get(opt.group)
+    if target is None:  # not setdefault: its default argument would add a group to the parser every call
+        target = groups[opt.group] = parser.add_argument_group(opt.group)
     if opt.positional:
         target.add_argument(opt.dest, nargs="?", help=opt.help, type=opt.type, choices=opt.choices)
     elif opt.switch:
@@ -58,10 +60,18 @@ def _show(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    """The parser of every command, or, when ``argv`` starts with a command's name, of that
+    command alone: the table holds hundreds of options, and a command line that names its
+    command never reaches another's (each ``dhash`` step of a run, or each command a test
+    parses, pays for one command's table, not all of them). Without a command's name (``dhash
+    --help``, a misspelt command) every command is there, as the help and the error list them."""
+    named = argv[0] if argv and argv[0] in COMMANDS else None
     parser = OptionParser(prog="dhash", description="Learn binary hash codes over chunked data on a Dask cluster.")
     sub = parser.add_subparsers(dest="command", required=True)
     for command, help_ in COMMANDS.items():
+        if named not in (None, command):
+            continue
         p = sub.add_parser(command, help=help_, description=help_)
         groups: dict = {}
         for opt in options_of(command).values():
@@ -75,7 +85,7 @@ def parse_args(argv) -> tuple[str, Values]:
     values know which options were given (flags or config) rather than defaulted
     (``Values.given``): an option given where it does nothing is refused before work."""
 
-    args = vars(build_parser().parse_args(argv))
+    args = vars(build_parser(argv).parse_args(argv))
     command = args.pop("command")
     config = load_config(args["config"], command) if args.get("config") else {}
     values, given = {}, set()

@@ -8,6 +8,15 @@ task per block where the block lives and adds the partial results by a tree of f
 (``tree_reduce``). The blocks' boundaries depend on the number of rows only and the tree's
 shape on the number of blocks only, so every sum, and so the solver's result, is the same
 whatever the number of workers.
+
+Rows small enough for one worker (``ONE_WORKER_MAX_BYTES``) are not spread over the
+workers: each pass would then cost a task round trip for milliseconds of products, and a
+solve takes hundreds of passes. They go to one worker once, and each whole solve runs there
+as one task (``BlocksOnOneWorker``), over the same blocks added in the same tree order
+(``combine_in_tree``). The solver's own steps (its preconditioner, its conjugate gradients)
+then run on a worker instead of the client, so the weights agree with the scattered solve's
+to the last bits of the two processes' BLAS rounding, and like them they do not depend on
+the number of workers: which of the two runs depends on the rows alone.
 """
 
 from __future__ import annotations
@@ -17,9 +26,24 @@ import numpy as np
 from dask import delayed
 from dask.base import tokenize
 
-from dask_hashcodes.distributed.graph import tree_reduce
+from dask_hashcodes.distributed.graph import combine_in_tree, reduction_fan_in, tree_reduce
 from dask_hashcodes.distributed.progress import active_client
 from dask_hashcodes.kernels import svm
+
+# bytes of rows (float64) up to which every solve runs in one task on one worker: a pass over
+# that many rows costs about what a round trip to the workers does, and spreading larger
+# rows over the workers pays for its round trips with their parallel products
+ONE_WORKER_MAX_BYTES = 128 * 2**20
+
+
+def svm_blocks(name: str, F: np.ndarray, C: float):
+    """The ``solve``-able row blocks of ``F`` for the active client: in this process without
+    one (``svm.LocalBlocks``), on one worker when the rows are small, scattered otherwise.
+    The choice depends on the rows alone, never on the cluster."""
+    if active_client() is None:
+        return svm.LocalBlocks(F, C)
+    kind = BlocksOnOneWorker if F.shape[0] * (F.shape[1] + 1) * 8 <= ONE_WORKER_MAX_BYTES else ScatteredBlocks
+    return kind(name, F, C, svm.row_blocks(len(F)))
 
 
 def _on_bits(fn, F, T, bits, *args):
@@ -37,6 +61,7 @@ class ScatteredBlocks:
         if client is None:
             raise RuntimeError("ScatteredBlocks needs an active distributed client; use svm.LocalBlocks without one")
         self.name, self.C, self.bounds = name, float(C), bounds
+        self.n_features = F.shape[1]
         self._client = client
         self._token = tokenize(F, bounds)
         scattered = client.scatter([np.ascontiguousarray(F[a:b]) for a, b in bounds], hash=False)
@@ -86,6 +111,62 @@ class ScatteredBlocks:
     def hessian_products(self, bits, W, V):
         return self._sum("hessian", svm.block_hessian_products, bits, W, V)
 
+    def solve(self, T: np.ndarray, start: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+        """``svm.newton_svm`` for the targets ``T``, each of its passes a round of tasks."""
+        return svm.newton_svm(self.with_targets(T), self.n_features, T.shape[1], start=start)
+
     def release(self) -> None:
         """Drop the scattered blocks and targets from the workers' memory."""
         self._client.cancel([*self.blocks, *(self.targets or [])])
+
+
+class _BlocksInTask(svm.LocalBlocks):
+    """``svm.BlockSums`` inside one task: the blocks ``ScatteredBlocks`` would scatter (the
+    same contiguous copies), their partial sums added in ``tree_reduce``'s groups and order."""
+
+    def __init__(self, F: np.ndarray, C: float, bounds: list[tuple[int, int]], fan_in: int, gram=None):
+        self.C, self.bounds, self.fan_in = float(C), bounds, fan_in
+        self.blocks = [svm.aligned_copy(F[a:b]) for a, b in bounds]
+        self.T, self._gram = None, gram
+
+    def _sum(self, fn, bits, *args):
+        parts = [fn(block, self.T[a:b][:, bits], *args, self.C) for block, (a, b) in zip(self.blocks, self.bounds)]
+        return combine_in_tree(parts, svm.add_terms, self.fan_in)
+
+
+def _gram_in_task(F, bounds, fan_in):
+    return _BlocksInTask(F, 1.0, bounds, fan_in).with_targets(np.empty((len(F), 0))).gram()  # no targets enter it
+
+
+def _solve_in_task(F, T, C, bounds, fan_in, gram, start):
+    sums = _BlocksInTask(F, C, bounds, fan_in, gram).with_targets(T)
+    return svm.newton_svm(sums, F.shape[1], T.shape[1], start=start)
+
+
+class BlocksOnOneWorker:
+    """Row blocks whose solves run whole on one worker: the rows are scattered once, their
+    Gram matrix (the solver's preconditioner, the same for every solve) is computed there
+    once, and each ``solve`` is one task sending the targets and the warm start."""
+
+    def __init__(self, name: str, F: np.ndarray, C: float, bounds: list[tuple[int, int]]):
+        client = active_client()
+        if client is None:
+            raise RuntimeError("BlocksOnOneWorker needs an active distributed client; use svm.LocalBlocks without one")
+        self.name, self.C, self.bounds, self._client = name, float(C), bounds, client
+        self._token = tokenize(F, bounds)
+        fan_in = reduction_fan_in()
+        self.rows = client.scatter(np.ascontiguousarray(F, dtype=np.float64), hash=False)
+        self.gram = client.submit(
+            _gram_in_task, self.rows, bounds, fan_in, key=f"{name}-gram-{tokenize(self._token, fan_in)}"
+        )
+
+    def solve(self, T: np.ndarray, start: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+        """``svm.newton_svm`` for the targets ``T`` (sent as int8: a byte per bit), in one task."""
+        T, fan_in = np.asarray(T, dtype=np.int8), reduction_fan_in()
+        key = f"{self.name}-solve-{tokenize(self._token, T, self.C, start, fan_in)}"
+        args = (self.rows, T, self.C, self.bounds, fan_in, self.gram, start)
+        return self._client.submit(_solve_in_task, *args, key=key, pure=False).result()
+
+    def release(self) -> None:
+        """Drop the rows and their Gram matrix from the workers' memory."""
+        self._client.cancel([self.rows, self.gram])

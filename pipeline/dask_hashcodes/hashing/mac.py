@@ -55,7 +55,7 @@ from dask.base import tokenize
 
 from dask_hashcodes.distributed.graph import select_rows
 from dask_hashcodes.distributed.progress import active_client, steps
-from dask_hashcodes.distributed.row_blocks import ScatteredBlocks
+from dask_hashcodes.distributed.row_blocks import svm_blocks
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.hashing.base import BITS, SEED, Hasher, TrainingPlot, label_panel, labels_of_rows, report_row_label
 from dask_hashcodes.hashing.constraints import Interval, Options
@@ -84,7 +84,6 @@ from dask_hashcodes.kernels.knn import knn_recall
 from dask_hashcodes.kernels.l2 import l2_topk
 from dask_hashcodes.kernels.ranking import relevance_from_labels, relevance_from_neighbours, signs_precision_at_k
 from dask_hashcodes.kernels.rbf import rbf_features
-from dask_hashcodes.kernels.svm import LocalBlocks, newton_svm, row_blocks
 from dask_hashcodes.kernels.zstep import CutBlocks, free_codes, z_steps
 from dask_hashcodes.storage.npz import FLOAT
 from dask_hashcodes.validation import check_int_param
@@ -528,13 +527,11 @@ class _MacRun:
         self.mu_scale = penalty_scale(model.loss, model.n_bits)
         self.stats: dict = {"mac_path": [], "svm_passes": 0}
         C = SVM_C_GRID[0] if model.svm_c is None else model.svm_c
-        if active_client() is None:
-            self.svm = LocalBlocks(F, C)
-        else:  # the rows go to the workers once; each pass of the SVM solver sends only weights
-            self.svm = ScatteredBlocks("mac-h-step", F, C, row_blocks(len(F)))
+        # the rows go to the workers once; each solve then sends only codes and weights
+        self.svm = svm_blocks("mac-h-step", F, C)
 
     def release(self) -> None:
-        if isinstance(self.svm, ScatteredBlocks):
+        if hasattr(self.svm, "release"):
             self.svm.release()
 
     def free_codes(self):
@@ -570,7 +567,7 @@ class _MacRun:
         """(W, c): every bit's SVM fitted to Z's column, all bits in one Newton solve whose
         passes over the rows run where the row blocks are (``start``: warm-start (W, c))."""
         W0 = None if start is None else np.vstack([start[0], start[1][None, :]])
-        W, stats = newton_svm(self.svm.with_targets(Z), self.F.shape[1], Z.shape[1], start=W0)
+        W, stats = self.svm.solve(Z, start=W0)
         self.stats["svm_passes"] += stats["passes"]
         return W[:-1], W[-1]
 

@@ -166,6 +166,10 @@ class LocalBlocks:
         self.T = np.asarray(T, dtype=np.float64)
         return self
 
+    def solve(self, T: np.ndarray, start: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+        """``newton_svm`` for the targets ``T`` (rows x bits in {-1, +1}) from ``start``."""
+        return newton_svm(self.with_targets(T), self.F.shape[1], T.shape[1], start=start)
+
     def _sum(self, fn, bits, *args):
         total = None
         for start, stop in self.bounds:
