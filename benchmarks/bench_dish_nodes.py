@@ -42,7 +42,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sys.path entry above
+from benchmarks.harness.measure import gemm_rate, machine_info  # noqa: E402 - after the sys.path entry above
 
 
 def _package():
@@ -151,25 +151,6 @@ def task_round_seconds(rounds: int, d: int, r: int, nodes: int) -> float:
         client.gather(states)
         best = min(best, time.perf_counter() - started)
     return best
-
-
-def gemm_rate(d: int, r: int) -> float:
-    """FLOP/s of one thread's float32 (rows x d) @ (d x r), the projection's shape."""
-    from threadpoolctl import threadpool_limits
-
-    rng = np.random.default_rng(0)
-    A = rng.standard_normal((8192, d)).astype(np.float32)
-    B = rng.standard_normal((d, r)).astype(np.float32)
-    with threadpool_limits(1):
-        A @ B
-        best = min(_timed(lambda: A @ B) for _ in range(20))
-    return 2 * A.shape[0] * d * r / best
-
-
-def _timed(fn) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
 
 
 def measure(args, *, baseline: bool) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -188,3 +189,21 @@ def machine_info() -> dict:
         "dask": dask.__version__,
         "distributed": distributed.__version__,
     }
+
+
+def gemm_rate(d: int, r: int) -> float:
+    """FLOP/s of one thread's float32 (rows x d) @ (d x r), the projection's shape: the rate
+    compute floors divide a stage's FLOPs by."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((8192, d)).astype(np.float32)
+    B = rng.standard_normal((d, r)).astype(np.float32)
+    with threadpool_limits(1):
+        A @ B
+        best = float("inf")
+        for _ in range(20):
+            started = time.perf_counter()
+            A @ B
+            best = min(best, time.perf_counter() - started)
+    return 2 * A.shape[0] * d * r / best

@@ -273,6 +273,7 @@ class DisH(LinearHasher):
                 "edges": [list(e) for e in edges(neighbours)],
                 "node_rows": [int(len(rows)) for rows in node_rows],
                 "pinned": runner.pinned,
+                "node_rows_held": data.held,  # on their workers, or read from storage every pass
                 "placement": runner.placement,
                 "worker_changes": runner.replacements,
                 "redone_steps": runner.attempt,
