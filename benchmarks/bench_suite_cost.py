@@ -24,6 +24,11 @@ is then part of the measured figure.
 --fast-tier runs the edit-test loop's tier instead (the test command with ``-m "not slow"``),
 which the README promises in a few minutes on 2 cores.
 
+--again runs the test command a second time in the same clone and records it beside the
+first: the first run of a fresh clone also fills the caches its kernels keep beside the code
+(numba's compiled functions, written once by whichever process compiles them first), which an
+edit-test loop finds filled.
+
 --baseline-result FILE puts the runs of an earlier result (e.g. an older commit measured just
 before on the same machine) in the table, first, with the ratio of the last run to its first.
 """
@@ -131,7 +136,12 @@ def heaviest(profile: Path, count: int = 40) -> dict:
     }
 
 
-def measure(commit: str, workdir: Path, profile: bool = False, fast_tier: bool = False) -> dict:
+def _summary(log: Path) -> str:
+    lines = log.read_text().splitlines()
+    return next((m.group(1) for line in reversed(lines) if (m := SUMMARY.search(line))), lines[-1] if lines else "")
+
+
+def measure(commit: str, workdir: Path, profile: bool = False, fast_tier: bool = False, again: bool = False) -> dict:
     sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", commit], capture_output=True, text=True,
                          check=True).stdout.strip()  # fmt: skip
     tree = workdir / sha[:12]
@@ -145,10 +155,11 @@ def measure(commit: str, workdir: Path, profile: bool = False, fast_tier: bool =
     profiled = profile and (tree / "tests" / "cpu_times.py").exists()
     command = TEST_COMMAND + (FAST_TIER if fast_tier else [])
     tests = timed(command + (["--cpu-times", str(cpu_file)] if profiled else []), tree, log)
-    lines = log.read_text().splitlines()
-    summary = next((m.group(1) for line in reversed(lines) if (m := SUMMARY.search(line))), lines[-1] if lines else "")
-    tests["summary"] = summary
+    tests["summary"] = _summary(log)
     run = {"commit": commit, "sha": sha, "setup": setup, "tests": tests, "test_command": " ".join(command)}
+    if again:
+        again_log = workdir / f"{sha[:12]}-tests-again.log"
+        run["tests_again"] = {**timed(command, tree, again_log), "summary": _summary(again_log)}
     if profiled and cpu_file.exists():
         run["profile"] = heaviest(cpu_file)
     return run
@@ -176,6 +187,16 @@ def markdown(result: dict) -> str:
             f"{t['wall_seconds'] / 60:.1f} | {t['cpu_seconds']:.0f} ({t['user_seconds']:.0f} + "
             f"{t['system_seconds']:.0f}) | {t['cpu_seconds'] / 60:.1f} | {t['summary']} |"
         )
+    for run in result["runs"]:
+        if "tests_again" in run:
+            t = run["tests_again"]
+            lines += [
+                "",
+                f"- `{run['sha'][:7]}` run again in the same clone (the caches its first run filled, numba's "
+                f"compiled kernels among them, are warm, as in an edit-test loop): {t['wall_seconds'] / 60:.1f} min "
+                f"wall, {t['cpu_seconds']:.0f} s CPU ({t['user_seconds']:.0f} + {t['system_seconds']:.0f}); "
+                f"{t['summary']}",
+            ]
     if len(result["runs"]) > 1:
         first, last = result["runs"][0]["tests"], result["runs"][-1]["tests"]
         lines += ["", f"- tests CPU of the last over the first: {last['cpu_seconds'] / first['cpu_seconds']:.2f}; "
@@ -202,6 +223,7 @@ def main(argv=None):
     parser.add_argument("--baseline-result", help="an earlier result of this script whose runs come first in the table")
     parser.add_argument("--profile", action="store_true", help="run the tests with --cpu-times; record the heaviest")
     parser.add_argument("--fast-tier", action="store_true", help='run the fast tier only (-m "not slow")')
+    parser.add_argument("--again", action="store_true", help="run the tests a second time in the same clone")
     parser.add_argument("--overwrite", action="store_true", help="replace a suite-cost result written before")
     args = parser.parse_args(argv)
     check_result_out(args.out, overwrite=args.overwrite)
@@ -213,7 +235,7 @@ def main(argv=None):
         runs += [{**run, "from": args.baseline_result} for run in earlier["runs"]]
     with tempfile.TemporaryDirectory(prefix="dhash-suite-cost-") as work:
         for commit in args.commit or ["HEAD"]:
-            runs.append(measure(commit, Path(work), profile=args.profile, fast_tier=args.fast_tier))
+            runs.append(measure(commit, Path(work), profile=args.profile, fast_tier=args.fast_tier, again=args.again))
             print(runs[-1], flush=True)
     result = {
         "command": " ".join(["benchmarks/bench_suite_cost.py", *sys.argv[1:]]),
