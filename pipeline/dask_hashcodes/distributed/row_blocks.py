@@ -165,7 +165,7 @@ class BlocksOnOneWorker:
         T, fan_in = np.asarray(T, dtype=np.int8), reduction_fan_in()
         key = f"{self.name}-solve-{tokenize(self._token, T, self.C, start, fan_in)}"
         args = (self.rows, T, self.C, self.bounds, fan_in, self.gram, start)
-        return self._client.submit(_solve_in_task, *args, key=key, pure=False).result()
+        return self._client.submit(_solve_in_task, *args, key=key).result()
 
     def release(self) -> None:
         """Drop the rows and their Gram matrix from the workers' memory."""

@@ -13,7 +13,8 @@ the constraint Z = h(X) and minimises L(Z) + mu ||Z - h(X)||^2 while mu grows
   ``SVM_C_GRID`` (1 to 1000), once, at the two-step start (``svm_c=None``), or fixed. All
   bits are solved together by a Newton method over row blocks (kernels/svm.py, the same
   optimum as LIBLINEAR's), warm-started from the previous h, with the rows held by the
-  workers and only small matrices moving. ``h_step="refit"`` takes the refitted SVMs, as
+  workers and only small matrices moving (rows that fit one worker stay on one, where each
+  whole solve runs as one task: distributed/row_blocks.py). ``h_step="refit"`` takes the refitted SVMs, as
   the paper does; "lower-loss" weighs the refit against the refit with each bit's previous
   SVM kept where that fits the column better and takes the one with the lower L(h(X))
   (``lower_loss_h``);
