@@ -191,6 +191,12 @@ def machine_info() -> dict:
     }
 
 
+def dish_pass_flops(n: int, d: int, r: int) -> int:
+    """FLOPs of one DisH data pass: X C and B^T X, 2 n d r each (the ADMM steps on d x r
+    matrices and the mean pass are negligible beside them)."""
+    return 4 * n * d * r
+
+
 def gemm_rate(d: int, r: int) -> float:
     """FLOP/s of one thread's float32 (rows x d) @ (d x r), the projection's shape: the rate
     compute floors divide a stage's FLOPs by."""

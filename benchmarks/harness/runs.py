@@ -27,6 +27,7 @@ from threadpoolctl import threadpool_limits
 
 from benchmarks.harness.measure import (
     TreeWatcher,
+    dish_pass_flops,
     disk_usage,
     gemm_rate,
     machine_info,
@@ -415,13 +416,12 @@ def bench_train(
 
 
 def _dish_compute_floor(n: int, d: int, r: int, iterations: int, seconds: float) -> dict:
-    """DisH's arithmetic at the cluster's float32 GEMM rate: each iteration's pass computes
-    X C and B^T X, 4 n d r FLOPs (the ADMM steps on d x r matrices and the mean pass are
-    negligible beside them), on every worker thread at one thread's measured rate."""
+    """DisH's arithmetic at the cluster's float32 GEMM rate: every iteration's pass on every
+    worker thread at one thread's measured rate."""
     from dask_hashcodes.distributed.cluster import cluster_shape
 
     rate, threads = gemm_rate(d, r), cluster_shape()["threads"]  # summed over the workers
-    flops = 4 * n * d * r * iterations
+    flops = dish_pass_flops(n, d, r) * iterations
     floor = flops / (rate * threads)
     return {
         "flops": flops,

@@ -36,13 +36,13 @@ from dask_hashcodes.kernels import svm
 ONE_WORKER_MAX_BYTES = 128 * 2**20
 
 
-def svm_blocks(name: str, F: np.ndarray, C: float):
-    """The ``solve``-able row blocks of ``F`` for the active client: in this process without
-    one (``svm.LocalBlocks``), on one worker when the rows are small, scattered otherwise.
-    The choice depends on the rows alone, never on the cluster."""
+def svm_blocks(name: str, F: np.ndarray, C: float) -> svm.BlockSolves:
+    """The row blocks of ``F`` for the active client: in this process without one
+    (``svm.LocalBlocks``), on one worker when the rows are small, scattered otherwise. The
+    choice depends on the rows alone, never on the cluster."""
     if active_client() is None:
         return svm.LocalBlocks(F, C)
-    kind = BlocksOnOneWorker if F.shape[0] * (F.shape[1] + 1) * 8 <= ONE_WORKER_MAX_BYTES else ScatteredBlocks
+    kind = BlocksOnOneWorker if F.size * np.dtype(np.float64).itemsize <= ONE_WORKER_MAX_BYTES else ScatteredBlocks
     return kind(name, F, C, svm.row_blocks(len(F)))
 
 
@@ -51,7 +51,7 @@ def _on_bits(fn, F, T, bits, *args):
     return fn(F, T[:, bits], *args)
 
 
-class ScatteredBlocks:
+class ScatteredBlocks(svm.BlockSolves):
     """``svm.BlockSums`` over row blocks scattered to the workers of the active client.
     ``with_targets`` scatters one solve's targets beside the blocks (int8: a byte per bit);
     ``name`` prefixes the task keys, as the dashboard shows them."""
@@ -111,10 +111,6 @@ class ScatteredBlocks:
     def hessian_products(self, bits, W, V):
         return self._sum("hessian", svm.block_hessian_products, bits, W, V)
 
-    def solve(self, T: np.ndarray, start: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
-        """``svm.newton_svm`` for the targets ``T``, each of its passes a round of tasks."""
-        return svm.newton_svm(self.with_targets(T), self.n_features, T.shape[1], start=start)
-
     def release(self) -> None:
         """Drop the scattered blocks and targets from the workers' memory."""
         self._client.cancel([*self.blocks, *(self.targets or [])])
@@ -125,7 +121,7 @@ class _BlocksInTask(svm.LocalBlocks):
     same contiguous copies), their partial sums added in ``tree_reduce``'s groups and order."""
 
     def __init__(self, F: np.ndarray, C: float, bounds: list[tuple[int, int]], fan_in: int, gram=None):
-        self.C, self.bounds, self.fan_in = float(C), bounds, fan_in
+        self.C, self.bounds, self.fan_in, self.n_features = float(C), bounds, fan_in, F.shape[1]
         self.blocks = [svm.aligned_copy(F[a:b]) for a, b in bounds]
         self.T, self._gram = None, gram
 
@@ -139,11 +135,10 @@ def _gram_in_task(F, bounds, fan_in):
 
 
 def _solve_in_task(F, T, C, bounds, fan_in, gram, start):
-    sums = _BlocksInTask(F, C, bounds, fan_in, gram).with_targets(T)
-    return svm.newton_svm(sums, F.shape[1], T.shape[1], start=start)
+    return _BlocksInTask(F, C, bounds, fan_in, gram).solve(T, start)
 
 
-class BlocksOnOneWorker:
+class BlocksOnOneWorker(svm.BlockSolves):
     """Row blocks whose solves run whole on one worker: the rows are scattered once, their
     Gram matrix (the solver's preconditioner, the same for every solve) is computed there
     once, and each ``solve`` is one task sending the targets and the warm start."""

@@ -532,8 +532,7 @@ class _MacRun:
         self.svm = svm_blocks("mac-h-step", F, C)
 
     def release(self) -> None:
-        if hasattr(self.svm, "release"):
-            self.svm.release()
+        self.svm.release()
 
     def free_codes(self):
         m = self.model

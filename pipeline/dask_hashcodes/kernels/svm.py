@@ -152,12 +152,29 @@ class BlockSums(Protocol):
     def hessian_products(self, bits: np.ndarray, W: np.ndarray, V: np.ndarray) -> np.ndarray: ...
 
 
-class LocalBlocks:
+class BlockSolves:
+    """What a caller of the solver needs from row blocks held anywhere: ``solve`` (here
+    ``newton_svm`` over the blocks as a ``BlockSums``, passes summed wherever the blocks are;
+    a holder may run the whole solve elsewhere instead) and ``release`` (of whatever the
+    blocks hold outside this process; nothing here)."""
+
+    n_features: int
+
+    def solve(self, T: np.ndarray, start: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+        """``newton_svm`` for the targets ``T`` (rows x bits in {-1, +1}) from ``start``."""
+        return newton_svm(self.with_targets(T), self.n_features, T.shape[1], start=start)
+
+    def release(self) -> None:
+        return None
+
+
+class LocalBlocks(BlockSolves):
     """``BlockSums`` over features and targets in memory, cut by ``row_blocks``; the targets
     are set per solve (``with_targets``)."""
 
     def __init__(self, F: np.ndarray, C: float, block_rows: int | None = None):
         self.F, self.C = np.asarray(F, dtype=np.float64), float(C)
+        self.n_features = self.F.shape[1]
         self.bounds = row_blocks(len(self.F), block_rows)
         self.T = None
         self._gram = None
@@ -165,10 +182,6 @@ class LocalBlocks:
     def with_targets(self, T: np.ndarray) -> LocalBlocks:
         self.T = np.asarray(T, dtype=np.float64)
         return self
-
-    def solve(self, T: np.ndarray, start: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
-        """``newton_svm`` for the targets ``T`` (rows x bits in {-1, +1}) from ``start``."""
-        return newton_svm(self.with_targets(T), self.F.shape[1], T.shape[1], start=start)
 
     def _sum(self, fn, bits, *args):
         total = None
