@@ -20,7 +20,10 @@ Floors of one iteration's data pass, measured in the same run:
   GEMMs), divided by the float32 GEMM rate of one thread on this machine (measured here on
   the same shapes) times the worker threads;
 * plain-pass floor: one pass of the cluster that reads every stored chunk and computes
-  X C, nothing else.
+  X C, nothing else;
+* math: the iteration's own kernels (the Gram pass over the nodes' rows in memory and every
+  node's ADMM steps) in one process on one BLAS thread, no Dask, divided by the 2 workers;
+* Dask floor: the iteration's dependent task rounds with empty tasks.
 
     .venv/bin/python benchmarks/bench_dish_nodes.py --baseline-tree /tmp/a6e40e2 \\
         --out benchmarks/results/dish_nodes_fmnist.json
@@ -132,6 +135,11 @@ def plain_pass_seconds(lib, r: int) -> float:
     return time.perf_counter() - started
 
 
+# one iteration of this checkout: the pass (one task per worker), then one task per worker for
+# each of the 5 default inner steps (the last multiplier step runs on the client)
+TASK_ROUNDS = 6
+
+
 def _passed_on(state, states):
     return state
 
@@ -157,14 +165,60 @@ def task_round_seconds(rounds: int, d: int, r: int, nodes: int) -> float:
     return best
 
 
+def math_seconds(lib, partition: str, args, inner_steps: int = 5) -> float:
+    """Seconds of one iteration's math alone, per worker: the Gram pass over every node's
+    rows (already in memory, as held) and the ADMM steps of every node (``inner_steps``
+    dictionary and multiplier steps, random topology), run in this process on one BLAS
+    thread with this checkout's kernels, divided by the 2 worker threads. Best of 3. This is
+    what an iteration would cost with no Dask at all and the work split perfectly."""
+    from threadpoolctl import threadpool_limits
+
+    from dask_hashcodes.distributed.graph import reduction_fan_in
+    from dask_hashcodes.hashing.dish_nodes import _loaded, _reduced_block, node_pieces, partition_rows
+    from dask_hashcodes.hashing.dish_topology import build_topology
+    from dask_hashcodes.kernels.dish import admm_round, random_orthonormal
+    from dask_hashcodes.kernels.gram import gram_chunk
+    from dask_hashcodes.kernels.stats import add
+
+    ds = _fashion_mnist(lib)
+    X, y = ds.features_dask(), np.asarray(ds.labels)
+    node_rows = partition_rows(X, args.nodes, partition, 0, y)
+    blocks = [_loaded(pieces) for pieces in node_pieces(X, node_rows)]
+    mean = np.asarray(X.mean(axis=0).compute())
+    rng = np.random.default_rng(0)
+    C = [random_orthonormal(X.shape[1], args.bits, rng) for _ in range(args.nodes)]
+    Lam = [np.zeros_like(c) for c in C]
+    neighbours = build_topology("random", args.nodes, seed=0)
+    fan_in = reduction_fan_in()
+
+    def iteration():
+        grams = [_reduced_block(pieces, gram_chunk, add, fan_in, mean, C[i]) for i, pieces in enumerate(blocks)]
+        current, multipliers = list(C), list(Lam)
+        for step in range(inner_steps + 1):
+            flags = {"update_multiplier": step > 0, "update_dictionary": step < inner_steps}
+            stepped = [admm_round(grams[i], multipliers[i], current[i], [current[j] for j in neighbours[i]], 1.0,
+                                  **flags) for i in range(args.nodes)]  # fmt: skip
+            multipliers, current = [m for m, _ in stepped], [c for _, c in stepped]
+
+    best = float("inf")
+    with threadpool_limits(1):
+        iteration()  # compiles and warms what the kernels need
+        for _ in range(3):
+            started = time.perf_counter()
+            iteration()
+            best = min(best, time.perf_counter() - started)
+    return best / 2
+
+
 def measure(args, *, baseline: bool) -> dict:
     """Every partition's runs on a fresh local cluster (2 x 1)."""
     lib = _package()
     client = lib.connect(workers=2, threads=1, quiet=True)
     try:
         out = {"plain_pass_seconds": plain_pass_seconds(lib, args.bits), "runs": {}}
-        if not baseline:  # the default inner steps (5): 6 rounds of exchanges, and the pass's own round
-            out["task_rounds_seconds"] = task_round_seconds(7, 784, args.bits, args.nodes)
+        if not baseline:  # the default inner steps (5): 5 rounds of exchanges, and the pass's own round
+            out["task_rounds_seconds"] = task_round_seconds(TASK_ROUNDS, 784, args.bits, args.nodes)
+            out["math_seconds"] = {p: math_seconds(lib, p, args) for p in args.partitions.split(",")}
         for partition in args.partitions.split(","):
             modes = {"baseline": per_iteration(lib, partition, args, streamed=False)} if baseline else {
                 "held": per_iteration(lib, partition, args, streamed=False),
@@ -216,19 +270,24 @@ def markdown(result: dict) -> str:
         f"{floors['gemm_flops_per_thread'] / 1e9:.1f} GFLOP/s per thread x 2 threads = "
         f"{floors['compute_floor_seconds']:.3f} s; plain pass (read every chunk, X C): "
         f"{floors['plain_pass_seconds']:.3f} s",
-        f"- Dask floor of one iteration's task rounds (7 dependent rounds of one empty task per worker, each "
-        f"reading the other worker's dictionaries and multipliers: the pass's round and the 6 ADMM exchanges of 5 "
-        f"inner steps, without their math): {floors['task_rounds_seconds']:.3f} s",
+        f"- Dask floor of one iteration's task rounds ({TASK_ROUNDS} dependent rounds of one empty task per worker, "
+        f"each reading the other worker's dictionaries and multipliers: the pass's round and the {TASK_ROUNDS - 1} "
+        f"ADMM exchanges of 5 inner steps, without their math): {floors['task_rounds_seconds']:.3f} s",
         "",
-        "| partition | run | s per iteration | / compute floor | / plain pass | model id |",
-        "|---|---|---|---|---|---|",
+        "- math of one iteration: the Gram pass over the nodes' rows in memory and the ADMM steps of every "
+        "node, in one process on one BLAS thread with no Dask, divided by the 2 worker threads: "
+        + ", ".join(f"{p} {s:.3f} s" for p, s in floors.get("math_seconds_per_iteration", {}).items()),
+        "",
+        "| partition | run | s per iteration | / compute floor | / math | / plain pass | model id |",
+        "|---|---|---|---|---|---|---|",
     ]
     for partition, modes in result["runs"].items():
+        math = floors.get("math_seconds_per_iteration", {}).get(partition)
         for mode, run in modes.items():
             s = run["seconds_per_iteration"]
             lines.append(
                 f"| {partition} | {mode} | {s:.3f} | {s / floors['compute_floor_seconds']:.1f} | "
-                f"{s / floors['plain_pass_seconds']:.2f} | `{run['model_id']}` |"
+                f"{f'{s / math:.1f}' if math else '-'} | {s / floors['plain_pass_seconds']:.2f} | `{run['model_id']}` |"
             )
     for partition, ratio in result.get("held_speedup", {}).items():
         lines.append("")
@@ -282,6 +341,7 @@ def main(argv=None):
             "compute_floor_seconds": flops / (2 * rate),
             "plain_pass_seconds": measured["plain_pass_seconds"],
             "task_rounds_seconds": measured["task_rounds_seconds"],
+            "math_seconds_per_iteration": measured["math_seconds"],
         },
         "runs": runs,
         "held_speedup": speedup,

@@ -58,6 +58,10 @@ pip_install() {
 # a fresh Debian's pip is too old for editable installs from pyproject.toml alone
 pip_install --upgrade pip
 pip_install -e ".$extra"
+# byte-compile the package once: an editable install leaves it as source, and where
+# PYTHONDONTWRITEBYTECODE is set (many CI images and containers) every process that imports
+# it (each dhash command, each Dask worker) would compile it again, about half a second each
+.venv/bin/python -m compileall -q pipeline/dask_hashcodes >/dev/null
 if [ "$1" = test ]; then
   .venv/bin/python -c "import dask_hashcodes, faiss, pytest; print('dask_hashcodes', dask_hashcodes.__version__, 'ready to test')"
 else

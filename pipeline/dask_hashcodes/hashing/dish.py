@@ -46,6 +46,7 @@ from dask_hashcodes.hashing.linear import LinearHasher, training_covariance
 from dask_hashcodes.kernels.codes import encode_linear_grouped
 from dask_hashcodes.kernels.dish import (
     admm_round,
+    multiplier_step,
     node_objective,
     orthonormal_maximiser,
     random_orthonormal,
@@ -286,40 +287,44 @@ class DisH(LinearHasher):
         (B_i = sgn(X_i C_i) fused with B_i^T X_i), then the ADMM steps. The nodes a worker
         holds step together, in one task per worker per exchange of dictionaries (the math is
         each node's own, kernels.dish.admm_round), so an iteration costs a few task round
-        trips, not several per node. The new state comes back to the client (2 P d x r
-        matrices), so a lost worker costs at most this iteration. Returns (objective, C, Lam,
-        pass seconds, ADMM seconds)."""
-        P = len(C)
+        trips, not several per node: the pass of a worker's nodes is one task when their rows
+        are held, the objective terms ride on the first exchange, and the last multiplier
+        step, which no worker needs before the next iteration, runs here once the
+        dictionaries are back. The new state comes back to the client (2 P d x r matrices),
+        so a lost worker costs at most this iteration. Returns (objective, C, Lam, pass
+        seconds, ADMM seconds)."""
         started = time.perf_counter()
         data.refresh()
-        grams = [data.reduce(i, "dish-gram", gram_chunk, add, self.mean_, C[i]) for i in range(P)]
         groups = runner.groups()
-        objectives = [
-            runner.submit(nodes[0], "dish-objective", _group_objectives, nodes, [node_sq[i] for i in nodes],
-                          [grams[i] for i in nodes], [C[i] for i in nodes], [sums[i][0] for i in nodes])
+        grams = [
+            data.reduce_group(nodes, "dish-gram", gram_chunk, add, [(self.mean_, C[i]) for i in nodes])
             for nodes in groups
-        ]  # fmt: skip
-        states = [(nodes, [Lam[i] for i in nodes], [C[i] for i in nodes]) for nodes in groups]
+        ]
+        objective_terms = [[(node_sq[i], C[i], sums[i][0]) for i in nodes] for nodes in groups]
+        states = [(nodes, [Lam[i] for i in nodes], [C[i] for i in nodes], None) for nodes in groups]
         group_of = {i: g for g, nodes in enumerate(groups) for i in nodes}
         # each group reads the states of the groups holding its nodes' neighbours, no others
         reads = [sorted({g} | {group_of[j] for i in nodes for j in neighbours[i]}) for g, nodes in enumerate(groups)]
-        rounds = self.inner_steps + 1  # the first round steps the dictionaries only, the last the multipliers only
-        for step in range(rounds):
-            flags = {"update_multiplier": step > 0, "update_dictionary": step < rounds - 1}
+        # exchanges of dictionaries: the first steps the dictionaries only, the later ones the
+        # multipliers and then the dictionaries; the final multiplier-only step is below
+        for step in range(self.inner_steps):
             states = [
-                runner.submit(nodes[0], "dish-admm", _group_admm_round, states[g], [grams[i] for i in nodes],
-                              [states[h] for h in reads[g]], [neighbours[i] for i in nodes], rho, flags)
+                runner.submit(nodes[0], "dish-admm", _group_admm_round, states[g], grams[g],
+                              [states[h] for h in reads[g]], [neighbours[i] for i in nodes], rho,
+                              {"update_multiplier": step > 0, "update_dictionary": True},
+                              objective_terms[g] if step == 0 else None)
                 for g, nodes in enumerate(groups)
             ]  # fmt: skip
         # every round is queued on the workers already: the client waits once, not per round
         runner.wait(grams)
         passed = time.perf_counter()
-        objectives, states = runner.gather([objectives, states])
-        objective = float(sum(dict(pair for group in objectives for pair in group)[i] for i in range(P)))
-        C, Lam = list(C), list(Lam)
-        for nodes, multipliers, dictionaries in states:
+        C, Lam, objectives = list(C), list(Lam), {}
+        for nodes, multipliers, dictionaries, node_objectives in runner.gather(states):
+            objectives.update(node_objectives)
             for i, multiplier, dictionary in zip(nodes, multipliers, dictionaries):
                 C[i], Lam[i] = dictionary, multiplier
+        Lam = [multiplier_step(Lam[i], C[i], [C[j] for j in neighbours[i]], rho) for i in range(len(C))]
+        objective = float(sum(objectives[i] for i in range(len(C))))
         return objective, C, Lam, passed - started, time.perf_counter() - passed
 
     def _initial_dictionary(self, X, d, r, rng):
@@ -469,19 +474,18 @@ def _draw_training(rows: list, axes: list) -> None:
 DISH_PLOT = TrainingPlot(2, _draw_training)
 
 
-def _group_objectives(nodes, sq_norms, grams, dictionaries, row_counts):
-    """One task on a worker: (node, objective term) of each node it holds."""
-    return [(i, node_objective(*terms)) for i, *terms in zip(nodes, sq_norms, grams, dictionaries, row_counts)]
-
-
-def _group_admm_round(state, grams, states, neighbours, rho, flags):
+def _group_admm_round(state, grams, states, neighbours, rho, flags, objective_terms):
     """One task on a worker: an ADMM round (kernels.dish.admm_round) of each node it holds,
     reading the dictionaries of the previous round of its own group and of the groups holding
-    its nodes' neighbours (``states``)."""
-    nodes, multipliers, dictionaries = state
-    current = {i: C for group_nodes, _, Cs in states for i, C in zip(group_nodes, Cs)}
+    its nodes' neighbours (``states``). ``objective_terms`` (first round only: each node's
+    ||X_i - mean||^2, dictionary of the pass, row count) give each node's objective term,
+    carried along in the state to the client."""
+    nodes, multipliers, dictionaries, objectives = state
+    if objective_terms is not None:
+        objectives = {i: node_objective(sq, gram, Ci, n) for i, gram, (sq, Ci, n) in zip(nodes, grams, objective_terms)}
+    current = {i: C for group_nodes, _, Cs, _ in states for i, C in zip(group_nodes, Cs)}
     stepped = [
         admm_round(gram, multiplier, current[i], [current[j] for j in node_neighbours], rho, **flags)
         for i, gram, multiplier, node_neighbours in zip(nodes, grams, multipliers, neighbours)
     ]
-    return nodes, [m for m, _ in stepped], [C for _, C in stepped]
+    return nodes, [m for m, _ in stepped], [C for _, C in stepped], objectives

@@ -164,6 +164,11 @@ def _reduced_block(pieces, fn, combine, fan_in, *args):
     return combine_in_tree([fn(piece, *args) for piece in pieces], combine, fan_in)
 
 
+def _reduced_blocks(blocks, fn, combine, fan_in, args_per_node):
+    """One task on a worker: ``_reduced_block`` of each node it holds, in node order."""
+    return [_reduced_block(pieces, fn, combine, fan_in, *args) for pieces, args in zip(blocks, args_per_node)]
+
+
 class NodeData:
     """The rows of every node of an iterative fit, held on the node's worker when they fit
     the workers' memory budget (distributed.resident: the dask setting
@@ -232,6 +237,17 @@ class NodeData:
         return self.runner.compute(
             node, map_reduce(name, fn, combine, self.pieces[node], *args, salt=self.runner.attempt)
         )
+
+    def reduce_group(self, nodes: list[int], name: str, fn, combine, args_per_node: list[tuple]):
+        """``reduce`` of each of ``nodes`` (nodes placed on one worker, ``NodeRunner.groups``),
+        node i with its own ``args_per_node[i]``: held, one task on that worker for all of
+        them (a future of their list: each task costs the scheduler a round of messages, and
+        on a small data set those rounds, not the math, set the pace); streamed, one
+        computation per node as ``reduce`` gives (a list of futures). The same bytes either way."""
+        if self.held:
+            blocks = [self.blocks[i] for i in nodes]
+            return self.runner.submit(nodes[0], name, _reduced_blocks, blocks, fn, combine, self.fan_in, args_per_node)
+        return [self.reduce(i, name, fn, combine, *args) for i, args in zip(nodes, args_per_node)]
 
 
 class WorkerLost(RuntimeError):
