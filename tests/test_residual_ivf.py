@@ -36,7 +36,7 @@ from dask_hashcodes.kernels.residual_codes import (
     structured_signs,
     word_major,
 )
-from dask_hashcodes.kernels.topk import smallest_per_row
+from dask_hashcodes.kernels.topk import smallest_per_row, smallest_with_offsets
 
 
 def _clustered(n=3000, d=32, seed=0, dtype=np.uint8):
@@ -166,6 +166,18 @@ def test_smallest_per_row_is_a_stable_sort_prefix():
         scores = rng.integers(0, 30, (200, 300)).astype(dtype)  # many ties
         for count in (1, 7, 300):
             assert np.array_equal(smallest_per_row(scores, count), np.argsort(scores, axis=1, kind="stable")[:, :count])
+
+
+def test_smallest_with_offsets_selects_the_summed_scores_without_forming_them():
+    rng = np.random.default_rng(1)
+    for dtype in (np.float32, np.float64):
+        scores = rng.integers(0, 30, (200, 300)).astype(dtype)
+        offsets = rng.integers(-5, 5, 300).astype(dtype)  # sums tie often
+        summed = scores + offsets
+        for count in (1, 2, 7, 300):
+            columns, values = smallest_with_offsets(scores, offsets, count)
+            assert np.array_equal(columns, np.argsort(summed, axis=1, kind="stable")[:, :count])
+            assert values.dtype == dtype and np.array_equal(values, np.take_along_axis(summed, columns, axis=1))
 
 
 # -- the index ----------------------------------------------------------------------------

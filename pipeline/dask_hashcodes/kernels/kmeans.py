@@ -12,7 +12,7 @@ import numpy as np
 from scipy import sparse
 
 from dask_hashcodes.kernels.codes import row_slabs
-from dask_hashcodes.kernels.topk import smallest_per_row
+from dask_hashcodes.kernels.topk import smallest_per_row, smallest_with_offsets
 
 # rows scored at a time: float32 scores against thousands of centres that keep the GEMM near
 # its peak rate without a chunk-sized score matrix
@@ -56,17 +56,17 @@ class CentreScorer:
 
     def nearest(self, part: np.ndarray, count: int) -> np.ndarray:
         """(rows, count) int64: each row's ``count`` nearest centres, nearest first."""
-        scores = np.asarray(part, dtype=np.float32) @ self._minus_twice_t32
-        scores += self._norms32
-        taken = min(count + 1, scores.shape[1])  # one more: the order must hold at the cut too
-        columns = smallest_per_row(scores, taken)
-        chosen = np.take_along_axis(scores, columns, axis=1).astype(np.float64)
+        products = np.asarray(part, dtype=np.float32) @ self._minus_twice_t32
+        taken = min(count + 1, products.shape[1])  # one more: the order must hold at the cut too
+        # the float32 scores products + norms, added as they are selected
+        columns, chosen = smallest_with_offsets(products, self._norms32, taken)
+        chosen = chosen.astype(np.float64)
         bound = self._slack * (np.einsum("ij,ij->i", part, part, dtype=np.float64) + self._largest_norm)
         unsure = np.flatnonzero((np.diff(chosen, axis=1) <= bound[:, None]).any(axis=1))
         columns = np.ascontiguousarray(columns[:, :count])
         for row in unsure:  # rare: near ties, or data whose norms dwarf its distances
             # every centre of the true top count scores within the bound of float32's count-th
-            near = np.flatnonzero(scores[row] <= chosen[row, count - 1] + bound[row])
+            near = np.flatnonzero(products[row] + self._norms32 <= chosen[row, count - 1] + bound[row])
             squared = ((np.asarray(part[row], np.float64) - self.centres[near]) ** 2).sum(axis=1)
             columns[row] = near[np.lexsort((near, squared))[:count]]
         return columns

@@ -40,30 +40,42 @@ def smallest_per_row(scores: np.ndarray, count: int) -> np.ndarray:
     ``count``: a probe's few nearest lists among thousands cost a compare per list, where a
     partition and a sort of every row cost several times more."""
     scores = np.ascontiguousarray(scores)
+    return smallest_with_offsets(scores, np.zeros(scores.shape[1], scores.dtype), count)[0]
+
+
+def smallest_with_offsets(scores: np.ndarray, offsets: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``smallest_per_row`` of ``scores + offsets`` (one offset per column, added in the
+    scores' dtype) without forming that sum: (columns (rows, count) int64, their summed
+    scores). A nearest-centre search adds the centres' squared norms to the products this
+    way, in the same pass that selects, instead of a pass over the whole score matrix first."""
+    scores = np.ascontiguousarray(scores)
     if not 1 <= count <= scores.shape[1]:
         raise ValueError(f"count must lie in [1, {scores.shape[1]}]; got {count}")
     out = np.empty((scores.shape[0], count), np.int64)
-    _smallest_per_row(scores, out)
-    return out
+    values = np.empty((scores.shape[0], count), scores.dtype)
+    _smallest_per_row(scores, np.ascontiguousarray(offsets, dtype=scores.dtype), out, values)
+    return out, values
 
 
 @njit(nogil=True, cache=True)
-def _smallest_per_row(scores, out):
+def _smallest_per_row(scores, offsets, out, values):
     count = out.shape[1]
-    best = np.empty(count, scores.dtype)
     for r in range(scores.shape[0]):
         row = scores[r]
+        best = values[r]
         for j in range(count):  # the first count columns, sorted (insertion: equal scores keep column order)
+            value = row[j] + offsets[j]
             at = j
-            while at > 0 and best[at - 1] > row[j]:
+            while at > 0 and best[at - 1] > value:
                 best[at] = best[at - 1]
                 out[r, at] = out[r, at - 1]
                 at -= 1
-            best[at] = row[j]
+            best[at] = value
             out[r, at] = j
+        worst = best[count - 1]  # in a register: most columns are rejected by this one compare
         for j in range(count, row.shape[0]):
-            value = row[j]
-            if not value < best[count - 1]:  # an equal score never displaces a lower column
+            value = row[j] + offsets[j]
+            if not value < worst:  # an equal score never displaces a lower column
                 continue
             at = count - 1
             while at > 0 and best[at - 1] > value:
@@ -72,3 +84,4 @@ def _smallest_per_row(scores, out):
                 at -= 1
             best[at] = value
             out[r, at] = j
+            worst = best[count - 1]
