@@ -99,6 +99,7 @@ def connect(
             client = Client(cluster)
             client.register_plugin(QuietInputErrors())
             client.register_plugin(IgnoreInterrupts())
+            client.register_plugin(WarmKernels())
         except BaseException:  # Ctrl-C while it started (delivered once it runs): no cluster left behind
             if cluster is not None:
                 with contextlib.suppress(BaseException):
@@ -251,6 +252,31 @@ class IgnoreInterrupts(_worker_plugin_base()):
 
         if threading.current_thread() is threading.main_thread():  # a worker process, not a thread of ours
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class WarmKernels(_worker_plugin_base()):
+    """Worker plugin of the embedded cluster: each worker process runs one tiny compiled kernel
+    in a background thread as soon as it starts. The first compiled kernel a process runs
+    costs it about a second (numba sets up its compiler and loads the cached code); paid
+    here, it overlaps the client's own start-up (opening stores, reading metadata) instead of
+    delaying the job's first tasks."""
+
+    name = "dhash-warm-kernels"
+    idempotent = True
+
+    def setup(self, worker):
+        import threading
+
+        threading.Thread(target=_run_a_kernel, name="dhash-warm-kernels", daemon=True).start()
+
+
+def _run_a_kernel() -> None:
+    import numpy as np
+
+    from dask_hashcodes.kernels.hamming import hamming_topk
+
+    one = np.zeros((1, 1), np.uint8)
+    hamming_topk(one, np.zeros(1, np.int64), queries=one, k=1)
 
 
 def disconnect(client) -> None:

@@ -7,9 +7,12 @@ only on their number and length: multi-index hashing looks at the codes whose su
 near the query's, and how many those are depends on how the codes spread (and on k: a
 candidate source for re-ranking asks for a deep top-R and needs a wide search radius). So
 the choice is measured on the search itself: a sample of its queries runs both ways on one
-shard of the index (every shard does the same work in a search), on the calling process,
-and the faster one runs the whole search. The tables are not free: each shard's task reads
-them from storage (4 bytes per code, more than a 32-bit code itself) before it can use them.
+shard of the index (every shard does the same work in a search), and the faster one runs the
+whole search. The trial runs on a worker when there is a cluster: the first compiled kernel a
+process runs costs it about a second of start-up, which the workers pay for the search
+anyway and the client would pay for the trial alone. The tables are not free: each shard's
+task reads them from storage (4 bytes per code, more than a 32-bit code itself) before it
+can use them.
 So the trial also times reading one shard's tables, and the tables win only when the time
 they save on the whole batch (the sample's saving scaled to every query) exceeds that read:
 a small batch, or codes the scan covers quickly, never pays for tables it cannot recoup.
@@ -49,30 +52,68 @@ def _fastest_seconds(run) -> float:
     return best
 
 
-def faster_exact_search(tables, query_codes: np.ndarray, *, k: int | None = None, radius: int | None = None) -> str:
-    """MIH or SCAN: the faster on the first shard of a stored multi-index (the StoredTables of
-    storage.mih_index.open_index) for a sample of ``query_codes``, at top-``k`` or within
-    ``radius``."""
+# multi-index hashing is timed on this many of the sample first: when even that projects to
+# EARLY_MARGIN times the scan's time, the trial stops there (a loser's full runs would cost
+# the trial more than the whole choice can save; the margin keeps one slow run on a busy
+# machine from deciding against the tables)
+EARLY_QUERIES = 8
+EARLY_MARGIN = 2.0
+
+
+def trial_seconds(tables, query_codes: np.ndarray, *, k: int | None = None, radius: int | None = None) -> dict:
+    """The timings the choice compares, on the first shard of a stored multi-index (the
+    StoredTables of storage.mih_index.open_index) for a sample of ``query_codes``, at
+    top-``k`` or within ``radius``: the sample's seconds by the linear scan (``scan``) and
+    by multi-index hashing (``mih``; projected from EARLY_QUERIES when that already shows a
+    clear loss, ``early``), the seconds of reading the shard's tables (``tables``), and the
+    shard's codes and sample's queries (``codes``, ``sample``)."""
     reader, attrs = tables.codes.reader, tables.attrs
     codes = reader(0)
     ids = np.arange(len(codes), dtype=np.int64)
-    started = time.perf_counter()
-    order, offsets = tables.order(0), tables.offsets(0)[0]
-    tables_s = time.perf_counter() - started  # what every shard's task pays before using its tables
-    substrings = tables_from_arrays(np.asarray(attrs["starts"], np.int64), order, offsets)
     n_bits, sample = int(attrs["n_bits"]), trial_queries(query_codes)
     if k is not None:
-        scan = lambda: hamming_topk(codes, ids, queries=sample, k=k)  # noqa: E731
-        mih = lambda: mih_topk(codes, ids, substrings, queries=sample, k=k, n_bits=n_bits)  # noqa: E731
+        scan = lambda queries: hamming_topk(codes, ids, queries=queries, k=k)  # noqa: E731
+        mih = lambda queries, subs: mih_topk(codes, ids, subs, queries=queries, k=k, n_bits=n_bits)  # noqa: E731
     else:
-        scan = lambda: hamming_radius(sample, codes, ids, radius)  # noqa: E731
-        mih = lambda: mih_radius(codes, ids, substrings, queries=sample, radius=radius, n_bits=n_bits)  # noqa: E731
-    scan_s, mih_s = _fastest_seconds(scan), _fastest_seconds(mih)
-    scale = len(query_codes) / max(1, len(sample))
-    choice = MIH if mih_s * scale + tables_s < scan_s * scale else SCAN
+        scan = lambda queries: hamming_radius(queries, codes, ids, radius)  # noqa: E731
+        mih = lambda queries, subs: mih_radius(codes, ids, subs, queries=queries, radius=radius, n_bits=n_bits)  # noqa: E731
+    out = {"codes": len(codes), "sample": len(sample), "early": False}
+    out["scan"] = _fastest_seconds(lambda: scan(sample))
+    started = time.perf_counter()
+    order, offsets = tables.order(0), tables.offsets(0)[0]
+    out["tables"] = time.perf_counter() - started  # what every shard's task pays before using its tables
+    substrings = tables_from_arrays(np.asarray(attrs["starts"], np.int64), order, offsets)
+    early = sample[:EARLY_QUERIES]
+    if len(early) < len(sample):
+        mih(early[:1], substrings)  # the first call loads the compiled kernel
+        started = time.perf_counter()
+        mih(early, substrings)
+        projected = (time.perf_counter() - started) * len(sample) / len(early)
+        if projected >= EARLY_MARGIN * out["scan"]:
+            out.update(mih=projected, early=True)
+            return out
+    out["mih"] = _fastest_seconds(lambda: mih(sample, substrings))
+    return out
+
+
+def faster_exact_search(tables, query_codes: np.ndarray, *, k: int | None = None, radius: int | None = None) -> str:
+    """MIH or SCAN: the faster on the first shard of a stored multi-index for a sample of
+    ``query_codes``, at top-``k`` or within ``radius`` (``trial_seconds``, run on a worker
+    when there is a cluster, else here)."""
+    from dask_hashcodes.distributed.progress import active_client
+
+    client = active_client()
+    if client is None:
+        seconds = trial_seconds(tables, query_codes, k=k, radius=radius)
+    else:
+        seconds = client.submit(trial_seconds, tables, query_codes, k=k, radius=radius, pure=False).result()
+    scale = len(query_codes) / max(1, seconds["sample"])
+    choice = MIH if seconds["mih"] * scale + seconds["tables"] < seconds["scan"] * scale else SCAN
     log.info(
-        "%s chosen: on one shard of %d codes, %d queries took %.3g s by multi-index hashing (after %.3g s reading its "
-        "tables) and %.3g s by the linear scan; the batch has %d queries",
-        choice, len(codes), len(sample), mih_s, tables_s, scan_s, len(query_codes),
+        "%s chosen: on one shard of %d codes, %d queries took %.3g s by multi-index hashing%s (after %.3g s reading "
+        "its tables) and %.3g s by the linear scan; the batch has %d queries",
+        choice, seconds["codes"], seconds["sample"], seconds["mih"],
+        f" (projected from {EARLY_QUERIES})" if seconds["early"] else "", seconds["tables"], seconds["scan"],
+        len(query_codes),
     )  # fmt: skip
     return choice
