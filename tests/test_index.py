@@ -13,6 +13,7 @@ import dask.array as da
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from distributed import Client, get_task_stream
 
 import dask_hashcodes
 from dask_hashcodes import workflows
@@ -243,7 +244,7 @@ def test_index_objects_over_handles_equal_dhash_search(stored, tmp_path):
         np.testing.assert_array_equal(done.results[0], dist_x)
 
 
-def test_the_trial_chooses_what_is_faster_by_a_wide_margin(tmp_path):
+def test_the_trial_chooses_what_is_faster_by_a_wide_margin(tmp_path, cluster):
     """On 100,000 codes in one shard, a top-1 is a handful of table lookups for multi-index
     hashing and a pass over every code for the scan; a top-10,000 needs a search radius that
     reaches most codes through the tables, which the scan does in one pass. Each margin (about
@@ -262,6 +263,11 @@ def test_the_trial_chooses_what_is_faster_by_a_wide_margin(tmp_path):
         assert faster_exact_search(tables, many, k=1) == MIH
         assert faster_exact_search(tables, many, k=10_000) == SCAN
         assert faster_exact_search(tables, queries[:1], k=1) == SCAN
+    # with a cluster the trial runs on a worker (the tables travel to it): the same choices
+    with Client(cluster) as client, get_task_stream(client) as tasks:
+        assert faster_exact_search(tables, many, k=1) == MIH
+        assert faster_exact_search(tables, many, k=10_000) == SCAN
+    assert sum("trial_seconds" in str(task["key"]) for task in tasks.data) == 2
 
 
 def test_storage_is_an_explicit_immutable_context(monkeypatch):
