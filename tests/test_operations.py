@@ -538,3 +538,31 @@ def test_bad_pipeline_file_is_one_line_error_and_runs_nothing(tmp_path, capsys):
     assert run("run", tmp_path / "missing.toml") == 2
     assert "pipeline file" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
+
+
+def _compiled_scan_signatures() -> int:
+    """In a worker: how many compiled signatures the Hamming scan kernel holds there."""
+    from dask_hashcodes.kernels import hamming
+
+    return len(hamming._hamming_topk_tiled.signatures)
+
+
+def test_embedded_cluster_workers_run_a_compiled_kernel_as_they_start():
+    """connect()'s workers load a compiled kernel in the background as they start (the
+    WarmKernels plugin), before any task asks for one: the second or so that costs a process
+    is not paid by the job's first tasks."""
+    import time
+
+    from dask_hashcodes.distributed.cluster import connect, disconnect
+
+    client = connect(None, workers=2, threads=1, quiet=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            loaded = client.run(_compiled_scan_signatures)
+            if all(loaded.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert len(loaded) == 2 and all(loaded.values()), loaded
+    finally:
+        disconnect(client)

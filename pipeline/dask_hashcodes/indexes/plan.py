@@ -60,24 +60,24 @@ EARLY_QUERIES = 8
 EARLY_MARGIN = 2.0
 
 
-def trial_seconds(tables, query_codes: np.ndarray, *, k: int | None = None, radius: int | None = None) -> dict:
+def trial_seconds(tables, sample: np.ndarray, *, k: int | None = None, radius: int | None = None) -> dict:
     """The timings the choice compares, on the first shard of a stored multi-index (the
-    StoredTables of storage.mih_index.open_index) for a sample of ``query_codes``, at
-    top-``k`` or within ``radius``: the sample's seconds by the linear scan (``scan``) and
-    by multi-index hashing (``mih``; projected from EARLY_QUERIES when that already shows a
-    clear loss, ``early``), the seconds of reading the shard's tables (``tables``), and the
-    shard's codes and sample's queries (``codes``, ``sample``)."""
+    StoredTables of storage.mih_index.open_index) for the ``sample`` queries (``trial_queries``
+    of the batch), at top-``k`` or within ``radius``: the sample's seconds by the linear scan
+    (``scan``) and by multi-index hashing (``mih``; projected from EARLY_QUERIES when that
+    already shows a clear loss, ``early``), the seconds of reading the shard's tables
+    (``tables``), and the shard's codes (``codes``)."""
     reader, attrs = tables.codes.reader, tables.attrs
     codes = reader(0)
     ids = np.arange(len(codes), dtype=np.int64)
-    n_bits, sample = int(attrs["n_bits"]), trial_queries(query_codes)
+    n_bits = int(attrs["n_bits"])
     if k is not None:
         scan = lambda queries: hamming_topk(codes, ids, queries=queries, k=k)  # noqa: E731
         mih = lambda queries, subs: mih_topk(codes, ids, subs, queries=queries, k=k, n_bits=n_bits)  # noqa: E731
     else:
         scan = lambda queries: hamming_radius(queries, codes, ids, radius)  # noqa: E731
         mih = lambda queries, subs: mih_radius(codes, ids, subs, queries=queries, radius=radius, n_bits=n_bits)  # noqa: E731
-    out = {"codes": len(codes), "sample": len(sample), "early": False}
+    out = {"codes": len(codes), "early": False}
     out["scan"] = _fastest_seconds(lambda: scan(sample))
     started = time.perf_counter()
     order, offsets = tables.order(0), tables.offsets(0)[0]
@@ -102,17 +102,18 @@ def faster_exact_search(tables, query_codes: np.ndarray, *, k: int | None = None
     when there is a cluster, else here)."""
     from dask_hashcodes.distributed.progress import active_client
 
+    sample = trial_queries(query_codes)  # only the sample travels to the worker, not the batch
     client = active_client()
     if client is None:
-        seconds = trial_seconds(tables, query_codes, k=k, radius=radius)
+        seconds = trial_seconds(tables, sample, k=k, radius=radius)
     else:
-        seconds = client.submit(trial_seconds, tables, query_codes, k=k, radius=radius, pure=False).result()
-    scale = len(query_codes) / max(1, seconds["sample"])
+        seconds = client.submit(trial_seconds, tables, sample, k=k, radius=radius, pure=False).result()
+    scale = len(query_codes) / max(1, len(sample))
     choice = MIH if seconds["mih"] * scale + seconds["tables"] < seconds["scan"] * scale else SCAN
     log.info(
         "%s chosen: on one shard of %d codes, %d queries took %.3g s by multi-index hashing%s (after %.3g s reading "
         "its tables) and %.3g s by the linear scan; the batch has %d queries",
-        choice, seconds["codes"], seconds["sample"], seconds["mih"],
+        choice, seconds["codes"], len(sample), seconds["mih"],
         f" (projected from {EARLY_QUERIES})" if seconds["early"] else "", seconds["tables"], seconds["scan"],
         len(query_codes),
     )  # fmt: skip
