@@ -12,6 +12,8 @@ Steps (each a library call on a local cluster of 2 worker processes x 1 thread):
 2. ITQ learned on the first --train-rows rows (`head` then `train`; a speed benchmark, so
    the few query rows among them do not matter), `encode` of every row;
 3. `index(kind="ivf")`: --lists lists, k-means on 256 rows per list, every row assigned;
+   the quantiser in --quantiser-dims principal directions of the k-means rows (default: the
+   library's rule);
 4. `search`: the split's queries, top-k, by the linear scan and through the inverted file at
    each --nprobes, on warm workers (a first search of a few queries loads the kernels); each
    worker's peak RSS is reset before each search, so the peak reported is that search's;
@@ -155,7 +157,15 @@ def build(args, client) -> dict:
     ivf = work / "ivf"
     if not ivf.exists():
         _, steps["ivf_build"] = timed(
-            lambda: workflows.index(codes, ivf, kind="ivf", dataset=args.data, lists=args.lists, seed=args.seed)
+            lambda: workflows.index(
+                codes,
+                ivf,
+                kind="ivf",
+                dataset=args.data,
+                lists=args.lists,
+                seed=args.seed,
+                quantiser_dims=args.quantiser_dims,
+            )  # fmt: skip
         )
     if not (work / "database_codes.npy").exists():
         _, steps["faiss_input"] = timed(lambda: write_faiss_input(args.data, codes, work))
@@ -209,6 +219,12 @@ def main(argv=None) -> int:
     ap.add_argument("--lists", type=int, default=4096)
     ap.add_argument("--nprobes", default="1,4,8,16,64")
     ap.add_argument("--train-rows", type=int, default=1_000_000)
+    ap.add_argument(
+        "--quantiser-dims",
+        type=int,
+        default=None,
+        help="principal directions of our inverted file's quantiser (default: the library's rule)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", required=True, help="the sift-synth dataset (made when missing)")
     ap.add_argument("--work", required=True, help="model, codes, inverted file and FAISS inputs (kept)")
@@ -272,6 +288,7 @@ def main(argv=None) -> int:
         "faiss_build_seconds": {"flat": flat["build_seconds"], "ivf": ivf_faiss["build_seconds"]},
         "scan_equals_faiss_flat": {"identical_distances": identical, "same_id_fraction": same_ids},
         "resident_lists_by_worker": held,
+        "quantiser": quantiser_words(codes, ivf),
         "rows": rows,
     }
     out = Path(args.out)
@@ -307,6 +324,17 @@ def faiss_row(name, built, search, dist, true_d, args) -> dict:
     }
 
 
+def quantiser_words(codes, ivf) -> str:
+    """Where the stored inverted file's centroids live, in words."""
+    from dask_hashcodes.storage.codes import open_codes
+    from dask_hashcodes.storage.ivf_index import open_ivf
+
+    lists = open_ivf(ivf, open_codes(codes))
+    if lists.projection is None:
+        return f"k-means in the features ({lists.d}-d)"
+    return f"k-means in the top {lists.projection.dims} principal directions of its sample (of {lists.d})"
+
+
 def render(result: dict) -> str:
     p, m = result["params"], result["machine"]
     lines = [
@@ -319,6 +347,7 @@ def render(result: dict) -> str:
         f"- build seconds: ours {json.dumps({k: round(v, 1) for k, v in result['build_steps_seconds'].items()})};"
         f" FAISS IndexBinaryFlat {result['faiss_build_seconds']['flat']:.1f},"
         f" IndexBinaryIVF (train on the codes + add) {result['faiss_build_seconds']['ivf']:.1f}",
+        f"- our inverted file's quantiser: {result.get('quantiser', 'k-means in the features (128-d)')}",
         f"- linear scan vs IndexBinaryFlat: {result['scan_equals_faiss_flat']}",
         f"- lists kept on the workers for the warm batches: {result.get('resident_lists_by_worker')}",
         "",

@@ -114,6 +114,24 @@ def test_lists_hold_every_row_once_ascending_inside():
         assert (assignment[members] == lst).all() and (np.diff(members) > 0).all()
 
 
+def test_probes_are_the_nearest_centroids_for_any_batch_size():
+    """A batch larger than one slab of queries (PROBE_QUERY_ROWS) gets each query's nearest
+    centroids in float64's order (integer-valued data: float32 scores them exactly), with
+    their squared distances, and the same probes as each query alone."""
+    from dask_hashcodes.kernels.ivf import PROBE_QUERY_ROWS, probe_distances
+
+    rng = np.random.default_rng(4)
+    centroids = rng.integers(0, 40, (300, 12)).astype(np.uint8)
+    queries = rng.integers(0, 40, (PROBE_QUERY_ROWS + 300, 12)).astype(np.float64)
+    probes, squared = probe_distances(queries, centroids, 5)
+    exact = ((queries[:, None, :] - centroids[None].astype(np.float64)) ** 2).sum(-1)
+    order = np.lexsort((np.broadcast_to(np.arange(300), exact.shape), exact), axis=1)[:, :5]
+    np.testing.assert_array_equal(probes, order)
+    np.testing.assert_array_equal(squared, np.take_along_axis(exact, order, axis=1).astype(np.float32))
+    for q in (0, PROBE_QUERY_ROWS - 1, PROBE_QUERY_ROWS, len(queries) - 1):
+        np.testing.assert_array_equal(probe_distances(queries[q : q + 1], centroids, 5)[0][0], probes[q])
+
+
 def test_nprobe_out_of_range_and_bad_list_numbers_are_errors():
     centroids = np.zeros((4, 2))
     for nprobe in (0, 5):
@@ -141,10 +159,12 @@ def stored_ivf(tmp_path_factory):
         model = workflows.train(ds, "itq", d / "m", bits=64, split="default")
         workflows.encode(ds, model, d / "c.zarr")
         build_ivf(d / "c.zarr", ds.features_dask(), d / "i.zarr", n_lists=30)
+        # the same lists' quantiser in 16 principal directions of the k-means sample
+        build_ivf(d / "c.zarr", ds.features_dask(), d / "i16.zarr", n_lists=30, quantiser_dims=16)
     return d, ds, split
 
 
-def _opened(root, ds):
+def _opened(root, ds, index="i.zarr"):
     """(codes handle, stored lists, every code, the features in float64) of the index at root."""
     from dask_hashcodes.storage.codes import open_codes
     from dask_hashcodes.storage.ivf_index import open_ivf
@@ -152,23 +172,30 @@ def _opened(root, ds):
     codes = open_codes(root / "c.zarr")
     return (
         codes,
-        open_ivf(root / "i.zarr", codes),
+        open_ivf(root / index, codes),
         codes.reader[...],
         np.asarray(ds.features_dask().compute(), np.float64),
     )
 
 
-@pytest.mark.parametrize("workers, rows_per_task", [(1, None), (2, 700), (2, 2100)])
-def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, clusters, workers, rows_per_task):
+@pytest.mark.parametrize(
+    "workers, rows_per_task, index",
+    [(1, None, "i.zarr"), (2, 700, "i.zarr"), (2, 2100, "i.zarr"), (2, 700, "i16.zarr")],
+)
+def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(
+    stored_ivf, clusters, workers, rows_per_task, index
+):
     """One task per codes chunk (700 rows), per 3 chunks (the last run holds 2 chunks, one of
-    them partial) or per every chunk: the same answer."""
+    them partial) or per every chunk: the same answer; and through a quantiser in a subspace
+    (rows and queries projected before they meet the centroids)."""
     import dask
     from distributed import Client
 
     from dask_hashcodes.indexes.ivf import ivf_knn_lazy
 
     d, ds, split = stored_ivf
-    _, lists, all_codes, features = _opened(d, ds)
+    _, lists, all_codes, features = _opened(d, ds, index)
+    assert (lists.projection is None) == (index == "i.zarr")
     queries = split.query
     with Client(clusters[workers]):
         dist, ids = dask.compute(
@@ -182,12 +209,31 @@ def test_stored_ivf_search_equals_brute_force_over_the_probed_lists(stored_ivf, 
                 **({} if rows_per_task is None else {"rows_per_task": rows_per_task}),
             )  # fmt: skip
         )[0]
-    _assert_probed_brute_force(features, all_codes, lists.centroids, queries, dist, ids)
+    _assert_probed_brute_force(features, all_codes, lists.centroids, queries, dist, ids, projection=lists.projection)
 
 
-def _assert_probed_brute_force(features, all_codes, centroids, queries, dist, ids, nprobe=4, k=20):
+def test_a_cold_batch_finds_its_probes_in_one_task_that_every_search_task_reads(stored_ivf):
+    """The probes are a task of the graph (run on a worker, where the compiled kernels are
+    loaded already), not computed by the caller: one ivf-probes task, a dependency of every
+    ivf-topk task."""
+    from dask_hashcodes.indexes.ivf import ivf_knn_lazy
+
+    d, ds, split = stored_ivf
+    _, lists, all_codes, features = _opened(d, ds, "i16.zarr")
+    lazy = ivf_knn_lazy(all_codes[:5], features[:5], lists, 10, 4, rows_per_task=1400)
+    graph = dict(lazy.__dask_graph__())
+    probes = [key for key in graph if str(key).startswith("ivf-probes-")]
+    searches = [key for key in graph if str(key).startswith("ivf-topk-") and "merge" not in str(key)]
+    assert len(probes) == 1 and len(searches) == 4
+    dependencies = lazy.__dask_graph__().get_all_dependencies()
+    assert all(probes[0] in dependencies[key] for key in searches)
+
+
+def _assert_probed_brute_force(features, all_codes, centroids, queries, dist, ids, nprobe=4, k=20, projection=None):
     """(dist, ids) are each query's Hamming top-k over the database rows (the queries left
-    out) of its nprobe nearest lists."""
+    out) of its nprobe nearest lists (centroids in the space of ``projection``)."""
+    if projection is not None:
+        features = (features - projection.mean) @ projection.components
     assignment = np.argmin(((features[:, None, :] - centroids[None]) ** 2).sum(-1), axis=1)
     probes = probed_lists(features[queries], centroids, nprobe)
     database = np.setdiff1d(np.arange(len(all_codes)), queries)
@@ -308,6 +354,84 @@ def test_a_stored_ivf_refuses_other_codes_damage_and_bad_nprobe(stored_ivf, tmp_
         ivf_knn_lazy(query_codes, queries, open_ivf(damaged, codes), 5, 2).compute(scheduler="synchronous")
 
 
+def test_a_projected_quantiser_is_the_top_principal_directions_of_its_sample(stored_ivf, tmp_path):
+    """Learned from every row, the projection is the top 16 eigenvectors of the rows'
+    covariance (each with PCA's sign) and their mean; an index whose projection is damaged
+    or missing is refused; an index written before the quantiser could be projected (schema
+    1, no dims) still opens, in the features' space."""
+    import json
+    import shutil
+
+    import dask
+
+    from dask_hashcodes.errors import InputError
+    from dask_hashcodes.indexes.ivf import build_ivf
+    from dask_hashcodes.storage.codes import open_codes
+    from dask_hashcodes.storage.ivf_index import open_ivf
+
+    d, ds, _ = stored_ivf
+    codes = open_codes(d / "c.zarr")
+    X = np.asarray(ds.features_dask().compute(), np.float64)
+    with dask.config.set(scheduler="synchronous"):
+        build_ivf(codes, ds.features_dask(), tmp_path / "all.zarr", n_lists=30, kmeans_rows=len(X), quantiser_dims=16)
+    projection = open_ivf(tmp_path / "all.zarr", codes).projection
+    values, vectors = np.linalg.eigh(np.cov(X, rowvar=False, bias=True))
+    top = vectors[:, ::-1][:, :16]
+    top *= np.sign(top[np.abs(top).argmax(axis=0), np.arange(16)])
+    np.testing.assert_allclose(projection.mean, X.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(projection.components, top, atol=1e-9)
+    assert projection.dims == 16 and projection.d == 128
+
+    damaged = tmp_path / "damaged.zarr"
+    shutil.copytree(d / "i16.zarr", damaged)
+    chunk = next(p for p in (damaged / "projection").rglob("*") if p.is_file() and p.name != "zarr.json")
+    chunk.write_bytes(b"\0" * len(chunk.read_bytes()))
+    with pytest.raises(InputError, match=r"projection"):
+        open_ivf(damaged, codes)
+    shutil.rmtree(damaged / "projection")
+    with pytest.raises(InputError, match=r"projection"):
+        open_ivf(damaged, codes)
+
+    older = tmp_path / "older.zarr"
+    shutil.copytree(d / "i.zarr", older)
+    meta = json.loads((older / "zarr.json").read_text())
+    meta["attributes"]["schema"] = "dhash.ivf-index/1"
+    del meta["attributes"]["dims"]
+    (older / "zarr.json").write_text(json.dumps(meta))
+    opened = open_ivf(older, codes)
+    assert opened.projection is None and opened.d == 128
+    np.testing.assert_array_equal(opened.centroids, open_ivf(d / "i.zarr", codes).centroids)
+
+
+def test_the_default_quantiser_projects_only_where_few_directions_hold_the_variance_and_it_saves_work():
+    """Rows near a 3-d subspace of 40 dims: the quantiser keeps the fewest directions holding
+    QUANTISER_VARIANCE_SHARE of the variance. Isotropic rows: no few directions do, and the
+    features' own space is kept. ``quantiser_dims`` at or above d keeps it too."""
+    import dask
+    import dask.array as da
+
+    from dask_hashcodes.errors import InputError
+    from dask_hashcodes.indexes.ivf import QUANTISER_VARIANCE_SHARE, ivf_quantiser
+    from dask_hashcodes.kernels.ivf import principal_dims
+
+    rng = np.random.default_rng(0)
+    flat = rng.standard_normal((3000, 40))
+    steep = 0.05 * flat + rng.standard_normal((3000, 3)) @ rng.standard_normal((3, 40))
+    with dask.config.set(scheduler="synchronous"):
+        centroids, projection = ivf_quantiser(da.from_array(steep, chunks=(700, 40)), 50, seed=1)
+        assert projection is not None and projection.dims == 3 and centroids.shape == (50, 3)
+        centroids, projection = ivf_quantiser(da.from_array(flat, chunks=(700, 40)), 50, seed=1)
+        assert projection is None and centroids.shape == (50, 40)
+        _, projection = ivf_quantiser(da.from_array(steep, chunks=(700, 40)), 50, dims=40, seed=1)
+        assert projection is None
+        with pytest.raises(InputError, match="`quantiser_dims` must be a positive int"):
+            ivf_quantiser(da.from_array(steep, chunks=(700, 40)), 50, dims=0)
+    assert principal_dims(np.array([5.0, 3.0, 1.0, 1.0]), 0.8) == 2
+    assert principal_dims(np.array([5.0, 3.0, 1.0, 1.0]), 0.81) == 3
+    assert principal_dims(np.array([5.0, 3.0, 1.0, 1.0]), QUANTISER_VARIANCE_SHARE) == 3
+    assert principal_dims(np.zeros(4), 0.9) == 1
+
+
 def test_serving_from_memory_answers_as_the_cluster_path(stored_ivf):
     """ServingIVF (lists regrouped from 8 shards into one layout, the split's queries left
     out) gives the stored index's Hamming answer and, with the vectors (stored, or an
@@ -393,7 +517,8 @@ def test_evaluation_neighbour_recall_equals_brute_force():
     import dask.array as da
 
     from dask_hashcodes.evaluation.neighbours import NeighbourRecall, NeighbourSearches
-    from dask_hashcodes.indexes.ivf import ivf_centroids
+    from dask_hashcodes.indexes.ivf import ivf_quantiser
+    from dask_hashcodes.kernels.ivf import quantiser_space
 
     rng = np.random.default_rng(3)
     X = rng.standard_normal((3000, 8)) + 3 * rng.standard_normal((12, 8))[rng.integers(0, 12, 3000)]
@@ -420,8 +545,9 @@ def test_evaluation_neighbour_recall_equals_brute_force():
             da.from_array(db, chunks=700),
         )  # fmt: skip
         assert measure._lists is lists and again == got  # the lists are learned once
-        centroids = ivf_centroids(da.from_array(X[db], chunks=(700, 8)), 25, seed=5)
-    assignment = np.argmin(((X[:, None, :] - centroids[None]) ** 2).sum(-1), axis=1)
+        centroids, projection = ivf_quantiser(da.from_array(X[db], chunks=(700, 8)), 25, seed=5)
+    space = quantiser_space(X, projection)
+    assignment = np.argmin(((space[:, None, :] - centroids[None]) ** 2).sum(-1), axis=1)
 
     def reranked(candidate_rows, R):
         return [
@@ -431,7 +557,7 @@ def test_evaluation_neighbour_recall_equals_brute_force():
     want = [_recall([_brute_force(codes[q], codes, db, k)[1] for q in query], exact)]
     want += [_recall(reranked([db] * len(query), R), exact) for R in (30, 200)]
     for nprobe in (2, 25):
-        probes = probed_lists(X[query], centroids, nprobe)
+        probes = probed_lists(space[query], centroids, nprobe)
         rows = [db[np.isin(assignment[db], p)] for p in probes]
         want += [_recall(reranked(rows, R), exact) for R in (30, 200)]
     assert got["k"] == k and [s["search"] for s in got["searches"]] == ["hamming"] + ["rerank"] * 2 + ["ivf"] * 4

@@ -366,6 +366,7 @@ def index(
     dataset=None,
     lists: int | None = None,
     kmeans_rows: int | None = None,
+    quantiser_dims: int | None = None,
     seed: int = 0,
     overwrite: bool = False,
     progress: bool | None = None,
@@ -376,7 +377,9 @@ def index(
     tables, ``substrings`` m (default: the paper's b / log2(rows per shard)); exact.
     ``kind="ivf"``: an inverted file of ``lists`` lists (default 4 sqrt(n)), k-means (seeded
     by ``seed``) on ``kmeans_rows`` rows (default 256 per list) of the features of
-    ``dataset``, the dataset the codes encode; approximate."""
+    ``dataset``, the dataset the codes encode, in ``quantiser_dims`` principal directions of
+    those rows (default: the fewest holding 90% of their variance, where that saves work;
+    the features' count: their own space); approximate."""
     started = time.perf_counter()
     codes = open_codes(codes, storage=storage)
     if kind == "mih":
@@ -390,8 +393,8 @@ def index(
         )
     ds = load_dataset(dataset, storage=storage)
     loc, n_lists = build_ivf(
-        codes, ds.features_dask(), out, n_lists=lists, kmeans_rows=kmeans_rows, seed=seed, overwrite=overwrite,
-        progress=_show(progress), storage=storage,
+        codes, ds.features_dask(), out, n_lists=lists, kmeans_rows=kmeans_rows, quantiser_dims=quantiser_dims,
+        seed=seed, overwrite=overwrite, progress=_show(progress), storage=storage,
     )  # fmt: skip
     return Indexed(str(loc), kind, codes.n, time.perf_counter() - started, n_lists=n_lists)
 

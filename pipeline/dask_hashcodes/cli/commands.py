@@ -421,7 +421,8 @@ def index(values):
         return
     done = workflows.index(
         values["codes"], values["out"], kind=values["kind"], substrings=values["substrings"],
-        dataset=values.get("dataset"), lists=values["lists"], kmeans_rows=values["kmeans_rows"], seed=values["seed"], overwrite=values["overwrite"],
+        dataset=values.get("dataset"), lists=values["lists"], kmeans_rows=values["kmeans_rows"],
+        quantiser_dims=values["quantiser_dims"], seed=values["seed"], overwrite=values["overwrite"],
         progress=_progress(values), storage=_storage(values),
     )  # fmt: skip
     parts = f"{done.n_lists:,} lists" if done.kind == "ivf" else f"{done.substrings} substring tables per shard"

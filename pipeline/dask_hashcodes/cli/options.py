@@ -360,6 +360,10 @@ OPTIONS: tuple[Option, ...] = (
     _opt("kmeans-rows", ["index"], "ivf: rows k-means learns the centroids from, drawn with the seed (default 256 "
          "per list); every row is then assigned to its nearest centroid", type=positive_int,
          applies=(With("kind", ("ivf",), "the k-means of an inverted file"),)),
+    _opt("quantiser-dims", ["index"], "ivf: principal directions of the k-means rows the centroids live in; rows "
+         "and queries are projected onto them before they meet a centroid (default: the fewest holding 90 percent of the "
+         "rows' variance, where that saves work; the feature count: the features' own space)", type=positive_int,
+         applies=(With("kind", ("ivf",), "the coarse quantiser of an inverted file"),)),
     _opt("index", ["search"], "search through this index (made by `dhash index` from these codes): a multi-index "
          "gives the linear scan's results, an inverted file the top-k of the --nprobe lists nearest each query"),
     _opt("nprobe", ["search"], "lists of an inverted file --index searched per query (default: 4; a residual index's "

@@ -24,8 +24,8 @@ import numpy as np
 from dask_hashcodes.distributed.graph import chunk_delayeds, map_chunks
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.indexes.index import FlatIndex, IVFIndex, Queries, Rerank
-from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, InvertedLists, default_lists, ivf_centroids
-from dask_hashcodes.kernels.kmeans import nearest_centres
+from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, InvertedLists, default_lists, ivf_quantiser
+from dask_hashcodes.kernels.ivf import Projection, assign_lists
 from dask_hashcodes.kernels.knn import neighbour_recall
 
 
@@ -101,12 +101,15 @@ class NeighbourRecall:
         )
 
 
-def inverted_lists(db_features, n_lists: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(centroids, each database row's list): k-means on the database features (as
-    ``dhash index --kind ivf``), every row assigned to its nearest centroid."""
-    centroids = ivf_centroids(db_features, n_lists, seed=seed)
-    assigned = map_chunks("ivf-assign", _assign, chunk_delayeds(db_features), centroids=centroids)
-    return centroids, np.concatenate(dask.compute(assigned)[0])
+def inverted_lists(db_features, n_lists: int, seed: int) -> tuple[np.ndarray, Projection | None, np.ndarray]:
+    """(centroids, their projection, each database row's list): the quantiser of
+    ``dhash index --kind ivf`` learned on the database features, every row assigned to its
+    nearest centroid."""
+    centroids, projection = ivf_quantiser(db_features, n_lists, seed=seed)
+    assigned = map_chunks(
+        "ivf-assign", _assign, chunk_delayeds(db_features), centroids=centroids, projection=projection
+    )
+    return centroids, projection, np.concatenate(dask.compute(assigned)[0])
 
 
 def neighbour_recalls(searches: NeighbourSearches, exact, features, query_vectors, query_codes, db_codes, db_ids,
@@ -114,7 +117,7 @@ def neighbour_recalls(searches: NeighbourSearches, exact, features, query_vector
     """recall@k of each search (``searches`` checked), against ``exact`` (m, >= k) ids of the
     queries' Euclidean neighbours. ``features``: every dataset row (dask, the re-ranking's
     source); ``db_codes``, ``db_ids``: the database rows' codes and ids (dask, aligned);
-    ``lists``: the inverted file's (centroids, row lists) of ``inverted_lists``."""
+    ``lists``: the inverted file's (centroids, projection, row lists) of ``inverted_lists``."""
     k = searches.recall_at
     queries = Queries(codes=np.asarray(query_codes), vectors=np.asarray(query_vectors))
     scan = FlatIndex(db_codes, ids=db_ids)
@@ -124,8 +127,8 @@ def neighbour_recalls(searches: NeighbourSearches, exact, features, query_vector
         _, found = Rerank("exact", scan, source=features, candidates=r).search_codes(queries, k)
         rows.append({"search": "rerank", "candidates": r, "recall": neighbour_recall(found, exact)})
     if searches.ivf_lists is not None:
-        centroids, assignment = lists
-        inverted = InvertedLists.assigned(centroids, *dask.compute(db_codes, db_ids), assignment)
+        centroids, projection, assignment = lists
+        inverted = InvertedLists.assigned(centroids, *dask.compute(db_codes, db_ids), assignment, projection)
         for nprobe in searches.ivf_nprobes:
             for r in searches.rerank_candidates:
                 ivf = Rerank("exact", IVFIndex(inverted, nprobe), source=features, candidates=r)
@@ -136,5 +139,5 @@ def neighbour_recalls(searches: NeighbourSearches, exact, features, query_vector
     return {"k": k, "searches": rows}
 
 
-def _assign(block, *, centroids):
-    return nearest_centres(block, centroids).astype(np.int32)
+def _assign(block, *, centroids, projection):
+    return assign_lists(block, centroids, projection).astype(np.int32)

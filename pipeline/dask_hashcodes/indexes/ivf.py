@@ -1,7 +1,8 @@
 """Hamming search through an inverted file (kernels.ivf) over chunked codes on the cluster.
 
-``build_ivf`` learns the coarse quantiser by k-means on the features (Lloyd steps over the
-feature chunks, only counts and sums travelling: distributed.kmeans), then one
+``build_ivf`` learns the coarse quantiser by k-means on a sample of the features (Lloyd steps
+over the sample's chunks, only counts and sums travelling: distributed.kmeans), in the top
+principal directions of that sample where they hold most of its variance, then one
 ``ivf-build`` task per codes chunk assigns the chunk's rows to their nearest centroid and
 writes the chunk's list layout (storage.ivf_index). ``ivf_knn_lazy`` finds each query's
 ``nprobe`` nearest centroids on the client (small), sends the queries to one ``ivf-topk``
@@ -12,17 +13,27 @@ probed lists, ties by id, whatever the chunking and the number of workers.
 
 from __future__ import annotations
 
+import dask
 import numpy as np
+from dask import delayed
 from dask.base import tokenize
 
-from dask_hashcodes.distributed.graph import map_chunks, select_rows, tree_reduce, write_shards
+from dask_hashcodes.distributed.graph import chunk_reads, map_chunks, map_reduce, select_rows, tree_reduce, write_shards
 from dask_hashcodes.distributed.kmeans import kmeans
 from dask_hashcodes.distributed.progress import active_client
-from dask_hashcodes.distributed.resident import held_blocks, resident, worker_slots
+from dask_hashcodes.distributed.resident import held_blocks, kept_on_workers, resident, worker_slots
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.indexes.hamming import check_query_codes
-from dask_hashcodes.kernels.ivf import list_layout, probed_lists, search_lists, search_lists_exact
-from dask_hashcodes.kernels.kmeans import nearest_centres
+from dask_hashcodes.kernels.ivf import (
+    Projection,
+    assign_lists,
+    list_layout,
+    principal_dims,
+    probed_lists,
+    search_lists,
+    search_lists_exact,
+)
+from dask_hashcodes.kernels.stats import chunk_moments, combine_moments, covariance, top_eigenvectors
 from dask_hashcodes.kernels.topk import topk_merger
 from dask_hashcodes.storage.chunkread import write_rows
 from dask_hashcodes.storage.codes import open_codes
@@ -40,6 +51,9 @@ KMEANS_STEPS = 10
 # max_points_per_centroid): more rows barely move them, while each Lloyd step costs a pass
 # over every training row against every centroid
 KMEANS_ROWS_PER_LIST = 256
+# The quantiser's default subspace: the fewest principal directions of the k-means sample
+# holding this share of its variance (chosen on validation queries: see ivf_quantiser)
+QUANTISER_VARIANCE_SHARE = 0.9
 DEFAULT_NPROBE = 4
 # Rows one ivf-topk task searches: a task merges the lists of its shards into one layout, so
 # a query's cost per task (finding its probed lists, its top-k buffers) is paid once per
@@ -62,6 +76,7 @@ def build_ivf(
     n_lists: int | None = None,
     kmeans_steps: int = KMEANS_STEPS,
     kmeans_rows: int | None = None,
+    quantiser_dims: int | None = None,
     seed: int = 0,
     overwrite: bool = False,
     progress=None,
@@ -71,8 +86,8 @@ def build_ivf(
     (atomically), its lists given by k-means on ``features`` (a dask array of the rows the
     codes encode, in the same order). The centroids are learned from ``kmeans_rows`` rows
     drawn with ``seed`` (default: KMEANS_ROWS_PER_LIST per list, every row when there are
-    fewer); every row is then assigned to its nearest centroid. Returns (index location,
-    n_lists)."""
+    fewer), in ``quantiser_dims`` principal directions of those rows (see ``ivf_quantiser``);
+    every row is then assigned to its nearest centroid. Returns (index location, n_lists)."""
     codes = open_codes(codes, storage=storage)
     reader = codes.reader
     if features.ndim != 2 or features.shape[0] != reader.shape[0]:
@@ -83,23 +98,33 @@ def build_ivf(
     n_lists = default_lists(reader.shape[0]) if n_lists is None else int(n_lists)
     if not 1 <= n_lists <= reader.shape[0]:
         raise InputError(f"`n_lists` must lie in [1, {reader.shape[0]}] (the number of codes); got {n_lists}")
-    centroids = ivf_centroids(features, n_lists, kmeans_rows=kmeans_rows, kmeans_steps=kmeans_steps, seed=seed)
+    centroids, projection = ivf_quantiser(
+        features, n_lists, kmeans_rows=kmeans_rows, kmeans_steps=kmeans_steps, dims=quantiser_dims, seed=seed
+    )
     # one feature chunk per codes chunk, so that each task holds the rows of one shard
     aligned = features.rechunk((reader.chunk_rows, features.shape[1]))
     out = resolve(out, storage=storage)
     with ivf_output(out, overwrite) as tmp:
-        create_ivf_arrays(tmp, codes=codes, centroids=centroids)
+        create_ivf_arrays(tmp, codes=codes, centroids=centroids, projection=projection)
         write_shards(
             "ivf-build", _build_shard_into, aligned, reader.shape[0], progress,
-            centroids=centroids, chunk_rows=reader.chunk_rows, target=tmp,
+            centroids=centroids, projection=projection, chunk_rows=reader.chunk_rows, target=tmp,
         )  # fmt: skip
     return out, n_lists
 
 
-def ivf_centroids(features, n_lists: int, *, kmeans_rows: int | None = None, kmeans_steps: int = KMEANS_STEPS, seed=0):
-    """The coarse quantiser: k-means centroids (n_lists, d) of ``kmeans_rows`` rows of
-    ``features`` (a dask array) drawn with ``seed`` (default KMEANS_ROWS_PER_LIST per list)."""
-    n = features.shape[0]
+def ivf_quantiser(
+    features, n_lists: int, *, kmeans_rows: int | None = None, kmeans_steps: int = KMEANS_STEPS, dims=None, seed=0
+) -> tuple[np.ndarray, Projection | None]:
+    """The coarse quantiser: (k-means centroids (n_lists, dims), the Projection they live in,
+    or None for the features' own space) of ``kmeans_rows`` rows of ``features`` (a dask
+    array) drawn with ``seed`` (default KMEANS_ROWS_PER_LIST per list).
+
+    ``dims``: the principal directions of those rows the quantiser works in; the features'
+    own count (or more) keeps their space. Default: the fewest directions holding
+    QUANTISER_VARIANCE_SHARE of the rows' variance, where that makes the assignment (a
+    projection to dims, then n_lists distances in dims) cheaper than n_lists distances in d."""
+    n, d = features.shape
     kmeans_rows = min(n, KMEANS_ROWS_PER_LIST * n_lists) if kmeans_rows is None else kmeans_rows
     if isinstance(kmeans_rows, bool) or not isinstance(kmeans_rows, (int, np.integer)):
         raise InputError(f"`kmeans_rows` must be an int; got {kmeans_rows!r}")
@@ -108,17 +133,28 @@ def ivf_centroids(features, n_lists: int, *, kmeans_rows: int | None = None, kme
             f"`kmeans_rows` must lie in [{n_lists}, {n}] (the lists, the rows): k-means starts from that many "
             f"distinct rows; got {kmeans_rows}"
         )
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, (int, np.integer)) or dims < 1):
+        raise InputError(f"`quantiser_dims` must be a positive int (or None for the default); got {dims!r}")
     rng = np.random.default_rng(seed)
     training = features
     if kmeans_rows < n:
         training = select_rows(features, np.sort(rng.choice(n, int(kmeans_rows), replace=False)), keep=True)
-    return kmeans(training, n_lists, kmeans_steps, rng, "ivf")[0]
+    # the covariance pass and every Lloyd step read the sample: held on the workers once, as
+    # stored (the steps project it slab by slab)
+    training = kept_on_workers(training, "ivf k-means sample")
+    mean, cov = covariance(dask.compute(map_reduce("ivf-covariance", chunk_moments, combine_moments,
+                                                   chunk_reads(training)))[0])  # fmt: skip
+    if dims is None:
+        dims = principal_dims(top_eigenvectors(cov, d)[0], QUANTISER_VARIANCE_SHARE)
+        dims = dims if dims * (d + n_lists) < d * n_lists else d
+    projection = Projection.principal(mean, cov, int(dims)) if dims < d else None
+    return kmeans(training, n_lists, kmeans_steps, rng, "ivf", transform=projection)[0], projection
 
 
-def _build_shard_into(block, shard, *, centroids, chunk_rows, target):
+def _build_shard_into(block, shard, *, centroids, projection, chunk_rows, target):
     """One task: the lists of one chunk's rows, written as its rows of ``order`` and its row
     of ``offsets`` (positions inside the chunk: int32)."""
-    order, offsets = list_layout(nearest_centres(block, centroids), len(centroids))
+    order, offsets = list_layout(assign_lists(block, centroids, projection), len(centroids))
     start = shard * chunk_rows
     write_rows(target.child("order"), slice(start, start + len(block)), order.astype(np.int32))
     write_rows(target.child("offsets"), shard, offsets.astype(np.int32))
@@ -283,14 +319,27 @@ def ivf_knn_lazy(
     worker thread), where they fit."""
     k = check_k(k)
     nprobe = check_nprobe(nprobe, lists.n_lists, lists.location)
-    query_vectors = check_query_vectors(query_vectors, lists.centroids.shape[1], lists.location)
+    query_vectors = check_query_vectors(query_vectors, lists.d, lists.location)
     if len(query_vectors) != len(query_codes):
         raise InputError(f"{len(query_vectors)} query vectors for {len(query_codes)} query codes")
     codes_reader = lists.codes.reader
-    probes = probed_lists(query_vectors, lists.centroids, nprobe)
+    # one task finds the probes on a worker, whose kernels are loaded already: the client
+    # would pay the first compiled kernel's start-up for it; only the small probes travel
+    # on. The vectors go to the cluster once, by themselves, not inside the graph
+    client = active_client()
+    # (under a key of their own: scattering equal data twice under one content key lets the
+    # release of the first copy take the second with it)
+    vectors = query_vectors if client is None else client.scatter(query_vectors, hash=False)
+    probes = delayed(probed_lists, pure=True)(
+        vectors, lists.centroids, nprobe, lists.projection,
+        dask_key_name=f"ivf-probes-{tokenize(vectors, lists.centroids, nprobe, lists.projection)}",
+    )  # fmt: skip
     queries = check_query_codes(query_codes, codes_reader[:0])
     held = resident_lists(lists, excluded_rows, rows_per_task) if warm else None
     if held is not None:
+        # fetched first: a warm task's only input on a worker must be the block it holds, or the
+        # scheduler may copy a block to where the probes are
+        probes = dask.compute(probes)[0]
         parts = map_chunks("ivf-warm-topk", _resident_topk, held.futures, queries=queries, probes=probes, k=k)
         return tree_reduce("ivf-topk-merge", parts, topk_merger(k))
     parts = map_chunks(
@@ -308,13 +357,15 @@ def ivf_knn_lazy(
 
 class InvertedLists:
     """An inverted file's lists held in this process's memory, searched on the calling thread:
-    the ``centroids`` (n_lists, d), every indexed row's code in one list-ordered layout
+    the ``centroids`` (n_lists, dims) in the quantiser's space (``projection``: a Projection,
+    or None for the features' own), every indexed row's code in one list-ordered layout
     (``list_codes``), its id (``list_ids``, 4 bytes below 2**31 rows) and where each list
     starts (``offsets``, n_lists + 1). ``location``: the stored inverted file they were
     loaded from, named in messages (None: built in memory)."""
 
-    def __init__(self, centroids, list_codes, list_ids, offsets, *, location=None):
+    def __init__(self, centroids, list_codes, list_ids, offsets, *, projection=None, location=None):
         self.centroids = np.ascontiguousarray(centroids, dtype=np.float32)
+        self.projection = projection
         self.list_codes = np.ascontiguousarray(list_codes, dtype=np.uint8)
         self.list_ids = np.ascontiguousarray(list_ids)
         self.offsets = np.ascontiguousarray(offsets, dtype=np.int64)
@@ -329,14 +380,15 @@ class InvertedLists:
         readers = (reader, lists.order, lists.offsets)
         list_codes, ids, offsets = merged_lists(readers, lists.n_lists, range(reader.n_chunks), excluded)
         id_type = np.int32 if reader.shape[0] < 2**31 else np.int64
-        return cls(lists.centroids, list_codes, ids.astype(id_type), offsets, location=lists.location)
+        return cls(lists.centroids, list_codes, ids.astype(id_type), offsets, projection=lists.projection,
+                   location=lists.location)  # fmt: skip
 
     @classmethod
-    def assigned(cls, centroids, codes, ids, assignment) -> InvertedLists:
+    def assigned(cls, centroids, codes, ids, assignment, projection=None) -> InvertedLists:
         """The lists of rows whose ``codes`` and ``ids`` are given, each row in the list
-        ``assignment`` names (its nearest centroid)."""
+        ``assignment`` names (its nearest centroid in the space of ``projection``)."""
         order, offsets = list_layout(assignment, len(centroids))
-        return cls(centroids, np.asarray(codes)[order], np.asarray(ids)[order], offsets)
+        return cls(centroids, np.asarray(codes)[order], np.asarray(ids)[order], offsets, projection=projection)
 
     @property
     def n_lists(self) -> int:
@@ -351,14 +403,22 @@ class InvertedLists:
         return int(self.list_codes.shape[1])
 
     @property
+    def d(self) -> int:
+        """Features per query vector."""
+        return self.centroids.shape[1] if self.projection is None else self.projection.d
+
+    @property
     def nbytes(self) -> int:
-        return self.list_codes.nbytes + self.list_ids.nbytes + self.offsets.nbytes + self.centroids.nbytes
+        quantiser = self.centroids.nbytes
+        if self.projection is not None:
+            quantiser += self.projection.mean.nbytes + self.projection.components.nbytes
+        return self.list_codes.nbytes + self.list_ids.nbytes + self.offsets.nbytes + quantiser
 
     def probes(self, query_vectors, nprobe: int) -> np.ndarray:
         """Each query's ``nprobe`` nearest lists, the vectors and nprobe checked."""
         nprobe = check_nprobe(nprobe, self.n_lists, self.location)
-        vectors = check_query_vectors(query_vectors, self.centroids.shape[1], self.location)
-        return probed_lists(vectors, self.centroids, nprobe)
+        vectors = check_query_vectors(query_vectors, self.d, self.location)
+        return probed_lists(vectors, self.centroids, nprobe, self.projection)
 
     def search(self, query_codes, query_vectors, k: int, nprobe: int):
         """(D int32, I int64) of the Hamming top ``k`` among each query's ``nprobe`` lists."""

@@ -74,7 +74,7 @@ class ServingIVF(IVFIndex):
         super().__init__(lists, nprobe, model=model)
         if vectors is not None and hasattr(vectors, "features_dask"):  # a Dataset: its rows stay where stored
             vectors = vectors.features_dask()
-        d = lists.centroids.shape[1]
+        d = lists.d
         if vectors is not None and (vectors.ndim != 2 or vectors.shape[1] != d):
             raise InputError(
                 f"the vectors ({shape_words(vectors.shape)}) do not have the {d} features the inverted file was "
@@ -151,7 +151,7 @@ class ServingIVF(IVFIndex):
             raise InputError(f"target must be a recall in (0, 1]; got {target!r}")
         codes = checked_codes(queries, self.code_size)
         queries = with_vectors(queries, "tuning measures recall against the exact neighbours, so it")
-        vectors = check_query_vectors(queries.vectors, self.lists.centroids.shape[1], self.lists.location)
+        vectors = check_query_vectors(queries.vectors, self.lists.d, self.lists.location)
         rows = np.sort(self.lists.list_ids.astype(np.int64))
         _, truth = l2_topk(np.asarray(self.vectors[rows]), rows, queries=vectors, k=int(k))
         queries = Queries(codes=codes, vectors=vectors)

@@ -16,6 +16,11 @@ compiled loop: the work is nq * nprobe * (n / n_lists) code comparisons, with no
 the linear scan. ``search_lists_exact`` then re-ranks those R rows by their exact squared L2
 to the query vector in the same loop, reading only those R rows of the original vectors:
 the serving path, where one query costs a probe, a short scan and R gathers.
+
+The quantiser may live in a subspace (``Projection``): the top principal directions of the
+k-means sample. Its centroids, the database rows it assigns and the queries it probes are
+all projected first; k-means and the assignment, the build's two GEMM-bound passes, then
+cost dims / d of their full-space work.
 """
 
 from __future__ import annotations
@@ -23,8 +28,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dask_hashcodes.kernels.codes import row_slabs
 from dask_hashcodes.kernels.hamming import ID_BITS, as_words, empty_topk, popcount
-from dask_hashcodes.kernels.kmeans import smallest_scores
+from dask_hashcodes.kernels.kmeans import ASSIGN_SLAB_ROWS, nearest_centres
+from dask_hashcodes.kernels.stats import top_eigenvectors
+from dask_hashcodes.kernels.topk import smallest_with_offsets
 
 # Histogram lanes: consecutive codes count into different rows, so that equal distances in
 # a row do not wait on each other's store.
@@ -42,15 +50,81 @@ def list_layout(assignment: np.ndarray, n_lists: int) -> tuple[np.ndarray, np.nd
     return order.astype(np.int64), offsets.astype(np.int64)
 
 
-def probed_lists(query_vectors: np.ndarray, centroids: np.ndarray, nprobe: int) -> np.ndarray:
-    """(nq, nprobe) int64: each query's nprobe nearest centroids by squared L2, nearest first
-    (ties: the lower list number); see ``probe_distances``."""
+class Projection:
+    """The space of a coarse quantiser in a subspace: a row x becomes (x - mean) @ components,
+    ``components`` (d, dims) the top principal directions of the k-means sample, orthonormal,
+    so squared distances in the subspace are those of the rows' parts that the directions
+    hold. Computed in float64 one row slab at a time, the same whatever the chunking."""
+
+    def __init__(self, mean: np.ndarray, components: np.ndarray):
+        self.mean = np.ascontiguousarray(mean, dtype=np.float64)
+        self.components = np.ascontiguousarray(components, dtype=np.float64)
+        if self.components.ndim != 2 or self.mean.shape != (self.components.shape[0],):
+            raise ValueError(f"a projection needs mean (d,) and components (d, dims); got "
+                             f"{self.mean.shape} and {self.components.shape}")  # fmt: skip
+
+    @classmethod
+    def principal(cls, mean: np.ndarray, cov: np.ndarray, dims: int) -> Projection:
+        """The top ``dims`` principal directions of a sample of mean ``mean`` and covariance
+        ``cov`` (signs fixed as PCA's are: the same directions from any chunking)."""
+        return cls(mean, top_eigenvectors(cov, dims)[1])
+
+    def __dask_tokenize__(self):
+        # tasks that take a projection are keyed by its numbers (the same projection, the same keys)
+        return ("dhash-projection", self.mean.tobytes(), self.components.tobytes(), self.components.shape)
+
+    @property
+    def d(self) -> int:
+        return self.components.shape[0]
+
+    @property
+    def dims(self) -> int:
+        return self.components.shape[1]
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        return (np.asarray(X, dtype=np.float64) - self.mean) @ self.components
+
+
+def quantiser_space(X: np.ndarray, projection: Projection | None) -> np.ndarray:
+    """Rows as the quantiser sees them: projected, or as they are (float64)."""
+    return np.asarray(X, dtype=np.float64) if projection is None else projection(X)
+
+
+def assign_lists(X: np.ndarray, centroids: np.ndarray, projection: Projection | None = None) -> np.ndarray:
+    """(n,) int64: every row's list, its nearest centroid in the quantiser's space (ties: the
+    lower list), one slab of rows projected at a time."""
+    out = np.empty(len(X), np.int64)
+    for rows in row_slabs(len(X), ASSIGN_SLAB_ROWS):
+        out[rows] = nearest_centres(quantiser_space(X[rows], projection), centroids)
+    return out
+
+
+def principal_dims(variances: np.ndarray, share: float) -> int:
+    """The fewest leading principal directions (``variances`` descending) that hold ``share``
+    of the total variance."""
+    variances = np.clip(np.asarray(variances, dtype=np.float64), 0.0, None)
+    total = variances.sum()
+    if total <= 0:
+        return 1
+    return int(min(len(variances), np.searchsorted(np.cumsum(variances) / total, share - 1e-12) + 1))
+
+
+def probed_lists(
+    query_vectors: np.ndarray, centroids: np.ndarray, nprobe: int, projection: Projection | None = None
+) -> np.ndarray:
+    """(nq, nprobe) int64: each query's nprobe nearest centroids by squared L2 in the
+    quantiser's space, nearest first (ties: the lower list number); see ``probe_distances``."""
+    if projection is not None:
+        query_vectors = projection(query_vectors)
     return probe_distances(query_vectors, centroids, nprobe)[0]
 
 
 # centroids scored per block: stored in bytes, each block is converted to float32 while it is
 # in cache, so a probe reads the bytes from memory, not a float32 copy of every centroid
 PROBE_BLOCK = 256
+# queries scored at a time: a batch of 10,000 queries against 4096 centroids would otherwise
+# hold a 160 MB score matrix at once
+PROBE_QUERY_ROWS = 1024
 
 
 def probe_distances(query_vectors, centroids, nprobe) -> tuple[np.ndarray, np.ndarray]:
@@ -60,18 +134,28 @@ def probe_distances(query_vectors, centroids, nprobe) -> tuple[np.ndarray, np.nd
     Scored in float32 as |c|^2 - 2 q.c, FAISS's choice for its coarse quantiser: half the
     cost of float64 per query, and a probe only decides which lists are scanned (a near tie
     between two centroids may go either way; the answer over the probed lists stays exact).
+    The norms are added as the nearest are selected, not in a pass of their own.
     ``centroids`` may be of any numeric dtype (an index may keep them in bytes)."""
     centroids = np.asarray(centroids)
     if not 1 <= nprobe <= len(centroids):
         raise ValueError(f"nprobe must lie in [1, {len(centroids)}] (the number of lists); got {nprobe}")
     queries = np.asarray(query_vectors, np.float32)
-    scores = np.empty((len(queries), len(centroids)), np.float32)
-    for start in range(0, len(centroids), PROBE_BLOCK):
+    blocks = range(0, len(centroids), PROBE_BLOCK)
+    norms = np.empty(len(centroids), np.float32)
+    for start in blocks:
         block = centroids[start : start + PROBE_BLOCK].astype(np.float32, copy=False)
-        scores[:, start : start + PROBE_BLOCK] = (block * block).sum(axis=1)[None, :] - 2 * (queries @ block.T)
-    probes = smallest_scores(scores, nprobe).astype(np.int64)
-    squared = np.take_along_axis(scores, probes, axis=1) + (queries * queries).sum(axis=1)[:, None]
-    return probes, np.maximum(squared, 0).astype(np.float32)
+        norms[start : start + PROBE_BLOCK] = (block * block).sum(axis=1)
+    probes = np.empty((len(queries), nprobe), np.int64)
+    squared = np.empty((len(queries), nprobe), np.float32)
+    for rows in row_slabs(len(queries), PROBE_QUERY_ROWS):
+        part = queries[rows]
+        products = np.empty((len(part), len(centroids)), np.float32)
+        for start in blocks:  # -2 q.c: scaling by two is exact, so these are the products the scores had
+            block = centroids[start : start + PROBE_BLOCK].astype(np.float32, copy=False)
+            products[:, start : start + PROBE_BLOCK] = part @ (-2 * block.T)
+        probes[rows], chosen = smallest_with_offsets(products, norms, nprobe)
+        squared[rows] = np.maximum(chosen + (part * part).sum(axis=1)[:, None], 0)
+    return probes, squared
 
 
 def _checked(query_codes, probes, list_codes, list_ids, offsets):

@@ -12,21 +12,23 @@ import numpy as np
 from scipy import sparse
 
 from dask_hashcodes.kernels.codes import row_slabs
-from dask_hashcodes.kernels.topk import smallest_per_row, smallest_with_offsets
+from dask_hashcodes.kernels.topk import smallest_with_offsets
 
 # rows scored at a time: float32 scores against thousands of centres that keep the GEMM near
 # its peak rate without a chunk-sized score matrix
 ASSIGN_SLAB_ROWS = 4096
 
 
-def lloyd_sums(X: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+def lloyd_sums(X: np.ndarray, centres: np.ndarray, transform=None) -> tuple[np.ndarray, np.ndarray, float]:
     """One Lloyd step's statistics of a chunk: (rows per centre, sum of the rows assigned to
-    each centre, sum of squared distances to the nearest centre). Ties go to the lower centre."""
+    each centre, sum of squared distances to the nearest centre). Ties go to the lower centre.
+    ``transform``: a function of a row slab giving the rows the centres live among (float64;
+    e.g. a projection), applied one slab at a time so the transformed chunk is never whole."""
     m, d = centres.shape
     counts, sums, inertia = np.zeros(m, np.int64), np.zeros((m, d)), 0.0
     scorer = CentreScorer(centres)
     for rows in row_slabs(X.shape[0], ASSIGN_SLAB_ROWS):
-        part = np.asarray(X[rows], dtype=np.float64)
+        part = np.asarray(X[rows] if transform is None else transform(X[rows]), dtype=np.float64)
         nearest = scorer.nearest(part, 1)[:, 0]
         counts += np.bincount(nearest, minlength=m)
         # the rows summed per centre as a sparse one-hot product: O(rows x d), several times
@@ -82,12 +84,6 @@ def nearest_centres(X: np.ndarray, centres: np.ndarray, count: int | None = None
     for rows in row_slabs(X.shape[0], ASSIGN_SLAB_ROWS):
         out[rows] = scorer.nearest(np.asarray(X[rows]), wanted)
     return out[:, 0] if count is None else out
-
-
-def smallest_scores(scores: np.ndarray, count: int) -> np.ndarray:
-    """Per row, the columns of the ``count`` smallest scores, smallest first (ties: the lower
-    column)."""
-    return smallest_per_row(scores, min(count, scores.shape[1]))
 
 
 def updated_centres(centres: np.ndarray, counts: np.ndarray, sums: np.ndarray) -> np.ndarray:

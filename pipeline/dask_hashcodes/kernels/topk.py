@@ -7,8 +7,8 @@ fewer than k rows. Hamming distances are small integers, merged through packed (
 id) keys; float distances (squared L2, asymmetric scores) by a sort on (distance, id). Both
 put the smaller id first among equal distances and the missing entries last.
 
-``smallest_per_row`` is the selection a probe makes: each query's few nearest centroids
-among many scores.
+``smallest_per_row`` and ``smallest_with_offsets`` are the selections of a nearest-centre
+search and of a probe: each row's few smallest among many scores.
 """
 
 from __future__ import annotations

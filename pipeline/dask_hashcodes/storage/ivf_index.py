@@ -3,15 +3,20 @@ beside the codes it indexes, one shard per codes chunk, in the verified layout.
 
 Arrays:
 
-* ``centroids`` (n_lists, d) float64: the coarse quantiser (k-means of the features);
+* ``centroids`` (n_lists, dims) float64: the coarse quantiser (k-means of a sample of the
+  features), in the features' space (dims = d) or in a subspace of them;
+* ``projection`` (d, dims) and ``projection_mean`` (d,) float64, present only when the
+  quantiser lives in a subspace: a row x is (x - mean) @ projection before it meets a centroid;
 * ``order`` (n,) int32, row-aligned with the codes and chunked like them: chunk i's rows
   (positions inside the chunk) grouped by list, ascending inside each list;
 * ``offsets`` (shards, n_lists + 1) int32, one row per shard: where each list starts in
   the shard's rows of ``order``.
 
 The codes themselves are read from the codes store, so the index adds 4 bytes per code and
-the centroids. attrs: schema, n_lists, d, n_bits, codes (the indexed codes' location) and
-codes_id (their content id). A search refuses an index of other codes.
+the centroids. attrs: schema, n_lists, d (the features' count), dims (the quantiser's),
+n_bits, codes (the indexed codes' location) and codes_id (their content id). A search
+refuses an index of other codes. Schema 1 (written before the quantiser could live in a
+subspace) is read as an index with dims = d.
 """
 
 from __future__ import annotations
@@ -21,37 +26,48 @@ from dataclasses import dataclass
 import numpy as np
 
 from dask_hashcodes.errors import InputError
+from dask_hashcodes.kernels.ivf import Projection
 from dask_hashcodes.storage.atomic import atomic_output, read_commit
 from dask_hashcodes.storage.chunkread import arrays_manifest, create_array, new_group
 from dask_hashcodes.storage.location import Location, resolve
 from dask_hashcodes.storage.mih_index import StoredTables, open_code_index, open_index
 
-IVF_SCHEMA = "dhash.ivf-index/1"
+IVF_SCHEMA = "dhash.ivf-index/2"
+IVF_SCHEMAS = ("dhash.ivf-index/1", IVF_SCHEMA)
 IVF_KIND = "ivf-index"
 IVF_ARRAYS = ("centroids", "order", "offsets")
+PROJECTION_ARRAYS = ("projection_mean", "projection")
 
 
 def ivf_output(path, overwrite: bool):
-    return atomic_output(path, kind=IVF_KIND, overwrite=overwrite, manifest=arrays_manifest(*IVF_ARRAYS))
+    return atomic_output(
+        path, kind=IVF_KIND, overwrite=overwrite, manifest=arrays_manifest(*IVF_ARRAYS, *PROJECTION_ARRAYS)
+    )
 
 
-def create_ivf_arrays(tmp, *, codes, centroids: np.ndarray):
-    """The index's group in a new artifact's location, with its centroids written and
-    ``order`` and ``offsets`` empty (``codes``: the Codes handle of the indexed store)."""
+def create_ivf_arrays(tmp, *, codes, centroids: np.ndarray, projection: Projection | None = None):
+    """The index's group in a new artifact's location, with its quantiser (centroids and
+    projection) written and ``order`` and ``offsets`` empty (``codes``: the Codes handle of
+    the indexed store)."""
     reader = codes.reader
-    n_lists, d = centroids.shape
+    n_lists, dims = centroids.shape
     group = new_group(tmp)
     group.attrs.update(
         {
             "schema": IVF_SCHEMA,
             "n_lists": int(n_lists),
-            "d": int(d),
+            "d": int(dims if projection is None else projection.d),
+            "dims": int(dims),
             "n_bits": 8 * int(reader.shape[1]),
             "codes": codes.location.url,
             "codes_id": codes.content_id,
         }
     )
-    create_array(group, "centroids", (n_lists, d), n_lists, "float64")[...] = centroids
+    create_array(group, "centroids", (n_lists, dims), n_lists, "float64")[...] = centroids
+    if projection is not None:
+        d = projection.d
+        create_array(group, "projection_mean", (d,), d, "float64")[...] = projection.mean
+        create_array(group, "projection", (d, dims), d, "float64")[...] = projection.components
     create_array(group, "order", (reader.shape[0],), reader.chunk_rows, "int32")
     create_array(group, "offsets", (reader.n_chunks, n_lists + 1), 1, "int32")
 
@@ -59,17 +75,24 @@ def create_ivf_arrays(tmp, *, codes, centroids: np.ndarray):
 @dataclass(frozen=True)
 class StoredLists:
     """A stored inverted file opened and checked once against its Codes handle ``codes``:
-    the centroids (in memory: small) and the verified readers of ``order`` and ``offsets``."""
+    the quantiser (centroids and projection, in memory: small) and the verified readers of
+    ``order`` and ``offsets``."""
 
     location: Location
     codes: object
     centroids: np.ndarray
     order: object
     offsets: object
+    projection: Projection | None = None
 
     @property
     def n_lists(self) -> int:
         return len(self.centroids)
+
+    @property
+    def d(self) -> int:
+        """Features per query vector."""
+        return self.centroids.shape[1] if self.projection is None else self.projection.d
 
     @property
     def code_size(self) -> int:
@@ -84,28 +107,36 @@ def open_ivf(path, codes, *, storage=None, record=None) -> StoredLists:
         if path.codes is not codes and path.codes.content_id != codes.content_id:
             raise InputError(f"the inverted file at {path.location} was built from other codes than {codes.path}")
         return path
-    loc, attrs, (centroids, order, offsets) = open_code_index(
-        path,
+    loc = resolve(path, storage=storage)
+    record = read_commit(loc) if record is None else record
+    # the projection's arrays are read when the index says it has them; missing, they are damage
+    projected = record is not None and "projection" in record.get("manifest", {}).get("arrays", {})
+    loc, attrs, (centroids, order, offsets, *projection) = open_code_index(
+        loc,
         codes,
         kind=IVF_KIND,
-        schema=IVF_SCHEMA,
+        schema=IVF_SCHEMAS,
         what="inverted file",
-        arrays=IVF_ARRAYS,
+        arrays=IVF_ARRAYS + (PROJECTION_ARRAYS if projected else ()),
         storage=storage,
         record=record,
     )
     n_lists = int(attrs.get("n_lists", -1))
+    d, dims = int(attrs.get("d", -1)), int(attrs.get("dims", attrs.get("d", -1)))
     if (
         order.chunk_rows != codes.reader.chunk_rows
         or order.shape[0] != codes.n
         or offsets.shape != (codes.reader.n_chunks, n_lists + 1)
-        or centroids.shape[0] != n_lists
+        or centroids.shape != (n_lists, dims)
+        or projected != (dims != d)
+        or (projected and (projection[0].shape != (d,) or projection[1].shape != (d, dims)))
     ):
         raise InputError(
             f"the inverted file at {loc} does not fit the codes at {codes.path} (its shapes or chunking differ); "
             f"build it again from the codes with `overwrite=True`"
         )
-    return StoredLists(loc, codes, np.asarray(centroids[:], dtype=np.float64), order, offsets)
+    quantiser = Projection(projection[0][:], projection[1][:]) if projected else None
+    return StoredLists(loc, codes, np.asarray(centroids[:], dtype=np.float64), order, offsets, quantiser)
 
 
 def open_stored_index(index, codes, *, storage=None):

@@ -106,7 +106,9 @@ def open_index(path, codes, *, storage=None, record=None) -> StoredTables:
     return StoredTables(loc, codes, order, offsets, attrs)
 
 
-def open_code_index(path, codes, *, kind: str, schema: str, what: str, arrays: tuple, storage=None, record=None):
+def open_code_index(
+    path, codes, *, kind: str, schema: str | tuple, what: str, arrays: tuple, storage=None, record=None
+):
     """(location, attrs, verified readers of ``arrays``) of a committed index of ``kind``
     over ``codes`` (a Codes handle): one-line errors for anything else, for an index of
     other codes, and for a missing or damaged array. ``record``: its commit record, when the
@@ -115,7 +117,7 @@ def open_code_index(path, codes, *, kind: str, schema: str, what: str, arrays: t
     remedy = f"build it again from the codes {codes.path} with `overwrite=True`"
     record = require_committed(loc, kind, remedy, record)
     attrs = read_attrs(loc, f"index {loc}", remedy)
-    if attrs.get("schema") != schema:
+    if attrs.get("schema") not in ((schema,) if isinstance(schema, str) else schema):
         raise InputError(f"{loc} is not a dhash {what} (schema {attrs.get('schema')!r}); {remedy}")
     if attrs.get("codes_id") != codes.content_id:
         raise InputError(
