@@ -141,7 +141,8 @@ def markdown(result: dict) -> str:
             "ivf": f"recall {size['agreement']['ivf_recall_of_scan_topk']:.4f} of the scan's top-{p['k']}",
         }
         names = {"scan": "linear scan", "mih": "multi-index",
-                 "ivf": f"inverted file ({size['ivf_lists']:,} lists, default nprobe)"}  # fmt: skip
+                 "ivf": f"inverted file ({size['ivf_lists']:,} lists in {size.get('ivf_quantiser_dims', 128)} "
+                        "dims, default nprobe)"}  # fmt: skip
         for way, s in size["searches"].items():
             lines.append(
                 f"| {int(n):,} | {names[way]} | {s['wall_seconds']:.1f} | {s['cpu_seconds']:.1f} | "
@@ -182,9 +183,9 @@ def main(argv=None):
         from dask_hashcodes.storage.codes import open_codes
         from dask_hashcodes.storage.ivf_index import open_ivf
 
-        built_lists = int(open_ivf(str(paths["ivf"]), open_codes(str(paths["codes"]))).n_lists)
+        built = open_ivf(str(paths["ivf"]), open_codes(str(paths["codes"])))
         sizes[str(n)] = {"build_seconds": steps, "searches": timed, "agreement": agreement(work, args.k),
-                         "ivf_lists": built_lists}  # fmt: skip
+                         "ivf_lists": int(built.n_lists), "ivf_quantiser_dims": int(built.centroids.shape[1])}  # fmt: skip
         print(n, json.dumps(sizes[str(n)]["agreement"]), {w: round(s["wall_seconds"], 1) for w, s in timed.items()},
               flush=True)  # fmt: skip
     result = {
