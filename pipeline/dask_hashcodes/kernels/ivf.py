@@ -60,8 +60,8 @@ class Projection:
         self.mean = np.ascontiguousarray(mean, dtype=np.float64)
         self.components = np.ascontiguousarray(components, dtype=np.float64)
         if self.components.ndim != 2 or self.mean.shape != (self.components.shape[0],):
-            raise ValueError(f"a projection needs mean (d,) and components (d, dims); got "
-                             f"{self.mean.shape} and {self.components.shape}")  # fmt: skip
+            raise ValueError(f"a projection needs a mean of d values and d x dims components; got "
+                             f"{self.mean.size} values and {' x '.join(map(str, self.components.shape))}")  # fmt: skip
 
     @classmethod
     def principal(cls, mean: np.ndarray, cov: np.ndarray, dims: int) -> Projection:
