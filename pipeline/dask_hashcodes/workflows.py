@@ -346,7 +346,9 @@ def encode(dataset, model, out, *, overwrite: bool = False, progress: bool | Non
 @dataclass(frozen=True)
 class Indexed:
     """An index written by ``index``: its ``kind`` ("mih" or "ivf"), the ``n`` codes it indexes
-    and its size: ``substrings`` (multi-index hashing) or ``n_lists`` (an inverted file)."""
+    and its size: ``substrings`` (multi-index hashing) or ``n_lists`` (an inverted file), whose
+    centroids live in ``quantiser_dims`` of the features' ``d`` dimensions (principal
+    directions when fewer)."""
 
     path: str
     kind: str
@@ -354,6 +356,8 @@ class Indexed:
     seconds: float
     substrings: int | None = None
     n_lists: int | None = None
+    quantiser_dims: int | None = None
+    d: int | None = None
 
 
 @resolves_progress
@@ -396,7 +400,9 @@ def index(
         codes, ds.features_dask(), out, n_lists=lists, kmeans_rows=kmeans_rows, quantiser_dims=quantiser_dims,
         seed=seed, overwrite=overwrite, progress=_show(progress), storage=storage,
     )  # fmt: skip
-    return Indexed(str(loc), kind, codes.n, time.perf_counter() - started, n_lists=n_lists)
+    built = open_stored_index(loc, codes)
+    return Indexed(str(loc), kind, codes.n, time.perf_counter() - started, n_lists=n_lists,
+                   quantiser_dims=int(built.centroids.shape[1]), d=built.d)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -425,7 +425,12 @@ def index(values):
         quantiser_dims=values["quantiser_dims"], seed=values["seed"], overwrite=values["overwrite"],
         progress=_progress(values), storage=_storage(values),
     )  # fmt: skip
-    parts = f"{done.n_lists:,} lists" if done.kind == "ivf" else f"{done.substrings} substring tables per shard"
+    parts = f"{done.substrings} substring tables per shard"
+    if done.kind == "ivf":
+        projected = done.quantiser_dims < done.d
+        parts = f"{done.n_lists:,} lists" + (
+            f" in {done.quantiser_dims} of {done.d} principal directions" if projected else ""
+        )
     print(f"index: {done.path} ({done.n:,} codes, {parts}) in {done.seconds:.1f}s")
 
 
