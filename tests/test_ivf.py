@@ -403,6 +403,30 @@ def test_a_projected_quantiser_is_the_top_principal_directions_of_its_sample(sto
     np.testing.assert_array_equal(opened.centroids, open_ivf(d / "i.zarr", codes).centroids)
 
 
+def test_features_holding_nan_build_no_inverted_file(stored_ivf, tmp_path):
+    """A NaN in the k-means sample, or in a row outside it, is a one-line error naming the
+    problem, and no index is left behind."""
+    import dask
+    import dask.array as da
+
+    from dask_hashcodes.errors import InputError
+    from dask_hashcodes.indexes.ivf import build_ivf
+    from dask_hashcodes.storage.codes import open_codes
+
+    d, ds, _ = stored_ivf
+    codes = open_codes(d / "c.zarr")
+    X = np.asarray(ds.features_dask().compute(), np.float32)
+    for bad_row, sampled in ((17, len(X)), (4321, 300)):
+        bad = X.copy()
+        bad[bad_row, 3] = np.nan
+        features = da.from_array(bad, chunks=(700, 128))
+        with dask.config.set(scheduler="synchronous"), pytest.raises(InputError, match="NaN"):
+            rows = np.sort(np.random.default_rng(0).choice(len(X), sampled, replace=False))
+            assert sampled == len(X) or bad_row not in rows  # the second NaN lies outside the sample
+            build_ivf(codes, features, tmp_path / "i.zarr", n_lists=30, kmeans_rows=sampled)
+        assert not (tmp_path / "i.zarr").exists()
+
+
 def test_the_default_quantiser_projects_only_where_few_directions_hold_the_variance_and_it_saves_work():
     """Rows near a 3-d subspace of 40 dims: the quantiser keeps the fewest directions holding
     QUANTISER_VARIANCE_SHARE of the variance. Isotropic rows: no few directions do, and the

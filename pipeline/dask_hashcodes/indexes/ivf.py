@@ -5,7 +5,7 @@ over the sample's chunks, only counts and sums travelling: distributed.kmeans), 
 principal directions of that sample where they hold most of its variance, then one
 ``ivf-build`` task per codes chunk assigns the chunk's rows to their nearest centroid and
 writes the chunk's list layout (storage.ivf_index). ``ivf_knn_lazy`` finds each query's
-``nprobe`` nearest centroids on the client (small), sends the queries to one ``ivf-topk``
+``nprobe`` nearest centroids in one task on a worker (small), sends them to one ``ivf-topk``
 task per shard, which ranks only the probed lists' codes, and merges the shards' results
 as the linear scan does: the answer is exactly the Hamming top-k over the rows of the
 probed lists, ties by id, whatever the chunking and the number of workers.
@@ -39,7 +39,7 @@ from dask_hashcodes.storage.chunkread import write_rows
 from dask_hashcodes.storage.codes import open_codes
 from dask_hashcodes.storage.ivf_index import create_ivf_arrays, ivf_output
 from dask_hashcodes.storage.location import resolve
-from dask_hashcodes.validation import check_k
+from dask_hashcodes.validation import check_finite_block, check_k
 
 # Defaults chosen on the validation queries of the recall benchmark (sift-synth): among
 # the settings tried (1, 2 and 4 sqrt(n) lists; 1 to 64 probes; 100 to 1000 candidates),
@@ -49,7 +49,8 @@ LISTS_PER_ROOT_N = 4
 KMEANS_STEPS = 10
 # k-means learns the centroids from at most this many rows per list (FAISS's
 # max_points_per_centroid): more rows barely move them, while each Lloyd step costs a pass
-# over every training row against every centroid
+# over every training row against every centroid. 64 or 128 rows per list lost 0.01 to 0.03
+# of recall at nprobe 1 to 4 on validation queries (benchmarks/ivf_quantiser_validation.py)
 KMEANS_ROWS_PER_LIST = 256
 # The quantiser's default subspace: the fewest principal directions of the k-means sample
 # holding this share of its variance (chosen on validation queries: see ivf_quantiser)
@@ -144,6 +145,11 @@ def ivf_quantiser(
     training = kept_on_workers(training, "ivf k-means sample")
     mean, cov = covariance(dask.compute(map_reduce("ivf-covariance", chunk_moments, combine_moments,
                                                    chunk_reads(training)))[0])  # fmt: skip
+    if not np.isfinite(cov).all():
+        raise InputError(
+            "the features hold NaN or infinite values, which k-means cannot place; clean or drop those rows "
+            "before building an inverted file"
+        )
     if dims is None:
         dims = principal_dims(top_eigenvectors(cov, d)[0], QUANTISER_VARIANCE_SHARE)
         dims = dims if dims * (d + n_lists) < d * n_lists else d
@@ -154,8 +160,9 @@ def ivf_quantiser(
 def _build_shard_into(block, shard, *, centroids, projection, chunk_rows, target):
     """One task: the lists of one chunk's rows, written as its rows of ``order`` and its row
     of ``offsets`` (positions inside the chunk: int32)."""
-    order, offsets = list_layout(assign_lists(block, centroids, projection), len(centroids))
     start = shard * chunk_rows
+    check_finite_block(block, start)  # a NaN row has no nearest centroid: an error, never list 0
+    order, offsets = list_layout(assign_lists(block, centroids, projection), len(centroids))
     write_rows(target.child("order"), slice(start, start + len(block)), order.astype(np.int32))
     write_rows(target.child("offsets"), shard, offsets.astype(np.int32))
     return len(block)
