@@ -50,7 +50,7 @@ KMEANS_STEPS = 10
 # k-means learns the centroids from at most this many rows per list (FAISS's
 # max_points_per_centroid): more rows barely move them, while each Lloyd step costs a pass
 # over every training row against every centroid. 64 or 128 rows per list lost 0.01 to 0.03
-# of recall at nprobe 1 to 4 on validation queries (benchmarks/ivf_quantiser_validation.py)
+# of recall at nprobe 1 to 4 on validation queries of sift-synth
 KMEANS_ROWS_PER_LIST = 256
 # The quantiser's default subspace: the fewest principal directions of the k-means sample
 # holding this share of its variance (chosen on validation queries: see ivf_quantiser)
