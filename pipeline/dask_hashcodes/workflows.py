@@ -396,13 +396,12 @@ def index(
             "an inverted file clusters the features the codes encode; give the dataset they encode (`dataset`)"
         )
     ds = load_dataset(dataset, storage=storage)
-    loc, n_lists = build_ivf(
+    loc, n_lists, dims = build_ivf(
         codes, ds.features_dask(), out, n_lists=lists, kmeans_rows=kmeans_rows, quantiser_dims=quantiser_dims,
         seed=seed, overwrite=overwrite, progress=_show(progress), storage=storage,
     )  # fmt: skip
-    built = open_stored_index(loc, codes)
     return Indexed(str(loc), kind, codes.n, time.perf_counter() - started, n_lists=n_lists,
-                   quantiser_dims=int(built.centroids.shape[1]), d=built.d)  # fmt: skip
+                   quantiser_dims=int(dims), d=int(ds.features_dask().shape[1]))  # fmt: skip
 
 
 @dataclass(frozen=True)

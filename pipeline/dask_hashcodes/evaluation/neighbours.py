@@ -25,7 +25,8 @@ from dask_hashcodes.distributed.graph import chunk_delayeds, map_chunks
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.indexes.index import FlatIndex, IVFIndex, Queries, Rerank
 from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, InvertedLists, default_lists, ivf_quantiser
-from dask_hashcodes.kernels.ivf import Projection, assign_lists
+from dask_hashcodes.kernels.ivf import Projection
+from dask_hashcodes.kernels.kmeans import nearest_centres
 from dask_hashcodes.kernels.knn import neighbour_recall
 
 
@@ -140,4 +141,4 @@ def neighbour_recalls(searches: NeighbourSearches, exact, features, query_vector
 
 
 def _assign(block, *, centroids, projection):
-    return assign_lists(block, centroids, projection).astype(np.int32)
+    return nearest_centres(block, centroids, transform=projection).astype(np.int32)

@@ -26,13 +26,13 @@ from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.indexes.hamming import check_query_codes
 from dask_hashcodes.kernels.ivf import (
     Projection,
-    assign_lists,
     list_layout,
     principal_dims,
     probed_lists,
     search_lists,
     search_lists_exact,
 )
+from dask_hashcodes.kernels.kmeans import nearest_centres
 from dask_hashcodes.kernels.stats import chunk_moments, combine_moments, covariance, top_eigenvectors
 from dask_hashcodes.kernels.topk import topk_merger
 from dask_hashcodes.storage.chunkread import write_rows
@@ -88,7 +88,8 @@ def build_ivf(
     codes encode, in the same order). The centroids are learned from ``kmeans_rows`` rows
     drawn with ``seed`` (default: KMEANS_ROWS_PER_LIST per list, every row when there are
     fewer), in ``quantiser_dims`` principal directions of those rows (see ``ivf_quantiser``);
-    every row is then assigned to its nearest centroid. Returns (index location, n_lists)."""
+    every row is then assigned to its nearest centroid. Returns (index location, n_lists,
+    the dims the centroids live in)."""
     codes = open_codes(codes, storage=storage)
     reader = codes.reader
     if features.ndim != 2 or features.shape[0] != reader.shape[0]:
@@ -111,7 +112,7 @@ def build_ivf(
             "ivf-build", _build_shard_into, aligned, reader.shape[0], progress,
             centroids=centroids, projection=projection, chunk_rows=reader.chunk_rows, target=tmp,
         )  # fmt: skip
-    return out, n_lists
+    return out, n_lists, centroids.shape[1]
 
 
 def ivf_quantiser(
@@ -150,10 +151,11 @@ def ivf_quantiser(
             "the features hold NaN or infinite values, which k-means cannot place; clean or drop those rows "
             "before building an inverted file"
         )
+    variances, directions = top_eigenvectors(cov, d)  # signs fixed as PCA's: the same from any chunking
     if dims is None:
-        dims = principal_dims(top_eigenvectors(cov, d)[0], QUANTISER_VARIANCE_SHARE)
+        dims = principal_dims(variances, QUANTISER_VARIANCE_SHARE)
         dims = dims if dims * (d + n_lists) < d * n_lists else d
-    projection = Projection.principal(mean, cov, int(dims)) if dims < d else None
+    projection = Projection(mean, directions[:, : int(dims)]) if dims < d else None
     return kmeans(training, n_lists, kmeans_steps, rng, "ivf", transform=projection)[0], projection
 
 
@@ -162,7 +164,7 @@ def _build_shard_into(block, shard, *, centroids, projection, chunk_rows, target
     of ``offsets`` (positions inside the chunk: int32)."""
     start = shard * chunk_rows
     check_finite_block(block, start)  # a NaN row has no nearest centroid: an error, never list 0
-    order, offsets = list_layout(assign_lists(block, centroids, projection), len(centroids))
+    order, offsets = list_layout(nearest_centres(block, centroids, transform=projection), len(centroids))
     write_rows(target.child("order"), slice(start, start + len(block)), order.astype(np.int32))
     write_rows(target.child("offsets"), shard, offsets.astype(np.int32))
     return len(block)

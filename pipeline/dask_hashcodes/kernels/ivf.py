@@ -30,8 +30,6 @@ from numba import njit
 
 from dask_hashcodes.kernels.codes import row_slabs
 from dask_hashcodes.kernels.hamming import ID_BITS, as_words, empty_topk, popcount
-from dask_hashcodes.kernels.kmeans import ASSIGN_SLAB_ROWS, nearest_centres
-from dask_hashcodes.kernels.stats import top_eigenvectors
 from dask_hashcodes.kernels.topk import smallest_with_offsets
 
 # Histogram lanes: consecutive codes count into different rows, so that equal distances in
@@ -63,12 +61,6 @@ class Projection:
             raise ValueError(f"a projection needs a mean of d values and d x dims components; got "
                              f"{self.mean.size} values and {' x '.join(map(str, self.components.shape))}")  # fmt: skip
 
-    @classmethod
-    def principal(cls, mean: np.ndarray, cov: np.ndarray, dims: int) -> Projection:
-        """The top ``dims`` principal directions of a sample of mean ``mean`` and covariance
-        ``cov`` (signs fixed as PCA's are: the same directions from any chunking)."""
-        return cls(mean, top_eigenvectors(cov, dims)[1])
-
     def __dask_tokenize__(self):
         # tasks that take a projection are keyed by its numbers (the same projection, the same keys)
         return ("dhash-projection", self.mean.tobytes(), self.components.tobytes(), self.components.shape)
@@ -90,15 +82,6 @@ def quantiser_space(X: np.ndarray, projection: Projection | None) -> np.ndarray:
     return np.asarray(X, dtype=np.float64) if projection is None else projection(X)
 
 
-def assign_lists(X: np.ndarray, centroids: np.ndarray, projection: Projection | None = None) -> np.ndarray:
-    """(n,) int64: every row's list, its nearest centroid in the quantiser's space (ties: the
-    lower list), one slab of rows projected at a time."""
-    out = np.empty(len(X), np.int64)
-    for rows in row_slabs(len(X), ASSIGN_SLAB_ROWS):
-        out[rows] = nearest_centres(quantiser_space(X[rows], projection), centroids)
-    return out
-
-
 def principal_dims(variances: np.ndarray, share: float) -> int:
     """The fewest leading principal directions (``variances`` descending) that hold ``share``
     of the total variance."""
@@ -114,9 +97,7 @@ def probed_lists(
 ) -> np.ndarray:
     """(nq, nprobe) int64: each query's nprobe nearest centroids by squared L2 in the
     quantiser's space, nearest first (ties: the lower list number); see ``probe_distances``."""
-    if projection is not None:
-        query_vectors = projection(query_vectors)
-    return probe_distances(query_vectors, centroids, nprobe)[0]
+    return probe_distances(quantiser_space(query_vectors, projection), centroids, nprobe)[0]
 
 
 # centroids scored per block: stored in bytes, each block is converted to float32 while it is

@@ -74,15 +74,16 @@ class CentreScorer:
         return columns
 
 
-def nearest_centres(X: np.ndarray, centres: np.ndarray, count: int | None = None) -> np.ndarray:
+def nearest_centres(X: np.ndarray, centres: np.ndarray, count: int | None = None, transform=None) -> np.ndarray:
     """Index of every row's nearest centre, int64 (n,); with ``count``, the ``count`` nearest,
     nearest first, (n, count). Ties: the lower index (among the ``count`` nearest). Rows are
-    converted a slab at a time, never the whole array to float64."""
+    converted a slab at a time, never the whole array to float64; ``transform`` (as in
+    ``lloyd_sums``) maps each slab to the space the centres live in first."""
     scorer = CentreScorer(centres)
     wanted = 1 if count is None else min(count, len(scorer.centres))
     out = np.empty((X.shape[0], wanted), np.int64)
     for rows in row_slabs(X.shape[0], ASSIGN_SLAB_ROWS):
-        out[rows] = scorer.nearest(np.asarray(X[rows]), wanted)
+        out[rows] = scorer.nearest(np.asarray(X[rows] if transform is None else transform(X[rows])), wanted)
     return out[:, 0] if count is None else out
 
 
