@@ -549,7 +549,7 @@ def _compiled_scan_signatures() -> int:
 
 def test_embedded_cluster_workers_run_a_compiled_kernel_as_they_start():
     """connect()'s workers load a compiled kernel in the background as they start (the
-    WarmKernels plugin), before any task asks for one: the second or so that costs a process
+    preload, ``dask_setup``), before any task asks for one: the second or so that costs a process
     is not paid by the job's first tasks."""
     import time
 

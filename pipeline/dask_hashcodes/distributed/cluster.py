@@ -95,11 +95,9 @@ def connect(
                     dashboard_address="127.0.0.1:0",
                     memory_limit=memory_limit,
                     silence_logs=40,
+                    preload=[__name__],  # dask_setup below, in every worker process as it starts
                 )
             client = Client(cluster)
-            client.register_plugin(QuietInputErrors())
-            client.register_plugin(IgnoreInterrupts())
-            client.register_plugin(WarmKernels())
         except BaseException:  # Ctrl-C while it started (delivered once it runs): no cluster left behind
             if cluster is not None:
                 with contextlib.suppress(BaseException):
@@ -153,8 +151,7 @@ def _workers_ignore_interrupts():
     worker processes too: each would die with a KeyboardInterrupt traceback of its event loop
     over the client's one-line message. SIGINT is blocked in this thread while the cluster
     starts: the threads it starts inherit that mask, and so do the worker processes they
-    start (a blocked signal stays blocked across exec; the ``IgnoreInterrupts`` plugin then
-    ignores it), while a Ctrl-C meanwhile stays pending for the client and interrupts it as
+    start (a blocked signal stays blocked across exec; ``dask_setup`` then ignores it), while a Ctrl-C meanwhile stays pending for the client and interrupts it as
     soon as the cluster runs (ignoring the signal instead would lose it)."""
     import signal
     import threading
@@ -177,7 +174,7 @@ def _workers_ignore_interrupts():
 
 
 class _DropRecords(logging.Filter):
-    """Drops log records that are expected, not failures (see the two users below)."""
+    """Drops log records that are expected, not failures (see their users below)."""
 
     def __init__(self, test):
         super().__init__()
@@ -220,54 +217,38 @@ def _quiet_abandoned_gathers() -> None:
         asyncio_log.addFilter(_ABANDONED_GATHERS)
 
 
-def _worker_plugin_base():
-    from distributed.diagnostics.plugin import WorkerPlugin
-
-    return WorkerPlugin
+def _is_failed_heartbeat(record) -> bool:
+    return record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
 
 
-class QuietInputErrors(_worker_plugin_base()):
-    """Worker plugin of the embedded cluster: a task that raises InputError (a missing or
-    damaged chunk, bad data) is the user's one-line error, printed once by the CLI; the
-    worker's own "Compute Failed" traceback of it on the same terminal is dropped."""
+def dask_setup(worker) -> None:
+    """Set-up of each worker process of the embedded cluster (its preload: distributed runs
+    it in the process before the worker joins the scheduler, also in one a nanny starts
+    again), so that no moment of the worker's life escapes it:
 
-    name = "dhash-quiet-input-errors"
-    idempotent = True
+    - SIGINT is ignored (see ``_workers_ignore_interrupts``): the client handles Ctrl-C and
+      closes the workers;
+    - a task that raises InputError (a missing or damaged chunk, bad data) is the user's
+      one-line error, printed once by the command: the worker's own "Compute Failed"
+      traceback of it on the same terminal is dropped;
+    - a heartbeat that fails is dropped: the scheduler lives in the command's process, so it
+      fails only while that process closes the cluster (after an interruption the worker can
+      outlive the scheduler by a heartbeat) or while a busy machine delays the answer, and a
+      slow heartbeat is no lost worker; the command reports the job's outcome itself;
+    - one tiny compiled kernel runs in a background thread. The first compiled kernel a
+      process runs costs it about a second (numba sets up its compiler and loads the cached
+      code); paid here, it overlaps the client's own start-up (opening stores, reading
+      metadata) instead of delaying the job's first tasks.
+    """
+    import signal
+    import threading
 
-    def setup(self, worker):
-        logging.getLogger("distributed.worker").addFilter(_DropRecords(_is_input_error_report))
-
-
-class IgnoreInterrupts(_worker_plugin_base()):
-    """Worker plugin of the embedded cluster: its worker processes ignore SIGINT, also the
-    ones a nanny starts later to replace a dead worker (see ``_workers_ignore_interrupts``);
-    the client handles Ctrl-C and closes them."""
-
-    name = "dhash-ignore-interrupts"
-    idempotent = True
-
-    def setup(self, worker):
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():  # a worker process, not a thread of ours
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-class WarmKernels(_worker_plugin_base()):
-    """Worker plugin of the embedded cluster: each worker process runs one tiny compiled kernel
-    in a background thread as soon as it starts. The first compiled kernel a process runs
-    costs it about a second (numba sets up its compiler and loads the cached code); paid
-    here, it overlaps the client's own start-up (opening stores, reading metadata) instead of
-    delaying the job's first tasks."""
-
-    name = "dhash-warm-kernels"
-    idempotent = True
-
-    def setup(self, worker):
-        import threading
-
-        threading.Thread(target=_run_a_kernel, name="dhash-warm-kernels", daemon=True).start()
+    if threading.current_thread() is threading.main_thread():  # a worker process, not a thread of ours
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_log = logging.getLogger("distributed.worker")
+    worker_log.addFilter(_DropRecords(_is_input_error_report))
+    worker_log.addFilter(_DropRecords(_is_failed_heartbeat))
+    threading.Thread(target=_run_a_kernel, name="dhash-warm-kernels", daemon=True).start()
 
 
 def _run_a_kernel() -> None:
