@@ -46,7 +46,7 @@ def test_the_cell_search_gives_every_point_k_distinct_others_even_in_tiny_cells(
 
 def test_nearest_centres_lists_them_nearest_first():
     rng = np.random.default_rng(6)
-    X, centres = rng.standard_normal((500, 3)), rng.standard_normal((20, 3))
+    X, centres = rng.standard_normal((2500, 3)), rng.standard_normal((20, 3))  # rows over several slabs
     d2 = ((X[:, None, :] - centres[None]) ** 2).sum(-1)
     np.testing.assert_array_equal(nearest_centres(X, centres, 5), np.argsort(d2, axis=1, kind="stable")[:, :5])
     np.testing.assert_array_equal(nearest_centres(X, centres), d2.argmin(axis=1))

@@ -14,9 +14,14 @@ from scipy import sparse
 from dask_hashcodes.kernels.codes import row_slabs
 from dask_hashcodes.kernels.topk import smallest_with_offsets
 
-# rows scored at a time: float32 scores against thousands of centres that keep the GEMM near
-# its peak rate without a chunk-sized score matrix
+# rows scored at a time in a Lloyd step: float32 scores against thousands of centres that keep
+# the GEMM near its peak rate without a chunk-sized score matrix. The slab also fixes the order
+# of the step's float sums, so the centres (and the anchors learned from them) depend on it.
 ASSIGN_SLAB_ROWS = 4096
+# rows scored at a time when only the nearest centres are wanted (the answer is exact whatever
+# the slab): a smaller score matrix (1024 x 4096 float32 scores, 16 MB) is selected from while
+# it is still in the cache, which costs less than the GEMM's lower rate on shorter slabs
+NEAREST_SLAB_ROWS = 1024
 
 
 def lloyd_sums(X: np.ndarray, centres: np.ndarray, transform=None) -> tuple[np.ndarray, np.ndarray, float]:
@@ -82,7 +87,7 @@ def nearest_centres(X: np.ndarray, centres: np.ndarray, count: int | None = None
     scorer = CentreScorer(centres)
     wanted = 1 if count is None else min(count, len(scorer.centres))
     out = np.empty((X.shape[0], wanted), np.int64)
-    for rows in row_slabs(X.shape[0], ASSIGN_SLAB_ROWS):
+    for rows in row_slabs(X.shape[0], NEAREST_SLAB_ROWS):
         out[rows] = scorer.nearest(np.asarray(X[rows] if transform is None else transform(X[rows])), wanted)
     return out[:, 0] if count is None else out
 
