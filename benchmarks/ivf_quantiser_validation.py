@@ -196,11 +196,16 @@ def main(argv=None) -> int:
     rows += run("fashion-mnist", *fashion_mnist(), fmnist)
     sift = [(256, "all"), (256, "default"), (256, 64), (128, "all"), (64, "all"), (64, 64), (64, 32)]
     rows += run("sift-synth", *sift_synth(args.sift_n), sift)
-    result = {"command": " ".join(["benchmarks/ivf_quantiser_validation.py", *(argv or sys.argv[1:])]),
-              "machine": machine_info(), "rows": rows}  # fmt: skip
-    Path(args.out + ".json").write_text(json.dumps(result, indent=1) + "\n")
-    Path(args.out + ".md").write_text(render(result))
+    write_result("benchmarks/ivf_quantiser_validation.py", argv, rows, args.out, render)
     return 0
+
+
+def write_result(script: str, argv, rows: list, out: str, render) -> dict:
+    """The run's command, machine and rows as OUT.json, and ``render``'s table as OUT.md."""
+    result = {"command": " ".join([script, *(argv or sys.argv[1:])]), "machine": machine_info(), "rows": rows}
+    Path(out + ".json").write_text(json.dumps(result, indent=1) + "\n")
+    Path(out + ".md").write_text(render(result))
+    return result
 
 
 if __name__ == "__main__":
