@@ -151,8 +151,9 @@ def _workers_ignore_interrupts():
     worker processes too: each would die with a KeyboardInterrupt traceback of its event loop
     over the client's one-line message. SIGINT is blocked in this thread while the cluster
     starts: the threads it starts inherit that mask, and so do the worker processes they
-    start (a blocked signal stays blocked across exec; ``dask_setup`` then ignores it), while a Ctrl-C meanwhile stays pending for the client and interrupts it as
-    soon as the cluster runs (ignoring the signal instead would lose it)."""
+    start (a blocked signal stays blocked across exec; ``dask_setup`` then ignores it), while
+    a Ctrl-C meanwhile stays pending for the client and interrupts it as soon as the cluster
+    runs (ignoring the signal instead would lose it)."""
     import signal
     import threading
 
