@@ -226,7 +226,11 @@ def main(argv=None) -> int:
         help="principal directions of our inverted file's quantiser (default: the library's rule)",
     )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--data", required=True, help="the sift-synth dataset (made when missing)")
+    ap.add_argument(
+        "--data",
+        required=True,
+        help="a dataset with a default split of --queries queries, or sift-synth's (made when missing)",
+    )
     ap.add_argument("--work", required=True, help="model, codes, inverted file and FAISS inputs (kept)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--faiss-child", choices=["flat", "ivf"], help=argparse.SUPPRESS)
@@ -289,6 +293,7 @@ def main(argv=None) -> int:
         "scan_equals_faiss_flat": {"identical_distances": identical, "same_id_fraction": same_ids},
         "resident_lists_by_worker": held,
         "quantiser": quantiser_words(codes, ivf),
+        "data_source": workflows.load_dataset(data).source,
         "rows": rows,
     }
     out = Path(args.out)
@@ -338,7 +343,8 @@ def quantiser_words(codes, ivf) -> str:
 def render(result: dict) -> str:
     p, m = result["params"], result["machine"]
     lines = [
-        f"# Batch search: {p['queries']:,} queries, top-{p['k']}, over {p['n']:,} {p['bits']}-bit ITQ codes of sift-synth",
+        f"# Batch search: {p['queries']:,} queries, top-{p['k']}, over {p['n']:,} {p['bits']}-bit ITQ codes of "
+        f"{result.get('data_source', 'sift-synth')}",
         "",
         f"- command: `{result['command']}`",
         f"- machine: {m.get('cpu_model')}, {m.get('cores')} cores, {m.get('ram_total_gb')} GB RAM;"
