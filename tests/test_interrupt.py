@@ -80,6 +80,35 @@ def test_local_cluster_workers_start_with_ctrl_c_held(tmp_path):
     assert all(int(mask, 16) & (1 << (signal.SIGINT - 1)) for mask in masks), masks
 
 
+def _worker_log_passes() -> dict:
+    """In a worker: which records its "distributed.worker" logger lets through."""
+    import logging
+
+    logger = logging.getLogger("distributed.worker")
+
+    def passes(message):
+        return bool(logger.filter(logger.makeRecord(logger.name, logging.ERROR, __file__, 0, message, (), None)))
+
+    return {
+        "heartbeat": passes("Failed to communicate with scheduler during heartbeat."),
+        "other": passes("Unexpected exception during heartbeat. Closing worker."),
+    }
+
+
+def test_embedded_cluster_workers_drop_failed_heartbeat_reports_only():
+    """A worker of the command's own cluster whose heartbeat fails (the scheduler is closing
+    with the command, or a busy machine delays it) prints nothing over the command's one
+    line; its other errors still print."""
+    from dask_hashcodes.distributed.cluster import connect, disconnect
+
+    client = connect(None, workers=2, threads=1, quiet=True)
+    try:
+        seen = client.run(_worker_log_passes)
+    finally:
+        disconnect(client)
+    assert len(seen) == 2 and all(v == {"heartbeat": False, "other": True} for v in seen.values()), seen
+
+
 def test_a_stopped_jobs_temporary_written_again_by_a_late_task_is_removed_after_the_close(tmp_path):
     """A job stops (an interruption): its temporary is removed, a task still running writes
     into it again and is ended before it can clean up; closing the job's cluster removes it
