@@ -32,6 +32,7 @@ no seconds.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -45,7 +46,6 @@ from benchmarks.ivf_quantiser_validation import (  # noqa: E402
     fashion_mnist,
     quantiser,
     sift_synth,
-    study_arguments,
     write_result,
 )
 
@@ -222,7 +222,10 @@ def render(result) -> str:
 
 
 def main(argv=None) -> int:
-    args = study_arguments(__doc__, 262_144, argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sift-n", type=int, default=262_144)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
     rows = [study("fashion-mnist", fashion_mnist()[0]), study("sift-synth", sift_synth(args.sift_n)[0])]
     result = write_result("benchmarks/ivf_assignment_pruning.py", argv, rows, args.out, render)
     print(render(result))

@@ -187,7 +187,10 @@ def render(result) -> str:
 
 
 def main(argv=None) -> int:
-    args = study_arguments(__doc__, 1_000_000, argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sift-n", type=int, default=1_000_000)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
     rows = []
     fmnist = [(256, "all"), (256, 256), (256, 128), (256, "default"), (256, 64), (256, 32)]
     rows += run("fashion-mnist", *fashion_mnist(), fmnist)
@@ -195,14 +198,6 @@ def main(argv=None) -> int:
     rows += run("sift-synth", *sift_synth(args.sift_n), sift)
     write_result("benchmarks/ivf_quantiser_validation.py", argv, rows, args.out, render)
     return 0
-
-
-def study_arguments(doc: str, sift_n: int, argv):
-    """The options of an IVF study script: --sift-n (sift-synth rows) and --out."""
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument("--sift-n", type=int, default=sift_n)
-    parser.add_argument("--out", required=True, help="result path without suffix (.json and .md are written)")
-    return parser.parse_args(argv)
 
 
 def write_result(script: str, argv, rows: list, out: str, render) -> dict:
