@@ -12,7 +12,7 @@ import numpy as np
 from scipy import sparse
 
 from dask_hashcodes.kernels.codes import row_slabs
-from dask_hashcodes.kernels.topk import smallest_with_offsets
+from dask_hashcodes.kernels.topk import scores_within, smallest_with_offsets
 
 # rows scored at a time in a Lloyd step: float32 scores against thousands of centres that keep
 # the GEMM near its peak rate without a chunk-sized score matrix. The slab also fixes the order
@@ -34,7 +34,9 @@ def lloyd_sums(X: np.ndarray, centres: np.ndarray, transform=None) -> tuple[np.n
     scorer = CentreScorer(centres)
     for rows in row_slabs(X.shape[0], ASSIGN_SLAB_ROWS):
         part = np.asarray(X[rows] if transform is None else transform(X[rows]), dtype=np.float64)
-        nearest = scorer.nearest(part, 1)[:, 0]
+        # the nearest centres in shorter slabs, whose score matrix stays in the cache while it is
+        # selected from; the sums keep the longer slab (their order fixes the centres' floats)
+        nearest = np.concatenate([scorer.nearest(part[s], 1)[:, 0] for s in row_slabs(len(part), NEAREST_SLAB_ROWS)])
         counts += np.bincount(nearest, minlength=m)
         # the rows summed per centre as a sparse one-hot product: O(rows x d), several times
         # faster than np.add.at's unbuffered scatter
@@ -47,33 +49,50 @@ def lloyd_sums(X: np.ndarray, centres: np.ndarray, transform=None) -> tuple[np.n
 class CentreScorer:
     """The nearest centres of rows, found with float32 BLAS and made exact where float32 could
     err. The scores are ||c||^2 - 2 x.c: the nearest centre minimises them, and the row's own
-    norm is left out. Each float32 score errs by at most about (d + 8) * 2^-24 times
-    (||x||^2 + ||c||^2) whatever the order of the product's sums. A row whose chosen scores lie
-    within twice that bound of each other has its candidates measured again as float64
-    squared differences, so every answer is the exact order (ties to the lower centre) at
-    float32's speed, two to three times float64's on the same cores."""
+    norm is left out. One float32 product gives them whole: each row gets a trailing 1 and the
+    centres' matrix a row of their squared norms, so the norms are added inside the GEMM, not in
+    a pass over the score matrix of their own. Each score errs by at most about (d + 12) * 2^-24
+    times (||x||^2 + 2 ||c||^2) whatever the order of the product's sums (the rounding of the
+    inputs, of the norms and of the threshold compared against included). A row whose chosen
+    scores lie within twice that bound of each other has its candidates measured again as
+    float64 squared differences, so every answer is the exact order (ties to the lower centre)
+    at float32's speed, two to three times float64's on the same cores."""
 
     def __init__(self, centres: np.ndarray):
         self.centres = np.asarray(centres, dtype=np.float64)
         norms = (self.centres * self.centres).sum(axis=1)
-        self._minus_twice_t32 = np.ascontiguousarray((-2.0 * self.centres.T).astype(np.float32))
-        self._norms32 = norms.astype(np.float32)
-        self._slack = 2.0 * (self.centres.shape[1] + 8) * 2.0**-24
-        self._largest_norm = float(norms.max(initial=0.0))
+        self._scores_by = np.ascontiguousarray(np.vstack([-2.0 * self.centres.T, norms[None]]).astype(np.float32))
+        self._no_offsets = np.zeros(len(self.centres), np.float32)
+        self._slack = 2.0 * (self.centres.shape[1] + 12) * 2.0**-24
+        self._twice_largest_norm = 2.0 * float(norms.max(initial=0.0))
+
+    def scores(self, part: np.ndarray) -> np.ndarray:
+        """(rows, centres) float32: ||c||^2 - 2 x.c for every row of ``part`` and centre."""
+        d = self.centres.shape[1]
+        rows = np.empty((len(part), d + 1), np.float32)
+        rows[:, :d] = part
+        rows[:, d] = 1.0
+        return rows @ self._scores_by
 
     def nearest(self, part: np.ndarray, count: int) -> np.ndarray:
         """(rows, count) int64: each row's ``count`` nearest centres, nearest first."""
-        products = np.asarray(part, dtype=np.float32) @ self._minus_twice_t32
-        taken = min(count + 1, products.shape[1])  # one more: the order must hold at the cut too
-        # the float32 scores products + norms, added as they are selected
-        columns, chosen = smallest_with_offsets(products, self._norms32, taken)
-        chosen = chosen.astype(np.float64)
-        bound = self._slack * (np.einsum("ij,ij->i", part, part, dtype=np.float64) + self._largest_norm)
-        unsure = np.flatnonzero((np.diff(chosen, axis=1) <= bound[:, None]).any(axis=1))
-        columns = np.ascontiguousarray(columns[:, :count])
+        scores = self.scores(part)
+        bound = self._slack * (np.einsum("ij,ij->i", part, part, dtype=np.float64) + self._twice_largest_norm)
+        if count == 1:
+            # the common case (an assignment, a Lloyd step): numpy's vectorised argmin, then one
+            # count per row of the scores within the bound of the smallest; a second one is a near tie
+            columns = scores.argmin(axis=1)[:, None]
+            chosen = np.take_along_axis(scores, columns, axis=1).astype(np.float64)
+            unsure = np.flatnonzero(scores_within(scores, columns[:, 0], bound.astype(np.float32)) > 1)
+        else:
+            taken = min(count + 1, scores.shape[1])  # one more: the order must hold at the cut too
+            columns, chosen = smallest_with_offsets(scores, self._no_offsets, taken)
+            chosen = chosen.astype(np.float64)
+            unsure = np.flatnonzero((np.diff(chosen, axis=1) <= bound[:, None]).any(axis=1))
+            columns = np.ascontiguousarray(columns[:, :count])
         for row in unsure:  # rare: near ties, or data whose norms dwarf its distances
             # every centre of the true top count scores within the bound of float32's count-th
-            near = np.flatnonzero(products[row] + self._norms32 <= chosen[row, count - 1] + bound[row])
+            near = np.flatnonzero(scores[row] <= chosen[row, count - 1] + bound[row])
             squared = ((np.asarray(part[row], np.float64) - self.centres[near]) ** 2).sum(axis=1)
             columns[row] = near[np.lexsort((near, squared))[:count]]
         return columns

@@ -8,7 +8,8 @@ id) keys; float distances (squared L2, asymmetric scores) by a sort on (distance
 put the smaller id first among equal distances and the missing entries last.
 
 ``smallest_per_row`` and ``smallest_with_offsets`` are the selections of a nearest-centre
-search and of a probe: each row's few smallest among many scores.
+search and of a probe: each row's few smallest among many scores; ``scores_within`` finds
+the near ties of a row's smallest score.
 """
 
 from __future__ import annotations
@@ -55,6 +56,28 @@ def smallest_with_offsets(scores: np.ndarray, offsets: np.ndarray, count: int) -
     values = np.empty((scores.shape[0], count), scores.dtype)
     _smallest_per_row(scores, np.ascontiguousarray(offsets, dtype=scores.dtype), out, values)
     return out, values
+
+
+def scores_within(scores: np.ndarray, columns: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """(rows,) int64: per row, how many of its ``scores`` are at most its score in column
+    ``columns[row]`` plus ``bounds[row]`` (the chosen one counted). A nearest-centre search
+    whose float32 scores may err by a bound finds its near ties this way: one vectorised
+    compare per score, where keeping the runner-up in a sorted buffer costs a branch per score."""
+    scores = np.ascontiguousarray(scores)
+    out = np.empty(scores.shape[0], np.int64)
+    _scores_within(scores, np.ascontiguousarray(columns, np.int64), np.ascontiguousarray(bounds, scores.dtype), out)
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _scores_within(scores, columns, bounds, out):
+    for r in range(scores.shape[0]):
+        row = scores[r]
+        threshold = row[columns[r]] + bounds[r]
+        within = 0
+        for j in range(row.shape[0]):
+            within += row[j] <= threshold
+        out[r] = within
 
 
 @njit(nogil=True, cache=True)
