@@ -13,7 +13,8 @@ Steps (each a library call on a local cluster of 2 worker processes x 1 thread):
    the few query rows among them do not matter), `encode` of every row;
 3. `index(kind="ivf")`: --lists lists, k-means on 256 rows per list, every row assigned;
    the quantiser in --quantiser-dims principal directions of the k-means rows (default: the
-   library's rule);
+   library's rule); with `--quantiser codes`, k-majority on 256 codes per list instead (no
+   feature read; queries probe by their codes), written beside the other as `ivf-codes`;
 4. `search`: the split's queries, top-k, by the linear scan and through the inverted file at
    each --nprobes, on warm workers (a first search of a few queries loads the kernels); each
    worker's peak RSS is reset before each search, so the peak reported is that search's;
@@ -154,15 +155,16 @@ def build(args, client) -> dict:
     codes = work / "codes.zarr"
     if not codes.exists():
         _, steps["encode"] = timed(lambda: workflows.encode(args.data, model, codes))
-    ivf = work / "ivf"
+    ivf = ivf_location(args)
     if not ivf.exists():
-        _, steps["ivf_build"] = timed(
+        _, steps[build_step(args)] = timed(
             lambda: workflows.index(
                 codes,
                 ivf,
                 kind="ivf",
                 dataset=args.data,
                 lists=args.lists,
+                quantiser=args.quantiser,
                 seed=args.seed,
                 quantiser_dims=args.quantiser_dims,
             )  # fmt: skip
@@ -175,6 +177,16 @@ def build(args, client) -> dict:
     built.update(steps)
     record.write_text(json.dumps(built))
     return built
+
+
+def ivf_location(args) -> Path:
+    """Our inverted file in the work directory: one per quantiser, so both can be kept."""
+    return Path(args.work) / ("ivf" if args.quantiser == "features" else "ivf-codes")
+
+
+def build_step(args) -> str:
+    """The build-seconds key of our inverted file with --quantiser."""
+    return "ivf_build" if args.quantiser == "features" else "ivf_build_codes"
 
 
 def held_by_worker(data, codes, ivf) -> dict:
@@ -225,6 +237,12 @@ def main(argv=None) -> int:
         default=None,
         help="principal directions of our inverted file's quantiser (default: the library's rule)",
     )
+    ap.add_argument(
+        "--quantiser",
+        choices=["features", "codes"],
+        default="features",
+        help="where our inverted file's centroids live: k-means on the features, or k-majority on the codes",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--data",
@@ -245,7 +263,7 @@ def main(argv=None) -> int:
     client = connect(workers=2, threads=1, quiet=True, memory_limit="10GB")
     steps = build(args, client)
     work = Path(args.work)
-    data, model, codes, ivf = args.data, work / "itq.model", work / "codes.zarr", work / "ivf"
+    data, model, codes, ivf = args.data, work / "itq.model", work / "codes.zarr", ivf_location(args)
     database_rows = np.load(work / "database_rows.npy")
     rows = []
 
@@ -288,7 +306,7 @@ def main(argv=None) -> int:
         "params": {k: v for k, v in vars(args).items() if k != "faiss_child"},
         "machine": machine_info(),
         "build_steps_seconds": steps,
-        "ours_ivf_build_seconds": steps.get("ivf_build"),
+        "ours_ivf_build_seconds": steps.get(build_step(args)),
         "faiss_build_seconds": {"flat": flat["build_seconds"], "ivf": ivf_faiss["build_seconds"]},
         "scan_equals_faiss_flat": {"identical_distances": identical, "same_id_fraction": same_ids},
         "resident_lists_by_worker": held,
@@ -335,6 +353,8 @@ def quantiser_words(codes, ivf) -> str:
     from dask_hashcodes.storage.ivf_index import open_ivf
 
     lists = open_ivf(ivf, open_codes(codes))
+    if lists.quantiser == "codes":
+        return f"k-majority on the codes ({8 * lists.code_size}-bit centroid codes; queries probe by their codes)"
     if lists.projection is None:
         return f"k-means in the features ({lists.d}-d)"
     return f"k-means in the top {lists.projection.dims} principal directions of its sample (of {lists.d})"

@@ -521,7 +521,17 @@ def test_search_through_an_inverted_file_probing_every_list_gives_the_linear_sca
     said = _one_line_error(capsys)
     assert "--k" in said and "--radius" in said and "search(" not in said and "`" not in said and not bad.exists()
     assert run("index", "--kind", "ivf", "--codes", codes, "--out", tmp_path / "no-data.ivf", *sched) == 2
-    assert "give the dataset" in _one_line_error(capsys)
+    said = _one_line_error(capsys)
+    assert "give the dataset" in said and "--quantiser codes" in said and "`" not in said
+    # lists from the codes alone: no dataset read; probing every list is the linear scan again
+    in_codes = ["index", "--kind", "ivf", "--quantiser", "codes", "--lists", 16, "--codes", codes]
+    assert run(*in_codes, "--out", tmp_path / "codes.ivf", *sched) == 0
+    assert "16 lists, centroids in code space" in capsys.readouterr().out
+    code_lists = tmp_path / "code-lists-16.parquet"
+    assert run(*search[:-1], tmp_path / "codes.ivf", "--nprobe", 16, "--out", code_lists, *sched) == 0
+    assert pq.read_table(code_lists).equals(pq.read_table(res))
+    assert run(*in_codes, "--quantiser-dims", 8, "--out", tmp_path / "bad.ivf", *sched) == 2
+    assert "--quantiser-dims" in _one_line_error(capsys) and not (tmp_path / "bad.ivf").exists()
     assert run(*ivf[:-1], 5, "--out", tmp_path / "few.ivf", *sched) == 2  # fewer k-means rows than lists
     assert "--kmeans-rows must lie in [16, " in _one_line_error(capsys) and not (tmp_path / "few.ivf").exists()
     plain = ["search", "--dataset", ds, "--model", model, "--codes", codes, "--k", 10]

@@ -161,6 +161,8 @@ def stored_ivf(tmp_path_factory):
         build_ivf(d / "c.zarr", ds.features_dask(), d / "i.zarr", n_lists=30)
         # the same lists' quantiser in 16 principal directions of the k-means sample
         build_ivf(d / "c.zarr", ds.features_dask(), d / "i16.zarr", n_lists=30, quantiser_dims=16)
+        # lists learned from the codes alone (k-majority), no feature read
+        build_ivf(d / "c.zarr", None, d / "ic.zarr", n_lists=30, quantiser="codes")
     return d, ds, split
 
 
@@ -624,3 +626,64 @@ def test_evaluation_neighbour_settings_are_checked():
     assert NeighbourSearches(recall_at=5, rerank_candidates=(20,), ivf_lists=8, ivf_nprobes=(8,)).protocol() == {
         "k": 5, "candidates": [20], "ivf_lists": 8, "nprobes": [8]
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("workers, warm", [(1, False), (2, False), (2, True)])
+def test_a_code_space_ivf_is_brute_force_over_the_lists_nearest_each_query_code(stored_ivf, clusters, workers, warm):
+    """Lists built from the codes alone: every row in the list of its nearest centroid code,
+    each query probing the lists whose codes are nearest its own (no vector given), and the
+    answer brute force over those lists' rows, cold or warm, from the cluster or from memory."""
+    import dask
+    from distributed import Client
+
+    from dask_hashcodes.indexes.ivf import InvertedLists, ivf_knn_lazy
+    from dask_hashcodes.kernels.ivf import probed_code_lists
+
+    d, ds, split = stored_ivf
+    _, lists, all_codes, _ = _opened(d, ds, "ic.zarr")
+    assert lists.quantiser == "codes" and lists.centroids.dtype == np.uint8 and lists.d == 0
+    queries = split.query
+    with Client(clusters[workers]):
+        dist, ids = dask.compute(
+            ivf_knn_lazy(all_codes[queries], None, lists, 20, 4, excluded_rows=queries, rows_per_task=1400, warm=warm)
+        )[0]
+        if warm:
+            from dask_hashcodes.indexes.ivf import resident_lists
+
+            resident_lists(lists, queries, 1400, create=False).release()
+    assignment = hamming_distances(all_codes, lists.centroids).argmin(axis=1)
+    probes = probed_code_lists(all_codes[queries], lists.centroids, 4)
+    np.testing.assert_array_equal(probes, hamming_topk(lists.centroids, np.arange(30), queries=all_codes[queries],
+                                                       k=4)[1])  # fmt: skip
+    database = np.setdiff1d(np.arange(len(all_codes)), queries)
+    for q in range(len(queries)):
+        rows = database[np.isin(assignment[database], probes[q])]
+        want_d, want_i = _brute_force(all_codes[queries[q]], all_codes, rows, 20)
+        np.testing.assert_array_equal(ids[q], want_i)
+        np.testing.assert_array_equal(dist[q], want_d)
+    memory = InvertedLists.load(lists, exclude=queries)
+    np.testing.assert_array_equal(memory.search(all_codes[queries], None, 20, 4)[1], ids)
+
+
+def test_a_code_space_quantiser_is_the_same_bits_whatever_the_chunking(stored_ivf):
+    """k-majority adds integer counts, so the codes in 700-row or 1900-row chunks give the same
+    centroid codes; its options are checked in one line."""
+    import dask
+
+    from dask_hashcodes.errors import InputError
+    from dask_hashcodes.indexes.ivf import build_ivf, code_quantiser
+    from dask_hashcodes.storage.codes import open_codes
+
+    d, ds, _ = stored_ivf
+    codes = open_codes(d / "c.zarr").dask()
+    with dask.config.set(scheduler="synchronous"):
+        one = code_quantiser(codes, 30, kmeans_rows=2000, seed=3)
+        other = code_quantiser(codes.rechunk((1900, codes.shape[1])), 30, kmeans_rows=2000, seed=3)
+    np.testing.assert_array_equal(one, other)
+    with pytest.raises(InputError, match="`quantiser_dims`.*does not apply"):
+        build_ivf(d / "c.zarr", None, d / "x.zarr", n_lists=30, quantiser="codes", quantiser_dims=8)
+    with pytest.raises(InputError, match="`quantiser` must be one of features, codes"):
+        build_ivf(d / "c.zarr", None, d / "x.zarr", n_lists=30, quantiser="pixels")
+    with pytest.raises(InputError, match="quantiser='codes'"):
+        build_ivf(d / "c.zarr", None, d / "x.zarr", n_lists=30)  # features needed, and how to do without
+    assert not (d / "x.zarr").exists()

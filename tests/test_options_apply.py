@@ -70,6 +70,7 @@ CASES = [
     ([*_INDEX, "--kind", "mih", "--lists", "16"], [*_INDEX, "--kind", "ivf", "--lists", "16"]),
     ([*_INDEX, "--kmeans-rows", "300"], [*_INDEX, "--kind", "ivf", "--kmeans-rows", "300"]),
     ([*_INDEX, "--quantiser-dims", "32"], [*_INDEX, "--kind", "ivf", "--quantiser-dims", "32"]),
+    ([*_INDEX, "--quantiser", "codes"], [*_INDEX, "--kind", "ivf", "--quantiser", "codes"]),
     ([*_INDEX, "--dataset", "d.zarr"], [*_INDEX, "--kind", "ivf", "--dataset", "d.zarr"]),
     ([*_INDEX, "--seed", "3"], [*_INDEX, "--kind", "ivf", "--seed", "3"]),
     ([*_INDEX, "--kind", "ivf", "--substrings", "4"], [*_INDEX, "--substrings", "4"]),

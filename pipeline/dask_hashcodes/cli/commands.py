@@ -421,12 +421,15 @@ def index(values):
         return
     done = workflows.index(
         values["codes"], values["out"], kind=values["kind"], substrings=values["substrings"],
-        dataset=values.get("dataset"), lists=values["lists"], kmeans_rows=values["kmeans_rows"],
+        dataset=values.get("dataset"), lists=values["lists"], quantiser=values["quantiser"],
+        kmeans_rows=values["kmeans_rows"],
         quantiser_dims=values["quantiser_dims"], seed=values["seed"], overwrite=values["overwrite"],
         progress=_progress(values), storage=_storage(values),
     )  # fmt: skip
     parts = f"{done.substrings} substring tables per shard"
-    if done.kind == "ivf":
+    if done.kind == "ivf" and done.quantiser == "codes":
+        parts = f"{done.n_lists:,} lists, centroids in code space"
+    elif done.kind == "ivf":
         projected = done.quantiser_dims < done.d
         parts = f"{done.n_lists:,} lists" + (
             f" in {done.quantiser_dims} of {done.d} principal directions" if projected else ""

@@ -357,6 +357,12 @@ OPTIONS: tuple[Option, ...] = (
     _opt("lists", ["index"], "ivf, residual: lists, k-means centroids of the dataset's features (default: ivf "
          "4 sqrt(n), residual 2 sqrt(n))",
          type=positive_int, applies=(With("kind", ("ivf", "residual"), "the k-means lists of an inverted file"),)),
+    _opt("quantiser", ["index"], "ivf: where the lists' centroids live: features (k-means on the dataset's "
+         "features, which queries probe by their vectors; the default) or codes (k-majority on the codes themselves, "
+         "as FAISS's IndexBinaryIVF: no dataset read, a popcount per row and centroid instead of a float distance; "
+         "queries probe by their codes)",
+         choices=("features", "codes"), default="features",
+         applies=(With("kind", ("ivf",), "the coarse quantiser of an inverted file"),)),
     _opt("kmeans-rows", ["index"], "ivf: rows k-means learns the centroids from, drawn with the seed (default 256 "
          "per list); every row is then assigned to its nearest centroid", type=positive_int,
          applies=(With("kind", ("ivf",), "the k-means of an inverted file"),)),

@@ -129,16 +129,17 @@ class IVFIndex(Index):
     ``exclude`` left out, or InvertedLists in this process's memory (``exclude`` applied
     when they were loaded), searched on the calling thread. The lists are found from the
     query vectors: ``search(vectors, k)`` encodes them with ``model``; ``search_codes``
-    takes ``Queries`` holding the codes and the vectors. ``warm`` (stored lists): the first
+    takes ``Queries`` holding the codes and the vectors; a quantiser in code space finds
+    them from the codes alone (plain codes suffice). ``warm`` (stored lists): the first
     search reads and merges the lists into blocks the workers keep, and every later search of
     the same index in this process uses them without reading storage (``resident()``
     reports what each worker holds, ``release()`` frees them)."""
 
     searched_by = IVF
-    needs_query_vectors = True
 
     def __init__(self, lists, nprobe: int = DEFAULT_NPROBE, *, exclude=None, model=None, warm: bool = False):
         self.lists, self.nprobe, self.model, self.warm = lists, nprobe, model, warm
+        self.needs_query_vectors = lists.quantiser != "codes"
         if isinstance(lists, InvertedLists) and exclude is not None:
             raise InputError("lists in memory leave rows out when loaded: InvertedLists.load(lists, exclude=...)")
         self._exclude = _excluded(exclude)
@@ -161,6 +162,8 @@ class IVFIndex(Index):
 
     def _checked(self, queries, k):
         codes = checked_codes(queries, self.code_size)
+        if not self.needs_query_vectors:
+            return codes, getattr(queries, "vectors", None), check_k(k)
         queries = with_vectors(queries, "an inverted file finds each query's lists from its vector, so it")
         return codes, queries.vectors, check_k(k)
 

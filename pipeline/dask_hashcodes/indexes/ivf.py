@@ -1,14 +1,18 @@
 """Hamming search through an inverted file (kernels.ivf) over chunked codes on the cluster.
 
-``build_ivf`` learns the coarse quantiser by k-means on a sample of the features (Lloyd steps
-over the sample's chunks, only counts and sums travelling: distributed.kmeans), in the top
-principal directions of that sample where they hold most of its variance, then one
-``ivf-build`` task per codes chunk assigns the chunk's rows to their nearest centroid and
-writes the chunk's list layout (storage.ivf_index). ``ivf_knn_lazy`` finds each query's
-``nprobe`` nearest centroids in one task on a worker (small), sends them to one ``ivf-topk``
-task per shard, which ranks only the probed lists' codes, and merges the shards' results
-as the linear scan does: the answer is exactly the Hamming top-k over the rows of the
-probed lists, ties by id, whatever the chunking and the number of workers.
+``build_ivf`` learns the coarse quantiser in one of two spaces. "features": k-means on a
+sample of the features the codes encode (Lloyd steps over the sample's chunks, only counts
+and sums travelling: distributed.kmeans), in the top principal directions of that sample
+where they hold most of its variance; a query probes the lists nearest its vector. "codes":
+k-majority on a sample of the codes themselves (Lloyd steps in Hamming space, the centres
+binary codes: FAISS's ``IndexBinaryIVF`` design), which reads no feature and costs a popcount
+per row and centroid instead of float distances; a query probes the lists nearest its code.
+Then one ``ivf-build`` task per codes chunk assigns the chunk's rows to their nearest
+centroid and writes the chunk's list layout (storage.ivf_index). ``ivf_knn_lazy`` finds each
+query's ``nprobe`` nearest centroids in one task on a worker (small), sends them to one
+``ivf-topk`` task per shard, which ranks only the probed lists' codes, and merges the
+shards' results as the linear scan does: the answer is exactly the Hamming top-k over the
+rows of the probed lists, ties by id, whatever the chunking and the number of workers.
 """
 
 from __future__ import annotations
@@ -19,15 +23,17 @@ from dask import delayed
 from dask.base import tokenize
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_chunks, map_reduce, select_rows, tree_reduce, write_shards
-from dask_hashcodes.distributed.kmeans import kmeans
+from dask_hashcodes.distributed.kmeans import kmajority, kmeans
 from dask_hashcodes.distributed.progress import active_client
 from dask_hashcodes.distributed.resident import held_blocks, kept_on_workers, resident, worker_slots
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.indexes.hamming import check_query_codes
+from dask_hashcodes.kernels.hamming_kmeans import nearest_code_centres
 from dask_hashcodes.kernels.ivf import (
     Projection,
     list_layout,
     principal_dims,
+    probed_code_lists,
     probed_lists,
     search_lists,
     search_lists_exact,
@@ -56,6 +62,8 @@ KMEANS_ROWS_PER_LIST = 256
 # holding this share of its variance (chosen on validation queries: see ivf_quantiser)
 QUANTISER_VARIANCE_SHARE = 0.9
 DEFAULT_NPROBE = 4
+# the spaces a coarse quantiser can live in: the features the codes encode, or the codes
+QUANTISERS = ("features", "codes")
 # Rows one ivf-topk task searches: a task merges the lists of its shards into one layout, so
 # a query's cost per task (finding its probed lists, its top-k buffers) is paid once per
 # about a million rows rather than once per codes chunk (a chunk is often 128k rows)
@@ -74,6 +82,7 @@ def build_ivf(
     features,
     out,
     *,
+    quantiser: str = "features",
     n_lists: int | None = None,
     kmeans_steps: int = KMEANS_STEPS,
     kmeans_rows: int | None = None,
@@ -84,35 +93,78 @@ def build_ivf(
     storage=None,
 ):
     """Write the inverted file of a codes store (a Codes handle or its location) at ``out``
-    (atomically), its lists given by k-means on ``features`` (a dask array of the rows the
-    codes encode, in the same order). The centroids are learned from ``kmeans_rows`` rows
-    drawn with ``seed`` (default: KMEANS_ROWS_PER_LIST per list, every row when there are
-    fewer), in ``quantiser_dims`` principal directions of those rows (see ``ivf_quantiser``);
-    every row is then assigned to its nearest centroid. Returns (index location, n_lists,
-    the dims the centroids live in)."""
+    (atomically). ``quantiser="features"``: its lists given by k-means on ``features`` (a
+    dask array of the rows the codes encode, in the same order), learned from ``kmeans_rows``
+    rows drawn with ``seed`` (default: KMEANS_ROWS_PER_LIST per list, every row when there
+    are fewer), in ``quantiser_dims`` principal directions of those rows (see
+    ``ivf_quantiser``). ``quantiser="codes"``: by k-majority on ``kmeans_rows`` of the codes
+    (``features`` unused: None). Every row is then assigned to its nearest centroid. Returns
+    (index location, n_lists, the dims the centroids live in: the code bits for "codes")."""
     codes = open_codes(codes, storage=storage)
     reader = codes.reader
-    if features.ndim != 2 or features.shape[0] != reader.shape[0]:
+    if quantiser not in QUANTISERS:
+        raise InputError(f"`quantiser` must be one of {', '.join(QUANTISERS)}; got {quantiser!r}")
+    if quantiser == "features" and (features is None or features.ndim != 2 or features.shape[0] != reader.shape[0]):
+        shape = "none" if features is None else shape_words(features.shape)
         raise InputError(
-            f"the features ({shape_words(features.shape)}) are not the {reader.shape[0]} rows the codes at "
-            f"{codes.path} encode; give the dataset the codes were encoded from"
+            f"the features ({shape}) are not the {reader.shape[0]} rows the codes at {codes.path} encode; give the "
+            f"dataset the codes were encoded from, or build the lists from the codes alone (`quantiser='codes'`)"
         )
+    if quantiser == "codes" and quantiser_dims is not None:
+        raise InputError("`quantiser_dims` picks principal directions of the features; it does not apply to "
+                         "`quantiser='codes'`: leave it unset")  # fmt: skip
     n_lists = default_lists(reader.shape[0]) if n_lists is None else int(n_lists)
     if not 1 <= n_lists <= reader.shape[0]:
         raise InputError(f"`n_lists` must lie in [1, {reader.shape[0]}] (the number of codes); got {n_lists}")
-    centroids, projection = ivf_quantiser(
-        features, n_lists, kmeans_rows=kmeans_rows, kmeans_steps=kmeans_steps, dims=quantiser_dims, seed=seed
-    )
-    # one feature chunk per codes chunk, so that each task holds the rows of one shard
-    aligned = features.rechunk((reader.chunk_rows, features.shape[1]))
+    if quantiser == "codes":
+        centroids, projection = code_quantiser(codes.dask(), n_lists, kmeans_rows=kmeans_rows,
+                                               kmeans_steps=kmeans_steps, seed=seed), None  # fmt: skip
+        rows = codes.dask()
+    else:
+        centroids, projection = ivf_quantiser(
+            features, n_lists, kmeans_rows=kmeans_rows, kmeans_steps=kmeans_steps, dims=quantiser_dims, seed=seed
+        )
+        # one feature chunk per codes chunk, so that each task holds the rows of one shard
+        rows = features.rechunk((reader.chunk_rows, features.shape[1]))
     out = resolve(out, storage=storage)
     with ivf_output(out, overwrite) as tmp:
-        create_ivf_arrays(tmp, codes=codes, centroids=centroids, projection=projection)
+        create_ivf_arrays(tmp, codes=codes, centroids=centroids, projection=projection, quantiser=quantiser)
         write_shards(
-            "ivf-build", _build_shard_into, aligned, reader.shape[0], progress,
-            centroids=centroids, projection=projection, chunk_rows=reader.chunk_rows, target=tmp,
+            "ivf-build", _build_shard_into, rows, reader.shape[0], progress,
+            centroids=centroids, projection=projection, quantiser=quantiser, chunk_rows=reader.chunk_rows, target=tmp,
         )  # fmt: skip
-    return out, n_lists, centroids.shape[1]
+    return out, n_lists, 8 * reader.shape[1] if quantiser == "codes" else centroids.shape[1]
+
+
+def _sample_size(kmeans_rows, n: int, n_lists: int) -> int:
+    """The k-means sample's row count (default KMEANS_ROWS_PER_LIST per list), checked."""
+    kmeans_rows = min(n, KMEANS_ROWS_PER_LIST * n_lists) if kmeans_rows is None else kmeans_rows
+    if isinstance(kmeans_rows, bool) or not isinstance(kmeans_rows, (int, np.integer)):
+        raise InputError(f"`kmeans_rows` must be an int; got {kmeans_rows!r}")
+    if not n_lists <= kmeans_rows <= n:
+        raise InputError(
+            f"`kmeans_rows` must lie in [{n_lists}, {n}] (the lists, the rows): k-means starts from that many "
+            f"distinct rows; got {kmeans_rows}"
+        )
+    return int(kmeans_rows)
+
+
+def _training_rows(rows, kmeans_rows: int, rng):
+    """The sample k-means learns from: ``kmeans_rows`` rows of the dask array ``rows`` drawn with
+    ``rng`` (all of them when that is every row)."""
+    n = rows.shape[0]
+    if kmeans_rows < n:
+        return select_rows(rows, np.sort(rng.choice(n, kmeans_rows, replace=False)), keep=True)
+    return rows
+
+
+def code_quantiser(codes, n_lists: int, *, kmeans_rows: int | None = None, kmeans_steps: int = KMEANS_STEPS, seed=0):
+    """The coarse quantiser in code space: (n_lists, code bytes) uint8 centre codes, k-majority
+    (distributed.kmeans.kmajority) on ``kmeans_rows`` rows of ``codes`` (a dask array of packed
+    codes) drawn with ``seed`` (default KMEANS_ROWS_PER_LIST per list)."""
+    kmeans_rows = _sample_size(kmeans_rows, codes.shape[0], n_lists)
+    rng = np.random.default_rng(seed)
+    return kmajority(_training_rows(codes, kmeans_rows, rng), n_lists, kmeans_steps, rng, "ivf")[0]
 
 
 def ivf_quantiser(
@@ -127,20 +179,11 @@ def ivf_quantiser(
     QUANTISER_VARIANCE_SHARE of the rows' variance, where that makes the assignment (a
     projection to dims, then n_lists distances in dims) cheaper than n_lists distances in d."""
     n, d = features.shape
-    kmeans_rows = min(n, KMEANS_ROWS_PER_LIST * n_lists) if kmeans_rows is None else kmeans_rows
-    if isinstance(kmeans_rows, bool) or not isinstance(kmeans_rows, (int, np.integer)):
-        raise InputError(f"`kmeans_rows` must be an int; got {kmeans_rows!r}")
-    if not n_lists <= kmeans_rows <= n:
-        raise InputError(
-            f"`kmeans_rows` must lie in [{n_lists}, {n}] (the lists, the rows): k-means starts from that many "
-            f"distinct rows; got {kmeans_rows}"
-        )
+    kmeans_rows = _sample_size(kmeans_rows, n, n_lists)
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, (int, np.integer)) or dims < 1):
         raise InputError(f"`quantiser_dims` must be a positive int (or None for the default); got {dims!r}")
     rng = np.random.default_rng(seed)
-    training = features
-    if kmeans_rows < n:
-        training = select_rows(features, np.sort(rng.choice(n, int(kmeans_rows), replace=False)), keep=True)
+    training = _training_rows(features, kmeans_rows, rng)
     # the covariance pass and every Lloyd step read the sample: held on the workers once, as
     # stored (the steps project it slab by slab)
     training = kept_on_workers(training, "ivf k-means sample")
@@ -159,12 +202,17 @@ def ivf_quantiser(
     return kmeans(training, n_lists, kmeans_steps, rng, "ivf", transform=projection)[0], projection
 
 
-def _build_shard_into(block, shard, *, centroids, projection, chunk_rows, target):
-    """One task: the lists of one chunk's rows, written as its rows of ``order`` and its row
-    of ``offsets`` (positions inside the chunk: int32)."""
+def _build_shard_into(block, shard, *, centroids, projection, quantiser, chunk_rows, target):
+    """One task: the lists of one chunk's rows (its features, or its codes for a code-space
+    quantiser), written as its rows of ``order`` and its row of ``offsets`` (positions inside
+    the chunk: int32)."""
     start = shard * chunk_rows
-    check_finite_block(block, start)  # a NaN row has no nearest centroid: an error, never list 0
-    order, offsets = list_layout(nearest_centres(block, centroids, transform=projection), len(centroids))
+    if quantiser == "codes":
+        nearest = nearest_code_centres(block, centroids)
+    else:
+        check_finite_block(block, start)  # a NaN row has no nearest centroid: an error, never list 0
+        nearest = nearest_centres(block, centroids, transform=projection)
+    order, offsets = list_layout(nearest, len(centroids))
     write_rows(target.child("order"), slice(start, start + len(block)), order.astype(np.int32))
     write_rows(target.child("offsets"), shard, offsets.astype(np.int32))
     return len(block)
@@ -320,7 +368,8 @@ def ivf_knn_lazy(
     warm: bool = False,
 ):
     """Delayed (distances, ids = row numbers) of the Hamming top-k of ``query_codes`` among the
-    rows of each query's ``nprobe`` nearest lists (found from ``query_vectors``) of a stored
+    rows of each query's ``nprobe`` nearest lists (found from ``query_vectors``, or from the
+    query codes when the quantiser lives in code space: the vectors may then be None) of a stored
     inverted file (the StoredLists of storage.ivf_index.open_ivf), ``excluded_rows`` left out.
     One ``ivf-topk`` task per run of shards holding about ``rows_per_task`` rows (default
     SEARCH_TASK_ROWS). ``warm``: search the lists held on the workers (``resident_lists``:
@@ -328,22 +377,26 @@ def ivf_knn_lazy(
     worker thread), where they fit."""
     k = check_k(k)
     nprobe = check_nprobe(nprobe, lists.n_lists, lists.location)
-    query_vectors = check_query_vectors(query_vectors, lists.d, lists.location)
-    if len(query_vectors) != len(query_codes):
-        raise InputError(f"{len(query_vectors)} query vectors for {len(query_codes)} query codes")
     codes_reader = lists.codes.reader
+    queries = check_query_codes(query_codes, codes_reader[:0])
+    if lists.quantiser == "codes":
+        if queries.ndim != 2:
+            raise InputError("an inverted file in code space probes by each query's one code; DisH1's per-node "
+                             "query codes have none: build its lists on the features (`quantiser='features'`)")  # fmt: skip
+        probe, by, quantiser = probed_code_lists, queries, (lists.centroids, nprobe)
+    else:
+        query_vectors = check_query_vectors(query_vectors, lists.d, lists.location)
+        if len(query_vectors) != len(query_codes):
+            raise InputError(f"{len(query_vectors)} query vectors for {len(query_codes)} query codes")
+        probe, by, quantiser = probed_lists, query_vectors, (lists.centroids, nprobe, lists.projection)
     # one task finds the probes on a worker, whose kernels are loaded already: the client
     # would pay the first compiled kernel's start-up for it; only the small probes travel
-    # on. The vectors go to the cluster once, by themselves, not inside the graph
+    # on. The vectors (or codes) go to the cluster once, by themselves, not inside the graph
     client = active_client()
     # (under a key of their own: scattering equal data twice under one content key lets the
     # release of the first copy take the second with it)
-    vectors = query_vectors if client is None else client.scatter(query_vectors, hash=False)
-    probes = delayed(probed_lists, pure=True)(
-        vectors, lists.centroids, nprobe, lists.projection,
-        dask_key_name=f"ivf-probes-{tokenize(vectors, lists.centroids, nprobe, lists.projection)}",
-    )  # fmt: skip
-    queries = check_query_codes(query_codes, codes_reader[:0])
+    by = by if client is None else client.scatter(by, hash=False)
+    probes = delayed(probe, pure=True)(by, *quantiser, dask_key_name=f"ivf-probes-{tokenize(by, *quantiser)}")
     held = resident_lists(lists, excluded_rows, rows_per_task) if warm else None
     if held is not None:
         # fetched first: a warm task's only input on a worker must be the block it holds, or the
@@ -370,10 +423,14 @@ class InvertedLists:
     or None for the features' own), every indexed row's code in one list-ordered layout
     (``list_codes``), its id (``list_ids``, 4 bytes below 2**31 rows) and where each list
     starts (``offsets``, n_lists + 1). ``location``: the stored inverted file they were
-    loaded from, named in messages (None: built in memory)."""
+    loaded from, named in messages (None: built in memory). ``quantiser="codes"``: the
+    centroids are uint8 centroid codes, probed by the query codes."""
 
-    def __init__(self, centroids, list_codes, list_ids, offsets, *, projection=None, location=None):
-        self.centroids = np.ascontiguousarray(centroids, dtype=np.float32)
+    def __init__(self, centroids, list_codes, list_ids, offsets, *, projection=None, location=None,
+                 quantiser: str = "features"):  # fmt: skip
+        self.quantiser = quantiser
+        dtype = np.uint8 if quantiser == "codes" else np.float32
+        self.centroids = np.ascontiguousarray(centroids, dtype=dtype)
         self.projection = projection
         self.list_codes = np.ascontiguousarray(list_codes, dtype=np.uint8)
         self.list_ids = np.ascontiguousarray(list_ids)
@@ -390,7 +447,7 @@ class InvertedLists:
         list_codes, ids, offsets = merged_lists(readers, lists.n_lists, range(reader.n_chunks), excluded)
         id_type = np.int32 if reader.shape[0] < 2**31 else np.int64
         return cls(lists.centroids, list_codes, ids.astype(id_type), offsets, projection=lists.projection,
-                   location=lists.location)  # fmt: skip
+                   location=lists.location, quantiser=lists.quantiser)  # fmt: skip
 
     @classmethod
     def assigned(cls, centroids, codes, ids, assignment, projection=None) -> InvertedLists:
@@ -413,7 +470,9 @@ class InvertedLists:
 
     @property
     def d(self) -> int:
-        """Features per query vector."""
+        """Features per query vector (0: a code-space quantiser uses none)."""
+        if self.quantiser == "codes":
+            return 0
         return self.centroids.shape[1] if self.projection is None else self.projection.d
 
     @property
@@ -423,22 +482,25 @@ class InvertedLists:
             quantiser += self.projection.mean.nbytes + self.projection.components.nbytes
         return self.list_codes.nbytes + self.list_ids.nbytes + self.offsets.nbytes + quantiser
 
-    def probes(self, query_vectors, nprobe: int) -> np.ndarray:
-        """Each query's ``nprobe`` nearest lists, the vectors and nprobe checked."""
+    def probes(self, query_vectors, nprobe: int, query_codes=None) -> np.ndarray:
+        """Each query's ``nprobe`` nearest lists, the vectors (the codes, for a code-space
+        quantiser) and nprobe checked."""
         nprobe = check_nprobe(nprobe, self.n_lists, self.location)
+        if self.quantiser == "codes":
+            return probed_code_lists(check_query_codes(query_codes, self.list_codes[:0]), self.centroids, nprobe)
         vectors = check_query_vectors(query_vectors, self.d, self.location)
         return probed_lists(vectors, self.centroids, nprobe, self.projection)
 
     def search(self, query_codes, query_vectors, k: int, nprobe: int):
         """(D int32, I int64) of the Hamming top ``k`` among each query's ``nprobe`` lists."""
-        probes = self.probes(query_vectors, nprobe)
+        probes = self.probes(query_vectors, nprobe, query_codes)
         return search_lists(query_codes, probes, self.list_codes, self.list_ids, self.offsets, int(k))
 
     def search_exact(self, query_codes, query_vectors, vectors, k: int, nprobe: int, candidates: int):
         """(D float64, I int64): the Hamming top ``candidates`` of each query's ``nprobe`` lists
         re-ranked by exact squared L2 to the rows of ``vectors`` (in memory or memory-mapped)
         in the same compiled loop, which reads only the candidates' rows."""
-        probes = self.probes(query_vectors, nprobe)
+        probes = self.probes(query_vectors, nprobe, query_codes)
         query_vectors = np.asarray(query_vectors, dtype=np.float64)
         return search_lists_exact(query_codes, query_vectors, probes, self.list_codes, self.list_ids, self.offsets,
                                   vectors, self.list_ids, int(candidates), int(k))  # fmt: skip

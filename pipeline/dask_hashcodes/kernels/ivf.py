@@ -17,7 +17,9 @@ the linear scan. ``search_lists_exact`` then re-ranks those R rows by their exac
 to the query vector in the same loop, reading only those R rows of the original vectors:
 the serving path, where one query costs a probe, a short scan and R gathers.
 
-The quantiser may live in a subspace (``Projection``): the top principal directions of the
+The quantiser's centroids are binary codes when it lives in code space (k-majority:
+kernels.hamming_kmeans): the rows it assigns and the queries it probes are then their codes,
+by Hamming distance. A feature-space quantiser may live in a subspace (``Projection``): the top principal directions of the
 k-means sample. Its centroids, the database rows it assigns and the queries it probes are
 all projected first; k-means and the assignment, the build's two GEMM-bound passes, then
 cost dims / d of their full-space work.
@@ -29,7 +31,7 @@ import numpy as np
 from numba import njit
 
 from dask_hashcodes.kernels.codes import row_slabs
-from dask_hashcodes.kernels.hamming import ID_BITS, as_words, empty_topk, popcount
+from dask_hashcodes.kernels.hamming import ID_BITS, as_words, empty_topk, hamming_topk, popcount
 from dask_hashcodes.kernels.topk import smallest_with_offsets
 
 # Histogram lanes: consecutive codes count into different rows, so that equal distances in
@@ -98,6 +100,14 @@ def probed_lists(
     """(nq, nprobe) int64: each query's nprobe nearest centroids by squared L2 in the
     quantiser's space, nearest first (ties: the lower list number); see ``probe_distances``."""
     return probe_distances(quantiser_space(query_vectors, projection), centroids, nprobe)[0]
+
+
+def probed_code_lists(query_codes: np.ndarray, centroid_codes: np.ndarray, nprobe: int) -> np.ndarray:
+    """(nq, nprobe) int64: each query code's nprobe nearest centroid codes by Hamming distance
+    (a code-space quantiser), nearest first (ties: the lower list number)."""
+    if not 1 <= nprobe <= len(centroid_codes):
+        raise ValueError(f"nprobe must lie in [1, {len(centroid_codes)}] (the number of lists); got {nprobe}")
+    return hamming_topk(centroid_codes, np.arange(len(centroid_codes)), queries=query_codes, k=nprobe)[1]
 
 
 # centroids scored per block: stored in bytes, each block is converted to float32 while it is

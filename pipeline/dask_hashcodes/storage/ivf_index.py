@@ -4,7 +4,9 @@ beside the codes it indexes, one shard per codes chunk, in the verified layout.
 Arrays:
 
 * ``centroids`` (n_lists, dims) float64: the coarse quantiser (k-means of a sample of the
-  features), in the features' space (dims = d) or in a subspace of them;
+  features), in the features' space (dims = d) or in a subspace of them; or, for a quantiser
+  in code space (attrs quantiser "codes", schema 3), (n_lists, code bytes) uint8 centroid
+  codes (k-majority of a sample of the codes), dims the code bits and d 0: no feature is used;
 * ``projection`` (d, dims) and ``projection_mean`` (d,) float64, present only when the
   quantiser lives in a subspace: a row x is (x - mean) @ projection before it meets a centroid;
 * ``order`` (n,) int32, row-aligned with the codes and chunked like them: chunk i's rows
@@ -16,7 +18,7 @@ The codes themselves are read from the codes store, so the index adds 4 bytes pe
 the centroids. attrs: schema, n_lists, d (the features' count), dims (the quantiser's),
 n_bits, codes (the indexed codes' location) and codes_id (their content id). A search
 refuses an index of other codes. Schema 1 (written before the quantiser could live in a
-subspace) is read as an index with dims = d.
+subspace) is read as an index with dims = d; schemas 1 and 2 as quantisers in feature space.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from dask_hashcodes.storage.location import Location, resolve
 from dask_hashcodes.storage.mih_index import StoredTables, open_code_index, open_index
 
 IVF_SCHEMA = "dhash.ivf-index/2"
-IVF_SCHEMAS = ("dhash.ivf-index/1", IVF_SCHEMA)
+IVF_CODES_SCHEMA = "dhash.ivf-index/3"  # written only for a code-space quantiser: older readers refuse it
+IVF_SCHEMAS = ("dhash.ivf-index/1", IVF_SCHEMA, IVF_CODES_SCHEMA)
 IVF_KIND = "ivf-index"
 IVF_ARRAYS = ("centroids", "order", "offsets")
 PROJECTION_ARRAYS = ("projection_mean", "projection")
@@ -45,25 +48,32 @@ def ivf_output(path, overwrite: bool):
     )
 
 
-def create_ivf_arrays(tmp, *, codes, centroids: np.ndarray, projection: Projection | None = None):
+def create_ivf_arrays(
+    tmp, *, codes, centroids: np.ndarray, projection: Projection | None = None, quantiser: str = "features"
+):
     """The index's group in a new artifact's location, with its quantiser (centroids and
-    projection) written and ``order`` and ``offsets`` empty (``codes``: the Codes handle of
-    the indexed store)."""
+    projection; centroid codes for ``quantiser="codes"``) written and ``order`` and
+    ``offsets`` empty (``codes``: the Codes handle of the indexed store)."""
     reader = codes.reader
-    n_lists, dims = centroids.shape
+    n_lists, width = centroids.shape
+    in_codes = quantiser == "codes"
+    dims = 8 * width if in_codes else width
     group = new_group(tmp)
     group.attrs.update(
         {
-            "schema": IVF_SCHEMA,
+            "schema": IVF_CODES_SCHEMA if in_codes else IVF_SCHEMA,
             "n_lists": int(n_lists),
-            "d": int(dims if projection is None else projection.d),
+            "d": 0 if in_codes else int(dims if projection is None else projection.d),
             "dims": int(dims),
             "n_bits": 8 * int(reader.shape[1]),
             "codes": codes.location.url,
             "codes_id": codes.content_id,
         }
     )
-    create_array(group, "centroids", (n_lists, dims), n_lists, "float64")[...] = centroids
+    if in_codes:
+        group.attrs["quantiser"] = "codes"
+    dtype = "uint8" if in_codes else "float64"
+    create_array(group, "centroids", (n_lists, width), n_lists, dtype)[...] = centroids
     if projection is not None:
         d = projection.d
         create_array(group, "projection_mean", (d,), d, "float64")[...] = projection.mean
@@ -76,7 +86,8 @@ def create_ivf_arrays(tmp, *, codes, centroids: np.ndarray, projection: Projecti
 class StoredLists:
     """A stored inverted file opened and checked once against its Codes handle ``codes``:
     the quantiser (centroids and projection, in memory: small) and the verified readers of
-    ``order`` and ``offsets``."""
+    ``order`` and ``offsets``. ``quantiser``: "features" (float64 centroids in the features'
+    space or a subspace) or "codes" (uint8 centroid codes: queries probe by their codes)."""
 
     location: Location
     codes: object
@@ -84,6 +95,7 @@ class StoredLists:
     order: object
     offsets: object
     projection: Projection | None = None
+    quantiser: str = "features"
 
     @property
     def n_lists(self) -> int:
@@ -91,7 +103,9 @@ class StoredLists:
 
     @property
     def d(self) -> int:
-        """Features per query vector."""
+        """Features per query vector (0: a code-space quantiser uses none)."""
+        if self.quantiser == "codes":
+            return 0
         return self.centroids.shape[1] if self.projection is None else self.projection.d
 
     @property
@@ -123,20 +137,26 @@ def open_ivf(path, codes, *, storage=None, record=None) -> StoredLists:
     )
     n_lists = int(attrs.get("n_lists", -1))
     d, dims = int(attrs.get("d", -1)), int(attrs.get("dims", attrs.get("d", -1)))
+    quantiser = attrs.get("quantiser", "features")
+    in_codes = quantiser == "codes"
     if (
-        order.chunk_rows != codes.reader.chunk_rows
+        quantiser not in ("features", "codes")
+        or order.chunk_rows != codes.reader.chunk_rows
         or order.shape[0] != codes.n
         or offsets.shape != (codes.reader.n_chunks, n_lists + 1)
-        or centroids.shape != (n_lists, dims)
-        or projected != (dims != d)
+        or centroids.shape != ((n_lists, codes.code_size) if in_codes else (n_lists, dims))
+        or (in_codes and (projected or dims != codes.n_bits))
+        or (not in_codes and projected != (dims != d))
         or (projected and (projection[0].shape != (d,) or projection[1].shape != (d, dims)))
     ):
         raise InputError(
             f"the inverted file at {loc} does not fit the codes at {codes.path} (its shapes or chunking differ); "
             f"build it again from the codes with `overwrite=True`"
         )
-    quantiser = Projection(projection[0][:], projection[1][:]) if projected else None
-    return StoredLists(loc, codes, np.asarray(centroids[:], dtype=np.float64), order, offsets, quantiser)
+    if in_codes:
+        return StoredLists(loc, codes, np.asarray(centroids[:], dtype=np.uint8), order, offsets, None, "codes")
+    subspace = Projection(projection[0][:], projection[1][:]) if projected else None
+    return StoredLists(loc, codes, np.asarray(centroids[:], dtype=np.float64), order, offsets, subspace)
 
 
 def open_stored_index(index, codes, *, storage=None):
