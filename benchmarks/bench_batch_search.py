@@ -13,7 +13,7 @@ Steps (each a library call on a local cluster of 2 worker processes x 1 thread):
    the few query rows among them do not matter), `encode` of every row;
 3. `index(kind="ivf")`: --lists lists, k-means on 256 rows per list, every row assigned;
    the quantiser in --quantiser-dims principal directions of the k-means rows (default: the
-   library's rule); with `--quantiser codes`, k-majority on 256 codes per list instead (no
+   library's rule); with `--quantiser codes`, k-means of 256 codes per list as +-1 vectors instead (no
    feature read; queries probe by their codes), written beside the other as `ivf-codes`;
 4. `search`: the split's queries, top-k, by the linear scan and through the inverted file at
    each --nprobes, on warm workers (a first search of a few queries loads the kernels); each
@@ -241,7 +241,7 @@ def main(argv=None) -> int:
         "--quantiser",
         choices=["features", "codes"],
         default="features",
-        help="where our inverted file's centroids live: k-means on the features, or k-majority on the codes",
+        help="where our inverted file's centroids live: k-means on the features, or k-means of the codes",
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
@@ -354,7 +354,7 @@ def quantiser_words(codes, ivf) -> str:
 
     lists = open_ivf(ivf, open_codes(codes))
     if lists.quantiser == "codes":
-        return f"k-majority on the codes ({8 * lists.code_size}-bit centroid codes; queries probe by their codes)"
+        return f"k-means of the codes as +-1 vectors ({8 * lists.code_size}-bit centroid codes; queries probe by their codes)"
     if lists.projection is None:
         return f"k-means in the features ({lists.d}-d)"
     return f"k-means in the top {lists.projection.dims} principal directions of its sample (of {lists.d})"

@@ -161,7 +161,7 @@ def stored_ivf(tmp_path_factory):
         build_ivf(d / "c.zarr", ds.features_dask(), d / "i.zarr", n_lists=30)
         # the same lists' quantiser in 16 principal directions of the k-means sample
         build_ivf(d / "c.zarr", ds.features_dask(), d / "i16.zarr", n_lists=30, quantiser_dims=16)
-        # lists learned from the codes alone (k-majority), no feature read
+        # lists learned from the codes alone (k-means of the codes made binary), no feature read
         build_ivf(d / "c.zarr", None, d / "ic.zarr", n_lists=30, quantiser="codes")
     return d, ds, split
 
@@ -666,7 +666,7 @@ def test_a_code_space_ivf_is_brute_force_over_the_lists_nearest_each_query_code(
 
 
 def test_a_code_space_quantiser_is_the_same_bits_whatever_the_chunking(stored_ivf):
-    """k-majority adds integer counts, so the codes in 700-row or 1900-row chunks give the same
+    """Sums of +-1 are whole numbers, so the codes in 700-row or 1900-row chunks give the same
     centroid codes; its options are checked in one line."""
     import dask
 

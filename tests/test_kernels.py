@@ -49,6 +49,21 @@ def test_topk_and_merge_equal_bruteforce_with_ties_by_id(k):
     np.testing.assert_array_equal(mi, got_i)
 
 
+@pytest.mark.parametrize("bits", [8, 32, 64, 96, 128, 256])
+def test_the_tiled_scan_is_brute_force_at_every_width_across_tiles(bits):
+    """One-word and two-word codes (tested as their distances are computed, never stored) and
+    wider ones (distances stored per tile), over 9,000 codes (three tiles, the last partial):
+    the brute-force top-k, ties by id. Few distinct bits make many ties at the cut."""
+    rng = np.random.default_rng(bits)
+    c = random_codes(rng, 9000, bits) & random_codes(rng, 9000, bits)  # sparse bits: many equal distances
+    q = random_codes(rng, 7, bits)
+    ids = np.arange(9000) * 2 + 1
+    want_d, want_i = ref.topk_bruteforce(ref.popcount_distances(q, c), ids, 25)
+    got_d, got_i = hamming.hamming_topk(c, ids, queries=q, k=25)
+    np.testing.assert_array_equal(got_d, want_d)
+    np.testing.assert_array_equal(got_i, want_i)
+
+
 def test_radius_search_equals_bruteforce():
     rng = np.random.default_rng(3)
     q, c = random_codes(rng, 5, 16), random_codes(rng, 200, 16)

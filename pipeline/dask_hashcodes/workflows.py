@@ -387,9 +387,9 @@ def index(
     ``dataset``, the dataset the codes encode, in ``quantiser_dims`` principal directions of
     those rows (default: the fewest holding 90% of their variance, where that saves work;
     the features' count: their own space); approximate. ``quantiser="codes"``: the lists
-    come from k-majority (Lloyd's steps in Hamming space) on ``kmeans_rows`` of the codes
-    themselves, as FAISS's ``IndexBinaryIVF`` builds them: no dataset is read, the build is
-    several times faster, queries probe by their codes; how many lists a query must probe
+    come from k-means on ``kmeans_rows`` of the codes themselves as +-1 vectors, the centroids
+    then made binary, as FAISS's ``IndexBinaryIVF`` builds them: no dataset is read, rows are
+    assigned by popcounts, queries probe by their codes; how many lists a query must probe
     for a given recall depends on the data (measure it on validation queries)."""
     started = time.perf_counter()
     codes = open_codes(codes, storage=storage)

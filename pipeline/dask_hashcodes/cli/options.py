@@ -358,7 +358,7 @@ OPTIONS: tuple[Option, ...] = (
          "4 sqrt(n), residual 2 sqrt(n))",
          type=positive_int, applies=(With("kind", ("ivf", "residual"), "the k-means lists of an inverted file"),)),
     _opt("quantiser", ["index"], "ivf: where the lists' centroids live: features (k-means on the dataset's "
-         "features, which queries probe by their vectors; the default) or codes (k-majority on the codes themselves, "
+         "features, which queries probe by their vectors; the default) or codes (k-means on the codes themselves, "
          "as FAISS's IndexBinaryIVF: no dataset read, a popcount per row and centroid instead of a float distance; "
          "queries probe by their codes)",
          choices=("features", "codes"), default="features",

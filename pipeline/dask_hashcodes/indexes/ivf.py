@@ -4,9 +4,10 @@
 sample of the features the codes encode (Lloyd steps over the sample's chunks, only counts
 and sums travelling: distributed.kmeans), in the top principal directions of that sample
 where they hold most of its variance; a query probes the lists nearest its vector. "codes":
-k-majority on a sample of the codes themselves (Lloyd steps in Hamming space, the centres
-binary codes: FAISS's ``IndexBinaryIVF`` design), which reads no feature and costs a popcount
-per row and centroid instead of float distances; a query probes the lists nearest its code.
+k-means on a sample of the codes themselves as +-1 vectors, the centroids then made binary
+(FAISS's ``IndexBinaryIVF`` training: kernels.code_kmeans), which reads no feature; every row
+is assigned by a popcount per centroid instead of a float distance, and a query probes the
+lists whose centroid codes are nearest its code.
 Then one ``ivf-build`` task per codes chunk assigns the chunk's rows to their nearest
 centroid and writes the chunk's list layout (storage.ivf_index). ``ivf_knn_lazy`` finds each
 query's ``nprobe`` nearest centroids in one task on a worker (small), sends them to one
@@ -23,12 +24,12 @@ from dask import delayed
 from dask.base import tokenize
 
 from dask_hashcodes.distributed.graph import chunk_reads, map_chunks, map_reduce, select_rows, tree_reduce, write_shards
-from dask_hashcodes.distributed.kmeans import kmajority, kmeans
+from dask_hashcodes.distributed.kmeans import kmeans
 from dask_hashcodes.distributed.progress import active_client
 from dask_hashcodes.distributed.resident import held_blocks, kept_on_workers, resident, worker_slots
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.indexes.hamming import check_query_codes
-from dask_hashcodes.kernels.hamming_kmeans import nearest_code_centres
+from dask_hashcodes.kernels.code_kmeans import binary_centres, code_signs, nearest_code_centres
 from dask_hashcodes.kernels.ivf import (
     Projection,
     list_layout,
@@ -68,6 +69,8 @@ QUANTISERS = ("features", "codes")
 # a query's cost per task (finding its probed lists, its top-k buffers) is paid once per
 # about a million rows rather than once per codes chunk (a chunk is often 128k rows)
 SEARCH_TASK_ROWS = 1 << 20
+# Rows per chunk of the k-means sample as the workers keep it (a Lloyd step's task)
+TRAINING_CHUNK_ROWS = 1 << 18
 # The most rows one resident block holds: merging a block's shards into one layout takes about
 # 40 bytes per row of a worker's memory while it runs
 RESIDENT_BLOCK_MAX_ROWS = 1 << 24
@@ -97,8 +100,8 @@ def build_ivf(
     dask array of the rows the codes encode, in the same order), learned from ``kmeans_rows``
     rows drawn with ``seed`` (default: KMEANS_ROWS_PER_LIST per list, every row when there
     are fewer), in ``quantiser_dims`` principal directions of those rows (see
-    ``ivf_quantiser``). ``quantiser="codes"``: by k-majority on ``kmeans_rows`` of the codes
-    (``features`` unused: None). Every row is then assigned to its nearest centroid. Returns
+    ``ivf_quantiser``). ``quantiser="codes"``: by k-means on ``kmeans_rows`` of the codes
+    as +-1 vectors, the centroids made binary (``features`` unused: None). Every row is then assigned to its nearest centroid. Returns
     (index location, n_lists, the dims the centroids live in: the code bits for "codes")."""
     codes = open_codes(codes, storage=storage)
     reader = codes.reader
@@ -151,20 +154,25 @@ def _sample_size(kmeans_rows, n: int, n_lists: int) -> int:
 
 def _training_rows(rows, kmeans_rows: int, rng):
     """The sample k-means learns from: ``kmeans_rows`` rows of the dask array ``rows`` drawn with
-    ``rng`` (all of them when that is every row)."""
+    ``rng`` (all of them when that is every row), in chunks of TRAINING_CHUNK_ROWS sample rows
+    whatever the stored chunking: a Lloyd step then runs a few long tasks, each paying its
+    setup (the centroids' layout, its score buffers) once, and its float sums fall the same
+    way for any store."""
     n = rows.shape[0]
     if kmeans_rows < n:
-        return select_rows(rows, np.sort(rng.choice(n, kmeans_rows, replace=False)), keep=True)
-    return rows
+        rows = select_rows(rows, np.sort(rng.choice(n, kmeans_rows, replace=False)), keep=True)
+    return rows.rechunk((TRAINING_CHUNK_ROWS, rows.shape[1]))
 
 
 def code_quantiser(codes, n_lists: int, *, kmeans_rows: int | None = None, kmeans_steps: int = KMEANS_STEPS, seed=0):
-    """The coarse quantiser in code space: (n_lists, code bytes) uint8 centre codes, k-majority
-    (distributed.kmeans.kmajority) on ``kmeans_rows`` rows of ``codes`` (a dask array of packed
-    codes) drawn with ``seed`` (default KMEANS_ROWS_PER_LIST per list)."""
+    """The coarse quantiser in code space: (n_lists, code bytes) uint8 centroid codes, k-means
+    of ``kmeans_rows`` rows of ``codes`` (a dask array of packed codes) drawn with ``seed``
+    (default KMEANS_ROWS_PER_LIST per list) as +-1 vectors, each centroid then made binary
+    by its signs. The workers keep the packed sample; each step expands a slab at a time."""
     kmeans_rows = _sample_size(kmeans_rows, codes.shape[0], n_lists)
     rng = np.random.default_rng(seed)
-    return kmajority(_training_rows(codes, kmeans_rows, rng), n_lists, kmeans_steps, rng, "ivf")[0]
+    training = _training_rows(codes, kmeans_rows, rng)
+    return binary_centres(kmeans(training, n_lists, kmeans_steps, rng, "ivf", transform=code_signs)[0])
 
 
 def ivf_quantiser(

@@ -110,6 +110,30 @@ def _hot_blocks(dist, lim, hot):
 
 
 @njit(nogil=True, cache=True)
+def _hot_blocks_of_codes(query, tile, lim, hot):
+    """``_hot_blocks`` of one- or two-word codes straight from the tile: each code's distance
+    is compared as it is computed and never stored, so a tile costs one vectorised pass (a
+    load, a xor, a popcount and a compare per code) instead of a pass that stores the
+    distances and one that reads them back. Pass 2 recomputes the few hot blocks' distances."""
+    n_hot = 0
+    lim = np.int32(lim)
+    q0 = query[0]
+    q1 = query[1] if tile.shape[0] == 2 else query[0]
+    for block in range(0, TILE_CODES, SCAN_BLOCK):
+        hits = 0
+        if tile.shape[0] == 1:
+            for j in range(block, block + SCAN_BLOCK):
+                hits += np.int32(np.int32(popcount(q0 ^ tile[0, j])) < lim)
+        else:
+            for j in range(block, block + SCAN_BLOCK):
+                hits += np.int32(np.int32(popcount(q0 ^ tile[0, j]) + popcount(q1 ^ tile[1, j])) < lim)
+        if hits:
+            hot[n_hot] = block
+            n_hot += 1
+    return n_hot
+
+
+@njit(nogil=True, cache=True)
 def _cut_to_topk(buf_d, buf_i, count, k, counts):
     """Keep the k smallest (distance, position) of buf[:count] in place, sorted by distance
     (stable, so ids ascending within a distance). Returns (new count, limit): a later code
@@ -161,18 +185,32 @@ def _hamming_topk_tiled(queries, tiles, n, ids, k, width, out_d, out_i):
     counts = np.zeros(width, np.int64)
     dist = np.empty(TILE_CODES, np.int32)
     hot = np.empty(TILE_CODES // SCAN_BLOCK, np.int64)
+    # codes of one or two words: pass 1 computes the distances as it tests them, pass 2
+    # recomputes the hot blocks'; wider codes store the tile's distances once and read them twice
+    short = tiles.shape[1] <= 2
     for start in range(0, n, TILE_CODES):
         stop = min(n, start + TILE_CODES)
         tile = tiles[start // TILE_CODES]
         for q in range(m):
-            tile_distances(queries[q], tile, dist)  # whole tile: padding codes are ignored below
             lim = limit[q]
             c = count[q]
-            # pass 1, vectorised: which blocks of SCAN_BLOCK codes hold a candidate (most hold none)
-            n_hot = _hot_blocks(dist, lim, hot)
+            # pass 1, vectorised: which blocks of SCAN_BLOCK codes hold a candidate (most hold
+            # none); the whole tile: padding codes are ignored below
+            if short:
+                n_hot = _hot_blocks_of_codes(queries[q], tile, lim, hot)
+            else:
+                tile_distances(queries[q], tile, dist)
+                n_hot = _hot_blocks(dist, lim, hot)
             # pass 2, scalar, on those blocks only
             for h in range(n_hot):
                 block = hot[h]
+                if short:
+                    end = min(block + SCAN_BLOCK, stop - start)
+                    for j in range(block, end):
+                        d = popcount(queries[q, 0] ^ tile[0, j])
+                        if tile.shape[0] == 2:
+                            d += popcount(queries[q, 1] ^ tile[1, j])
+                        dist[j] = d
                 for j in range(block, min(block + SCAN_BLOCK, stop - start)):
                     if dist[j] < lim:
                         buf_d[q, c] = dist[j]

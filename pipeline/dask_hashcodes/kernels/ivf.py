@@ -17,8 +17,8 @@ the linear scan. ``search_lists_exact`` then re-ranks those R rows by their exac
 to the query vector in the same loop, reading only those R rows of the original vectors:
 the serving path, where one query costs a probe, a short scan and R gathers.
 
-The quantiser's centroids are binary codes when it lives in code space (k-majority:
-kernels.hamming_kmeans): the rows it assigns and the queries it probes are then their codes,
+The quantiser's centroids are binary codes when it lives in code space (k-means of the codes:
+kernels.code_kmeans): the rows it assigns and the queries it probes are then their codes,
 by Hamming distance. A feature-space quantiser may live in a subspace (``Projection``): the top principal directions of the
 k-means sample. Its centroids, the database rows it assigns and the queries it probes are
 all projected first; k-means and the assignment, the build's two GEMM-bound passes, then

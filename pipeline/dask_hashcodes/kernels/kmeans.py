@@ -9,7 +9,7 @@ per-chunk counts and sums of a step travel; the caller adds them over the chunks
 from __future__ import annotations
 
 import numpy as np
-from scipy import sparse
+from numba import njit
 
 from dask_hashcodes.kernels.codes import row_slabs
 from dask_hashcodes.kernels.topk import scores_within, smallest_with_offsets
@@ -32,18 +32,32 @@ def lloyd_sums(X: np.ndarray, centres: np.ndarray, transform=None) -> tuple[np.n
     m, d = centres.shape
     counts, sums, inertia = np.zeros(m, np.int64), np.zeros((m, d)), 0.0
     scorer = CentreScorer(centres)
+    slab_sums = np.empty((m, d))  # reused: a fresh one per slab would be faulted in each time on a worker
     for rows in row_slabs(X.shape[0], ASSIGN_SLAB_ROWS):
-        part = np.asarray(X[rows] if transform is None else transform(X[rows]), dtype=np.float64)
+        part = np.ascontiguousarray(X[rows] if transform is None else transform(X[rows]), dtype=np.float64)
         # the nearest centres in shorter slabs, whose score matrix stays in the cache while it is
         # selected from; the sums keep the longer slab (their order fixes the centres' floats)
         nearest = np.concatenate([scorer.nearest(part[s], 1)[:, 0] for s in row_slabs(len(part), NEAREST_SLAB_ROWS)])
         counts += np.bincount(nearest, minlength=m)
-        # the rows summed per centre as a sparse one-hot product: O(rows x d), several times
-        # faster than np.add.at's unbuffered scatter
-        one_hot = sparse.csr_matrix((np.ones(len(part)), (nearest, np.arange(len(part)))), shape=(m, len(part)))
-        sums += one_hot @ part
-        inertia += float(((part - scorer.centres[nearest]) ** 2).sum())
+        inertia += _add_slab(part, nearest, scorer.centres, slab_sums, sums)
     return counts, sums, inertia
+
+
+@njit(nogil=True, cache=True)
+def _add_slab(part, nearest, centres, slab_sums, sums):
+    """Adds a slab's rows per nearest centre into ``sums`` and returns their squared distances'
+    sum. The slab's sums start from zero and take the rows in order, as a one-hot product
+    would, before they join the chunk's: the same floats whatever the slab's neighbours."""
+    slab_sums[:] = 0.0
+    inertia = 0.0
+    for r in range(part.shape[0]):
+        c = nearest[r]
+        for j in range(part.shape[1]):
+            slab_sums[c, j] += part[r, j]
+            gap = part[r, j] - centres[c, j]
+            inertia += gap * gap
+    sums += slab_sums
+    return inertia
 
 
 class CentreScorer:
@@ -65,14 +79,21 @@ class CentreScorer:
         self._no_offsets = np.zeros(len(self.centres), np.float32)
         self._slack = 2.0 * (self.centres.shape[1] + 12) * 2.0**-24
         self._twice_largest_norm = 2.0 * float(norms.max(initial=0.0))
+        self._buffers = {}
 
     def scores(self, part: np.ndarray) -> np.ndarray:
-        """(rows, centres) float32: ||c||^2 - 2 x.c for every row of ``part`` and centre."""
+        """(rows, centres) float32: ||c||^2 - 2 x.c for every row of ``part`` and centre. The
+        result is a buffer the next call with as many rows overwrites: a slab's score matrix
+        is megabytes, and a Dask worker returns freed memory to the system at once
+        (MALLOC_TRIM_THRESHOLD_), so a fresh one per slab would be faulted in again each time."""
         d = self.centres.shape[1]
-        rows = np.empty((len(part), d + 1), np.float32)
+        if len(part) not in self._buffers:
+            ones = np.empty((len(part), d + 1), np.float32)
+            ones[:, d] = 1.0
+            self._buffers[len(part)] = (ones, np.empty((len(part), len(self.centres)), np.float32))
+        rows, out = self._buffers[len(part)]
         rows[:, :d] = part
-        rows[:, d] = 1.0
-        return rows @ self._scores_by
+        return np.matmul(rows, self._scores_by, out=out)
 
     def nearest(self, part: np.ndarray, count: int) -> np.ndarray:
         """(rows, count) int64: each row's ``count`` nearest centres, nearest first."""

@@ -6,7 +6,7 @@ Arrays:
 * ``centroids`` (n_lists, dims) float64: the coarse quantiser (k-means of a sample of the
   features), in the features' space (dims = d) or in a subspace of them; or, for a quantiser
   in code space (attrs quantiser "codes", schema 3), (n_lists, code bytes) uint8 centroid
-  codes (k-majority of a sample of the codes), dims the code bits and d 0: no feature is used;
+  codes (k-means of a sample of the codes, made binary), dims the code bits and d 0: no feature is used;
 * ``projection`` (d, dims) and ``projection_mean`` (d,) float64, present only when the
   quantiser lives in a subspace: a row x is (x - mean) @ projection before it meets a centroid;
 * ``order`` (n,) int32, row-aligned with the codes and chunked like them: chunk i's rows

@@ -1,16 +1,15 @@
-"""k-majority: Lloyd's algorithm in Hamming space, on packed binary codes. Plain numpy and
-numba, no Dask.
+"""k-means of packed binary codes, FAISS's ``IndexBinaryIVF`` training: the kernels. Plain
+numpy and numba, no Dask.
 
-The centres are binary codes themselves. A step assigns each code to its nearest centre by
-Hamming distance (ties to the lower centre) and moves each centre to the bitwise majority of
-its codes, the code with the least total Hamming distance to them (a tied bit keeps its
-value; a centre without codes stays). The total distance never grows from one step to the
-next.
+The codes are clustered as +-1 vectors, one coordinate per bit (``code_signs``), by Lloyd's
+steps (kernels.kmeans): the steps assign each code to the nearest real-valued centroid,
+whose coordinates weigh each bit by how firmly its codes agree on it. The centroids are then
+made binary by their signs (``binary_centres``: each bit the majority of the centroid's
+codes), and every row is assigned, and every query probes, by Hamming distance to those
+centroid codes: a popcount per (code, centroid), several times cheaper than a float distance.
 
-It is the coarse quantiser an inverted file over codes alone can use: no feature is read,
-and a step's work is a popcount per (code, centre), several times cheaper than the float
-distances of k-means in a feature space. A step's statistics are integer counts, so the
-centres are the same bits whatever the chunking and the order the counts are added in.
+Sums of +-1 are whole numbers, exact in float64 in any order, so the centroids are the same
+bits whatever the chunking.
 """
 
 from __future__ import annotations
@@ -79,34 +78,13 @@ def nearest_code_centres(codes: np.ndarray, centres) -> np.ndarray:
     return scorer.nearest(codes)[0]
 
 
-def majority_counts(codes: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """One k-majority step's statistics of a chunk of packed codes: (codes per centre int64
-    (m,), per centre the count of its codes with each bit set int64 (m, bits), the total
-    Hamming distance to the nearest centres)."""
-    scorer = CodeCentres(centres)
-    nearest, distance = scorer.nearest(codes)
-    m, bits = len(scorer.centres), 8 * scorer.centres.shape[1]
-    members = np.bincount(nearest, minlength=m).astype(np.int64)
-    ones = np.zeros((m, bits), np.int64)
-    _add_bits(np.ascontiguousarray(codes, dtype=np.uint8), nearest, ones)
-    return members, ones, int(distance.sum())
+def code_signs(codes: np.ndarray) -> np.ndarray:
+    """Packed codes as +-1 float64 vectors (rows, bits), one coordinate per bit in numpy's
+    packbits order: the space k-means clusters codes in."""
+    return np.unpackbits(np.asarray(codes, dtype=np.uint8), axis=1).astype(np.float64) * 2.0 - 1.0
 
 
-@njit(nogil=True, cache=True)
-def _add_bits(codes, nearest, ones):
-    for r in range(codes.shape[0]):
-        row = ones[nearest[r]]
-        for byte in range(codes.shape[1]):
-            value = codes[r, byte]
-            for bit in range(8):  # numpy's packbits order: the first bit is the byte's highest
-                row[8 * byte + bit] += (value >> (7 - bit)) & 1
-
-
-def majority_centres(centres: np.ndarray, members: np.ndarray, ones: np.ndarray) -> np.ndarray:
-    """The next centre codes: each bit the majority of the centre's codes; a tied bit, or
-    every bit of a centre without codes, keeps its value."""
-    old = np.unpackbits(np.asarray(centres, dtype=np.uint8), axis=1)
-    twice = 2 * np.asarray(ones, dtype=np.int64)
-    size = np.asarray(members, dtype=np.int64)[:, None]
-    new = np.where(twice > size, 1, np.where(twice < size, 0, old)).astype(np.uint8)
-    return np.packbits(new, axis=1)
+def binary_centres(centres: np.ndarray) -> np.ndarray:
+    """Real-valued centroids of +-1 vectors as packed codes: a bit is set where the
+    coordinate is positive (more of the centroid's codes set it than not; a tie clears it)."""
+    return np.packbits((np.asarray(centres) > 0).astype(np.uint8), axis=1)
