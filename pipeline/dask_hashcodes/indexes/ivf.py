@@ -101,17 +101,23 @@ def build_ivf(
     rows drawn with ``seed`` (default: KMEANS_ROWS_PER_LIST per list, every row when there
     are fewer), in ``quantiser_dims`` principal directions of those rows (see
     ``ivf_quantiser``). ``quantiser="codes"``: by k-means on ``kmeans_rows`` of the codes
-    as +-1 vectors, the centroids made binary (``features`` unused: None). Every row is then assigned to its nearest centroid. Returns
-    (index location, n_lists, the dims the centroids live in: the code bits for "codes")."""
+    as +-1 vectors, the centroids made binary (``features`` unused: None). Every row is then
+    assigned to its nearest centroid. Returns (index location, n_lists, the dims the
+    centroids live in: the code bits for "codes")."""
     codes = open_codes(codes, storage=storage)
     reader = codes.reader
     if quantiser not in QUANTISERS:
         raise InputError(f"`quantiser` must be one of {', '.join(QUANTISERS)}; got {quantiser!r}")
-    if quantiser == "features" and (features is None or features.ndim != 2 or features.shape[0] != reader.shape[0]):
-        shape = "none" if features is None else shape_words(features.shape)
+    if quantiser == "features" and features is None:
         raise InputError(
-            f"the features ({shape}) are not the {reader.shape[0]} rows the codes at {codes.path} encode; give the "
-            f"dataset the codes were encoded from, or build the lists from the codes alone (`quantiser='codes'`)"
+            f"an inverted file on the features needs the {reader.shape[0]} rows the codes at {codes.path} encode "
+            f"(`features`); give them, or build the lists from the codes alone (`quantiser='codes'`)"
+        )
+    if quantiser == "features" and (features.ndim != 2 or features.shape[0] != reader.shape[0]):
+        raise InputError(
+            f"the features ({shape_words(features.shape)}) are not the {reader.shape[0]} rows the codes at "
+            f"{codes.path} encode; give the dataset the codes were encoded from, or build the lists from the codes "
+            f"alone (`quantiser='codes'`)"
         )
     if quantiser == "codes" and quantiser_dims is not None:
         raise InputError("`quantiser_dims` picks principal directions of the features; it does not apply to "
