@@ -110,8 +110,8 @@ def build_ivf(
         raise InputError(f"`quantiser` must be one of {', '.join(QUANTISERS)}; got {quantiser!r}")
     if quantiser == "features" and features is None:
         raise InputError(
-            f"an inverted file on the features needs the {reader.shape[0]} rows the codes at {codes.path} encode "
-            f"(`features`); give them, or build the lists from the codes alone (`quantiser='codes'`)"
+            f"an inverted file on the features needs the {reader.shape[0]} feature rows the codes at {codes.path} "
+            f"encode; give them, or build the lists from the codes alone (`quantiser='codes'`)"
         )
     if quantiser == "features" and (features.ndim != 2 or features.shape[0] != reader.shape[0]):
         raise InputError(
