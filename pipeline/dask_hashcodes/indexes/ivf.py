@@ -126,9 +126,9 @@ def build_ivf(
     if not 1 <= n_lists <= reader.shape[0]:
         raise InputError(f"`n_lists` must lie in [1, {reader.shape[0]}] (the number of codes); got {n_lists}")
     if quantiser == "codes":
-        centroids, projection = code_quantiser(codes.dask(), n_lists, kmeans_rows=kmeans_rows,
-                                               kmeans_steps=kmeans_steps, seed=seed), None  # fmt: skip
         rows = codes.dask()
+        centroids = code_quantiser(rows, n_lists, kmeans_rows=kmeans_rows, kmeans_steps=kmeans_steps, seed=seed)
+        projection = None
     else:
         centroids, projection = ivf_quantiser(
             features, n_lists, kmeans_rows=kmeans_rows, kmeans_steps=kmeans_steps, dims=quantiser_dims, seed=seed
