@@ -107,8 +107,7 @@ def test_jobs_show_readable_task_names_and_save_a_performance_report(fresh_clust
         "dish-gram",
         "dish-admm",
         "itq-encode",
-        "hamming-topk",
-        "hamming-topk-merge",
+        "hamming-topk",  # one scan task at this size (stored chunks are merged per scan task): no merge step
     ):
         assert name in prefixes, (name, sorted(prefixes))
     # nothing anonymous: every prefix is a named step, none is a bare function name

@@ -18,13 +18,27 @@ def codes_10k():
     return pack_signs(proj), pack_signs(rng.standard_normal((50, 6)) @ rng.standard_normal((6, 32)))
 
 
-def test_knn_on_cluster_equals_bruteforce_ties_by_id(client, codes_10k):
+@pytest.mark.parametrize("task_bytes", [None, 1], ids=["merged-chunks", "one-task-per-chunk"])
+def test_knn_on_cluster_equals_bruteforce_ties_by_id(client, codes_10k, task_bytes, monkeypatch):
+    from dask_hashcodes.indexes import hamming
+
+    if task_bytes is not None:  # every 1700-row chunk its own task: top-k lists merged across tasks
+        monkeypatch.setattr(hamming, "SCAN_TASK_BYTES", task_bytes)
     db, q = codes_10k
     dist, ids = knn_search(q, da.from_array(db, chunks=1700), 100)
     want_d, want_i = ref.topk_bruteforce(ref.popcount_distances(q, db), np.arange(len(db)), 100)
     np.testing.assert_array_equal(dist, want_d)
     np.testing.assert_array_equal(ids, want_i)
     assert dist.dtype == np.int32 and ids.dtype == np.int64
+
+
+def test_scan_tasks_take_whole_runs_of_stored_chunks():
+    from dask_hashcodes.distributed.graph import merged_row_chunks
+
+    x = da.zeros((9_700, 4), dtype=np.uint8, chunks=(1_700, 4))  # 5 chunks of 1,700 rows and one of 1,200
+    assert merged_row_chunks(x, 3 * 1_700 * 4).chunks[0] == (5_100, 4_600)
+    assert merged_row_chunks(x, 1_700 * 4).chunks[0] == x.chunks[0]  # already that large: kept
+    assert merged_row_chunks(x, 1 << 30).chunks[0] == (9_700,)
 
 
 def test_faiss_binary_flat_agrees_on_our_codes(client, codes_10k):

@@ -277,6 +277,19 @@ def as_dask(X, chunk_rows: int | None = None):
     return da.from_array(X, chunks=(chunk_rows,) + X.shape[1:])
 
 
+def merged_row_chunks(x, target_bytes: int):
+    """``x`` with runs of consecutive row chunks merged so that each chunk holds about
+    ``target_bytes`` (whole stored chunks, never split; chunks already that large are kept).
+    For passes whose tasks gain from seeing more rows at once than storage chunks hold."""
+    rows = x.chunks[0]
+    row_bytes = max(1, x.dtype.itemsize * int(np.prod(x.shape[1:])))
+    per_task = target_bytes // (max(rows) * row_bytes)
+    if per_task < 2:
+        return x
+    merged = tuple(sum(rows[i : i + per_task]) for i in range(0, len(rows), per_task))
+    return x.rechunk((merged,) + x.chunks[1:])
+
+
 def _first(pair):
     return pair[0]
 

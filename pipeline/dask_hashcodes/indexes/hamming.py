@@ -9,7 +9,15 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from dask_hashcodes.distributed.graph import as_dask, chunk_delayeds, chunk_reads, map_chunks, row_numbers, tree_reduce
+from dask_hashcodes.distributed.graph import (
+    as_dask,
+    chunk_delayeds,
+    chunk_reads,
+    map_chunks,
+    merged_row_chunks,
+    row_numbers,
+    tree_reduce,
+)
 from dask_hashcodes.errors import InputError, shape_words
 from dask_hashcodes.indexes.queries import width_words
 from dask_hashcodes.kernels.hamming import hamming_radius, hamming_topk, sort_radius_results
@@ -50,12 +58,27 @@ def aligned(codes, ids):
     return codes, ids
 
 
+SCAN_TASK_BYTES = 8 << 20  # codes per scan task: 1M 64-bit codes
+
+
+def scan_blocks(codes, ids):
+    """``aligned`` (codes, ids) with at least SCAN_TASK_BYTES of codes per chunk (stored
+    chunks merged). A task's top-k limit tightens as it scans and starts again at the full
+    code width in the next task; at storage's 1 MB chunks those fresh starts are a large
+    part of a scan's time."""
+    codes, ids = aligned(codes, ids)
+    codes = merged_row_chunks(codes, SCAN_TASK_BYTES)
+    return codes, ids.rechunk((codes.chunks[0],))
+
+
 def knn_search_lazy(query_codes, codes, k: int, ids=None, groups=None):
     """Delayed (distances, ids) of the exact top-k; compute it together with other work.
     ``groups`` (dask, aligned with codes) picks the query encoding per code for grouped
     (G, m, n_bytes) query codes (DisH1)."""
     query_codes, k = check_query_codes(query_codes, codes), check_k(k)
-    codes, ids = aligned(codes, ids)
+    codes, ids = scan_blocks(codes, ids)
+    if groups is not None:
+        groups = as_dask(groups).rechunk((codes.chunks[0],))
     group_chunks = chunk_delayeds(groups) if groups is not None else [None] * codes.numblocks[0]
     parts = map_chunks(
         "hamming-topk",
