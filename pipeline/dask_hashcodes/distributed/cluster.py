@@ -261,6 +261,29 @@ def _run_a_kernel() -> None:
     hamming_topk(one, np.zeros(1, np.int64), queries=one, k=1)
 
 
+async def _in_a_thread(fn) -> None:
+    """A coroutine, so that ``Client.run`` may return without waiting for the workers."""
+    import threading
+
+    threading.Thread(target=fn, name="dhash-warm-kernels", daemon=True).start()
+
+
+def warm_on_workers(fn) -> None:
+    """Start ``fn`` (loading compiled kernels a later step needs) in a background thread of
+    every worker of the active distributed client, without waiting: it overlaps whatever the
+    client does next. Nothing happens without a client; a worker that cannot start it only
+    loses the head start, so no error is raised."""
+    from dask_hashcodes.distributed.progress import active_client
+
+    client = active_client()
+    if client is None:
+        return
+    try:
+        client.run(_in_a_thread, fn, wait=False)
+    except Exception as exc:  # noqa: BLE001 - a head start, never a failure of the job
+        log.debug("kernels not warmed on the workers: %s", _describe(exc))
+
+
 def disconnect(client) -> None:
     """Close a client from ``connect`` and the local cluster it started, if any; a cluster
     reached by address keeps running for its other users.

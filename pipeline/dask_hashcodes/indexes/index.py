@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 from dask import delayed
 
+from dask_hashcodes.distributed.cluster import warm_on_workers
 from dask_hashcodes.distributed.graph import as_dask
 from dask_hashcodes.distributed.progress import compute_with_progress
 from dask_hashcodes.errors import InputError
@@ -31,7 +32,7 @@ from dask_hashcodes.indexes.base import HammingIndex, Index
 from dask_hashcodes.indexes.hamming import knn_search_lazy, radius_search
 from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, InvertedLists, ivf_knn_lazy, resident_lists
 from dask_hashcodes.indexes.mih import index_knn_lazy, index_radius
-from dask_hashcodes.indexes.plan import MIH, SCAN, faster_exact_search
+from dask_hashcodes.indexes.plan import MIH, SCAN, faster_exact_search, load_trial_kernels
 from dask_hashcodes.indexes.queries import Queries, checked_codes, checked_vectors, with_vectors
 from dask_hashcodes.indexes.rerank import K_FACTOR, RERANKERS, rerank_lazy
 from dask_hashcodes.kernels.rerank import candidate_values
@@ -94,6 +95,8 @@ class MIHIndex(HammingIndex):
         self._exclude = _excluded(exclude)
         self.ntotal = tables.codes.n - len(self._exclude)
         self.searched_by = MIH
+        if choose:  # the workers load the trial's kernels while this process reads the queries
+            warm_on_workers(load_trial_kernels)
 
     @property
     def code_size(self) -> int:

@@ -96,6 +96,21 @@ def trial_seconds(tables, sample: np.ndarray, *, k: int | None = None, radius: i
     return out
 
 
+def load_trial_kernels() -> None:
+    """Import the storage codecs and run both searches once on one tiny code: a process's
+    first chunk read imports the codecs and its first call of a compiled kernel loads it
+    (tens of milliseconds each), which would otherwise fall inside the trial's wall time, on
+    the search's critical path."""
+    import numcodecs  # noqa: F401 - imported for its start-up cost, see above
+
+    from dask_hashcodes.kernels.mih import build_tables
+
+    one = np.zeros((1, 8), np.uint8)
+    ids = np.zeros(1, np.int64)
+    hamming_topk(one, ids, queries=one, k=1)
+    mih_topk(one, ids, build_tables(one, 64, 4), queries=one, k=1, n_bits=64)
+
+
 def faster_exact_search(tables, query_codes: np.ndarray, *, k: int | None = None, radius: int | None = None) -> str:
     """MIH or SCAN: the faster on the first shard of a stored multi-index for a sample of
     ``query_codes``, at top-``k`` or within ``radius`` (``trial_seconds``, run on a worker
