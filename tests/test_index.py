@@ -21,7 +21,14 @@ from dask_hashcodes.errors import InputError
 from dask_hashcodes.indexes.hamming import flat_hits, knn_search, radius_search
 from dask_hashcodes.indexes.index import FlatIndex, Index, MIHIndex, Queries, Rerank
 from dask_hashcodes.indexes.mih import MultiIndex
-from dask_hashcodes.indexes.plan import MIH, SCAN, faster_exact_search
+from dask_hashcodes.indexes.plan import (
+    MIH,
+    SCAN,
+    TRIAL_QUERIES,
+    early_sample_rows,
+    faster_exact_search,
+    start_early_trial,
+)
 from dask_hashcodes.kernels.codes import pack_signs
 from dask_hashcodes.storage.location import Storage, resolve
 from tests import reference as ref
@@ -267,7 +274,26 @@ def test_the_trial_chooses_what_is_faster_by_a_wide_margin(tmp_path, cluster):
     with Client(cluster) as client, get_task_stream(client) as tasks:
         assert faster_exact_search(tables, many, k=1) == MIH
         assert faster_exact_search(tables, many, k=10_000) == SCAN
-    assert sum("trial_seconds" in str(task["key"]) for task in tasks.data) == 2
+        # started before the batch's codes are read, from their stored rows: the same choices
+        rows = np.tile(ds.get_split("default").query, 20)
+        for k, want in ((1, MIH), (10_000, SCAN)):
+            early = start_early_trial(tables, rows, k=k)
+            assert early is not None and early.n_sample == TRIAL_QUERIES
+            assert faster_exact_search(tables, many, k=k, early=early) == want
+        # an early trial for another search is not used: that search runs its own
+        assert faster_exact_search(tables, many, k=10_000, early=start_early_trial(tables, rows, k=1)) == SCAN
+    keys = [str(task["key"]) for task in tasks.data]
+    assert sum("trial_seconds" in key for key in keys) == 3 and sum("_trial_of_rows" in key for key in keys) == 3
+
+
+def test_an_early_trial_samples_the_queries_of_the_first_chunks_holding_any():
+    rows = np.array([950, 10, 420, 15, 2_500, 7, 11, 12, 13, 14, 16, 17, 3_100])
+    # chunks 0, 4, 9 and 25 hold queries before chunk 31 does
+    assert sorted(early_sample_rows(rows, chunk_rows=100)) == [7, 10, 11, 12, 13, 14, 15, 16, 17, 420, 950, 2_500]
+    assert early_sample_rows(rows[:5], chunk_rows=100) is None  # too few queries there to time
+    many = np.arange(0, 1_000_000, 7)
+    sample = early_sample_rows(many, chunk_rows=100_000)
+    assert len(sample) == TRIAL_QUERIES and sample.max() < 400_000  # at most four chunks read
 
 
 def test_storage_is_an_explicit_immutable_context(monkeypatch):

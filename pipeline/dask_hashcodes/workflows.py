@@ -662,6 +662,7 @@ def search(
             "an inverted file answers top-k searches only; give `k` instead of `radius`, or an `index` built with "
             "`kind='mih'`"
         )
+    searcher.expect(split_.query, k=(100 if k is None else k) if radius is None else None, radius=radius)
     # the stored codes of the split's queries, and their rows where the lists or the re-ranking need them
     vectors = query_rows(ds, split_) if searcher.needs_query_vectors else None
     queries = Queries(codes=codes_.take(split_.query), vectors=vectors)

@@ -53,6 +53,11 @@ class Index:
         """``vectors`` checked and encoded by the index's model: Queries holding both."""
         return encoded(vectors, self.model, self.code_size)
 
+    def expect(self, query_rows, *, k: int | None = None, radius: int | None = None) -> None:
+        """A hint that the next search's queries are the stored codes at ``query_rows`` (of
+        the codes this index searches), at top-``k`` or within ``radius``: an index may start
+        work that needs only those (a multi-index its trial) while the caller reads them."""
+
     def search(self, vectors, k: int, *, progress: bool = False):
         """(D (nq, k), I int64 (nq, k)) of the top ``k`` of ``vectors``, encoded by the model."""
         return self.search_codes(self.encode(vectors), k, progress=progress)

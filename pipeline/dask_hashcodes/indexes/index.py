@@ -32,7 +32,7 @@ from dask_hashcodes.indexes.base import HammingIndex, Index
 from dask_hashcodes.indexes.hamming import knn_search_lazy, radius_search
 from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, InvertedLists, ivf_knn_lazy, resident_lists
 from dask_hashcodes.indexes.mih import index_knn_lazy, index_radius
-from dask_hashcodes.indexes.plan import MIH, SCAN, faster_exact_search, load_trial_kernels
+from dask_hashcodes.indexes.plan import MIH, SCAN, faster_exact_search, load_trial_kernels, start_early_trial
 from dask_hashcodes.indexes.queries import Queries, checked_codes, checked_vectors, with_vectors
 from dask_hashcodes.indexes.rerank import K_FACTOR, RERANKERS, rerank_lazy
 from dask_hashcodes.kernels.rerank import candidate_values
@@ -95,6 +95,7 @@ class MIHIndex(HammingIndex):
         self._exclude = _excluded(exclude)
         self.ntotal = tables.codes.n - len(self._exclude)
         self.searched_by = MIH
+        self._early = None
         if choose:  # the workers load the trial's kernels while this process reads the queries
             warm_on_workers(load_trial_kernels)
 
@@ -105,9 +106,16 @@ class MIHIndex(HammingIndex):
     def settings(self) -> dict:
         return {"substrings": self.tables.substrings}
 
+    def expect(self, query_rows, *, k: int | None = None, radius: int | None = None) -> None:
+        """The next search's queries are the stored codes at ``query_rows``: its trial starts
+        now on a worker, which reads a sample of them, while the caller reads the batch."""
+        if self.choose:
+            self._early = start_early_trial(self.tables, query_rows, k=k, radius=radius)
+
     def _by_scan(self, codes, **search) -> bool:
         """Whether this search (top-k or radius) runs by the linear scan; sets searched_by."""
-        self.searched_by = faster_exact_search(self.tables, codes, **search) if self.choose else MIH
+        early, self._early = self._early, None
+        self.searched_by = faster_exact_search(self.tables, codes, **search, early=early) if self.choose else MIH
         return self.searched_by == SCAN
 
     def _scan(self) -> FlatIndex:
@@ -249,6 +257,10 @@ class Rerank(Index):
     def settings(self) -> dict:
         return {"rerank": self.kind, "k_factor": self.k_factor, "candidates": self.candidates,
                 "base": self.base.describe()}  # fmt: skip
+
+    def expect(self, query_rows, *, k: int | None = None, radius: int | None = None) -> None:
+        if k is not None and radius is None and (self.candidates is None or self.candidates >= k):
+            self.base.expect(query_rows, k=self.candidates_for(k))
 
     def candidates_for(self, k: int) -> int:
         """The candidates re-ranked for a top ``k``: ``candidates``, or k_factor x k."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -111,24 +112,80 @@ def load_trial_kernels() -> None:
     mih_topk(one, ids, build_tables(one, 64, 4), queries=one, k=1, n_bits=64)
 
 
-def faster_exact_search(tables, query_codes: np.ndarray, *, k: int | None = None, radius: int | None = None) -> str:
-    """MIH or SCAN: the faster on the first shard of a stored multi-index for a sample of
-    ``query_codes``, at top-``k`` or within ``radius`` (``trial_seconds``, run on a worker
-    when there is a cluster, else here)."""
+EARLY_TRIAL_CHUNKS = 4  # codes chunks an early trial may read for its sample of queries
+EARLY_TRIAL_MIN_QUERIES = 8  # fewer queries there: no early trial (the sample would be too small to time)
+
+
+@dataclass(frozen=True)
+class EarlyTrial:
+    """A trial started before the batch's query codes are read (``start_early_trial``): the
+    worker reads its sample from storage while this process reads the batch."""
+
+    future: object
+    n_sample: int
+    n_queries: int
+    k: int | None
+    radius: int | None
+
+    def answers(self, n_queries: int, k: int | None, radius: int | None) -> bool:
+        return (self.n_queries, self.k, self.radius) == (n_queries, k, radius)
+
+
+def early_sample_rows(query_rows: np.ndarray, chunk_rows: int) -> np.ndarray | None:
+    """Up to TRIAL_QUERIES of the batch's stored query rows, all from the first
+    EARLY_TRIAL_CHUNKS codes chunks that hold any (the batch is a random draw of rows, so
+    these are a random sample of it); None when those chunks hold too few to time."""
+    query_rows = np.asarray(query_rows, np.int64)
+    chunks = np.unique(query_rows // chunk_rows)[:EARLY_TRIAL_CHUNKS]
+    rows = query_rows[np.isin(query_rows // chunk_rows, chunks)]
+    if len(rows) < EARLY_TRIAL_MIN_QUERIES:
+        return None
+    return trial_queries(rows)
+
+
+def _trial_of_rows(tables, rows: np.ndarray, *, k: int | None, radius: int | None) -> dict:
+    return trial_seconds(tables, tables.codes.reader.take(rows), k=k, radius=radius)
+
+
+def start_early_trial(tables, query_rows, *, k: int | None = None, radius: int | None = None) -> EarlyTrial | None:
+    """Start the trial of a batch whose queries are the stored codes at ``query_rows`` on a
+    worker now, reading its sample there (``early_sample_rows``), so that it runs while this
+    process reads the batch's codes instead of after; None without a cluster or a sample."""
     from dask_hashcodes.distributed.progress import active_client
 
-    sample = trial_queries(query_codes)  # only the sample travels to the worker, not the batch
     client = active_client()
-    if client is None:
-        seconds = trial_seconds(tables, sample, k=k, radius=radius)
+    rows = None if client is None else early_sample_rows(query_rows, tables.codes.reader.chunk_rows)
+    if rows is None:
+        return None
+    future = client.submit(_trial_of_rows, tables, rows, k=k, radius=radius, pure=False)
+    return EarlyTrial(future, len(rows), len(query_rows), k, radius)
+
+
+def faster_exact_search(
+    tables, query_codes: np.ndarray, *, k: int | None = None, radius: int | None = None, early: EarlyTrial | None = None
+) -> str:
+    """MIH or SCAN: the faster on the first shard of a stored multi-index for a sample of
+    ``query_codes``, at top-``k`` or within ``radius`` (``trial_seconds``, run on a worker
+    when there is a cluster, else here). ``early``: the result of a trial started for this
+    batch before its codes were read, used when it was started for the same search."""
+    from dask_hashcodes.distributed.progress import active_client
+
+    if early is not None and early.answers(len(query_codes), k, radius):
+        seconds, n_sample = early.future.result(), early.n_sample
     else:
-        seconds = client.submit(trial_seconds, tables, sample, k=k, radius=radius, pure=False).result()
-    scale = len(query_codes) / max(1, len(sample))
+        sample = trial_queries(query_codes)  # only the sample travels to the worker, not the batch
+        client = active_client()
+        if client is None:
+            seconds = trial_seconds(tables, sample, k=k, radius=radius)
+        else:
+            seconds = client.submit(trial_seconds, tables, sample, k=k, radius=radius, pure=False).result()
+        n_sample = len(sample)
+    scale = len(query_codes) / max(1, n_sample)
     choice = MIH if seconds["mih"] * scale + seconds["tables"] < seconds["scan"] * scale else SCAN
     log.info(
         "%s chosen: on one shard of %d codes, %d queries took %.3g s by multi-index hashing%s (after %.3g s reading "
         "its tables) and %.3g s by the linear scan; the batch has %d queries",
-        choice, seconds["codes"], len(sample), seconds["mih"],
+        choice, seconds["codes"], n_sample, seconds["mih"],
         f" (projected from {EARLY_QUERIES})" if seconds["early"] else "", seconds["tables"], seconds["scan"],
         len(query_codes),
     )  # fmt: skip
