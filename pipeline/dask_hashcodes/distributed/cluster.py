@@ -236,10 +236,11 @@ def dask_setup(worker) -> None:
       fails only while that process closes the cluster (after an interruption the worker can
       outlive the scheduler by a heartbeat) or while a busy machine delays the answer, and a
       slow heartbeat is no lost worker; the command reports the job's outcome itself;
-    - one tiny compiled kernel runs in a background thread. The first compiled kernel a
-      process runs costs it about a second (numba sets up its compiler and loads the cached
-      code); paid here, it overlaps the client's own start-up (opening stores, reading
-      metadata) instead of delaying the job's first tasks.
+    - one tiny compiled kernel runs in a background thread, after importing zarr and its
+      codecs. The first compiled kernel a process runs costs it about a second (numba sets
+      up its compiler and loads the cached code), and the first chunk read imports zarr;
+      paid here, both overlap the client's own start-up (opening stores, reading metadata)
+      instead of delaying the job's first tasks.
     """
     import signal
     import threading
@@ -254,34 +255,13 @@ def dask_setup(worker) -> None:
 
 def _run_a_kernel() -> None:
     import numpy as np
+    import zarr  # noqa: F401 - imported for its start-up cost (see dask_setup)
+    from numcodecs import Zstd  # noqa: F401
 
     from dask_hashcodes.kernels.hamming import hamming_topk
 
     one = np.zeros((1, 1), np.uint8)
     hamming_topk(one, np.zeros(1, np.int64), queries=one, k=1)
-
-
-async def _in_a_thread(fn) -> None:
-    """A coroutine, so that ``Client.run`` may return without waiting for the workers."""
-    import threading
-
-    threading.Thread(target=fn, name="dhash-warm-kernels", daemon=True).start()
-
-
-def warm_on_workers(fn) -> None:
-    """Start ``fn`` (loading compiled kernels a later step needs) in a background thread of
-    every worker of the active distributed client, without waiting: it overlaps whatever the
-    client does next. Nothing happens without a client; a worker that cannot start it only
-    loses the head start, so no error is raised."""
-    from dask_hashcodes.distributed.progress import active_client
-
-    client = active_client()
-    if client is None:
-        return
-    try:
-        client.run(_in_a_thread, fn, wait=False)
-    except Exception as exc:  # noqa: BLE001 - a head start, never a failure of the job
-        log.debug("kernels not warmed on the workers: %s", _describe(exc))
 
 
 def disconnect(client) -> None:

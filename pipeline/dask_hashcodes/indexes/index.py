@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 from dask import delayed
 
-from dask_hashcodes.distributed.cluster import warm_on_workers
 from dask_hashcodes.distributed.graph import as_dask
 from dask_hashcodes.distributed.progress import compute_with_progress
 from dask_hashcodes.errors import InputError
@@ -32,7 +31,7 @@ from dask_hashcodes.indexes.base import HammingIndex, Index
 from dask_hashcodes.indexes.hamming import knn_search_lazy, radius_search
 from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, InvertedLists, ivf_knn_lazy, resident_lists
 from dask_hashcodes.indexes.mih import index_knn_lazy, index_radius
-from dask_hashcodes.indexes.plan import MIH, SCAN, faster_exact_search, load_trial_kernels, start_early_trial
+from dask_hashcodes.indexes.plan import MIH, SCAN, faster_exact_search, start_early_trial
 from dask_hashcodes.indexes.queries import Queries, checked_codes, checked_vectors, with_vectors
 from dask_hashcodes.indexes.rerank import K_FACTOR, RERANKERS, rerank_lazy
 from dask_hashcodes.kernels.rerank import candidate_values
@@ -96,8 +95,6 @@ class MIHIndex(HammingIndex):
         self.ntotal = tables.codes.n - len(self._exclude)
         self.searched_by = MIH
         self._early = None
-        if choose:  # the workers load the trial's kernels while this process reads the queries
-            warm_on_workers(load_trial_kernels)
 
     @property
     def code_size(self) -> int:

@@ -97,21 +97,6 @@ def trial_seconds(tables, sample: np.ndarray, *, k: int | None = None, radius: i
     return out
 
 
-def load_trial_kernels() -> None:
-    """Import the storage codecs and run both searches once on one tiny code: a process's
-    first chunk read imports the codecs and its first call of a compiled kernel loads it
-    (tens of milliseconds each), which would otherwise fall inside the trial's wall time, on
-    the search's critical path."""
-    import numcodecs  # noqa: F401 - imported for its start-up cost, see above
-
-    from dask_hashcodes.kernels.mih import build_tables
-
-    one = np.zeros((1, 8), np.uint8)
-    ids = np.zeros(1, np.int64)
-    hamming_topk(one, ids, queries=one, k=1)
-    mih_topk(one, ids, build_tables(one, 64, 4), queries=one, k=1, n_bits=64)
-
-
 EARLY_TRIAL_CHUNKS = 4  # codes chunks an early trial may read for its sample of queries
 EARLY_TRIAL_MIN_QUERIES = 8  # fewer queries there: no early trial (the sample would be too small to time)
 
