@@ -31,6 +31,8 @@ def test_verified_reads_equal_zarr(tmp_path, dtype):
     assert lazy.chunks == ((300, 300, 300, 100), (7,))
     np.testing.assert_array_equal(lazy.compute(scheduler="sync"), data)
     np.testing.assert_array_equal(reader.take([999, 0, 450, 0]), data[[999, 0, 450, 0]])
+    rows = np.random.default_rng(1).integers(0, 1000, 200)  # every chunk, in any order, with repeats
+    np.testing.assert_array_equal(reader.take(rows, threads=3), data[rows])
     np.testing.assert_array_equal(reader[10:20], data[10:20])
 
 
@@ -60,6 +62,8 @@ def test_damaged_chunks_are_refused(tmp_path, damage, problem):
         chunk.write_bytes(raw[:-7])
     else:  # a valid frame of another chunk in its place
         chunk.write_bytes((tmp_path / "g" / "a" / "c" / "0" / "0").read_bytes())
+    with pytest.raises(InputError, match=problem):
+        reader.take([5, 305, 905], threads=3)  # a damaged chunk read by a thread is the same error
     with pytest.raises(InputError, match=problem) as info:
         reader(1)
     assert "test array" in str(info.value) and "rebuild it" in str(info.value) and "\n" not in str(info.value)

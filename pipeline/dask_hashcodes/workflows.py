@@ -37,7 +37,7 @@ import numpy as np
 from dask_hashcodes.data.ingest import ingest as ingest_file
 from dask_hashcodes.data.sources import fashion_mnist_available, resolve_dataset
 from dask_hashcodes.data.synth import write_sift_synth
-from dask_hashcodes.distributed.cluster import cluster_shape
+from dask_hashcodes.distributed.cluster import available_cores, cluster_shape
 from dask_hashcodes.distributed.encode import all_rows_codes, encode_to_zarr, write_codes
 from dask_hashcodes.distributed.progress import compute_with_progress, resolves_progress, steps_bar
 from dask_hashcodes.errors import InputError
@@ -665,7 +665,7 @@ def search(
     searcher.expect(split_.query, k=(100 if k is None else k) if radius is None else None, radius=radius)
     # the stored codes of the split's queries, and their rows where the lists or the re-ranking need them
     vectors = query_rows(ds, split_) if searcher.needs_query_vectors else None
-    queries = Queries(codes=codes_.take(split_.query), vectors=vectors)
+    queries = Queries(codes=codes_.take(split_.query, threads=available_cores()), vectors=vectors)
     n_database = ds.n - split_.n_query
     started = time.perf_counter()
     measured = None

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dask_hashcodes.distributed.cluster import available_cores
 from dask_hashcodes.distributed.graph import as_dask, chunk_reads, map_chunks, row_numbers, tree_reduce
 from dask_hashcodes.distributed.progress import compute_with_progress
 from dask_hashcodes.errors import InputError
@@ -208,7 +209,9 @@ def euclidean_neighbours(features, query_vectors: np.ndarray, k: int, ids=None):
 
 
 def query_rows(ds, split) -> np.ndarray:
-    return ds.features.take(split.query)
+    """The split's query vectors, read in this process by as many threads as it has cores
+    (random query rows touch nearly every chunk of the dataset)."""
+    return ds.features.take(split.query, threads=available_cores())
 
 
 def euclidean_groundtruth(ds, split, *, top_k=None, top_percent=None, progress=None):

@@ -119,9 +119,9 @@ class Codes:
         """The codes as a dask array, one verified-read task per stored chunk."""
         return codes_dask(self.reader)
 
-    def take(self, rows):
-        """The codes of the given rows (numpy)."""
-        return self.reader.take(rows)
+    def take(self, rows, *, threads: int = 1):
+        """The codes of the given rows (numpy), ``threads`` chunks read at a time."""
+        return self.reader.take(rows, threads=threads)
 
 
 def open_codes(path, model=None, dataset=None, *, storage=None) -> Codes:
