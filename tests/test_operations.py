@@ -539,29 +539,36 @@ def test_bad_pipeline_file_is_one_line_error_and_runs_nothing(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
 
 
-def _compiled_scan_signatures() -> int:
-    """In a worker: how many compiled signatures the Hamming scan kernel holds there."""
-    from dask_hashcodes.kernels import hamming
+def _compiled_signatures() -> tuple[int, int]:
+    """In a worker: how many compiled signatures the Hamming scan kernel and multi-index
+    hashing's search kernel hold there."""
+    from dask_hashcodes.kernels import hamming, mih
 
-    return len(hamming._hamming_topk_tiled.signatures)
+    return len(hamming._hamming_topk_tiled.signatures), len(mih._mih_topk.signatures)
 
 
-def test_embedded_cluster_workers_run_a_compiled_kernel_as_they_start():
+@pytest.mark.parametrize("warm", [(), ("mih",)], ids=["scan", "scan-and-mih"])
+def test_embedded_cluster_workers_run_a_compiled_kernel_as_they_start(warm):
     """connect()'s workers load a compiled kernel in the background as they start (the
     preload, ``dask_setup``), before any task asks for one: the second or so that costs a process
-    is not paid by the job's first tasks."""
+    is not paid by the job's first tasks. Multi-index hashing's kernels load too when asked
+    (a search through an index), and only then."""
     import time
 
+    from dask_hashcodes.cli.commands import kernels_to_warm
     from dask_hashcodes.distributed.cluster import connect, disconnect
 
-    client = connect(None, workers=2, threads=1, quiet=True)
+    assert kernels_to_warm("search", {"index": "i.zarr"}) == ("mih",)
+    assert kernels_to_warm("search", {"index": None}) == () == kernels_to_warm("train", {})
+    client = connect(None, workers=2, threads=1, quiet=True, warm=warm)
     try:
         deadline = time.monotonic() + 60
         while True:
-            loaded = client.run(_compiled_scan_signatures)
-            if all(loaded.values()) or time.monotonic() > deadline:
+            loaded = client.run(_compiled_signatures)
+            if all(scan and (mih or not warm) for scan, mih in loaded.values()) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        assert len(loaded) == 2 and all(loaded.values()), loaded
+        assert len(loaded) == 2 and all(scan for scan, _ in loaded.values()), loaded
+        assert all(bool(mih) == bool(warm) for _, mih in loaded.values()), loaded
     finally:
         disconnect(client)

@@ -163,6 +163,13 @@ def needs_cluster(command: str, values: dict) -> bool:
     return command not in ("ingest", "run")
 
 
+def kernels_to_warm(command: str, values: dict) -> tuple[str, ...]:
+    """Compiled kernels beyond the scan's that the workers load as they start: a search
+    through an index may run multi-index hashing, first in its trial, whose kernels would
+    otherwise load on the search's critical path."""
+    return ("mih",) if command == "search" and values.get("index") else ()
+
+
 # values ``dhash run`` fills into every step itself (its --quiet and --storage-options, and
 # --overwrite and --resume: a pipeline owns its outputs and resumes its checkpoints): never
 # taken for options a step gives

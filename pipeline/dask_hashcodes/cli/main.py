@@ -207,7 +207,11 @@ def _main(argv) -> int:
             from dask_hashcodes.distributed.cluster import connect
 
             client = connect(
-                values["scheduler"], workers=values["workers"], threads=values["threads"], quiet=values["quiet"]
+                values["scheduler"],
+                workers=values["workers"],
+                threads=values["threads"],
+                quiet=values["quiet"],
+                warm=commands.kernels_to_warm(command, values),
             )
         return commands.execute(command, values, checked=True)
     except Terminated:

@@ -33,7 +33,10 @@ def default_shape(cores: int | None = None) -> tuple[int, int]:
     return workers, max(1, cores // workers)
 
 
-def worker_environ() -> dict:
+WARM_KERNELS_VARIABLE = "DHASH_WARM_KERNELS"  # kernel families a worker loads at start-up (dask_setup)
+
+
+def worker_environ(warm: tuple[str, ...] = ()) -> dict:
     """Environment of worker processes: dask's defaults minus MALLOC_TRIM_THRESHOLD_.
 
     Setting that variable switches off glibc's adaptive mmap threshold, so every buffer of
@@ -46,6 +49,8 @@ def worker_environ() -> dict:
 
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    if warm:
+        environ[WARM_KERNELS_VARIABLE] = ",".join(warm)
     return environ
 
 
@@ -56,13 +61,15 @@ def connect(
     threads: int | None = None,
     quiet: bool = False,
     memory_limit: str = "auto",
+    warm: tuple[str, ...] = (),
 ):
     """Return a distributed Client (and make it the default scheduler for dask).
 
     ``scheduler`` wins, then the DASK_SCHEDULER_ADDRESS environment variable, then dask's
     ``dhash.scheduler`` setting, else an embedded LocalCluster of ``workers`` processes x
-    ``threads`` threads (default: sized from the cores, see ``default_shape``). The dashboard
-    link is printed on stderr so it shows up in job logs and notebooks alike.
+    ``threads`` threads (default: sized from the cores, see ``default_shape``), whose workers
+    load the compiled kernels named in ``warm`` ("mih") as they start, beside the scan's. The
+    dashboard link is printed on stderr so it shows up in job logs and notebooks alike.
     """
     from distributed import Client, LocalCluster
 
@@ -85,7 +92,7 @@ def connect(
         cluster = None
         try:
             with (
-                dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}),
+                dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ(warm)}),
                 _workers_ignore_interrupts(),
             ):
                 cluster = LocalCluster(
@@ -237,7 +244,7 @@ def dask_setup(worker) -> None:
       outlive the scheduler by a heartbeat) or while a busy machine delays the answer, and a
       slow heartbeat is no lost worker; the command reports the job's outcome itself;
     - one tiny compiled kernel runs in a background thread, after importing zarr and its
-      codecs. The first compiled kernel a process runs costs it about a second (numba sets
+      codecs (and multi-index hashing's when ``connect`` was asked to warm them). The first compiled kernel a process runs costs it about a second (numba sets
       up its compiler and loads the cached code), and the first chunk read imports zarr;
       paid here, both overlap the client's own start-up (opening stores, reading metadata)
       instead of delaying the job's first tasks.
@@ -260,8 +267,13 @@ def _run_a_kernel() -> None:
 
     from dask_hashcodes.kernels.hamming import hamming_topk
 
-    one = np.zeros((1, 1), np.uint8)
-    hamming_topk(one, np.zeros(1, np.int64), queries=one, k=1)
+    code = np.zeros((1, 8), np.uint8)  # 64 bits: the word type of most codes
+    ids = np.zeros(1, np.int64)
+    hamming_topk(code, ids, queries=code, k=1)
+    if "mih" in os.environ.get(WARM_KERNELS_VARIABLE, "").split(","):
+        from dask_hashcodes.kernels.mih import build_tables, mih_topk
+
+        mih_topk(code, ids, build_tables(code, 64, 4), queries=code, k=1, n_bits=64)
 
 
 def disconnect(client) -> None:
