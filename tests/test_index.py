@@ -286,6 +286,21 @@ def test_the_trial_chooses_what_is_faster_by_a_wide_margin(tmp_path, cluster):
     assert sum("trial_seconds" in key for key in keys) == 3 and sum("_trial_of_rows" in key for key in keys) == 3
 
 
+def test_a_search_through_a_multi_index_times_its_trial_on_stored_query_rows(stored, cluster):
+    """workflows.search tells the multi-index its queries' rows before it reads their codes:
+    the one trial is the early one (a worker reads the sample), for a re-ranked search too
+    (at the candidate depth), and the answer is the plain scan's."""
+    d = stored
+    with Client(cluster) as client, get_task_stream(client) as tasks:
+        plain = workflows.search(d / "s.zarr", d / "m", d / "c.zarr", k=25)
+        through = workflows.search(d / "s.zarr", d / "m", d / "c.zarr", k=25, index=d / "i.zarr")
+        workflows.search(d / "s.zarr", d / "m", d / "c.zarr", k=10, index=d / "i.zarr", rerank="exact", candidates=50)
+    for got, want in zip(through.results, plain.results, strict=True):
+        np.testing.assert_array_equal(got, want)
+    keys = [str(task["key"]) for task in tasks.data]
+    assert sum("_trial_of_rows" in key for key in keys) == 2 and not any("trial_seconds" in key for key in keys)
+
+
 def test_an_early_trial_samples_the_queries_of_the_first_chunks_holding_any():
     rows = np.array([950, 10, 420, 15, 2_500, 7, 11, 12, 13, 14, 16, 17, 3_100])
     # chunks 0, 4, 9 and 25 hold queries before chunk 31 does

@@ -662,7 +662,9 @@ def search(
             "an inverted file answers top-k searches only; give `k` instead of `radius`, or an `index` built with "
             "`kind='mih'`"
         )
-    searcher.expect(split_.query, k=(100 if k is None else k) if radius is None else None, radius=radius)
+    if radius is None and k is None:
+        k = 100
+    searcher.expect(split_.query, k=k, radius=radius)
     # the stored codes of the split's queries, and their rows where the lists or the re-ranking need them
     vectors = query_rows(ds, split_) if searcher.needs_query_vectors else None
     queries = Queries(codes=codes_.take(split_.query, threads=available_cores()), vectors=vectors)
@@ -675,7 +677,6 @@ def search(
             write_radius_results(out, split_.query, flat_hits(lims), ids, dist, overwrite=overwrite)
         found = len(ids)
     else:
-        k = 100 if k is None else k
         found_d, nn = results = searcher.search_codes(queries, k, progress=progress)
         dist, reranked = found_d, None
         if rerank is not None:  # the results file keeps the Hamming distance beside the re-ranked one

@@ -243,11 +243,12 @@ def dask_setup(worker) -> None:
       fails only while that process closes the cluster (after an interruption the worker can
       outlive the scheduler by a heartbeat) or while a busy machine delays the answer, and a
       slow heartbeat is no lost worker; the command reports the job's outcome itself;
-    - one tiny compiled kernel runs in a background thread, after importing zarr and its
-      codecs (and multi-index hashing's when ``connect`` was asked to warm them). The first compiled kernel a process runs costs it about a second (numba sets
-      up its compiler and loads the cached code), and the first chunk read imports zarr;
-      paid here, both overlap the client's own start-up (opening stores, reading metadata)
-      instead of delaying the job's first tasks.
+    - a background thread imports zarr and its codecs and runs the 64-bit scan kernel once
+      (and multi-index hashing's, when ``connect`` was asked to warm them). The first
+      compiled kernel a process runs costs it about a second (numba sets up its compiler
+      and loads the cached code), and the first chunk read imports zarr; paid here, both
+      overlap the client's own start-up (opening stores, reading metadata) instead of
+      delaying the job's first tasks.
     """
     import signal
     import threading

@@ -36,7 +36,7 @@ from dask_hashcodes.indexes.queries import Queries, checked_codes, checked_vecto
 from dask_hashcodes.indexes.rerank import K_FACTOR, RERANKERS, rerank_lazy
 from dask_hashcodes.kernels.rerank import candidate_values
 from dask_hashcodes.storage.codes import Codes
-from dask_hashcodes.validation import check_int_param, check_k
+from dask_hashcodes.validation import check_int_param, check_k, check_radius
 from dask_hashcodes.views import view_of
 
 __all__ = ["Index", "Queries", "FlatIndex", "MIHIndex", "IVFIndex", "Rerank"]
@@ -105,7 +105,12 @@ class MIHIndex(HammingIndex):
 
     def expect(self, query_rows, *, k: int | None = None, radius: int | None = None) -> None:
         """The next search's queries are the stored codes at ``query_rows``: its trial starts
-        now on a worker, which reads a sample of them, while the caller reads the batch."""
+        now on a worker, which reads a sample of them, while the caller reads the batch. A
+        bad ``k`` or ``radius`` starts nothing: the search itself refuses it in one line."""
+        try:
+            k, radius = (None if k is None else check_k(k)), (None if radius is None else check_radius(radius))
+        except InputError:
+            return
         if self.choose:
             self._early = start_early_trial(self.tables, query_rows, k=k, radius=radius)
 

@@ -320,12 +320,7 @@ def empty_topk(m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def hamming_topk(
-    codes: np.ndarray,
-    ids: np.ndarray,
-    groups: np.ndarray | None = None,
-    *,
-    queries: np.ndarray,
-    k: int,
+    codes: np.ndarray, ids: np.ndarray, groups: np.ndarray | None = None, *, queries: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k of one code block: (distances int32 (m,k), ids int64 (m,k)); -1 padding
     where the block has fewer than k codes. ``ids`` are the global ids of the block rows,
