@@ -1,6 +1,7 @@
 """Does an index ever make `dhash search` slower than the plain scan? Whole commands, timed.
 
-For each --n (sift-synth, 64-bit ITQ codes): `dhash search` of --queries queries for the
+For each --sizes entry (sift-synth rows, or fashion-mnist: its 70,000 images, the real-data
+row beside the synthetic ones; 64-bit ITQ codes): `dhash search` of --queries queries for the
 top --k, run as a user runs it (its own local cluster, start-up and output included) three
 ways: the linear scan (no --index), through a multi-index (`dhash index --kind mih`, whose
 search times a sample of the queries both ways and runs the faster one), and through an
@@ -15,8 +16,8 @@ scan's top-k (ties count as found) is reported beside its time.
 Everything a size needs is made under --work when missing (dataset, split, model, codes,
 both indexes) and kept for a re-run; their build times are reported, not counted.
 
-    .venv/bin/python benchmarks/bench_index_vs_scan.py --sizes 2000000,10000000 --ivf-lists 0,4096 \\
-        --work /work/bigdata/index_vs_scan --out benchmarks/results/index_vs_scan_64b
+    .venv/bin/python benchmarks/bench_index_vs_scan.py --sizes 2000000,10000000,fashion-mnist \\
+        --ivf-lists 0,4096,0 --work /work/bigdata/index_vs_scan --out benchmarks/results/index_vs_scan_64b
 
 (dhash's default at 10M, 4 sqrt(n) = 12,649 lists, takes about 40 minutes to build on 2 cores.)
 """
@@ -40,6 +41,11 @@ sys.path.insert(0, str(REPO))
 from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sys.path entry above
 
 DHASH = str(Path(sys.executable).with_name("dhash"))
+REAL_DATA = "fashion-mnist"  # a --sizes entry: its 70,000 images (dhash ingest's built-in source) instead of sift-synth
+
+
+def size_label(n: str) -> str:
+    return "Fashion-MNIST, 70,000" if n == REAL_DATA else f"{int(n):,}"
 
 
 def run(args: list[str]) -> tuple[float, float]:
@@ -55,13 +61,13 @@ def run(args: list[str]) -> tuple[float, float]:
     return wall, cpu
 
 
-def prepare(n: int, lists: int, args, work: Path) -> tuple[dict, dict]:
+def prepare(n: str, lists: int, args, work: Path) -> tuple[dict, dict]:
     """Paths of the dataset, model, codes and indexes at size n (made when missing), and the
     seconds each step took when it ran now."""
     from dask_hashcodes import workflows
 
     paths = {
-        "data": work / f"sift{n}.zarr",
+        "data": work / ("fashion-mnist.zarr" if n == REAL_DATA else f"sift{n}.zarr"),
         "model": work / f"itq{n}.model",
         "codes": work / f"codes{n}.zarr",
         "mih": work / f"mih{n}",
@@ -69,7 +75,12 @@ def prepare(n: int, lists: int, args, work: Path) -> tuple[dict, dict]:
     }
     steps = {}
     if not paths["data"].exists():
-        steps["synth"] = run(["synth", "sift", "--n", str(n), "--seed", str(args.seed), "--out", str(paths["data"])])[0]
+        if n == REAL_DATA:
+            steps["ingest"] = run(["ingest", REAL_DATA, "--out", str(paths["data"])])[0]
+        else:
+            steps["synth"] = run(
+                ["synth", "sift", "--n", str(n), "--seed", str(args.seed), "--out", str(paths["data"])]
+            )[0]
         workflows.split(str(paths["data"]), queries=args.queries, seed=args.seed, name="bench")
     if not paths["model"].exists():
         steps["train"] = run(["train", "--dataset", str(paths["data"]), "--split", "bench", "--method", "itq",
@@ -122,7 +133,7 @@ def markdown(result: dict) -> str:
     p = result["params"]
     lines = [
         f"# `dhash search` through an index against the plain scan, whole commands ({p['queries']} queries, "
-        f"top-{p['k']}, {p['bits']}-bit ITQ codes of sift-synth)",
+        f"top-{p['k']}, {p['bits']}-bit ITQ codes of sift-synth{' and Fashion-MNIST' if REAL_DATA in p['sizes'] else ''})",
         "",
         f"- command: `{result['command']}`",
         f"- machine: {result['machine']['cpu_model']}, {result['machine']['cores']} cores; each command starts its "
@@ -145,20 +156,24 @@ def markdown(result: dict) -> str:
                         "dims, default nprobe)"}  # fmt: skip
         for way, s in size["searches"].items():
             lines.append(
-                f"| {int(n):,} | {names[way]} | {s['wall_seconds']:.1f} | {s['cpu_seconds']:.1f} | "
+                f"| {size_label(n)} | {names[way]} | {s['wall_seconds']:.1f} | {s['cpu_seconds']:.1f} | "
                 f"{s['wall_seconds'] / scan:.2f} | {answers[way]} |"
             )
     lines.append("")
     for n, size in result["sizes"].items():
         if size["build_seconds"]:
             built = ", ".join(f"{k} {v:.1f} s" for k, v in size["build_seconds"].items())
-            lines.append(f"- built for {int(n):,} codes in this run (not counted above): {built}")
+            lines.append(f"- built for {size_label(n)} codes in this run (not counted above): {built}")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="2000000,10000000", help="database rows, comma-separated")
+    ap.add_argument(
+        "--sizes",
+        default="2000000,10000000",
+        help=f"database rows of sift-synth, comma-separated; {REAL_DATA} for that real data set",
+    )
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--bits", type=int, default=64)
@@ -171,7 +186,7 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="result path without suffix (.json and .md are written)")
     args = ap.parse_args(argv)
     sizes = {}
-    counts = [int(v) for v in args.sizes.split(",")]
+    counts = [v if v == REAL_DATA else str(int(v)) for v in args.sizes.split(",")]
     lists = [int(v) for v in args.ivf_lists.split(",")] if args.ivf_lists else [0] * len(counts)
     if len(lists) != len(counts):
         raise SystemExit(f"--ivf-lists gives {len(lists)} values for {len(counts)} sizes")
