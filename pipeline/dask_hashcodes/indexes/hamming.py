@@ -51,24 +51,21 @@ def check_query_codes(query_codes, codes):
     return query_codes
 
 
-def aligned(codes, ids):
-    """(codes, ids) as dask arrays chunked alike (ids: the row numbers when None)."""
+def aligned(codes, ids, *, task_bytes: int = 0):
+    """(codes, ids) as dask arrays chunked alike (ids: the row numbers when None); with
+    ``task_bytes``, consecutive stored chunks merged until each holds about that many bytes
+    of codes."""
     codes = as_dask(codes, chunk_rows=1 << 20)
+    if task_bytes:
+        codes = merged_row_chunks(codes, task_bytes)
     ids = row_numbers(codes) if ids is None else as_dask(ids).rechunk((codes.chunks[0],))
     return codes, ids
 
 
-SCAN_TASK_BYTES = 8 << 20  # codes per scan task: 1M 64-bit codes
-
-
-def scan_blocks(codes, ids):
-    """``aligned`` (codes, ids) with at least SCAN_TASK_BYTES of codes per chunk (stored
-    chunks merged). A task's top-k limit tightens as it scans and starts again at the full
-    code width in the next task; at storage's 1 MB chunks those fresh starts are a large
-    part of a scan's time."""
-    codes, ids = aligned(codes, ids)
-    codes = merged_row_chunks(codes, SCAN_TASK_BYTES)
-    return codes, ids.rechunk((codes.chunks[0],))
+# codes per scan task (1M 64-bit codes): a task's top-k limit tightens as it scans and starts
+# again at the full code width in the next task; at storage's 1 MB chunks those fresh starts
+# are a large part of a scan's time
+SCAN_TASK_BYTES = 8 << 20
 
 
 def knn_search_lazy(query_codes, codes, k: int, ids=None, groups=None):
@@ -76,7 +73,7 @@ def knn_search_lazy(query_codes, codes, k: int, ids=None, groups=None):
     ``groups`` (dask, aligned with codes) picks the query encoding per code for grouped
     (G, m, n_bytes) query codes (DisH1)."""
     query_codes, k = check_query_codes(query_codes, codes), check_k(k)
-    codes, ids = scan_blocks(codes, ids)
+    codes, ids = aligned(codes, ids, task_bytes=SCAN_TASK_BYTES)
     if groups is not None:
         groups = as_dask(groups).rechunk((codes.chunks[0],))
     group_chunks = chunk_delayeds(groups) if groups is not None else [None] * codes.numblocks[0]
