@@ -4,6 +4,7 @@ brute-force numpy Hamming; handles opened once per search; the storage context."
 from __future__ import annotations
 
 import collections
+import dataclasses
 import pickle
 from contextlib import ExitStack
 from unittest import mock
@@ -22,9 +23,11 @@ from dask_hashcodes.indexes.hamming import flat_hits, knn_search, radius_search
 from dask_hashcodes.indexes.index import FlatIndex, Index, MIHIndex, Queries, Rerank
 from dask_hashcodes.indexes.mih import MultiIndex
 from dask_hashcodes.indexes.plan import (
+    CALIBRATED_K,
     MIH,
     SCAN,
     TRIAL_QUERIES,
+    calibrated_choice,
     early_sample_rows,
     faster_exact_search,
     start_early_trial,
@@ -265,6 +268,8 @@ def test_the_trial_chooses_what_is_faster_by_a_wide_margin(tmp_path, cluster):
         codes = workflows.encode(ds, model, tmp_path / "c.zarr")
         workflows.index(codes.path, tmp_path / "i.zarr")
         tables = dask_hashcodes.open_index(tmp_path / "i.zarr", dask_hashcodes.open_codes(codes.path))
+        # the trial itself, not the build's calibration (which may decide a search without one)
+        tables = dataclasses.replace(tables, attrs={k: v for k, v in tables.attrs.items() if k != "calibration"})
         queries = dask_hashcodes.open_codes(codes.path).take(ds.get_split("default").query)
         many = np.tile(queries, (20, 1))  # 2000 queries: their saving dwarfs reading the tables
         assert faster_exact_search(tables, many, k=1) == MIH
@@ -289,9 +294,14 @@ def test_the_trial_chooses_what_is_faster_by_a_wide_margin(tmp_path, cluster):
 def test_a_search_through_a_multi_index_times_its_trial_on_stored_query_rows(stored, cluster):
     """workflows.search tells the multi-index its queries' rows before it reads their codes:
     the one trial is the early one (a worker reads the sample), for a re-ranked search too
-    (at the candidate depth), and the answer is the plain scan's."""
+    (at the candidate depth), and the answer is the plain scan's. (The build's calibration
+    is set never to decide here.)"""
     d = stored
-    with Client(cluster) as client, get_task_stream(client) as tasks:
+    with (
+        mock.patch("dask_hashcodes.indexes.plan.CALIBRATED_MARGIN", np.inf),
+        Client(cluster) as client,
+        get_task_stream(client) as tasks,
+    ):
         plain = workflows.search(d / "s.zarr", d / "m", d / "c.zarr", k=25)
         through = workflows.search(d / "s.zarr", d / "m", d / "c.zarr", k=25, index=d / "i.zarr")
         workflows.search(d / "s.zarr", d / "m", d / "c.zarr", k=10, index=d / "i.zarr", rerank="exact", candidates=50)
@@ -299,6 +309,56 @@ def test_a_search_through_a_multi_index_times_its_trial_on_stored_query_rows(sto
         np.testing.assert_array_equal(got, want)
     keys = [str(task["key"]) for task in tasks.data]
     assert sum("_trial_of_rows" in key for key in keys) == 2 and not any("trial_seconds" in key for key in keys)
+
+
+def test_a_search_the_calibration_rules_out_for_the_tables_reads_none_and_runs_no_trial(stored, cluster):
+    """The build times both searches on its first shard at each calibrated depth. A search
+    the tables lose there by the margin (here: every one, the margin set to zero) runs the
+    plain scan's tasks and nothing else, and its workers need no tables' kernels."""
+    from dask_hashcodes.cli.commands import kernels_to_warm
+
+    d = stored
+    calibration = dask_hashcodes.open_index(d / "i.zarr", dask_hashcodes.open_codes(d / "c.zarr")).attrs["calibration"]
+    assert sorted(map(int, calibration["k"])) == list(CALIBRATED_K) and calibration["codes"] == 1000
+    assert all(t["scan"] > 0 and t["mih"] > 0 for t in calibration["k"].values())
+    with mock.patch("dask_hashcodes.indexes.plan.CALIBRATED_MARGIN", 0.0):
+        with Client(cluster) as client:
+            with get_task_stream(client) as tasks:
+                plain = workflows.search(d / "s.zarr", d / "m", d / "c.zarr", k=25)
+            plain_keys = {str(task["key"]).split("-")[0] for task in tasks.data}
+            with get_task_stream(client) as tasks:
+                through = workflows.search(d / "s.zarr", d / "m", d / "c.zarr", k=25, index=d / "i.zarr")
+            keys = {str(task["key"]).split("-")[0] for task in tasks.data}
+            tables = dask_hashcodes.open_index(d / "i.zarr", dask_hashcodes.open_codes(d / "c.zarr"))
+            assert start_early_trial(tables, np.arange(100), k=25) is None  # nothing submitted
+        assert plain_keys == {"hamming"}  # the scan's tasks (hamming-topk...), no table read, no trial
+        assert through.searched_by == SCAN and keys == plain_keys, (keys, plain_keys)
+        for got, want in zip(through.results, plain.results, strict=True):
+            np.testing.assert_array_equal(got, want)
+        assert not workflows.may_search_by_tables(d / "i.zarr", k=25)
+        assert kernels_to_warm("search", {"index": str(d / "i.zarr"), "k": 25}) == ()
+        assert workflows.may_search_by_tables(d / "i.zarr", radius=3)  # radius searches keep their trial
+    with mock.patch("dask_hashcodes.indexes.plan.CALIBRATED_MARGIN", np.inf):
+        assert kernels_to_warm("search", {"index": str(d / "i.zarr"), "k": 25}) == ("mih",)
+    # an inverted file never runs multi-index hashing; a missing index is the search's to report
+    assert not workflows.may_search_by_tables(d / "v.zarr") and not workflows.may_search_by_tables(d / "none")
+
+
+def test_the_calibrated_choice_needs_the_loss_at_the_depths_around_k():
+    timed = {"1": (1.0, 0.1), "10": (1.0, 4.0), "100": (1.0, 2.0), "1000": (1.0, 5.0)}
+    attrs = {"calibration": {"k": {k: {"scan": s, "mih": m} for k, (s, m) in timed.items()}}}
+    assert calibrated_choice(attrs, 1) is None  # the tables win there: a trial decides
+    assert calibrated_choice(attrs, 10) == (SCAN, {"k": 10, "scan": 1.0, "mih": 4.0})
+    assert calibrated_choice(attrs, 50) is None  # 4x at 10 but 2x at 100
+    assert calibrated_choice(attrs, 100) is None
+    assert (
+        calibrated_choice(attrs, 1000) == calibrated_choice(attrs, 5000) == (SCAN, {"k": 1000, "scan": 1.0, "mih": 5.0})
+    )
+    assert calibrated_choice(attrs, None) is None  # a radius search
+    assert calibrated_choice({}, 100) is None  # an index built before calibration
+    for damaged in ({"calibration": [1]}, {"calibration": {"k": {"10": "fast"}}}, {"calibration": {"k": {"x": {}}}}):
+        with pytest.raises(InputError, match="damaged calibration"):
+            calibrated_choice(damaged, 10)
 
 
 def test_an_early_trial_samples_the_queries_of_the_first_chunks_holding_any():

@@ -66,13 +66,16 @@ from dask_hashcodes.indexes.hamming import flat_hits
 from dask_hashcodes.indexes.index import FlatIndex, IVFIndex, MIHIndex, Queries, Rerank
 from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, build_ivf, check_nprobe
 from dask_hashcodes.indexes.mih import build_index
+from dask_hashcodes.indexes.plan import calibrated_choice
 from dask_hashcodes.indexes.rerank import check_rerank
 from dask_hashcodes.kernels.knn import neighbour_recall
 from dask_hashcodes.storage.atomic import DiskFull, check_file_output, check_output, read_commit, remove_artifact
+from dask_hashcodes.storage.chunkread import read_attrs
 from dask_hashcodes.storage.codes import Codes, open_codes
 from dask_hashcodes.storage.datasets import Dataset, Split, dataset_summary, open_dataset, write_dataset_like
 from dask_hashcodes.storage.ivf_index import StoredLists, open_stored_index
 from dask_hashcodes.storage.location import Location, resolve
+from dask_hashcodes.storage.mih_index import INDEX_KIND as MIH_KIND
 from dask_hashcodes.storage.residual_index import RESIDUAL_KIND
 from dask_hashcodes.storage.results import RESULTS_KIND, write_knn_results, write_radius_results, write_vector_results
 from dask_hashcodes.views import database_view
@@ -601,6 +604,23 @@ def search_index(
     return Rerank(rerank, base, candidates=candidates, source=source, model=model)
 
 
+DEFAULT_K = 100  # neighbours per query of a search given neither k nor radius
+
+
+def may_search_by_tables(index, *, k: int | None = None, radius: int | None = None, storage=None) -> bool:
+    """Whether a search through the stored ``index`` (a location), of top-``k`` (default
+    DEFAULT_K) or within ``radius``, may run multi-index hashing: it is a multi-index and
+    its build's calibration does not rule the tables out (indexes.plan). Read before the
+    search's cluster starts, so that its workers load the tables' kernels only when a search
+    may use them; anything unreadable is left for the search itself to report."""
+    loc = resolve(index, storage=storage)
+    record = read_commit(loc)
+    if record is None or record.get("kind") != MIH_KIND:
+        return False
+    attrs = read_attrs(loc, f"index {loc}", "build it again with `overwrite=True`")
+    return radius is not None or calibrated_choice(attrs, DEFAULT_K if k is None else k) is None
+
+
 @resolves_progress
 def search(
     dataset,
@@ -663,7 +683,7 @@ def search(
             "`kind='mih'`"
         )
     if radius is None and k is None:
-        k = 100
+        k = DEFAULT_K
     searcher.expect(split_.query, k=k, radius=radius)
     # the stored codes of the split's queries, and their rows where the lists or the re-ranking need them
     vectors = query_rows(ds, split_) if searcher.needs_query_vectors else None

@@ -165,9 +165,14 @@ def needs_cluster(command: str, values: dict) -> bool:
 
 def kernels_to_warm(command: str, values: dict) -> tuple[str, ...]:
     """Compiled kernels beyond the scan's that the workers load as they start: a search
-    through an index may run multi-index hashing, first in its trial, whose kernels would
-    otherwise load on the search's critical path."""
-    return ("mih",) if command == "search" and values.get("index") else ()
+    through a multi-index that may run multi-index hashing (first in its trial) would
+    otherwise load its kernels on the search's critical path."""
+    if command != "search" or not values.get("index"):
+        return ()
+    tables = workflows.may_search_by_tables(
+        values["index"], k=values.get("k"), radius=values.get("radius"), storage=_storage(values)
+    )
+    return ("mih",) if tables else ()
 
 
 # values ``dhash run`` fills into every step itself (its --quiet and --storage-options, and

@@ -19,7 +19,7 @@ from dask_hashcodes.distributed.graph import chunk_delayeds, map_chunks, tree_re
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.indexes.base import HammingIndex
 from dask_hashcodes.indexes.hamming import aligned, check_query_codes, concat_radius
-from dask_hashcodes.indexes.plan import MIH
+from dask_hashcodes.indexes.plan import MIH, calibration
 from dask_hashcodes.kernels.mih import (
     build_tables,
     default_substrings,
@@ -32,7 +32,7 @@ from dask_hashcodes.kernels.topk import topk_merger
 from dask_hashcodes.storage.chunkread import write_rows
 from dask_hashcodes.storage.codes import open_codes
 from dask_hashcodes.storage.location import resolve
-from dask_hashcodes.storage.mih_index import create_index_arrays, index_output
+from dask_hashcodes.storage.mih_index import add_index_attrs, create_index_arrays, index_output
 from dask_hashcodes.validation import check_k, check_radius
 
 
@@ -94,8 +94,10 @@ def _radius_shard(codes, ids, tables, *, queries, radius, n_bits):
 def build_index(codes, out, *, m: int | None = None, overwrite: bool = False, progress=None, storage=None):
     """Write the substring tables of a codes store (a Codes handle or its location) into a new
     index at ``out`` (atomically): one ``mih-build`` task per codes chunk reads the chunk,
-    builds its tables and writes its rows of ``order`` and its row of ``offsets``. Returns
-    (index location, m)."""
+    builds its tables and writes its rows of ``order`` and its row of ``offsets``; then one
+    ``mih-calibration`` task times both exact searches on the first chunk (indexes.plan), which
+    lets later searches the tables would clearly lose skip their trial. Returns (index
+    location, m)."""
     codes = open_codes(codes, storage=storage)
     reader = codes.reader
     n_bits = 8 * int(reader.shape[1])
@@ -108,7 +110,14 @@ def build_index(codes, out, *, m: int | None = None, overwrite: bool = False, pr
             "mih-build", _build_shard_into, codes.dask(), reader.shape[0], progress,
             n_bits=n_bits, m=m, chunk_rows=reader.chunk_rows, target=tmp,
         )  # fmt: skip
+        timed = dask.delayed(_first_shard_calibration, pure=False)(reader, n_bits, m, dask_key_name="mih-calibration")
+        add_index_attrs(tmp, {"calibration": timed.compute()})
     return out, m
+
+
+def _first_shard_calibration(reader, n_bits: int, m: int) -> dict:
+    codes = reader(0)
+    return calibration(codes, build_tables(codes, n_bits, m), n_bits)
 
 
 def _build_shard_into(block, shard, *, n_bits, m, chunk_rows, target):

@@ -16,6 +16,11 @@ can use them.
 So the trial also times reading one shard's tables, and the tables win only when the time
 they save on the whole batch (the sample's saving scaled to every query) exceeds that read:
 a small batch, or codes the scan covers quickly, never pays for tables it cannot recoup.
+
+Even a trial costs a search something: a worker's time, and the tables' kernels loaded. So
+an index's build already times both searches on its first shard at a few depths
+(``calibration``), and a top-k search that the tables clearly lose there runs by the scan
+with no trial at all, as fast as the plain scan (``calibrated_choice``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dask_hashcodes.errors import InputError
 from dask_hashcodes.kernels.hamming import hamming_radius, hamming_topk
 from dask_hashcodes.kernels.mih import mih_radius, mih_topk, tables_from_arrays
 
@@ -61,6 +67,34 @@ EARLY_QUERIES = 8
 EARLY_MARGIN = 2.0
 
 
+def _searches(codes: np.ndarray, n_bits: int, *, k: int | None, radius: int | None):
+    """(scan(queries), mih(queries, substrings)): the two exact searches of one shard's
+    ``codes`` at top-``k`` or within ``radius``, as the whole search runs them."""
+    ids = np.arange(len(codes), dtype=np.int64)
+    if k is not None:
+        scan = lambda queries: hamming_topk(codes, ids, queries=queries, k=k)  # noqa: E731
+        mih = lambda queries, subs: mih_topk(codes, ids, subs, queries=queries, k=k, n_bits=n_bits)  # noqa: E731
+    else:
+        scan = lambda queries: hamming_radius(queries, codes, ids, radius)  # noqa: E731
+        mih = lambda queries, subs: mih_radius(codes, ids, subs, queries=queries, radius=radius, n_bits=n_bits)  # noqa: E731
+    return scan, mih
+
+
+def _mih_seconds(mih, substrings, sample: np.ndarray, scan_seconds: float, give_up: float) -> tuple[float, bool]:
+    """(seconds of multi-index hashing on ``sample``, whether projected): projected from
+    EARLY_QUERIES of it when that already comes to ``give_up`` times ``scan_seconds`` (a
+    loser's full runs would cost more than the answer is worth), else the fastest full run."""
+    early = sample[:EARLY_QUERIES]
+    if len(early) < len(sample):
+        mih(early[:1], substrings)  # the first call loads the compiled kernel
+        started = time.perf_counter()
+        mih(early, substrings)
+        projected = (time.perf_counter() - started) * len(sample) / len(early)
+        if projected >= give_up * scan_seconds:
+            return projected, True
+    return _fastest_seconds(lambda: mih(sample, substrings)), False
+
+
 def trial_seconds(tables, sample: np.ndarray, *, k: int | None = None, radius: int | None = None) -> dict:
     """The timings the choice compares, on the first shard of a stored multi-index (the
     StoredTables of storage.mih_index.open_index) for the ``sample`` queries (``trial_queries``
@@ -68,33 +102,72 @@ def trial_seconds(tables, sample: np.ndarray, *, k: int | None = None, radius: i
     (``scan``) and by multi-index hashing (``mih``; projected from EARLY_QUERIES when that
     already shows a clear loss, ``early``), the seconds of reading the shard's tables
     (``tables``), and the shard's codes (``codes``)."""
-    reader, attrs = tables.codes.reader, tables.attrs
-    codes = reader(0)
-    ids = np.arange(len(codes), dtype=np.int64)
-    n_bits = int(attrs["n_bits"])
-    if k is not None:
-        scan = lambda queries: hamming_topk(codes, ids, queries=queries, k=k)  # noqa: E731
-        mih = lambda queries, subs: mih_topk(codes, ids, subs, queries=queries, k=k, n_bits=n_bits)  # noqa: E731
-    else:
-        scan = lambda queries: hamming_radius(queries, codes, ids, radius)  # noqa: E731
-        mih = lambda queries, subs: mih_radius(codes, ids, subs, queries=queries, radius=radius, n_bits=n_bits)  # noqa: E731
-    out = {"codes": len(codes), "early": False}
-    out["scan"] = _fastest_seconds(lambda: scan(sample))
+    attrs = tables.attrs
+    codes = tables.codes.reader(0)
+    scan, mih = _searches(codes, int(attrs["n_bits"]), k=k, radius=radius)
+    out = {"codes": len(codes), "scan": _fastest_seconds(lambda: scan(sample))}
     started = time.perf_counter()
     order, offsets = tables.order(0), tables.offsets(0)[0]
     out["tables"] = time.perf_counter() - started  # what every shard's task pays before using its tables
     substrings = tables_from_arrays(np.asarray(attrs["starts"], np.int64), order, offsets)
-    early = sample[:EARLY_QUERIES]
-    if len(early) < len(sample):
-        mih(early[:1], substrings)  # the first call loads the compiled kernel
-        started = time.perf_counter()
-        mih(early, substrings)
-        projected = (time.perf_counter() - started) * len(sample) / len(early)
-        if projected >= EARLY_MARGIN * out["scan"]:
-            out.update(mih=projected, early=True)
-            return out
-    out["mih"] = _fastest_seconds(lambda: mih(sample, substrings))
+    out["mih"], out["early"] = _mih_seconds(mih, substrings, sample, out["scan"], EARLY_MARGIN)
     return out
+
+
+# The build of a stored multi-index times both searches on its first shard at these depths
+# (``calibration``), so that a search the tables clearly lose (by CALIBRATED_MARGIN) skips
+# its trial and never reads a table. A k between two calibrated depths needs the loss at
+# both; a k beyond the deepest needs it there (a deeper top-k needs a wider radius through
+# the tables, while the scan stays one pass). The margin covers a search on another CPU than
+# the build's: a scan twice as fast or twice as slow relative to the tables still loses or
+# wins the same way.
+CALIBRATED_K = (1, 10, 100, 1000)
+CALIBRATED_MARGIN = 3.0
+CALIBRATION_GIVE_UP = 10.0  # the build stops timing the tables early only at a loss this clear
+
+
+def calibration(codes: np.ndarray, substrings: dict, n_bits: int) -> dict:
+    """Both searches timed on one shard (``codes`` and their ``substrings`` tables, as
+    kernels.mih.build_tables makes them) at each CALIBRATED_K, with a sample of the shard's
+    own codes as the queries: the index's ``calibration`` attribute. Its own codes lie
+    nearer the tables' buckets than unseen queries do, which favours the tables: a loss
+    measured this way is not overstated."""
+    sample = trial_queries(codes)
+    per_k = {}
+    for k in CALIBRATED_K:
+        scan, mih = _searches(codes, n_bits, k=k, radius=None)
+        scan_seconds = _fastest_seconds(lambda: scan(sample))  # noqa: B023 (called right here)
+        mih_seconds, _ = _mih_seconds(mih, substrings, sample, scan_seconds, CALIBRATION_GIVE_UP)
+        per_k[str(k)] = {"scan": scan_seconds, "mih": mih_seconds}
+    return {"codes": len(codes), "queries": len(sample), "k": per_k}
+
+
+def calibrated_choice(attrs: dict, k: int | None) -> tuple[str, dict] | None:
+    """(SCAN, the calibrated timings at the depth nearest below ``k``) when the stored
+    multi-index with ``attrs`` was measured at build to lose a top-``k`` search to the scan
+    by CALIBRATED_MARGIN (at the calibrated depths around ``k``);
+    None when a trial must decide (a radius search, k None; a k below every calibrated one;
+    an index built before calibration)."""
+    try:
+        per_k = {
+            int(depth): (float(t["scan"]), float(t["mih"])) for depth, t in attrs.get("calibration", {})["k"].items()
+        }
+    except KeyError:
+        per_k = {}  # built before calibration
+    except (TypeError, ValueError, AttributeError):
+        raise InputError(
+            "a multi-index has a damaged calibration attribute; build the index again from its codes with "
+            "`overwrite=True`"
+        ) from None
+    depths = sorted(per_k)
+    if k is None or not depths or k < depths[0]:
+        return None
+    below = max(d for d in depths if d <= k)
+    bracket = [below] + ([d for d in depths if d > k][:1] if below < k else [])
+    if all(mih >= CALIBRATED_MARGIN * scan for scan, mih in (per_k[d] for d in bracket)):
+        scan, mih = per_k[below]
+        return SCAN, {"k": below, "scan": scan, "mih": mih}
+    return None
 
 
 EARLY_TRIAL_CHUNKS = 4  # codes chunks an early trial may read for its sample of queries
@@ -139,7 +212,9 @@ def start_early_trial(tables, query_rows, *, k: int | None = None, radius: int |
     from dask_hashcodes.distributed.progress import active_client
 
     client = active_client()
-    rows = None if client is None else early_sample_rows(query_rows, tables.codes.reader.chunk_rows)
+    if client is None or calibrated_choice(tables.attrs, k) is not None:
+        return None
+    rows = early_sample_rows(query_rows, tables.codes.reader.chunk_rows)
     if rows is None:
         return None
     future = client.submit(_trial_of_rows, tables, rows, k=k, radius=radius, pure=False)
@@ -155,6 +230,15 @@ def faster_exact_search(
     batch before its codes were read, used when it was started for the same search."""
     from dask_hashcodes.distributed.progress import active_client
 
+    calibrated = calibrated_choice(tables.attrs, k)
+    if calibrated is not None:
+        choice, timed = calibrated
+        log.info(
+            "%s chosen without a trial: when the index was built, top-%d searches on one shard took %.3g s by "
+            "multi-index hashing and %.3g s by the linear scan",
+            choice, timed["k"], timed["mih"], timed["scan"],
+        )  # fmt: skip
+        return choice
     if early is not None and early.answers(len(query_codes), k, radius):
         seconds, n_sample = early.future.result(), early.n_sample
     else:
