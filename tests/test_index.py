@@ -291,17 +291,22 @@ def test_the_trial_chooses_what_is_faster_by_a_wide_margin(tmp_path, cluster):
     assert sum("trial_seconds" in key for key in keys) == 3 and sum("_trial_of_rows" in key for key in keys) == 3
 
 
+def _calibration_never_decides():
+    """Neither of the build calibration's rules skips a trial (on data this small the
+    projected scan alone would)."""
+    stack = ExitStack()
+    stack.enter_context(mock.patch("dask_hashcodes.indexes.plan.CALIBRATED_MARGIN", np.inf))
+    stack.enter_context(mock.patch("dask_hashcodes.indexes.plan.TRIAL_SECONDS", 0.0))
+    return stack
+
+
 def test_a_search_through_a_multi_index_times_its_trial_on_stored_query_rows(stored, cluster):
     """workflows.search tells the multi-index its queries' rows before it reads their codes:
     the one trial is the early one (a worker reads the sample), for a re-ranked search too
     (at the candidate depth), and the answer is the plain scan's. (The build's calibration
     is set never to decide here.)"""
     d = stored
-    with (
-        mock.patch("dask_hashcodes.indexes.plan.CALIBRATED_MARGIN", np.inf),
-        Client(cluster) as client,
-        get_task_stream(client) as tasks,
-    ):
+    with _calibration_never_decides(), Client(cluster) as client, get_task_stream(client) as tasks:
         plain = workflows.search(d / "s.zarr", d / "m", d / "c.zarr", k=25)
         through = workflows.search(d / "s.zarr", d / "m", d / "c.zarr", k=25, index=d / "i.zarr")
         workflows.search(d / "s.zarr", d / "m", d / "c.zarr", k=10, index=d / "i.zarr", rerank="exact", candidates=50)
@@ -319,7 +324,8 @@ def test_a_search_the_calibration_rules_out_for_the_tables_reads_none_and_runs_n
 
     d = stored
     calibration = dask_hashcodes.open_index(d / "i.zarr", dask_hashcodes.open_codes(d / "c.zarr")).attrs["calibration"]
-    assert sorted(map(int, calibration["k"])) == list(CALIBRATED_K) and calibration["codes"] == 1000
+    assert sorted(map(int, calibration["k"])) == list(CALIBRATED_K)
+    assert (calibration["n"], calibration["codes"], calibration["queries"]) == (4000, 1000, TRIAL_QUERIES)
     assert all(t["scan"] > 0 and t["mih"] > 0 for t in calibration["k"].values())
     with mock.patch("dask_hashcodes.indexes.plan.CALIBRATED_MARGIN", 0.0):
         with Client(cluster) as client:
@@ -338,25 +344,55 @@ def test_a_search_the_calibration_rules_out_for_the_tables_reads_none_and_runs_n
         assert not workflows.may_search_by_tables(d / "i.zarr", k=25)
         assert kernels_to_warm("search", {"index": str(d / "i.zarr"), "k": 25}) == ()
         assert workflows.may_search_by_tables(d / "i.zarr", radius=3)  # radius searches keep their trial
-    with mock.patch("dask_hashcodes.indexes.plan.CALIBRATED_MARGIN", np.inf):
+    with _calibration_never_decides():
         assert kernels_to_warm("search", {"index": str(d / "i.zarr"), "k": 25}) == ("mih",)
+    # 40 queries against 4,000 codes: the whole scan costs less than a trial would
+    search = {"index": str(d / "i.zarr"), "k": 25, "dataset": str(d / "s.zarr"), "split": "default"}
+    assert kernels_to_warm("search", search) == ()
+    with mock.patch("dask_hashcodes.indexes.plan.TRIAL_SECONDS", 0.0):
+        assert workflows.may_search_by_tables(d / "i.zarr", k=25, dataset=d / "s.zarr") == (
+            calibrated_choice(
+                dask_hashcodes.open_index(d / "i.zarr", dask_hashcodes.open_codes(d / "c.zarr")).attrs, 25
+            )
+            is None
+        )
     # an inverted file never runs multi-index hashing; a missing index is the search's to report
     assert not workflows.may_search_by_tables(d / "v.zarr") and not workflows.may_search_by_tables(d / "none")
 
 
-def test_the_calibrated_choice_needs_the_loss_at_the_depths_around_k():
-    timed = {"1": (1.0, 0.1), "10": (1.0, 4.0), "100": (1.0, 2.0), "1000": (1.0, 5.0)}
-    attrs = {"calibration": {"k": {k: {"scan": s, "mih": m} for k, (s, m) in timed.items()}}}
-    assert calibrated_choice(attrs, 1) is None  # the tables win there: a trial decides
-    assert calibrated_choice(attrs, 10) == (SCAN, {"k": 10, "scan": 1.0, "mih": 4.0})
-    assert calibrated_choice(attrs, 50) is None  # 4x at 10 but 2x at 100
-    assert calibrated_choice(attrs, 100) is None
-    assert (
-        calibrated_choice(attrs, 1000) == calibrated_choice(attrs, 5000) == (SCAN, {"k": 1000, "scan": 1.0, "mih": 5.0})
-    )
-    assert calibrated_choice(attrs, None) is None  # a radius search
+def test_the_calibrated_choice_needs_the_loss_at_the_depths_around_k_or_a_batch_too_small_for_a_trial():
+    timed = {"1": (1.0, 0.1), "10": (1.0, 4.0), "100": (2.0, 4.0), "1000": (1.0, 5.0)}
+    calibration = {
+        "n": 1000,
+        "codes": 100,
+        "queries": 10,
+        "k": {k: {"scan": s, "mih": m} for k, (s, m) in timed.items()},
+    }
+    attrs = {"calibration": calibration}
+
+    def choice(k, n_queries=None):
+        chosen = calibrated_choice(attrs, k, n_queries)
+        return None if chosen is None else chosen[0]
+
+    assert choice(1) is None  # the tables win there: a trial decides
+    assert choice(10) == SCAN and "top-10 searches on one shard took 4 s" in calibrated_choice(attrs, 10)[1]
+    assert choice(50) is None  # 4x at 10 but 2x at 100
+    assert choice(100) is None
+    assert choice(1000) == choice(5000) == SCAN
+    assert choice(None) is None  # a radius search
     assert calibrated_choice({}, 100) is None  # an index built before calibration
-    for damaged in ({"calibration": [1]}, {"calibration": {"k": {"10": "fast"}}}, {"calibration": {"k": {"x": {}}}}):
+    # the scan took 1 s per 1,000 query-code pairs at top-1 and top-10, 2 s at top-100: a query
+    # against the index's 1,000 codes projects to a whole scan of 1 s or 2 s, more than a trial
+    assert choice(1, n_queries=1) is None and choice(100, n_queries=1) is None
+    with mock.patch("dask_hashcodes.indexes.plan.TRIAL_SECONDS", 1.5):
+        assert choice(1, n_queries=1) == SCAN and "less than a trial" in calibrated_choice(attrs, 1, 1)[1]
+        assert choice(50, n_queries=1) is None  # projected from the slower depth around k: 2 s at 100
+        assert choice(1, n_queries=2) is None
+    for damaged in (
+        {"calibration": [1]},
+        {"calibration": {**calibration, "k": {"10": "fast"}}},
+        {"calibration": {**calibration, "k": {"x": {}}}},
+    ):
         with pytest.raises(InputError, match="damaged calibration"):
             calibrated_choice(damaged, 10)
 

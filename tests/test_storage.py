@@ -288,6 +288,10 @@ CASES = {  # array -> (folder inside the work copy, command that reads it)
     "groundtruth-lists": ("ds.zarr/groundtruth/q20-s0-l2-top30/ids", EVALUATE),
     "relevance-bits": ("ds.zarr/groundtruth/q20-s0-l2-top30-bits/relevance", EVALUATE),
     "split": ("ds.zarr/splits/q20-s0/query", ["groundtruth", "--dataset", "{ds}", "--split", "q20-s0", "--top-k", 7]),
+    "split-query-features": (
+        "ds.zarr/splits/q20-s0/query_features",
+        ["groundtruth", "--dataset", "{ds}", "--split", "q20-s0", "--top-k", 7],
+    ),
 }
 
 
@@ -440,6 +444,31 @@ def test_a_dataset_handle_reads_its_labels_and_ids_once_and_verified(tmp_path, m
     chunk.write_bytes(bytes(damaged))
     with pytest.raises(InputError, match="labels chunk 0 is damaged"):
         database_view(open_dataset(tmp_path / "d.zarr"))
+
+
+def test_a_split_keeps_its_queries_features_which_their_readers_read_instead_of_the_dataset(tmp_path, monkeypatch):
+    import dataclasses
+
+    from dask_hashcodes.evaluation.truth import query_rows
+    from dask_hashcodes.storage.chunkread import ChunkReader
+    from dask_hashcodes.storage.datasets import open_dataset, write_dataset
+
+    rows = np.arange(120, dtype=np.float32).reshape(40, 3)
+    write_dataset(tmp_path / "d.zarr", [rows], n=40, d=3, dtype="float32", source="test", chunk_rows=8)
+    made = open_dataset(tmp_path / "d.zarr").make_split(10, seed=1, name="s", threads=2)
+    chunk_reads = []  # (array, chunk) of every chunk read from the store
+    read_chunk = ChunkReader.__call__
+    monkeypatch.setattr(ChunkReader, "__call__", lambda r, i: chunk_reads.append((r.loc.name, i)) or read_chunk(r, i))
+    ds = open_dataset(tmp_path / "d.zarr")
+    split = ds.get_split("s")
+    np.testing.assert_array_equal(split.query, made.query)
+    chunk_reads.clear()
+    np.testing.assert_array_equal(query_rows(ds, split), rows[split.query])
+    assert chunk_reads == [("query_features", 0)]  # one small read, no dataset chunk
+    # a split made before splits kept their queries' features: read from the dataset, the same rows
+    chunk_reads.clear()
+    np.testing.assert_array_equal(query_rows(ds, dataclasses.replace(split, query_features=None)), rows[split.query])
+    assert {name for name, _ in chunk_reads} == {"features"}
 
 
 # ------------------------------------------------------------------ outputs ----------

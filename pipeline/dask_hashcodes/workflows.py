@@ -67,7 +67,7 @@ from dask_hashcodes.indexes.index import FlatIndex, IVFIndex, MIHIndex, Queries,
 from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, build_ivf, check_nprobe
 from dask_hashcodes.indexes.mih import build_index
 from dask_hashcodes.indexes.plan import calibrated_choice
-from dask_hashcodes.indexes.rerank import check_rerank
+from dask_hashcodes.indexes.rerank import K_FACTOR, check_rerank
 from dask_hashcodes.kernels.knn import neighbour_recall
 from dask_hashcodes.storage.atomic import DiskFull, check_file_output, check_output, read_commit, remove_artifact
 from dask_hashcodes.storage.chunkread import read_attrs
@@ -208,7 +208,8 @@ def split(
     dataset, *, queries: int = 1000, seed: int = 0, name: str = "default", overwrite: bool = False, storage=None
 ) -> Split:
     """Draw a seeded query/database split and store it in the dataset; returns the Split."""
-    return load_dataset(dataset, storage=storage).make_split(queries, seed, name=name, overwrite=overwrite)
+    ds = load_dataset(dataset, storage=storage)
+    return ds.make_split(queries, seed, name=name, overwrite=overwrite, threads=available_cores())
 
 
 @resolves_progress
@@ -607,18 +608,27 @@ def search_index(
 DEFAULT_K = 100  # neighbours per query of a search given neither k nor radius
 
 
-def may_search_by_tables(index, *, k: int | None = None, radius: int | None = None, storage=None) -> bool:
-    """Whether a search through the stored ``index`` (a location), of top-``k`` (default
-    DEFAULT_K) or within ``radius``, may run multi-index hashing: it is a multi-index and
-    its build's calibration does not rule the tables out (indexes.plan). Read before the
-    search's cluster starts, so that its workers load the tables' kernels only when a search
-    may use them; anything unreadable is left for the search itself to report."""
+def may_search_by_tables(
+    index, *, k=None, radius=None, rerank=None, candidates=None, dataset=None, split="default", storage=None
+) -> bool:
+    """Whether ``search`` through the stored ``index`` (a location), with these arguments
+    of its own, may run multi-index hashing: the index is a multi-index whose build's
+    calibration does not rule the tables out (indexes.plan). Read before the search's cluster
+    starts, so that its workers load the tables' kernels only when a search may use them. The
+    split's size counts only for a dataset stored at ``dataset`` (a built-in source is not
+    made here); an index or a dataset that is not there is left for the search to report."""
     loc = resolve(index, storage=storage)
     record = read_commit(loc)
     if record is None or record.get("kind") != MIH_KIND:
         return False
+    if radius is not None:
+        return True
+    k = DEFAULT_K if k is None else k
+    depth = (K_FACTOR * k if candidates is None else candidates) if rerank is not None else k  # what the tables search
+    where = None if dataset is None else resolve(dataset, storage=storage)
+    n_queries = open_dataset(where).get_split(split).n_query if where is not None and where.exists() else None
     attrs = read_attrs(loc, f"index {loc}", "build it again with `overwrite=True`")
-    return radius is not None or calibrated_choice(attrs, DEFAULT_K if k is None else k) is None
+    return calibrated_choice(attrs, depth, n_queries) is None
 
 
 @resolves_progress
@@ -757,7 +767,7 @@ def evaluate(
     check_params_used(methods, params)
     recorded_options = evaluation_protocol(evaluation_options)  # an unknown option fails before any work
     ds = load_dataset(dataset, storage=storage)
-    split_ = ds.make_split(queries, seed, name=split_name or f"q{queries}-s{seed}")
+    split_ = ds.make_split(queries, seed, name=split_name or f"q{queries}-s{seed}", threads=available_cores())
     if neighbours is not None:  # refused before any ground truth is computed
         neighbours = neighbours.checked(split_.n_database)
     truth = build_truth(ds, split_, ground_truth=ground_truth, top_k=top_k, top_percent=top_percent)

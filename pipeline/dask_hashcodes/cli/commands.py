@@ -169,10 +169,9 @@ def kernels_to_warm(command: str, values: dict) -> tuple[str, ...]:
     otherwise load its kernels on the search's critical path."""
     if command != "search" or not values.get("index"):
         return ()
-    tables = workflows.may_search_by_tables(
-        values["index"], k=values.get("k"), radius=values.get("radius"), storage=_storage(values)
-    )
-    return ("mih",) if tables else ()
+    names = ("k", "radius", "rerank", "candidates", "dataset", "split")
+    search = {name: values[name] for name in names if values.get(name) is not None}
+    return ("mih",) if workflows.may_search_by_tables(values["index"], storage=_storage(values), **search) else ()
 
 
 # values ``dhash run`` fills into every step itself (its --quiet and --storage-options, and

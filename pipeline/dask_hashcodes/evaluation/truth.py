@@ -209,8 +209,11 @@ def euclidean_neighbours(features, query_vectors: np.ndarray, k: int, ids=None):
 
 
 def query_rows(ds, split) -> np.ndarray:
-    """The split's query vectors, read in this process by as many threads as it has cores
-    (random query rows touch nearly every chunk of the dataset)."""
+    """The split's query vectors: its own copy when it keeps one, else read from the
+    dataset in this process by as many threads as it has cores (random query rows touch
+    nearly every chunk of the dataset)."""
+    if split.query_features is not None:
+        return split.query_features.read_all()
     return ds.features.take(split.query, threads=available_cores())
 
 

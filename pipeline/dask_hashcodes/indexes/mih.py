@@ -117,7 +117,7 @@ def build_index(codes, out, *, m: int | None = None, overwrite: bool = False, pr
 
 def _first_shard_calibration(reader, n_bits: int, m: int) -> dict:
     codes = reader(0)
-    return calibration(codes, build_tables(codes, n_bits, m), n_bits)
+    return calibration(codes, build_tables(codes, n_bits, m), n_bits, reader.shape[0])
 
 
 def _build_shard_into(block, shard, *, n_bits, m, chunk_rows, target):

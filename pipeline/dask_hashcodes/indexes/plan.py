@@ -115,23 +115,28 @@ def trial_seconds(tables, sample: np.ndarray, *, k: int | None = None, radius: i
 
 
 # The build of a stored multi-index times both searches on its first shard at these depths
-# (``calibration``), so that a search the tables clearly lose (by CALIBRATED_MARGIN) skips
-# its trial and never reads a table. A k between two calibrated depths needs the loss at
-# both; a k beyond the deepest needs it there (a deeper top-k needs a wider radius through
-# the tables, while the scan stays one pass). The margin covers a search on another CPU than
-# the build's: a scan twice as fast or twice as slow relative to the tables still loses or
-# wins the same way.
+# (``calibration``), so that a search the tables cannot win skips its trial and never reads
+# a table. Two rules decide that:
+# - the tables lost by CALIBRATED_MARGIN: at both calibrated depths around k, or at the
+#   deepest for a k beyond it (a deeper top-k needs a wider radius through the tables, while
+#   the scan stays one pass). The margin covers a search on another CPU than the build's: a
+#   scan twice as fast or twice as slow relative to the tables loses or wins the same way;
+# - the whole batch's scan, projected from the calibration, would take less than
+#   TRIAL_SECONDS: the most the tables could save (were they free) is less than the trial's
+#   own cost (a task's round trip, the workers loading the tables' kernels, the sample read
+#   and timed both ways).
 CALIBRATED_K = (1, 10, 100, 1000)
 CALIBRATED_MARGIN = 3.0
 CALIBRATION_GIVE_UP = 10.0  # the build stops timing the tables early only at a loss this clear
+TRIAL_SECONDS = 0.25  # about what a trial adds to a search's CPU time, in seconds
 
 
-def calibration(codes: np.ndarray, substrings: dict, n_bits: int) -> dict:
+def calibration(codes: np.ndarray, substrings: dict, n_bits: int, n_total: int) -> dict:
     """Both searches timed on one shard (``codes`` and their ``substrings`` tables, as
     kernels.mih.build_tables makes them) at each CALIBRATED_K, with a sample of the shard's
-    own codes as the queries: the index's ``calibration`` attribute. Its own codes lie
-    nearer the tables' buckets than unseen queries do, which favours the tables: a loss
-    measured this way is not overstated."""
+    own codes as the queries: the ``calibration`` attribute of an index of ``n_total`` codes.
+    Its own codes lie nearer the tables' buckets than unseen queries do, which favours the
+    tables: a loss measured this way is not overstated."""
     sample = trial_queries(codes)
     per_k = {}
     for k in CALIBRATED_K:
@@ -139,21 +144,22 @@ def calibration(codes: np.ndarray, substrings: dict, n_bits: int) -> dict:
         scan_seconds = _fastest_seconds(lambda: scan(sample))  # noqa: B023 (called right here)
         mih_seconds, _ = _mih_seconds(mih, substrings, sample, scan_seconds, CALIBRATION_GIVE_UP)
         per_k[str(k)] = {"scan": scan_seconds, "mih": mih_seconds}
-    return {"codes": len(codes), "queries": len(sample), "k": per_k}
+    return {"n": int(n_total), "codes": len(codes), "queries": len(sample), "k": per_k}
 
 
-def calibrated_choice(attrs: dict, k: int | None) -> tuple[str, dict] | None:
-    """(SCAN, the calibrated timings at the depth nearest below ``k``) when the stored
-    multi-index with ``attrs`` was measured at build to lose a top-``k`` search to the scan
-    by CALIBRATED_MARGIN (at the calibrated depths around ``k``);
-    None when a trial must decide (a radius search, k None; a k below every calibrated one;
-    an index built before calibration)."""
+def calibrated_choice(attrs: dict, k: int | None, n_queries: int | None = None) -> tuple[str, str] | None:
+    """(SCAN, why) when the build's calibration of the stored multi-index with ``attrs``
+    shows that the tables cannot win a top-``k`` search of ``n_queries`` queries (None:
+    unknown, the projection is not made); None when a trial must decide (a radius search,
+    k None; a k below every calibrated one; an index built before calibration)."""
     try:
-        per_k = {
-            int(depth): (float(t["scan"]), float(t["mih"])) for depth, t in attrs.get("calibration", {})["k"].items()
-        }
+        calibrated = attrs.get("calibration", {})
+        per_k = {int(depth): (float(t["scan"]), float(t["mih"])) for depth, t in calibrated["k"].items()}
+        pairs = float(calibrated["queries"]) * float(calibrated["codes"])
+        n_total = calibrated.get("n")
+        n_total = None if n_total is None else int(n_total)
     except KeyError:
-        per_k = {}  # built before calibration
+        return None  # built before calibration
     except (TypeError, ValueError, AttributeError):
         raise InputError(
             "a multi-index has a damaged calibration attribute; build the index again from its codes with "
@@ -163,10 +169,20 @@ def calibrated_choice(attrs: dict, k: int | None) -> tuple[str, dict] | None:
     if k is None or not depths or k < depths[0]:
         return None
     below = max(d for d in depths if d <= k)
-    bracket = [below] + ([d for d in depths if d > k][:1] if below < k else [])
-    if all(mih >= CALIBRATED_MARGIN * scan for scan, mih in (per_k[d] for d in bracket)):
+    bracket = [per_k[d] for d in [below] + ([d for d in depths if d > k][:1] if below < k else [])]
+    if all(mih >= CALIBRATED_MARGIN * scan for scan, mih in bracket):
         scan, mih = per_k[below]
-        return SCAN, {"k": below, "scan": scan, "mih": mih}
+        return SCAN, (
+            f"when the index was built, top-{below} searches on one shard took {mih:.3g} s by multi-index "
+            f"hashing and {scan:.3g} s by the linear scan"
+        )
+    if n_queries is not None and n_total is not None and pairs > 0:
+        whole_scan = max(scan for scan, _ in bracket) / pairs * n_queries * n_total
+        if whole_scan < TRIAL_SECONDS:
+            return SCAN, (
+                f"the whole scan of {n_queries} queries, projected from the index's build, takes about "
+                f"{whole_scan:.2g} s, less than a trial of the tables would"
+            )
     return None
 
 
@@ -212,7 +228,7 @@ def start_early_trial(tables, query_rows, *, k: int | None = None, radius: int |
     from dask_hashcodes.distributed.progress import active_client
 
     client = active_client()
-    if client is None or calibrated_choice(tables.attrs, k) is not None:
+    if client is None or calibrated_choice(tables.attrs, k, len(query_rows)) is not None:
         return None
     rows = early_sample_rows(query_rows, tables.codes.reader.chunk_rows)
     if rows is None:
@@ -230,14 +246,10 @@ def faster_exact_search(
     batch before its codes were read, used when it was started for the same search."""
     from dask_hashcodes.distributed.progress import active_client
 
-    calibrated = calibrated_choice(tables.attrs, k)
+    calibrated = calibrated_choice(tables.attrs, k, len(query_codes))
     if calibrated is not None:
-        choice, timed = calibrated
-        log.info(
-            "%s chosen without a trial: when the index was built, top-%d searches on one shard took %.3g s by "
-            "multi-index hashing and %.3g s by the linear scan",
-            choice, timed["k"], timed["mih"], timed["scan"],
-        )  # fmt: skip
+        choice, why = calibrated
+        log.info("%s chosen without a trial: %s", choice, why)
         return choice
     if early is not None and early.answers(len(query_codes), k, radius):
         seconds, n_sample = early.future.result(), early.n_sample

@@ -7,6 +7,8 @@ Layout::
       labels     (n,) int64 class ids, or (n, L) uint8 multi-hot   [optional]
       ids        (n,) int64 external ids (row numbers unless the source had ids)
       splits/NAME/query        sorted int64 row numbers of the queries
+      splits/NAME/query_features  (n_queries, d) their feature rows, copied when the split
+                               is made (splits made before have none)
       groundtruth/NAME/ids     (n_queries, K) int64 exact Euclidean neighbours
       groundtruth/NAME/distances
   or, for large K (truth.MAX_LISTED_NEIGHBOURS):
@@ -54,6 +56,8 @@ from dask_hashcodes.validation import check_finite_block, check_numeric_dtype
 
 DATASET_SCHEMA = "dhash.dataset/1"
 SPLIT_SCHEMA = "dhash.split/1"
+QUERY_FEATURES = "query_features"  # a split's copy of its query rows' features
+SPLIT_CHUNK_BYTES = 16 << 20  # chunk size of that copy
 GROUNDTRUTH_SCHEMA = "dhash.groundtruth/1"
 STORAGE_FORMAT = (
     3  # 3: commit records list every file, parts record their dataset (2: per-chunk checksums; 1: plain zarr)
@@ -210,11 +214,15 @@ def write_labels(group: zarr.Group, labels: np.ndarray) -> None:
 
 @dataclass(frozen=True)
 class Split:
-    """A seeded query/database split. Database = every row that is not a query."""
+    """A seeded query/database split. Database = every row that is not a query.
+    ``query_features``: the verified reader of the split's own copy of the query rows'
+    features (None for a split made before splits kept one): one small read instead of a
+    visit to every dataset chunk that holds a query row."""
 
     name: str
     query: np.ndarray  # sorted int64 row numbers
     manifest: dict
+    query_features: ChunkReader | None = None
 
     @property
     def n_query(self) -> int:
@@ -344,7 +352,15 @@ class Dataset:
             raise InputError(f"split {name} of {self.path} does not match its recorded checksum; {remedy}")
         if len(query) and (query[0] < 0 or query[-1] >= self.n or np.any(np.diff(query) <= 0)):
             raise InputError(f"split {name} of {self.path} lists rows that are not rows of this dataset; {remedy}")
-        return Split(name, query, attrs)
+        features = None
+        if QUERY_FEATURES in manifest.get("arrays", {}):
+            features = self._part_array(loc, manifest, QUERY_FEATURES, remedy)
+            if features.shape != (len(query), self.d) or features.dtype != self.features.dtype:
+                raise InputError(
+                    f"split {name} of {self.path} holds query features of another shape or type "
+                    f"({shape_words(features.shape)} {features.dtype}); {remedy}"
+                )
+        return Split(name, query, attrs, features)
 
     def _check_identity(self, what: str, attrs: dict, remedy: str) -> None:
         """A split or ground truth belongs to the dataset it was made from: the dataset id and
@@ -355,8 +371,12 @@ class Dataset:
                 f"{attrs.get('n')} rows; this dataset is {self.content_id}, {self.n} rows); {remedy}"
             )
 
-    def make_split(self, n_queries: int, seed: int, name: str = "default", overwrite: bool = False) -> Split:
-        """Draw ``n_queries`` distinct rows with ``seed``; the rest is the database."""
+    def make_split(
+        self, n_queries: int, seed: int, name: str = "default", overwrite: bool = False, threads: int = 1
+    ) -> Split:
+        """Draw ``n_queries`` distinct rows with ``seed``; the rest is the database. The split
+        keeps a copy of the queries' features (read by ``threads`` threads), which every
+        later search, re-ranking or ground truth of its queries reads instead of the dataset."""
         check_name(name, "split name")
         if not 0 < n_queries < self.n:
             raise InputError(
@@ -385,9 +405,13 @@ class Dataset:
         }
         target = child_inside(self.location, "splits", name, what="split name")
         self._ensure_child_group("splits")
-        with atomic_output(target, kind="split", overwrite=overwrite, manifest=arrays_manifest("query")) as tmp:
+        features = self.features.take(query, threads=threads)
+        feature_rows = max(1, SPLIT_CHUNK_BYTES // max(1, features[:1].nbytes))
+        manifest_of = arrays_manifest("query", QUERY_FEATURES)
+        with atomic_output(target, kind="split", overwrite=overwrite, manifest=manifest_of) as tmp:
             g = new_group(tmp)
             create_array(g, "query", query.shape, len(query), "int64")[...] = query
+            create_array(g, QUERY_FEATURES, features.shape, feature_rows, features.dtype)[...] = features
             g.attrs.update(manifest)
         return self.get_split(name)
 
