@@ -129,6 +129,10 @@ def agreement(work: Path, k: int) -> dict:
     }
 
 
+def _median_wall(search: dict) -> float:
+    return float(np.median([wall for wall, _ in search["runs"]]))
+
+
 def markdown(result: dict) -> str:
     p = result["params"]
     lines = [
@@ -138,14 +142,15 @@ def markdown(result: dict) -> str:
         f"- command: `{result['command']}`",
         f"- machine: {result['machine']['cpu_model']}, {result['machine']['cores']} cores; each command starts its "
         "own local cluster (the default workers and threads), as a user's does",
-        f"- seconds: the fastest of {p['repeats']} runs of each command, the three run in turn; CPU: user + system "
-        "seconds of the command's whole process tree in that run",
+        f"- seconds: the fastest and the median of {p['repeats']} runs of each command, the three run in turn; CPU: "
+        "user + system seconds of the command's whole process tree in the fastest run",
         "",
-        "| codes | search | wall s | CPU s | / scan (wall) | answer |",
-        "|---|---|---|---|---|---|",
+        "| codes | search | wall s | median wall s | CPU s | / scan (wall) | / scan (median) | answer |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for n, size in result["sizes"].items():
         scan = size["searches"]["scan"]["wall_seconds"]
+        scan_median = _median_wall(size["searches"]["scan"])
         answers = {
             "scan": "exact",
             "mih": "identical distances" if size["agreement"]["mih_identical_distances"] else "DIFFERENT distances",
@@ -156,8 +161,9 @@ def markdown(result: dict) -> str:
                         "dims, default nprobe)"}  # fmt: skip
         for way, s in size["searches"].items():
             lines.append(
-                f"| {size_label(n)} | {names[way]} | {s['wall_seconds']:.1f} | {s['cpu_seconds']:.1f} | "
-                f"{s['wall_seconds'] / scan:.2f} | {answers[way]} |"
+                f"| {size_label(n)} | {names[way]} | {s['wall_seconds']:.2f} | {_median_wall(s):.2f} | "
+                f"{s['cpu_seconds']:.1f} | {s['wall_seconds'] / scan:.3f} | {_median_wall(s) / scan_median:.3f} | "
+                f"{answers[way]} |"
             )
     lines.append("")
     for n, size in result["sizes"].items():

@@ -69,7 +69,14 @@ from dask_hashcodes.indexes.mih import build_index
 from dask_hashcodes.indexes.plan import calibrated_choice
 from dask_hashcodes.indexes.rerank import K_FACTOR, check_rerank
 from dask_hashcodes.kernels.knn import neighbour_recall
-from dask_hashcodes.storage.atomic import DiskFull, check_file_output, check_output, read_commit, remove_artifact
+from dask_hashcodes.storage.atomic import (
+    DiskFull,
+    check_file_output,
+    check_output,
+    child_inside,
+    read_commit,
+    remove_artifact,
+)
 from dask_hashcodes.storage.chunkread import read_attrs
 from dask_hashcodes.storage.codes import Codes, open_codes
 from dask_hashcodes.storage.datasets import Dataset, Split, dataset_summary, open_dataset, write_dataset_like
@@ -616,7 +623,7 @@ def may_search_by_tables(
     calibration does not rule the tables out (indexes.plan). Read before the search's cluster
     starts, so that its workers load the tables' kernels only when a search may use them. The
     split's size counts only for a dataset stored at ``dataset`` (a built-in source is not
-    made here); an index or a dataset that is not there is left for the search to report."""
+    made here); an index or a split that is not there is left for the search to report."""
     loc = resolve(index, storage=storage)
     record = read_commit(loc)
     if record is None or record.get("kind") != MIH_KIND:
@@ -625,8 +632,13 @@ def may_search_by_tables(
         return True
     k = DEFAULT_K if k is None else k
     depth = (K_FACTOR * k if candidates is None else candidates) if rerank is not None else k  # what the tables search
-    where = None if dataset is None else resolve(dataset, storage=storage)
-    n_queries = open_dataset(where).get_split(split).n_query if where is not None and where.exists() else None
+    n_queries = None
+    if dataset is not None:
+        try:  # only the split's recorded size: the search opens and verifies the split itself
+            split_loc = child_inside(resolve(dataset, storage=storage), "splits", split, what="split name")
+            n_queries = int(read_attrs(split_loc, f"split {split}", "")["n_query"])
+        except (InputError, KeyError, TypeError, ValueError):
+            pass  # no stored split there (a built-in source not made yet, or a bad name): the search says so
     attrs = read_attrs(loc, f"index {loc}", "build it again with `overwrite=True`")
     return calibrated_choice(attrs, depth, n_queries) is None
 
