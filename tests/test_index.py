@@ -356,6 +356,11 @@ def test_a_search_the_calibration_rules_out_for_the_tables_reads_none_and_runs_n
             )
             is None
         )
+    # the depth the tables would search for: k, or a re-ranking's candidates
+    with mock.patch("dask_hashcodes.workflows.calibrated_choice", return_value=None) as chosen:
+        for search, depth in (({}, 100), ({"k": 10}, 10), ({"k": 10, "rerank": "exact"}, 300),
+                              ({"k": 10, "rerank": "exact", "candidates": 50}, 50)):  # fmt: skip
+            assert workflows.may_search_by_tables(d / "i.zarr", **search) and chosen.call_args.args[1] == depth
     # an inverted file never runs multi-index hashing; a missing index is the search's to report
     assert not workflows.may_search_by_tables(d / "v.zarr") and not workflows.may_search_by_tables(d / "none")
 

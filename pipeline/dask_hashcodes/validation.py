@@ -78,6 +78,9 @@ def check_int_param(value, name: str, owner: str, low: int = 1, high: int | None
     return int(value)
 
 
+DEFAULT_K = 100  # neighbours per query of a search given neither k nor radius
+
+
 def check_k(k) -> int:
     """The number of neighbours a top-k search asks for, refused in one line unless a positive int."""
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:

@@ -67,7 +67,7 @@ from dask_hashcodes.indexes.index import FlatIndex, IVFIndex, MIHIndex, Queries,
 from dask_hashcodes.indexes.ivf import DEFAULT_NPROBE, build_ivf, check_nprobe
 from dask_hashcodes.indexes.mih import build_index
 from dask_hashcodes.indexes.plan import calibrated_choice
-from dask_hashcodes.indexes.rerank import K_FACTOR, check_rerank
+from dask_hashcodes.indexes.rerank import check_rerank
 from dask_hashcodes.kernels.knn import neighbour_recall
 from dask_hashcodes.storage.atomic import (
     DiskFull,
@@ -85,6 +85,7 @@ from dask_hashcodes.storage.location import Location, resolve
 from dask_hashcodes.storage.mih_index import INDEX_KIND as MIH_KIND
 from dask_hashcodes.storage.residual_index import RESIDUAL_KIND
 from dask_hashcodes.storage.results import RESULTS_KIND, write_knn_results, write_radius_results, write_vector_results
+from dask_hashcodes.validation import DEFAULT_K, check_k
 from dask_hashcodes.views import database_view
 
 __all__ = [
@@ -523,9 +524,8 @@ def search_vectors(
     column) and in ``Searched.results``. ``nprobe``: lists probed per query (default: the
     index's own, chosen on validation queries). ``recall``: as in ``search``."""
     from dask_hashcodes.indexes.residual import ResidualIVF
-    from dask_hashcodes.validation import check_k
 
-    k = 100 if k is None else check_k(k)
+    k = DEFAULT_K if k is None else check_k(k)
     ds = load_dataset(dataset, storage=storage)
     split_ = split if isinstance(split, Split) else ds.get_split(split)
     out = _at(out, storage)
@@ -612,9 +612,6 @@ def search_index(
     return Rerank(rerank, base, candidates=candidates, source=source, model=model)
 
 
-DEFAULT_K = 100  # neighbours per query of a search given neither k nor radius
-
-
 def may_search_by_tables(
     index, *, k=None, radius=None, rerank=None, candidates=None, dataset=None, split="default", storage=None
 ) -> bool:
@@ -630,8 +627,7 @@ def may_search_by_tables(
         return False
     if radius is not None:
         return True
-    k = DEFAULT_K if k is None else k
-    depth = (K_FACTOR * k if candidates is None else candidates) if rerank is not None else k  # what the tables search
+    depth = check_rerank(rerank, candidates, k) or (DEFAULT_K if k is None else k)  # what the tables search for
     n_queries = None
     if dataset is not None:
         try:  # only the split's recorded size: the search opens and verifies the split itself

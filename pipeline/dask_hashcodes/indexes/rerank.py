@@ -17,6 +17,7 @@ from dask_hashcodes.distributed.graph import InlineRead, chunk_reads, map_chunks
 from dask_hashcodes.errors import InputError
 from dask_hashcodes.kernels.rerank import exact_pair_distances, lower_bound_pair_distances, pairs_topk
 from dask_hashcodes.kernels.topk import topk_merger
+from dask_hashcodes.validation import DEFAULT_K
 
 RERANKERS = {"exact": exact_pair_distances, "asymmetric": lower_bound_pair_distances}
 # FAISS's k_factor: Hamming candidates re-ranked per neighbour asked for (300 for a top-10), the
@@ -32,7 +33,7 @@ def check_rerank(rerank: str | None, candidates: int | None, k: int | None, radi
     before any cluster starts."""
     if radius is not None and rerank is not None:
         raise InputError("`rerank` re-ranks a top-k search; use `k` instead of `radius`")
-    k = 100 if k is None else k
+    k = DEFAULT_K if k is None else k
     if rerank is None:
         if candidates is not None:
             raise InputError(
