@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import os
 
-# Dask checks every process's event loop ("tick") every 20 ms, in the scheduler, each worker
-# and each nanny: an idle cluster spends a sizeable share of a core on it, the whole session
-# long. The tests never rely on its warnings, so the session's processes, and every process a
-# test starts (through the environment), check once a second.
-os.environ.setdefault("DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL", "1s")
+# An idle Dask cluster is not idle: every process checks its event loop ("tick") every 20 ms,
+# each worker samples its threads for the profile every 10 ms and reads its process's CPU and
+# memory every 0.5 s (the dashboard's plots), and each nanny reads its worker's memory every
+# 0.1 s. The session's clusters live the whole session, so this polling costs about a tenth
+# of a core per cluster for half an hour. The tests rely on none of it at that rate (the
+# performance report only needs some profile samples; no test races the memory monitor), so
+# the session's processes, and every process a test starts (through the environment), poll
+# 10 to 20 times less often.
+DASK_POLLING = {
+    "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s",
+    "DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL": "100ms",
+    "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "5s",
+    "DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL": "1s",
+}
+for _name, _value in DASK_POLLING.items():
+    os.environ.setdefault(_name, _value)
 
 import dask  # noqa: E402 - after the setting above, which dask reads from the environment
 import pytest  # noqa: E402
