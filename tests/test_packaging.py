@@ -214,7 +214,10 @@ def test_pip_install_of_the_checkout_imports_and_runs_without_torch_or_faiss(tmp
     # --no-compile: pip would byte-compile every module of every dependency (a third of this
     # test's CPU time), most of which nothing here imports; what runs compiles as it imports
     done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-compile", str(source)], capture_output=True, text=True, env=env
+        [str(python), "-m", "pip", "install", "-q", "--no-compile", str(source)],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     probe = (
