@@ -65,8 +65,9 @@ def test_a_seed_fixes_the_codes_and_a_saved_model_encodes_the_same(fmnist, tmp_p
 
 
 def test_dpsh_beats_itq_on_fashion_mnist(fmnist_small, fmnist_small_itq_map, cluster):
-    """Reduced run (24 bits, 2000 training rows, 25 epochs, the first 20000 Fashion-MNIST rows
-    as the database); the full comparison is in benchmarks/results/adsh/."""
+    """Reduced run (24 bits, 2000 training rows, 12 epochs, the first 20000 Fashion-MNIST rows
+    as the database): the same floor over ITQ that the full run clears by far, with the
+    margin these fixed seeds leave it (the full comparison: benchmarks/results/adsh/)."""
     from distributed import Client
 
     from dask_hashcodes import workflows
@@ -81,7 +82,7 @@ def test_dpsh_beats_itq_on_fashion_mnist(fmnist_small, fmnist_small_itq_map, clu
             queries=1000,
             seed=0,
             ks=[1000],
-            params={"dpsh": {"epochs": 25, "n_labeled": 2000}},
+            params={"dpsh": {"epochs": 12, "n_labeled": 2000}},
         )
     dpsh = report["results"][0]["metrics"]["map"]
     assert dpsh >= itq + 0.06, (dpsh, itq)
