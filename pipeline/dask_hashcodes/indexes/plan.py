@@ -86,10 +86,9 @@ def _mih_seconds(mih, substrings, sample: np.ndarray, scan_seconds: float, give_
     loser's full runs would cost more than the answer is worth), else the fastest full run."""
     early = sample[:EARLY_QUERIES]
     if len(early) < len(sample):
-        mih(early[:1], substrings)  # the first call loads the compiled kernel
-        started = time.perf_counter()
-        mih(early, substrings)
-        projected = (time.perf_counter() - started) * len(sample) / len(early)
+        # the fastest of a few runs, as for the scan: one run of a few queries takes tens of
+        # microseconds, which a single pause of the worker's process would multiply
+        projected = _fastest_seconds(lambda: mih(early, substrings)) * len(sample) / len(early)
         if projected >= give_up * scan_seconds:
             return projected, True
     return _fastest_seconds(lambda: mih(sample, substrings)), False
