@@ -59,7 +59,9 @@ from benchmarks.harness.runs import check_result_out, result_paths  # noqa: E402
 PR_SET_CHILD_SUBREAPER = 36
 TEST_COMMAND = [".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 FAST_TIER = ["-m", "not slow"]  # the fast tier's selection (tests/conftest.py marks the rest slow)
-SUMMARY = re.compile(r"=+ (.*\d+ (passed|failed).*) in [\d.]+s")
+# pytest's last line: "N passed, ... in S s", framed by "=" signs except under -q; a process that
+# outlives its test may still print after it, so the line is searched for, not taken last
+SUMMARY = re.compile(r"^(?:=+ )?(\d+ (?:passed|failed|error).*? in [\d.]+s(?: \([\d:]+\))?)")
 
 
 def become_subreaper() -> None:
