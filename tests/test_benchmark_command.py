@@ -171,3 +171,17 @@ def test_without_the_bench_extra_the_error_names_it(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "[bench]" in lines[0] and "faiss" in lines[0], done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_suite_cost_script_finds_pytests_summary_line_wherever_it_is(tmp_path):
+    """Under -q pytest's summary line has no "=" frame, and a process that outlived its test
+    may print after it: the recorded result is still that line, not the log's last one."""
+    from benchmarks.bench_suite_cost import _summary
+
+    log = tmp_path / "tests.log"
+    log.write_text(".... [100%]\n2716 passed, 25 skipped, 11 warnings in 1637.28s (0:27:17)\nTimeoutError: Timeout\n")
+    assert _summary(log) == "2716 passed, 25 skipped, 11 warnings in 1637.28s (0:27:17)"
+    log.write_text("== 1 failed, 2070 passed in 1643.32s (0:27:23) ==\n")
+    assert _summary(log) == "1 failed, 2070 passed in 1643.32s (0:27:23)"
+    log.write_text("Killed\n")
+    assert _summary(log) == "Killed"  # no summary at all: the last line says what happened
