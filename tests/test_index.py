@@ -24,9 +24,11 @@ from dask_hashcodes.indexes.index import FlatIndex, Index, MIHIndex, Queries, Re
 from dask_hashcodes.indexes.mih import MultiIndex
 from dask_hashcodes.indexes.plan import (
     CALIBRATED_K,
+    EARLY_MARGIN,
     MIH,
     SCAN,
     TRIAL_QUERIES,
+    _mih_seconds,
     calibrated_choice,
     early_sample_rows,
     faster_exact_search,
@@ -400,6 +402,23 @@ def test_the_calibrated_choice_needs_the_loss_at_the_depths_around_k_or_a_batch_
     ):
         with pytest.raises(InputError, match="damaged calibration"):
             calibrated_choice(damaged, 10)
+
+
+def test_one_paused_run_of_the_tables_early_look_does_not_give_them_up():
+    """The early look times a few queries in tens of microseconds: one pause of the process
+    during one of its runs (here 50 ms, the first timed one) must not project a loss."""
+    import time
+
+    runs = []
+
+    def mih(queries, substrings):
+        runs.append(len(queries))
+        if len(runs) == 2:
+            time.sleep(0.05)
+
+    sample = np.zeros((TRIAL_QUERIES, 4), np.uint8)
+    seconds, projected = _mih_seconds(mih, None, sample, scan_seconds=0.01, give_up=EARLY_MARGIN)
+    assert not projected and seconds < 0.01, (seconds, runs)
 
 
 def test_an_early_trial_samples_the_queries_of_the_first_chunks_holding_any():
