@@ -18,15 +18,23 @@ DASK_POLLING = {
     "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "5s",
     "DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL": "1s",
 }
-for _name, _value in DASK_POLLING.items():
+# The session's cluster workers hold both cores, each with one BLAS thread. A test process
+# is their client, as a `dhash` command is its local cluster's: connect() caps a command's
+# BLAS pools to the cores its workers leave free, because threads beyond them spin on the
+# workers' cores. The same cap for pytest's process and everything it starts (doc pages, CLI
+# commands, their clusters' workers), set before any of them loads a BLAS.
+ONE_BLAS_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+for _name, _value in {**DASK_POLLING, **ONE_BLAS_THREAD}.items():
     os.environ.setdefault(_name, _value)
 
 import dask  # noqa: E402 - after the setting above, which dask reads from the environment
 import pytest  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
 from dask_hashcodes.data.sources import fashion_mnist_available  # noqa: E402
 
 dask.config.refresh()  # in case a plugin imported dask before this file set the variable
+threadpool_limits(limits=1)  # the BLAS that plugins loaded before this file (zarr's imports numpy)
 
 pytest_plugins = ["tests.cpu_times"]  # --cpu-times FILE: each test's process-tree CPU seconds
 

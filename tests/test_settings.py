@@ -1,5 +1,6 @@
 """dhash's tunables live in dask's config (namespace ``dhash``) and take effect when set."""
 
+import json
 import os
 import subprocess
 import sys
@@ -59,3 +60,31 @@ def test_environment_variables_reach_the_namespace():
 def test_local_cluster_is_sized_from_the_cores():
     assert default_shape(1) == (1, 1) and default_shape(2) == (2, 1)
     assert default_shape(16) == (8, 2) and default_shape(64) == (8, 8)
+
+
+CLIENT_BLAS_THREADS = """
+if __name__ == "__main__":
+    import json
+    import threadpoolctl
+    from dask_hashcodes.distributed.cluster import connect
+
+    client = connect(workers=1, threads=1, quiet=True)
+    print(json.dumps(sorted({pool["num_threads"] for pool in threadpoolctl.threadpool_info()})))
+    client.close()
+"""
+
+
+@pytest.mark.parametrize("chosen", [None, "2"], ids=["default", "user-chosen"])
+def test_a_local_clusters_client_leaves_the_workers_cores_to_them(chosen):
+    """connect() starting a local cluster caps its own process's BLAS/OpenMP pools to the
+    cores the workers leave free (at least 1); a count the user set in the environment wins."""
+    from dask_hashcodes.distributed.cluster import BLAS_THREAD_VARIABLES, available_cores
+
+    env = {name: value for name, value in os.environ.items() if name not in BLAS_THREAD_VARIABLES}
+    if chosen:
+        env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = chosen
+    out = subprocess.run([sys.executable, "-c", CLIENT_BLAS_THREADS], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    cores = available_cores()
+    expected = min(int(chosen), cores) if chosen else max(1, cores - 1)
+    assert json.loads(out.stdout.splitlines()[-1]) == [expected]
