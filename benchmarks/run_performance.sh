@@ -42,6 +42,7 @@ done
 for m in dish dish-allreduce itq; do
   run train10 $B train --n 10000000 --bits 32 --method $m --data "$DATA" --out $R/train_10M_${m}.json --quiet --overwrite
 done
+run clientthreads .venv/bin/python benchmarks/bench_client_threads.py --repeat 2 --out $R/client_threads.json
 run itqfaiss $B train --method itq-vs-faiss --n 1000000 --bits 32 --data "$DATA" --out $R/train_itq_vs_faiss_1M.json --quiet --overwrite
 for m in dish-allreduce itq; do
   run train100 $B train --n 100000000 --bits 32 --method $m --floor-repeats 1 --data "$DATA" --out $R/train_100M_${m}.json --quiet --overwrite

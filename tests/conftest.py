@@ -18,11 +18,12 @@ DASK_POLLING = {
     "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "5s",
     "DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL": "1s",
 }
-# The session's cluster workers hold both cores, each with one BLAS thread. A test process
-# is their client, as a `dhash` command is its local cluster's: connect() caps a command's
-# BLAS pools to the cores its workers leave free, because threads beyond them spin on the
-# workers' cores. The same cap for pytest's process and everything it starts (doc pages, CLI
-# commands, their clusters' workers), set before any of them loads a BLAS.
+# The session's cluster workers hold both cores, each with one BLAS thread (dask's setting
+# for the processes a nanny starts). A test process is their client, and a fit already runs
+# its client-side steps on one BLAS thread (Hasher.fit); the tests' own numpy (brute-force
+# references, fixtures, evaluations) gets the same, so OpenBLAS's idle threads do not spin on
+# the workers' cores. Set for pytest's process and everything it starts (doc pages, CLI
+# commands, their clusters' workers); plugins load numpy before this file, hence the limit below.
 ONE_BLAS_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 for _name, _value in {**DASK_POLLING, **ONE_BLAS_THREAD}.items():
     os.environ.setdefault(_name, _value)

@@ -1,6 +1,5 @@
 """dhash's tunables live in dask's config (namespace ``dhash``) and take effect when set."""
 
-import json
 import os
 import subprocess
 import sys
@@ -62,29 +61,36 @@ def test_local_cluster_is_sized_from_the_cores():
     assert default_shape(16) == (8, 2) and default_shape(64) == (8, 8)
 
 
-CLIENT_BLAS_THREADS = """
-if __name__ == "__main__":
-    import json
-    import threadpoolctl
-    from dask_hashcodes.distributed.cluster import connect
+FIT_BLAS_THREADS = """
+import json
+import numpy as np
+import threadpoolctl
+from dask_hashcodes import PCAH
 
-    client = connect(workers=1, threads=1, quiet=True)
-    print(json.dumps(sorted({pool["num_threads"] for pool in threadpoolctl.threadpool_info()})))
-    client.close()
+def blas_threads():
+    return sorted({pool["num_threads"] for pool in threadpoolctl.threadpool_info() if pool["user_api"] == "blas"})
+
+seen, eigh = [], np.linalg.eigh
+np.linalg.eigh = lambda a: (seen.append(blas_threads()), eigh(a))[1]  # PCAH's client-side step
+PCAH(n_bits=2).fit(np.random.default_rng(0).standard_normal((200, 8)))
+print(json.dumps({"after": blas_threads(), "in fit": seen}))
 """
 
 
-@pytest.mark.parametrize("chosen", [None, "2"], ids=["default", "user-chosen"])
-def test_a_local_clusters_client_leaves_the_workers_cores_to_them(chosen):
-    """connect() starting a local cluster caps its own process's BLAS/OpenMP pools to the
-    cores the workers leave free (at least 1); a count the user set in the environment wins."""
-    from dask_hashcodes.distributed.cluster import BLAS_THREAD_VARIABLES, available_cores
+def test_a_fit_runs_its_client_side_steps_on_one_blas_thread():
+    """Inside ``fit`` the client's BLAS has one thread (so the model cannot depend on the
+    client machine's cores), and the process's own setting is back afterwards. Run in a
+    process without the test session's one-thread settings."""
+    import json
 
-    env = {name: value for name, value in os.environ.items() if name not in BLAS_THREAD_VARIABLES}
-    if chosen:
-        env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = chosen
-    out = subprocess.run([sys.executable, "-c", CLIENT_BLAS_THREADS], env=env, capture_output=True, text=True)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    }
+    env["OPENBLAS_NUM_THREADS"] = "2"  # a client whose BLAS would use 2 threads
+    out = subprocess.run([sys.executable, "-c", FIT_BLAS_THREADS], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    cores = available_cores()
-    expected = min(int(chosen), cores) if chosen else max(1, cores - 1)
-    assert json.loads(out.stdout.splitlines()[-1]) == [expected]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["in fit"] and all(threads == [1] for threads in got["in fit"]), got
+    from dask_hashcodes.distributed.cluster import available_cores
+
+    assert got["after"] == [min(2, available_cores())], got  # the process's own setting again

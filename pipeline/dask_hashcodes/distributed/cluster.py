@@ -90,7 +90,6 @@ def connect(
         auto_workers, auto_threads = default_shape()
         workers, threads = workers or auto_workers, threads or auto_threads
         cluster = None
-        blas_threads_chosen = any(name in os.environ for name in BLAS_THREAD_VARIABLES)  # before the nannies set them
         try:
             with (
                 dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ(warm)}),
@@ -106,8 +105,6 @@ def connect(
                     preload=[__name__],  # dask_setup below, in every worker process as it starts
                 )
             client = Client(cluster)
-            if not blas_threads_chosen:
-                leave_cores_to_local_workers(workers * threads)
         except BaseException:  # Ctrl-C while it started (delivered once it runs): no cluster left behind
             if cluster is not None:
                 with contextlib.suppress(BaseException):
@@ -117,27 +114,6 @@ def connect(
     if not quiet:
         print(f"dask: {where}; {dashboard_message(client.dashboard_link)}", file=sys.stderr)
     return client
-
-
-BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def leave_cores_to_local_workers(worker_threads: int) -> None:
-    """Cap this process's BLAS and OpenMP thread pools to the cores the local workers leave
-    free (at least one). ``connect`` skips this when the user chose a count with
-    OMP/OPENBLAS/MKL_NUM_THREADS (read before the nannies, which leave dask's worker caps in
-    this process's environment, started).
-
-    The workers already hold one single-threaded BLAS per worker thread on these cores. The
-    client's own small-matrix steps (eigendecompositions, rotations) then run between and
-    beside their tasks, and OpenBLAS's extra threads spin while they wait for work: each
-    spinning thread takes a core a worker needed, so a fit is slower in wall and CPU time
-    alike."""
-    free = max(1, available_cores() - worker_threads)
-    import scipy.linalg  # noqa: F401  (loads scipy's own BLAS, so the cap reaches it too)
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(limits=free)
 
 
 def dashboard_message(link: str | None) -> str:

@@ -26,6 +26,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import validate_data
+from threadpoolctl import threadpool_limits
 
 from dask_hashcodes import __version__
 from dask_hashcodes.distributed.graph import as_dask, is_dask_array
@@ -209,7 +210,12 @@ class Hasher(TransformerMixin, BaseEstimator):
             y = np.asarray(y)
         if learner.passes_over_rows_repeatedly:
             X = kept_on_workers(X, f"{learner.method} training")
-        learner._fit(X, learner.labels_for_fit(y), checkpoint)
+        # The client's share of a fit (eigendecompositions, SVDs and rotations of d x d or
+        # smaller matrices) on one BLAS thread: more threads gain little on matrices this
+        # size, and between calls OpenBLAS's idle threads spin on the cores the workers
+        # compute on (a local cluster's workers hold one BLAS thread per worker thread).
+        with threadpool_limits(limits=1, user_api="blas"):
+            learner._fit(X, learner.labels_for_fit(y), checkpoint)
         learner.training_stats_["train_seconds"] = round(time.perf_counter() - started, 4)
         self._take_learned_state(learner)
         return self
