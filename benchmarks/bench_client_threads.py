@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sys.path entry above
-from benchmarks.harness.runs import check_result_out, result_paths  # noqa: E402
+from benchmarks.harness.runs import check_result_out, write_pair  # noqa: E402
 
 COMMAND = [
     "evaluate", "--dataset", "fashion-mnist", "--methods", "sgh,usplh,itq", "--bits", "32",
@@ -123,13 +123,7 @@ def main(argv=None):
             "metrics_equal": all(r["metrics"] == runs[0]["metrics"] for r in runs),
         },
     }
-    from dask_hashcodes.storage.atomic import FILE_MARK, write_file_output
-    from dask_hashcodes.storage.jsonio import dumps
-
-    json_path, md_path = result_paths(args.out)
-    write_file_output(json_path, (dumps(result) + "\n").encode(), kind="bench", overwrite=args.overwrite)
-    text = markdown(result) + "\n" + FILE_MARK.format(kind="bench") + "\n"
-    write_file_output(md_path, text.encode(), kind="bench", overwrite=args.overwrite)
+    write_pair(result, markdown(result), args.out, overwrite=args.overwrite)
     print(markdown(result))
 
 

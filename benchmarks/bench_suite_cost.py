@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.harness.measure import machine_info  # noqa: E402 - after the sys.path entry above
-from benchmarks.harness.runs import check_result_out, result_paths  # noqa: E402
+from benchmarks.harness.runs import check_result_out, write_pair  # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
 TEST_COMMAND = [".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
@@ -245,13 +245,7 @@ def main(argv=None):
         "fast_tier": args.fast_tier,
         "runs": runs,
     }
-    from dask_hashcodes.storage.atomic import FILE_MARK, write_file_output
-    from dask_hashcodes.storage.jsonio import dumps
-
-    json_path, md_path = result_paths(args.out)
-    write_file_output(json_path, (dumps(result) + "\n").encode(), kind="bench", overwrite=args.overwrite)
-    text = markdown(result) + "\n" + FILE_MARK.format(kind="bench") + "\n"
-    write_file_output(md_path, text.encode(), kind="bench", overwrite=args.overwrite)
+    write_pair(result, markdown(result), args.out, overwrite=args.overwrite)
     print(markdown(result))
 
 

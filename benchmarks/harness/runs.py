@@ -574,6 +574,18 @@ def check_result_out(out, *, overwrite: bool, flag: str | None = None) -> None:
         check_file_output(path, kind=BENCH_KIND, overwrite=overwrite, flag=flag or OVERWRITE)
 
 
+def write_pair(result: dict, text: str, out, *, overwrite: bool = False) -> None:
+    """The result JSON and its Markdown ``text`` beside it (``result_paths``), each marked as
+    a bench file dhash wrote, so that a later run with ``overwrite`` may replace them."""
+    from dask_hashcodes.storage.atomic import FILE_MARK, write_file_output
+    from dask_hashcodes.storage.jsonio import dumps
+
+    json_path, md_path = result_paths(out)
+    write_file_output(json_path, (dumps(result) + "\n").encode(), kind=BENCH_KIND, overwrite=overwrite)
+    text = text + "\n" + FILE_MARK.format(kind=BENCH_KIND) + "\n"
+    write_file_output(md_path, text.encode(), kind=BENCH_KIND, overwrite=overwrite)
+
+
 def write_result(result: dict, out, *, overwrite: bool = False) -> Path:
     """The result JSON (schema dhash.bench/1) and its Markdown table beside it
     (``result_paths``); an existing file is replaced only with ``overwrite`` and only when it
