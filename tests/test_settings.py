@@ -78,9 +78,8 @@ print(json.dumps({"after": blas_threads(), "in fit": seen}))
 
 
 def test_a_fit_runs_its_client_side_steps_on_one_blas_thread():
-    """Inside ``fit`` the client's BLAS has one thread (so the model cannot depend on the
-    client machine's cores), and the process's own setting is back afterwards. Run in a
-    process without the test session's one-thread settings."""
+    """Inside ``fit`` the client's BLAS has one thread, and the process's own setting is back
+    afterwards. Run in a process without the test session's one-thread settings."""
     import json
 
     env = {

@@ -590,16 +590,10 @@ def write_result(result: dict, out, *, overwrite: bool = False) -> Path:
     """The result JSON (schema dhash.bench/1) and its Markdown table beside it
     (``result_paths``); an existing file is replaced only with ``overwrite`` and only when it
     is a bench result dhash wrote. Returns the JSON's path."""
-    from dask_hashcodes.storage.atomic import FILE_MARK, write_file_output
-    from dask_hashcodes.storage.jsonio import dumps
-
     check_result_out(out, overwrite=overwrite)
-    json_path, md = result_paths(out)
     result = {"schema": f"dhash.{BENCH_KIND}/1", **{k: v for k, v in result.items() if k != "schema"}}
-    write_file_output(json_path, (dumps(result) + "\n").encode(), kind=BENCH_KIND, overwrite=overwrite)
-    text = markdown(result) + "\n" + FILE_MARK.format(kind=BENCH_KIND) + "\n"
-    write_file_output(md, text.encode(), kind=BENCH_KIND, overwrite=overwrite)
-    return Path(str(json_path))
+    write_pair(result, markdown(result), out, overwrite=overwrite)
+    return Path(str(result_paths(out)[0]))
 
 
 # ----------------------------------------------------------- ITQ vs faiss.ITQTransform ----
