@@ -131,6 +131,15 @@ def test_splh_kernels_equal_their_definitions():
             assert new[i, j] == pytest.approx(expected)
     multi = np.array([[1, 0, 1], [0, 1, 1], [1, 0, 0], [0, 1, 0]], dtype=np.uint8)
     np.testing.assert_array_equal(pair_labels(multi), [[1, 1, 1, -1], [1, 1, -1, 1], [1, -1, 1, -1], [-1, 1, -1, 1]])
+    # each bit's direction: the top eigenvector of the full decomposition, with its sign
+    # fixed, from the partial solver (an indefinite matrix, as C + eta s L can be)
+    A = rng.standard_normal((50, 50))
+    M = (A + A.T) / 2.0
+    values, vectors = np.linalg.eigh(M)
+    top = vectors[:, -1] * np.sign(vectors[np.abs(vectors[:, -1]).argmax(), -1])
+    direction = splh_k.top_direction(M)
+    np.testing.assert_allclose(direction, top, atol=1e-12)
+    assert direction[np.abs(direction).argmax()] > 0 and M @ direction == pytest.approx(values[-1] * direction)
 
 
 def test_pseudo_label_term_equals_explicit_pair_matrix():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from dask_hashcodes.kernels.codes import project_linear
-from dask_hashcodes.kernels.stats import top_eigenvectors
+from dask_hashcodes.kernels.stats import top_eigenvector
 
 
 def label_term(Xl: np.ndarray, S: np.ndarray) -> np.ndarray:
@@ -36,7 +36,7 @@ def label_scale(C: np.ndarray, L: np.ndarray) -> float:
 
 def top_direction(M: np.ndarray) -> np.ndarray:
     """Unit top eigenvector of a symmetric matrix, with a fixed sign."""
-    return top_eigenvectors((M + M.T) / 2.0, 1)[1][:, 0]
+    return top_eigenvector((M + M.T) / 2.0)
 
 
 def truncated_label_update(S: np.ndarray, projections: np.ndarray, alpha: float) -> np.ndarray:
