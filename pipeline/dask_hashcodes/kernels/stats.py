@@ -8,7 +8,6 @@ precision when the data has a large offset (embeddings, SIFT's mean of ~30 per d
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
 Moments = tuple[int, np.ndarray, np.ndarray]
 
@@ -61,6 +60,8 @@ def top_eigenvector(M: np.ndarray) -> np.ndarray:
     ``top_eigenvectors``. LAPACK's partial solver (syevr for one eigenpair) reduces the matrix
     to tridiagonal form and back-transforms one vector instead of all of them: a fraction of
     the full decomposition's work, for the methods that take one direction per bit."""
+    import scipy.linalg  # here: workers import this module for the moments, and scipy.linalg is slow to import
+
     d = M.shape[0]
     _, vector = scipy.linalg.eigh(M, subset_by_index=[d - 1, d - 1], driver="evr", check_finite=False)
     return _fixed_signs(vector)[:, 0]
