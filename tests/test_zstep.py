@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+from scipy import sparse
 
 from dask_hashcodes.kernels import zstep
 from dask_hashcodes.kernels.affinity import bit_coefficients, label_affinities
@@ -120,6 +121,28 @@ def test_the_penalised_spectral_start_is_eq_9s_eigenvector_truncated_to_the_box(
     np.testing.assert_allclose(_spectral_box_start(S, linear), np.clip(vector[:80], -1, 1), atol=1e-6)
     dominant = _spectral_box_start(S, -2.0 * 1e4 * h)
     np.testing.assert_array_equal(np.sign(dominant), h)
+
+
+def test_a_mostly_non_zero_matrix_is_multiplied_dense_with_the_sparse_products_results(monkeypatch):
+    """Label affinities over every pair make S mostly non-zero: its products run dense (no
+    more memory than its CSR arrays), a sparse S stays sparse, and both paths give the same
+    smallest eigenvector and the same quadratic-surrogate codes."""
+    from dask_hashcodes.kernels.zstep import _dense_is_cheap, _smallest_eigenvector, symmetric_part
+
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 4, 300)
+    every_label_pair = sparse.triu(np.where(labels[:, None] == labels[None, :], 1.0, -1.0), k=1, format="csr")
+    every_pair = symmetric_part(bit_coefficients("ksh", rng.choice([-1.0, 1.0], (300, 3)), every_label_pair, 1))
+    neighbours = symmetric_part(bit_coefficients("ksh", rng.choice([-1.0, 1.0], (300, 3)),
+                                                 label_affinities(labels, 5, 10, rng), 1))  # fmt: skip
+    assert _dense_is_cheap(every_pair) and not _dense_is_cheap(neighbours)
+    h, z = rng.choice([-1.0, 1.0], 300), rng.choice([-1.0, 1.0], 300)
+    dense = _smallest_eigenvector(every_pair), quad_bit(every_pair, z, 0.5, h)
+    monkeypatch.setattr(zstep, "DENSE_PRODUCT_BYTES", 0)
+    assert not _dense_is_cheap(every_pair)
+    csr = _smallest_eigenvector(every_pair), quad_bit(every_pair, z, 0.5, h)
+    np.testing.assert_allclose(dense[0], csr[0], atol=1e-10)
+    np.testing.assert_array_equal(dense[1], csr[1])
 
 
 @pytest.mark.parametrize("loss", ["ksh", "esplh"])

@@ -55,8 +55,22 @@ def _smallest_eigenvector(S) -> np.ndarray:
     if n < 64:
         vector = np.linalg.eigh(S.toarray())[1][:, 0]
     else:
-        vector = eigsh(S, k=1, which="SA", v0=np.ones(n) / np.sqrt(n))[1][:, 0]
+        operator = S.toarray() if _dense_is_cheap(S) else S
+        vector = eigsh(operator, k=1, which="SA", v0=np.ones(n) / np.sqrt(n))[1][:, 0]
     return vector / max(np.abs(vector).max(), 1e-300)
+
+
+DENSE_PRODUCT_BYTES = 256 * 2**20  # the largest dense copy made for the products (n up to ~5800)
+
+
+def _dense_is_cheap(S) -> bool:
+    """Whether S is worth multiplying as a dense array: as float64 it is at most a quarter
+    larger than S's CSR arrays (about 55% of the entries non-zero or more, as label
+    affinities make them) and small in absolute terms. Lanczos's and L-BFGS-B's products then
+    run dense: a BLAS matrix-vector product reads no column indices and runs several times
+    faster than the CSR one, for results equal to the sparse ones up to rounding."""
+    dense = S.shape[0] * S.shape[1] * 8
+    return dense <= DENSE_PRODUCT_BYTES and dense <= 1.25 * (S.data.nbytes + S.indices.nbytes + S.indptr.nbytes)
 
 
 def augmented_matrix(S, linear: np.ndarray) -> sparse.csr_matrix:
@@ -84,10 +98,13 @@ def _quad(S, z: np.ndarray, mu: float, h: np.ndarray, max_iter: int) -> np.ndarr
     z = np.asarray(z, dtype=np.float64)
     linear = -2.0 * mu * np.asarray(h, dtype=np.float64)
     # L-BFGS-B's cost is S x, bound by reading S (nnz ~ 2 N (kappa+ + kappa-)): with S's values
-    # in float32 the product reads 8 instead of 12 bytes per entry and runs faster, while
-    # its rounding (~1e-7 relative) is far below what changes a sign of the relaxed solution;
-    # the energies that decide whether to keep the new bit are computed in float64
+    # in float32 the product reads 8 instead of 12 bytes per entry (4 when S is mostly
+    # non-zero and multiplied dense) and runs faster, while its rounding (~1e-7 relative) is
+    # far below what changes a sign of the relaxed solution; the energies that decide whether
+    # to keep the new bit are computed in float64
     S_single = S.astype(np.float32)
+    if _dense_is_cheap(S):
+        S_single = S_single.toarray()
 
     def energy_and_gradient(x):
         Sx = (S_single @ x.astype(np.float32)).astype(np.float64)
