@@ -22,6 +22,7 @@ features, so the same whatever the chunking); the client projects them.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 from scipy.linalg import solve_triangular
 
 from dask_hashcodes.kernels.codes import BIT_ORDER, SLAB_ROWS, code_size
@@ -92,18 +93,27 @@ def assignment_sums(
     X: np.ndarray, mean: np.ndarray, components: np.ndarray, centroids: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """One assignment step's statistics of a chunk: (points per codeword (M, k) int64, sum of
-    the raw rows assigned to each codeword (M, k, d) float64). The sums are a one-hot GEMM,
+    the raw rows assigned to each codeword (M, k, d) float64). The sums add rows in float64,
     exact for integer features."""
     M, k, _ = centroids.shape
     counts, sums = np.zeros(M * k, np.int64), np.zeros((M * k, X.shape[1]))
     flat = np.arange(M) * k
     for _, part, nearest in _nearest_slabs(X, mean, components, centroids):
-        cells = (nearest + flat[None, :]).ravel()
-        counts += np.bincount(cells, minlength=M * k)
-        onehot = np.zeros((len(part), M * k))
-        onehot[np.repeat(np.arange(len(part)), M), cells] = 1.0
-        sums += (part.T @ onehot).T  # this operand order is the faster BLAS layout (onehot.T @ part is slower)
+        cells = nearest + flat[None, :]
+        counts += np.bincount(cells.ravel(), minlength=M * k)
+        _add_rows_to_cells(part, cells, sums)
     return counts.reshape(M, k), sums.reshape(M, k, X.shape[1])
+
+
+@njit(nogil=True, cache=True)
+def _add_rows_to_cells(part, cells, sums):
+    """sums[cells[i, m]] += part[i] for every row i and subspace m, rows in order: M row
+    additions per row, where a one-hot GEMM would multiply each row by all M k columns."""
+    for i in range(part.shape[0]):
+        for m in range(cells.shape[1]):
+            target = sums[cells[i, m]]
+            for c in range(part.shape[1]):
+                target[c] += part[i, c]
 
 
 def projected_sums(sums: np.ndarray, counts: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
