@@ -67,8 +67,8 @@ def _dense_is_cheap(S) -> bool:
     """Whether S is worth multiplying as a dense array: as float64 it is at most a quarter
     larger than S's CSR arrays (about 55% of the entries non-zero or more, as label
     affinities make them) and small in absolute terms. Lanczos's and L-BFGS-B's products then
-    run dense: a BLAS matrix-vector product reads no column indices and runs several times
-    faster than the CSR one, for results equal to the sparse ones up to rounding."""
+    run dense: a BLAS matrix-vector product reads no column indices and runs faster than the
+    CSR one, for results equal to the sparse ones up to rounding."""
     dense = S.shape[0] * S.shape[1] * 8
     return dense <= DENSE_PRODUCT_BYTES and dense <= 1.25 * (S.data.nbytes + S.indices.nbytes + S.indptr.nbytes)
 
