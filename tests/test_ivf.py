@@ -5,6 +5,7 @@ import re
 import numpy as np
 import pytest
 
+from dask_hashcodes.kernels import ivf as ivf_kernels
 from dask_hashcodes.kernels.codes import pack_signs
 from dask_hashcodes.kernels.hamming import hamming_distances, hamming_topk
 from dask_hashcodes.kernels.ivf import (
@@ -96,6 +97,15 @@ def test_exact_reranking_equals_brute_force_over_the_probed_lists(nprobe, candid
         np.testing.assert_array_equal(dist[q, : len(ranked)], exact[ranked])
         assert (ids[q, len(ranked) :] == -1).all() and np.isinf(dist[q, len(ranked) :]).all()
     assert (ids == -1).any() == (k == 300)  # the padding case is exercised
+    # vectors in memory give the same answer, through the same compiled kernel: both are
+    # passed to it read-only (a view: the caller's array stays writeable)
+    in_memory = search_lists_exact(
+        query_codes, query_vectors, probes, codes[order], base + order, offsets, vectors, order, candidates, k
+    )
+    np.testing.assert_array_equal(in_memory[0], dist)
+    np.testing.assert_array_equal(in_memory[1], ids)
+    assert not any(signature[6].mutable for signature in ivf_kernels._probed_exact_topk.signatures)
+    assert vectors.flags.writeable
 
 
 def test_probing_every_list_is_the_linear_scan():

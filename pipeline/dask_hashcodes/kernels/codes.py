@@ -53,6 +53,16 @@ def random_codes(seed: int, start: int, n_rows: int, n_bits: int) -> np.ndarray:
 SLAB_ROWS = 2048  # rows converted to float32 at a time: the slab stays in L2 for the GEMM
 
 
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view of ``array`` (no copy). numba compiles a kernel once per argument
+    type, and a read-only array (a file memory-mapped with mode "r") is another type than a
+    writeable one: an argument a kernel only reads is passed read-only either way, so one
+    compiled version serves both."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
 def row_slabs(n_rows: int, slab_rows: int = SLAB_ROWS):
     """Yield slices of ``slab_rows`` consecutive rows (the last one shorter) covering ``n_rows``:
     the unit a kernel converts and multiplies at a time, so a chunk is never copied whole."""

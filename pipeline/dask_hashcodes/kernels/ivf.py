@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dask_hashcodes.kernels.codes import row_slabs
+from dask_hashcodes.kernels.codes import read_only, row_slabs
 from dask_hashcodes.kernels.hamming import ID_BITS, as_words, empty_topk, hamming_topk, popcount
 from dask_hashcodes.kernels.topk import smallest_with_offsets
 
@@ -333,7 +333,7 @@ def search_lists_exact(
         )
     words, probes, list_words, list_ids, offsets = _checked(query_codes, probes, list_codes, list_ids, offsets)
     _probed_exact_topk(
-        words, query_vectors, probes, list_words, list_ids, offsets, vectors,
+        words, query_vectors, probes, list_words, list_ids, offsets, read_only(vectors),
         np.ascontiguousarray(list_rows, dtype=list_ids.dtype), candidates, out_d, out_i,
     )  # fmt: skip
     return out_d, out_i

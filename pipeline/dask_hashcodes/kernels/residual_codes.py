@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dask_hashcodes.kernels.codes import read_only
 from dask_hashcodes.kernels.hamming import popcount
 from dask_hashcodes.kernels.itq import itq_rotation, random_rotation
 
@@ -283,7 +284,7 @@ def search_residual_lists(rotated_queries, query_vectors, probes, centroid_dista
     exact = np.zeros(nq, np.int64)
     _search(planes, step, sums, np.ascontiguousarray(query_vectors, np.float32),
             np.ascontiguousarray(probes, np.int64), np.ascontiguousarray(centroid_distances, np.float32), list_words,
-            list_factors, offsets, list_vectors, np.float32(vector_scale), list_ids,
+            list_factors, offsets, read_only(list_vectors), np.float32(vector_scale), list_ids,
             np.float32(min(eps, WIDEST_EPS) * error_ratio), out_d, out_i, exact)  # fmt: skip
     return out_d, out_i, exact
 
