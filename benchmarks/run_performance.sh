@@ -6,7 +6,7 @@
 # (the committed speed results used a sift-synth v1 set; their cost does not depend on the
 # generator version. The pipeline step makes its own v2 data.)
 # `bash benchmarks/run_performance.sh STEP` runs one step (search, groundtruth, groundtruth-epyc, train10, encode,
-# search100, dish100, train100, itqfaiss, pipeline, summary); no argument runs them all (~1.5 h).
+# search100, dish100, train100, itqfaiss, pipeline, clientthreads, fitkernels, summary); no argument runs them all (~1.5 h).
 # summary rebuilds results/performance.md (and the README's copy of it) from the result files.
 set -euo pipefail
 DATA=${DATA:-/work/bigdata/sift100m.zarr}
@@ -43,6 +43,7 @@ for m in dish dish-allreduce itq; do
   run train10 $B train --n 10000000 --bits 32 --method $m --data "$DATA" --out $R/train_10M_${m}.json --quiet --overwrite
 done
 run clientthreads .venv/bin/python benchmarks/bench_client_threads.py --repeat 2 --out $R/client_threads.json
+run fitkernels .venv/bin/python benchmarks/bench_fit_kernels.py --repeat 3 --out $R/fit_kernels.json --overwrite
 run itqfaiss $B train --method itq-vs-faiss --n 1000000 --bits 32 --data "$DATA" --out $R/train_itq_vs_faiss_1M.json --quiet --overwrite
 for m in dish-allreduce itq; do
   run train100 $B train --n 100000000 --bits 32 --method $m --floor-repeats 1 --data "$DATA" --out $R/train_100M_${m}.json --quiet --overwrite
