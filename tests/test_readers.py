@@ -279,6 +279,33 @@ def test_fashion_mnist_header_and_first_block():
     assert labels.shape == (60000,) and set(np.unique(labels)) == set(range(10))
 
 
+@pytest.mark.slow  # the real data set
+@pytest.mark.skipif(not (FASHION / "train-images-idx3-ubyte.gz").exists(), reason="Fashion-MNIST not installed")
+def test_the_built_in_sources_are_built_once_in_the_data_directory_then_reopened(tmp_path, monkeypatch):
+    """``load_dataset("fashion-mnist")`` (what ``dhash demo`` and every ``--dataset
+    fashion-mnist`` call) writes the whole set into the data directory once, as
+    ``load_dataset("sift-synth", n=...)`` writes its generated set; later calls open that copy
+    and rewrite nothing."""
+    from dask_hashcodes.data.sources import default_path
+    from dask_hashcodes.workflows import load_dataset
+
+    monkeypatch.setenv("DHASH_DATA_DIR", str(tmp_path))
+    expected = {
+        "fashion-mnist": ({}, (70000, 784, np.uint8, "fashion-mnist")),
+        "sift-synth": ({"n": 3000, "seed": 1}, (3000, 128, np.uint8, "sift-synth:seed=1")),
+    }
+    for name, (args, shape) in expected.items():
+        built = Path(load_dataset(name, **args).path)
+        assert built == default_path(name, **args) and built.parent == tmp_path
+        commit = built / ".dhash-commit.json"
+        written = commit.stat().st_mtime_ns
+        again = load_dataset(name, **args)
+        assert Path(again.path) == built and commit.stat().st_mtime_ns == written, name
+        assert (again.n, again.d, again.dtype, again.source) == shape
+    labels = np.asarray(load_dataset("fashion-mnist").labels)
+    assert np.array_equal(labels[:60000], read_idx_labels(FASHION / "train-labels-idx1-ubyte.gz"))
+
+
 # ---- errors ----------------------------------------------------------------------------
 
 
