@@ -10,6 +10,7 @@ from scipy import sparse
 
 from dask_hashcodes import InputError
 from dask_hashcodes.hashing import make_hasher
+from dask_hashcodes.hashing.mac import TWO_STEP_STARTS
 from dask_hashcodes.kernels.affinity import affinity_loss, knn_affinities, label_affinities, neighbour_blocks
 from dask_hashcodes.kernels.ranking import signs_precision_at_k
 from dask_hashcodes.kernels.zstep import free_codes, z_steps
@@ -76,6 +77,7 @@ def test_codes_are_identical_for_one_and_two_workers(fmnist_rows, clusters):
     params = {"n_labeled": 600, "n_similar": 20, "n_dissimilar": 60, "validation_size": 100, "max_iter": 2}
     codes, paths = [], []
     for workers in (1, 2):
+        TWO_STEP_STARTS.clear()  # each cluster computes its own start: the start is compared too
         with Client(clusters[workers]):
             model = make_hasher("maccut", 8, mu_start=5.0, **params).fit(X, y)
             codes.append(model.encode(X))
@@ -86,6 +88,38 @@ def test_codes_are_identical_for_one_and_two_workers(fmnist_rows, clusters):
     tried = model.training_stats_["svm_c_validation_precision"]
     assert list(tried) == ["1", "10", "100", "1000"]
     assert model.training_stats_["svm_c"] == float(max(tried, key=lambda c: (tried[c], -float(c))))
+
+
+def test_an_equal_earlier_start_is_taken_and_gives_the_model_a_fresh_start_gives(fmnist_rows):
+    """MACquad right after quad on the same rows (an evaluation's order) takes quad's two-step
+    start instead of computing it: its weights, path and recorded numbers are those of a fit
+    that computed its own, and its training time counts the start's seconds. A fit whose
+    start inputs differ (another seed draws other training points) computes its own."""
+    X, y = fmnist_rows[0][:1200], fmnist_rows[1][:1200]
+    params = {"n_labeled": 500, "n_similar": 20, "n_dissimilar": 60, "validation_size": 100}
+    TWO_STEP_STARTS.clear()
+    quad = make_hasher("quad", 6, **params).fit(X, y)
+    mac = make_hasher("macquad", 6, max_iter=3, **params).fit(X, y)
+    stats, start = mac.training_stats_, quad.training_stats_["mac_path"][0]
+    assert quad.training_stats_["start_reused"] is False and stats["start_reused"] is True
+    assert stats["mac_path"][0] == start  # the start's entry, its seconds included
+    assert stats["reused_seconds"] == pytest.approx(start["z_seconds"] + start["h_seconds"], abs=2e-3)  # ms rounding
+    assert stats["reused_seconds"] > 0
+    assert stats["train_seconds"] >= stats["reused_seconds"]
+    assert mac.weights_.flags.writeable and not np.shares_memory(quad.weights_, mac.weights_)
+
+    TWO_STEP_STARTS.clear()
+    fresh = make_hasher("macquad", 6, max_iter=3, **params).fit(X, y)
+    assert fresh.training_stats_["start_reused"] is False
+    np.testing.assert_array_equal(fresh.weights_, mac.weights_)
+    np.testing.assert_array_equal(fresh.intercepts_, mac.intercepts_)
+    assert fresh.model_id == mac.model_id and len(stats["mac_path"]) > 1
+    assert _path_without_timings(fresh) == _path_without_timings(mac)
+    for name in ("svm_c", "svm_passes", "loss", "validation_precision", "free_codes_loss", "stopped"):
+        assert fresh.training_stats_[name] == stats[name], name
+
+    other = make_hasher("quad", 6, random_state=1, **params).fit(X, y)
+    assert other.training_stats_["start_reused"] is False
 
 
 def test_bad_input_gives_one_line_errors(fmnist_rows):
@@ -177,7 +211,8 @@ def test_mac_keeps_an_iterate_no_worse_on_validation_than_its_two_step_start(mac
     (paper Figs. 2-3, Sec. 3.1)."""
     start, mac = mac_report[two_step], mac_report["mac" + two_step]
     path = mac["training"]["mac_path"]
-    assert path[0]["loss_h"] == start["training"]["loss"]  # the same start
+    assert path[0]["loss_h"] == start["training"]["loss"]  # the same start, taken from the two-step fit
+    assert mac["training"]["start_reused"] and not start["training"]["start_reused"]
     assert mac["training"]["svm_c"] == start["training"]["svm_c"] == 1.0
     assert mac["training"]["validation_precision"] >= start["training"]["validation_precision"]
     assert mac["metrics"]["map"] >= start["metrics"]["map"] - 0.005

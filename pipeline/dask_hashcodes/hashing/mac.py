@@ -25,7 +25,12 @@ the constraint Z = h(X) and minimises L(Z) + mu ||Z - h(X)||^2 while mu grows
 until Z = h(X) after a Z-step (then nothing can change any more) or ``max_iter`` iterations.
 The start (mu -> 0+) is the two-step methods' result: free codes minimising L(Z) alone,
 then h fitted to them once. With ``max_iter = 0`` that start is the answer: the ``quad``
-(TSH-like) and ``cut`` (FastHash-like) baselines.
+(TSH-like) and ``cut`` (FastHash-like) baselines. The start is a deterministic function of
+the training features, the affinities, the validation rows and the few parameters it uses,
+so a fit whose start inputs equal those of a recent fit in this process (macquad after quad
+in one evaluation, a sweep over the iteration parameters) takes that start instead of
+computing it again (``TWO_STEP_STARTS``): the model is the one a fresh start gives, and the
+training time still counts the start's seconds (``reused_seconds``).
 
 Early stopping (paper Sec. 3.1): after each iteration, the precision of the new h on a
 validation set (``validation_size`` rows of the training data drawn with the seed, apart
@@ -44,8 +49,10 @@ chunks: features of each row, one GEMM, signs.
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
+import threading
 import time
 from numbers import Integral, Real
 
@@ -54,7 +61,7 @@ import numpy as np
 from dask import delayed
 from dask.base import tokenize
 
-from dask_hashcodes.distributed.graph import select_rows
+from dask_hashcodes.distributed.graph import reduction_fan_in, select_rows
 from dask_hashcodes.distributed.progress import active_client, steps
 from dask_hashcodes.distributed.row_blocks import svm_blocks
 from dask_hashcodes.errors import InputError, shape_words
@@ -105,6 +112,42 @@ LABEL_BLOCK_POINTS = 4000
 # training points whose exact neighbours measure an approximate knn search (one exact
 # search over the training points each)
 KNN_RECALL_POINTS = 256
+
+
+class TwoStepStarts:
+    """The two-step starts of the last few fits in this process, by a token of everything a
+    start depends on (``_MacRun.start_token``). A start holds the free codes, the chosen C,
+    h's weights and intercepts, and what the fit records of it; its arrays are read-only, so
+    no later step can change a start another fit will take."""
+
+    def __init__(self, kept: int):
+        self.kept = kept
+        self._starts: dict[str, dict] = {}
+        self._lock = threading.Lock()  # fits may run in several threads of one process
+
+    def get(self, token: str) -> dict | None:
+        with self._lock:
+            return self._starts.get(token)
+
+    def put(self, token: str, start: dict) -> dict:
+        for value in start.values():
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+        with self._lock:
+            self._starts[token] = start
+            while len(self._starts) > self.kept:
+                self._starts.pop(next(iter(self._starts)))  # the oldest first
+        return start
+
+    def clear(self) -> None:
+        with self._lock:
+            self._starts.clear()
+
+
+# an evaluation runs every method at one code length before the next, so quad's and cut's
+# starts are both still held when macquad and maccut follow; a start is a few MB at most (the
+# codes as int8, h's weights)
+TWO_STEP_STARTS = TwoStepStarts(kept=4)
 
 
 class _Shared:
@@ -612,15 +655,65 @@ class _MacRun:
         self.stats["mac_path"].append(entry)
         log.info("%s %d bits: %s", self.model._name, self.model.n_bits, entry)
 
-    def optimise(self):
+    def start_token(self) -> str:
+        """Everything the two-step start depends on: the training features, the affinities and
+        the GraphCut blocks, the validation rows and their relevance, the parameters the start
+        uses, C's grid and how the SVM solves sum over the rows."""
         m = self.model
-        loss = m.loss
+        pairs = self.Y  # by its arrays: dask's token of a sparse matrix can differ between equal copies
+        return tokenize(
+            self.F,
+            (pairs.shape, pairs.indptr, pairs.indices, pairs.kind),
+            self.cluster["blocks"].token,
+            self.Fv,
+            self.F_base,
+            self.relevant,
+            (m.loss, m.n_bits, m.solver, m.start_passes, m.svm_c, m.n_similar),
+            SVM_C_GRID,
+            # where the SVM solves run and the fan-in of their sums, which set the summation order
+            (type(self.svm).__name__, reduction_fan_in()),
+        )
+
+    def two_step_start(self) -> dict:
+        """Free codes, then h fitted to them once (choosing C), with what the fit records."""
         started = time.perf_counter()
+        svm_passes = self.stats["svm_passes"]
         Z, passes = self.free_codes()
         z_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        self.W, self.c, best = self.choose_svm_c(Z)
+        W, c, best = self.choose_svm_c(Z)
         h_seconds = time.perf_counter() - started
+        chosen = {k: self.stats[k] for k in ("svm_c", "svm_c_validation_precision") if k in self.stats}
+        return {
+            "Z": Z.astype(np.int8),  # the codes are +-1: an eighth of the bytes, restored exactly
+            "Z_dtype": Z.dtype,
+            "W": W,
+            "c": c,
+            "best": best,
+            "C": self.svm.C,
+            "chosen": chosen,
+            "svm_passes": self.stats["svm_passes"] - svm_passes,
+            "z_passes": passes,
+            "z_seconds": z_seconds,
+            "h_seconds": h_seconds,
+        }
+
+    def optimise(self):
+        m = self.model
+        loss = m.loss
+        token = self.start_token()
+        start = TWO_STEP_STARTS.get(token)
+        if start is None:
+            start = TWO_STEP_STARTS.put(token, self.two_step_start())
+        else:  # the very start a fresh computation gives (module docstring); its work is counted
+            self.svm.C = start["C"]
+            self.stats.update(copy.deepcopy(start["chosen"]))
+            self.stats["svm_passes"] += start["svm_passes"]
+            self.stats["reused_seconds"] = round(start["z_seconds"] + start["h_seconds"], 4)
+        self.stats["start_reused"] = "reused_seconds" in self.stats
+        # copies: the fit's arrays (a two-step model's weights) never share the kept start's
+        Z, best = start["Z"].astype(start["Z_dtype"]), start["best"]
+        self.W, self.c = start["W"].copy(), start["c"].copy()
         self.H = apply_bits(self.F, self.W, self.c)
         self.loss_h = affinity_loss(loss, self.H, self.Y)
         self.stats["free_codes_loss"] = affinity_loss(loss, Z, self.Y)
@@ -634,9 +727,9 @@ class _MacRun:
             mismatch=int((Z != self.H).sum()),
             validation_precision=best,
             kept=True,
-            z_passes=passes,
-            z_seconds=round(z_seconds, 3),
-            h_seconds=round(h_seconds, 3),
+            z_passes=start["z_passes"],
+            z_seconds=round(start["z_seconds"], 3),
+            h_seconds=round(start["h_seconds"], 3),
         )
         mu_start = m.mu_start if m.mu_start is not None else DEFAULT_MU_START[m.solver]
         self.stats["stopped"] = "two-step" if m.max_iter == 0 else "max_iter"
