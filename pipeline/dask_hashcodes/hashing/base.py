@@ -164,13 +164,6 @@ def label_panel(ax, xlabel: str, ylabel: str, title: str) -> None:
 OBJECTIVE_PLOT = TrainingPlot(1, lambda rows, axes: draw_objective(rows, axes[0]))
 
 
-def training_seconds(started: float, training_stats: dict) -> float:
-    """The seconds a fit started at ``started`` (``time.perf_counter``) took, plus the
-    ``reused_seconds`` of work it took from an earlier fit instead of doing it (MAC's two-step
-    start): a model's training time does not depend on what this process fitted before."""
-    return time.perf_counter() - started + training_stats.get("reused_seconds", 0.0)
-
-
 class Hasher(TransformerMixin, BaseEstimator):
     """Base class of every hash-function learner."""
 
@@ -223,7 +216,10 @@ class Hasher(TransformerMixin, BaseEstimator):
         # compute on (a local cluster's workers hold one BLAS thread per worker thread).
         with threadpool_limits(limits=1, user_api="blas"):
             learner._fit(X, learner.labels_for_fit(y), checkpoint)
-        learner.training_stats_["train_seconds"] = round(training_seconds(started, learner.training_stats_), 4)
+        # work taken from an earlier fit instead of done again (MAC's two-step start) still
+        # counts: a model's training time does not depend on what this process fitted before
+        reused = learner.training_stats_.get("reused_seconds", 0.0)
+        learner.training_stats_["train_seconds"] = round(time.perf_counter() - started + reused, 4)
         self._take_learned_state(learner)
         return self
 

@@ -703,6 +703,7 @@ class _MacRun:
         loss = m.loss
         token = self.start_token()
         start = TWO_STEP_STARTS.get(token)
+        self.stats["start_reused"] = start is not None
         if start is None:
             start = TWO_STEP_STARTS.put(token, self.two_step_start())
         else:  # the very start a fresh computation gives (module docstring); its work is counted
@@ -710,7 +711,6 @@ class _MacRun:
             self.stats.update(copy.deepcopy(start["chosen"]))
             self.stats["svm_passes"] += start["svm_passes"]
             self.stats["reused_seconds"] = round(start["z_seconds"] + start["h_seconds"], 4)
-        self.stats["start_reused"] = "reused_seconds" in self.stats
         # copies: the fit's arrays (a two-step model's weights) never share the kept start's
         Z, best = start["Z"].astype(start["Z_dtype"]), start["best"]
         self.W, self.c = start["W"].copy(), start["c"].copy()
