@@ -17,9 +17,13 @@ listed in the result and killed.
     .venv/bin/python benchmarks/bench_suite_cost.py --commit a6e40e2 --commit HEAD \\
         --out benchmarks/results/suite_cost.json
 
---profile adds the suite's ``--cpu-times`` plugin (checkouts that have it) to the test command
-and records the heaviest tests and modules by CPU; its own cost (a few psutil calls per test)
-is then part of the measured figure.
+--profile adds the suite's ``--cpu-times`` plugin to the test command and records the heaviest
+tests and modules by CPU; its own cost (a few psutil calls per test) is then part of the
+measured figure. A checkout older than the plugin gets this checkout's copy of it (through
+PYTHONPATH, as ``-p dhash_cpu_times``). With two or more commits profiled, the first and the
+last are compared test by test: the tests both have (the same pytest node id; a renamed test
+counts as removed and added), what each of them cost in either run, and the tests only one
+of them has.
 
 --fast-tier runs the edit-test loop's tier instead (the test command with ``-m "not slow"``),
 which the README promises in a few minutes on 2 cores.
@@ -96,13 +100,14 @@ def reap_leftovers() -> list[str]:
     return left
 
 
-def timed(cmd: list[str], cwd: Path, log: Path) -> dict:
-    """Run ``cmd`` in ``cwd`` (output to ``log``); its wall seconds and its tree's CPU seconds."""
+def timed(cmd: list[str], cwd: Path, log: Path, env: dict | None = None) -> dict:
+    """Run ``cmd`` in ``cwd`` (output to ``log``, ``env`` added to the environment); its wall
+    seconds and its tree's CPU seconds."""
     total0, user0, sys0 = children_cpu()
     started = time.perf_counter()
     with open(log, "w") as out:
         status = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "CI": "true"}).returncode  # fmt: skip
+                                env={**os.environ, "CI": "true", **(env or {})}).returncode  # fmt: skip
     wall = time.perf_counter() - started
     leftovers = reap_leftovers()
     total1, user1, sys1 = children_cpu()
@@ -138,6 +143,29 @@ def heaviest(profile: Path, count: int = 40) -> dict:
     }
 
 
+def per_test_cpu(profile: Path) -> dict[str, float]:
+    """Node id -> CPU seconds of a ``--cpu-times`` file."""
+    return {t["test"]: t["cpu"] for t in map(json.loads, filter(str.strip, profile.read_text().splitlines()))}
+
+
+def compare_tests(first: dict[str, float], last: dict[str, float], count: int = 15) -> dict:
+    """Two runs' tests side by side: those both have (same node id) and those only one has."""
+    both = first.keys() & last.keys()
+    added = sorted(last.keys() - first.keys(), key=lambda t: -last[t])
+    added_modules: dict[str, float] = {}
+    for test in added:
+        module = test.split("::")[0]
+        added_modules[module] = added_modules.get(module, 0.0) + last[test]
+    return {
+        "both": {"tests": len(both), "first_cpu": round(sum(first[t] for t in both), 1),
+                 "last_cpu": round(sum(last[t] for t in both), 1)},
+        "only_first": {"tests": len(first.keys() - both), "cpu": round(sum(first[t] for t in first.keys() - both), 1)},
+        "only_last": {"tests": len(added), "cpu": round(sum(last[t] for t in added), 1),
+                      "heaviest": [{"test": t, "cpu": round(last[t], 1)} for t in added[:count]],
+                      "modules": {m: round(c, 1) for m, c in sorted(added_modules.items(), key=lambda mc: -mc[1])[:count]}},
+    }  # fmt: skip
+
+
 def _summary(log: Path) -> str:
     lines = log.read_text().splitlines()
     return next((m.group(1) for line in reversed(lines) if (m := SUMMARY.search(line))), lines[-1] if lines else "")
@@ -154,16 +182,22 @@ def measure(commit: str, workdir: Path, profile: bool = False, fast_tier: bool =
         raise SystemExit(f"set-up of {commit} failed; see {workdir / (sha[:12] + '-setup.log')}")
     log = workdir / f"{sha[:12]}-tests.log"
     cpu_file = workdir / f"{sha[:12]}-cpu-times.jsonl"
-    profiled = profile and (tree / "tests" / "cpu_times.py").exists()
     command = TEST_COMMAND + (FAST_TIER if fast_tier else [])
-    tests = timed(command + (["--cpu-times", str(cpu_file)] if profiled else []), tree, log)
+    plugin, env = [], None
+    if profile and not (tree / "tests" / "cpu_times.py").exists():  # older than the plugin: lend it ours
+        lent = workdir / f"{sha[:12]}-plugin"
+        lent.mkdir()
+        (lent / "dhash_cpu_times.py").write_text((REPO / "tests" / "cpu_times.py").read_text())
+        plugin, env = ["-p", "dhash_cpu_times"], {"PYTHONPATH": str(lent)}
+    tests = timed(command + (plugin + ["--cpu-times", str(cpu_file)] if profile else []), tree, log, env)
     tests["summary"] = _summary(log)
     run = {"commit": commit, "sha": sha, "setup": setup, "tests": tests, "test_command": " ".join(command)}
     if again:
         again_log = workdir / f"{sha[:12]}-tests-again.log"
         run["tests_again"] = {**timed(command, tree, again_log), "summary": _summary(again_log)}
-    if profiled and cpu_file.exists():
+    if profile and cpu_file.exists():
         run["profile"] = heaviest(cpu_file)
+        run["per_test_cpu"] = per_test_cpu(cpu_file)  # compared in main, then dropped from the result
     return run
 
 
@@ -203,6 +237,26 @@ def markdown(result: dict) -> str:
         first, last = result["runs"][0]["tests"], result["runs"][-1]["tests"]
         lines += ["", f"- tests CPU of the last over the first: {last['cpu_seconds'] / first['cpu_seconds']:.2f}; "
                   f"wall: {last['wall_seconds'] / first['wall_seconds']:.2f}"]  # fmt: skip
+    if "compared" in result:
+        c = result["compared"]
+        first, last, both = c["first"][:7], c["last"][:7], c["both"]
+        lines += [
+            "",
+            f"## `{first}` and `{last}` test by test (`--cpu-times`; same pytest node id = same test)",
+            "",
+            f"| tests | count | CPU s in `{first}` | CPU s in `{last}` |",
+            "|---|---|---|---|",
+            f"| in both | {both['tests']} | {both['first_cpu']:.0f} | {both['last_cpu']:.0f} |",
+            f"| only in `{first}` (removed or renamed) | {c['only_first']['tests']} | {c['only_first']['cpu']:.0f} | |",
+            f"| only in `{last}` (added or renamed) | {c['only_last']['tests']} | | {c['only_last']['cpu']:.0f} |",
+            "",
+            f"- the tests both have cost {both['last_cpu'] / both['first_cpu']:.2f}x in `{last}` what they cost "
+            f"in `{first}`",
+            "",
+            f"| test module of the tests only in `{last}` | CPU s |",
+            "|---|---|",
+        ]
+        lines += [f"| {m} | {cpu:.0f} |" for m, cpu in c["only_last"]["modules"].items()]
     for run in result["runs"]:
         if "profile" in run:
             prof = run["profile"]
@@ -238,13 +292,20 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="dhash-suite-cost-") as work:
         for commit in args.commit or ["HEAD"]:
             runs.append(measure(commit, Path(work), profile=args.profile, fast_tier=args.fast_tier, again=args.again))
-            print(runs[-1], flush=True)
+            print({k: v for k, v in runs[-1].items() if k != "per_test_cpu"}, flush=True)
     result = {
         "command": " ".join(["benchmarks/bench_suite_cost.py", *sys.argv[1:]]),
         "machine": machine_info(),
         "fast_tier": args.fast_tier,
         "runs": runs,
     }
+    profiled = [run for run in runs if "per_test_cpu" in run]
+    if len(profiled) > 1:
+        first, last = profiled[0], profiled[-1]
+        result["compared"] = {"first": first["sha"], "last": last["sha"],
+                              **compare_tests(first["per_test_cpu"], last["per_test_cpu"])}  # fmt: skip
+    for run in runs:
+        run.pop("per_test_cpu", None)
     write_pair(result, markdown(result), args.out, overwrite=args.overwrite)
     print(markdown(result))
 
