@@ -251,7 +251,7 @@ def markdown(result: dict) -> str:
             f"| only in `{last}` (added or renamed) | {c['only_last']['tests']} | | {c['only_last']['cpu']:.0f} |",
             "",
             f"- the tests both have cost {both['last_cpu'] / both['first_cpu']:.2f}x in `{last}` what they cost "
-            f"in `{first}`",
+            f"in `{first}`; a session fixture's cost counts with the first test that uses it, in either run",
             "",
             f"| test module of the tests only in `{last}` | CPU s |",
             "|---|---|",
