@@ -185,3 +185,24 @@ def test_the_suite_cost_script_finds_pytests_summary_line_wherever_it_is(tmp_pat
     assert _summary(log) == "1 failed, 2070 passed in 1643.32s (0:27:23)"
     log.write_text("Killed\n")
     assert _summary(log) == "Killed"  # no summary at all: the last line says what happened
+
+
+def test_the_suite_cost_script_compares_two_runs_test_by_test(tmp_path):
+    """Tests both runs have are summed in either run; a test only one run has (added, removed
+    or renamed) counts in that run alone, and the added ones are listed heaviest first."""
+    from benchmarks.bench_suite_cost import compare_tests, per_test_cpu
+
+    profile = tmp_path / "cpu-times.jsonl"
+    profile.write_text(
+        '{"test": "t/a.py::x", "wall": 1.0, "cpu": 2.5}\n\n{"test": "t/a.py::y", "wall": 1.0, "cpu": 3}\n'
+    )
+    assert per_test_cpu(profile) == {"t/a.py::x": 2.5, "t/a.py::y": 3}
+    old = {"t/a.py::x": 2.5, "t/a.py::y": 3.0, "t/b.py::z": 1.0}
+    new = {"t/a.py::x": 1.0, "t/b.py::z": 0.5, "t/c.py::n": 4.0, "t/c.py::m": 1.0, "t/a.py::w": 2.0}
+    compared = compare_tests(old, new)
+    assert compared["both"] == {"tests": 2, "first_cpu": 3.5, "last_cpu": 1.5}
+    assert compared["only_first"] == {"tests": 1, "cpu": 3.0}
+    added = compared["only_last"]
+    assert (added["tests"], added["cpu"]) == (3, 7.0)
+    assert [t["test"] for t in added["heaviest"]] == ["t/c.py::n", "t/a.py::w", "t/c.py::m"]
+    assert added["modules"] == {"t/c.py": 5.0, "t/a.py": 2.0}
