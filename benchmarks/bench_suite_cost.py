@@ -128,9 +128,14 @@ def setup_command(tree: Path) -> list[str]:
         "bash", "deploy/setup.sh"]  # fmt: skip
 
 
+def profile_lines(profile: Path) -> list[dict]:
+    """The lines of a ``--cpu-times`` file: one dict (test, wall, cpu) per test."""
+    return [json.loads(line) for line in profile.read_text().splitlines() if line.strip()]
+
+
 def heaviest(profile: Path, count: int = 40) -> dict:
     """The tests and test modules of a ``--cpu-times`` file with the most CPU seconds."""
-    tests = [json.loads(line) for line in profile.read_text().splitlines() if line.strip()]
+    tests = profile_lines(profile)
     modules: dict[str, float] = {}
     for test in tests:
         module = test["test"].split("::")[0]
@@ -145,7 +150,7 @@ def heaviest(profile: Path, count: int = 40) -> dict:
 
 def per_test_cpu(profile: Path) -> dict[str, float]:
     """Node id -> CPU seconds of a ``--cpu-times`` file."""
-    return {t["test"]: t["cpu"] for t in map(json.loads, filter(str.strip, profile.read_text().splitlines()))}
+    return {t["test"]: t["cpu"] for t in profile_lines(profile)}
 
 
 def compare_tests(first: dict[str, float], last: dict[str, float], count: int = 15) -> dict:
